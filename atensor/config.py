@@ -1,0 +1,44 @@
+"""atensor's settings, read in one place.
+
+Each setting has an environment variable (read once, at import) and can be changed at run time
+through `Context`:
+
+| setting | env var | default | meaning |
+|---|---|---|---|
+| racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free before it runs (tests turn it on) |
+| blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads per kernel |
+| default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, fields
+from typing import Iterator, Optional
+
+
+@dataclass
+class Settings:
+    racecheck: bool = bool(int(os.environ.get("ATENSOR_RACECHECK", "0")))
+    blas_threads: Optional[int] = int(os.environ["ATENSOR_BLAS_THREADS"]) if "ATENSOR_BLAS_THREADS" in os.environ else None
+    default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
+
+
+settings = Settings()
+
+
+@contextlib.contextmanager
+def Context(**changes: object) -> Iterator[Settings]:
+    """Changes settings for the duration of a `with` block: `with Context(racecheck=True): ...`."""
+    known = {f.name for f in fields(Settings)}
+    unknown = set(changes) - known
+    if unknown:
+        raise TypeError(f"unknown atensor setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    old = {name: getattr(settings, name) for name in changes}
+    for name, value in changes.items():
+        setattr(settings, name, value)
+    try:
+        yield settings
+    finally:
+        for name, value in old.items():
+            setattr(settings, name, value)

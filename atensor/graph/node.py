@@ -1,0 +1,284 @@
+"""`Node`: one immutable, interned vertex of the lazy graph.
+
+Two nodes built from the same op, dtype, sources and argument are the same Python object, so
+structural equality is identity: a kernel's AST can key a compile cache, a common subexpression is
+computed once, and rewrite rules compare nodes with `is`. The table of nodes holds them weakly; a
+node lives as long as a tensor or another node refers to it.
+
+Shape, dtype and device are inferred when a node is made, and an invalid combination raises there,
+naming the op and the operands, long before anything is scheduled.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from atensor.dtype import DType, dtypes
+from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
+from atensor.graph.view import Shape, View
+
+
+class BufferSpec:
+    """A buffer's identity in the graph: `uid` is unique for the process; `size` is in elements.
+
+    `version` counts the assigns realized into it (a BUFFER node names one version, so a lazy value
+    built before an assign can tell that its input has since been overwritten); `runtime` is the
+    device memory that hcq/ attaches, freed with the spec."""
+    __slots__ = ("uid", "device", "size", "dtype", "version", "head", "runtime", "__weakref__")
+    _next_uid = 0
+
+    def __init__(self, device: str, size: int, dtype: DType):
+        BufferSpec._next_uid += 1
+        self.uid, self.device, self.size, self.dtype = BufferSpec._next_uid, device, size, dtype
+        self.version = 0
+        self.head: Node | None = None  # the newest lazy version (an ASSIGN) not yet realized
+        self.runtime: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def node(self) -> Node:
+        """The BUFFER node of this buffer's current version."""
+        return Node.make(Ops.BUFFER, self.dtype, (), (self, self.version))
+
+    def latest(self) -> Node:
+        """The newest version: the pending ASSIGN if one is lazy, else the realized buffer."""
+        head = self.head
+        return head if head is not None else self.node()
+
+    def __repr__(self) -> str:
+        return f"buf{self.uid}@{self.device}[{self.size}]"
+
+
+class GraphError(ValueError):
+    """An op was given operands it cannot combine (shapes, dtypes or devices)."""
+
+
+_interned: weakref.WeakValueDictionary[tuple, Node] = weakref.WeakValueDictionary()
+
+
+class Node:
+    """An immutable graph vertex. Build with `Node.make`; never mutate."""
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "_hash", "__weakref__")
+    op: Ops
+    dtype: DType
+    src: tuple[Node, ...]
+    arg: Any
+    shape: Shape
+    device: str
+
+    @staticmethod
+    def make(op: Ops, dtype: DType, src: tuple[Node, ...] = (), arg: Any = None) -> Node:
+        """The interned node for (op, dtype, src, arg); shape and device are inferred and checked."""
+        key = (op, dtype, src, arg)
+        found = _interned.get(key)
+        if found is not None:
+            return found
+        node = object.__new__(Node)
+        node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+        node.shape, node.device = _infer(op, dtype, src, arg)
+        node._hash = hash(key)
+        _interned[key] = node
+        return node
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"Node({self.op.name}, {self.dtype.name}, shape={self.shape}, arg={self.arg!r}, src={len(self.src)})"
+
+    def __reduce__(self):
+        return (Node.make, (self.op, self.dtype, self.src, self.arg))
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    # ---- convenience constructors used by Tensor and by rewrite rules -------------------------
+    @staticmethod
+    def const(value: Any, dtype: DType, device: str, shape: Shape = ()) -> Node:
+        """A constant of `dtype`, broadcast to `shape` through a stride-0 view."""
+        value = _cast_scalar(value, dtype)
+        node = Node.make(Ops.CONST, dtype, (), (value, device))
+        return node.view(View.create(()).reshape((1,) * len(shape)).expand(tuple(shape))) if shape else node
+
+    def alu(self, op: Ops, *others: Node, dtype: DType | None = None) -> Node:
+        """An elementwise op on this node and `others` (same shapes, same device)."""
+        if dtype is None:
+            dtype = dtypes.bool if op in COMPARISON else (others[-1].dtype if op is Ops.WHERE else self.dtype)
+        return Node.make(op, dtype, (self, *others))
+
+    def cast(self, dtype: DType) -> Node:
+        return self if dtype == self.dtype else Node.make(Ops.CAST, dtype, (self,))
+
+    def reduce(self, op: ReduceOp, axes: tuple[int, ...]) -> Node:
+        axes = tuple(sorted(set(axes)))
+        return self if not axes else Node.make(Ops.REDUCE, self.dtype, (self,), (op, axes))
+
+    def view(self, view: View) -> Node:
+        """This node seen through `view`; folds into an existing view when one View can say both."""
+        if self.op is Ops.VIEW:
+            merged = self.arg.compose(view)
+            if merged is not None:
+                base = self.src[0]
+                return base if merged.is_identity(base.size) and merged.shape == base.shape else \
+                    Node.make(Ops.VIEW, self.dtype, (base,), merged)
+        if view.is_identity(self.size) and view.shape == self.shape:
+            return self
+        return Node.make(Ops.VIEW, self.dtype, (self,), view)
+
+    def _movement(self, name: str, arg: Any) -> Node:
+        if self.op is Ops.VIEW:
+            moved = getattr(self.arg, name)(arg)
+            if moved is not None:
+                base = self.src[0]
+                if moved.is_identity(base.size) and moved.shape == base.shape:
+                    return base
+                return Node.make(Ops.VIEW, self.dtype, (base,), moved)
+        moved = getattr(View.create(self.shape), name)(arg)
+        return self.view(moved)
+
+    def reshape(self, shape: Shape) -> Node:
+        if math.prod(shape) != self.size:
+            raise GraphError(f"reshape: cannot reshape {self.shape} ({self.size} elements) to {tuple(shape)}")
+        return self if tuple(shape) == self.shape else self._movement("reshape", tuple(shape))
+
+    def permute(self, order: tuple[int, ...]) -> Node:
+        if sorted(order) != list(range(len(self.shape))):
+            raise GraphError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
+        return self if order == tuple(range(len(order))) else self._movement("permute", tuple(order))
+
+    def expand(self, shape: Shape) -> Node:
+        shape = tuple(shape)
+        if len(shape) != len(self.shape) or any(s != n and s != 1 for s, n in zip(self.shape, shape)):
+            raise GraphError(f"expand: cannot expand shape {self.shape} to {shape} (only axes of size 1 expand)")
+        return self if shape == self.shape else self._movement("expand", shape)
+
+    def pad(self, arg: tuple[tuple[int, int], ...]) -> Node:
+        if len(arg) != len(self.shape) or any(b < 0 or a < 0 for b, a in arg):
+            raise GraphError(f"pad: padding {arg} does not fit shape {self.shape} (one non-negative pair per axis)")
+        return self if all(b == 0 and a == 0 for b, a in arg) else self._movement("pad", tuple(arg))
+
+    def shrink(self, arg: tuple[tuple[int, int], ...]) -> Node:
+        if len(arg) != len(self.shape) or any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
+            raise GraphError(f"shrink: bounds {arg} do not fit shape {self.shape}")
+        return self if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)) else \
+            self._movement("shrink", tuple(arg))
+
+    def stride(self, steps: tuple[int, ...]) -> Node:
+        if len(steps) != len(self.shape) or any(k < 1 for k in steps):
+            raise GraphError(f"stride: steps {steps} do not fit shape {self.shape} (one step >= 1 per axis)")
+        return self if all(k == 1 for k in steps) else self._movement("stride", tuple(steps))
+
+    def flip(self, axes: tuple[bool, ...]) -> Node:
+        return self if not any(axes) else self._movement("flip", tuple(axes))
+
+    # ---- traversal ------------------------------------------------------------------------------
+    def toposort(self, stop: Any = None) -> list[Node]:
+        """Every node this one depends on, sources before users, iteratively (deep chains are fine).
+        `stop(node)` true means: include the node but not what is behind it."""
+        return toposort([self], stop)
+
+    def base(self) -> Node:
+        """The node under any views."""
+        node = self
+        while node.op is Ops.VIEW:
+            node = node.src[0]
+        return node
+
+
+def toposort(roots: list[Node], stop: Any = None) -> list[Node]:
+    """All nodes reachable from `roots`, each after its sources. Iterative, so 10^5-deep chains work."""
+    order: list[Node] = []
+    seen: set[Node] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        stack: list[tuple[Node, Iterator[Node] | None]] = [(root, None)]
+        seen.add(root)
+        while stack:
+            node, it = stack[-1]
+            if it is None:
+                it = iter(() if stop is not None and stop(node) else node.src)
+                stack[-1] = (node, it)
+            for child in it:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append((child, None))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def _cast_scalar(value: Any, dtype: DType) -> Any:
+    if dtype == dtypes.bool:
+        return bool(value)
+    if dtypes.is_int(dtype):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise GraphError(f"cannot make an integer constant of {value}")
+        return int(value)
+    return float(value)
+
+
+def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shape, str]:
+    """Shape and device of a new node; raises GraphError naming the op and operands when invalid."""
+    if op is Ops.BUFFER:
+        return (arg[0].size,), arg[0].device
+    if op is Ops.CONST:
+        return (), arg[1]
+    if op is Ops.ARANGE:
+        return (arg[2],), arg[3]
+    if op is Ops.PARAM:
+        return (arg[1],), "kernel"
+    if op is Ops.VIEW:
+        if math.prod(src[0].shape) < (arg.index_range()[1] + 1) and arg.mask is None and arg.size:
+            raise GraphError(f"view {arg} reads past the end of its source of shape {src[0].shape}")
+        return arg.shape, src[0].device
+    if op is Ops.COPY:
+        return src[0].shape, arg
+    if op is Ops.REDUCE:
+        _, axes = arg
+        shape = src[0].shape
+        if any(not 0 <= a < len(shape) for a in axes):
+            raise GraphError(f"reduce: axes {axes} out of range for shape {shape}")
+        return tuple(1 if i in axes else s for i, s in enumerate(shape)), src[0].device
+    if op is Ops.STORE:
+        return src[1].shape, src[1].device
+    if op is Ops.ASSIGN:
+        storage, value = src
+        if storage.op not in (Ops.BUFFER, Ops.ASSIGN):
+            raise GraphError("assign target has no storage: assign into a tensor made from data or realized")
+        if value.shape != arg.shape:
+            raise GraphError(f"assign: value of shape {value.shape} does not fit target of shape {arg.shape}")
+        if value.device != storage.device:
+            raise GraphError(f"assign: value on {value.device} into a buffer on {storage.device}; "
+                             f"move it with .to('{storage.device}') first")
+        if arg.mask is not None:
+            raise GraphError("assign through a padded view is not possible: padding has no storage")
+        return storage.shape, storage.device
+    if op in ELEMENTWISE or op is Ops.CONTIGUOUS:
+        first = src[0]
+        for other in src[1:]:
+            if other.shape != first.shape:
+                shapes = " and ".join(str(s.shape) for s in src)
+                raise GraphError(f"shape mismatch in {op.name}: {shapes}")
+            if other.device != first.device and "kernel" not in (other.device, first.device):
+                devices = " and ".join(s.device for s in src)
+                raise GraphError(f"{op.name} on tensors of different devices ({devices}): move one with "
+                                 f".to(device) first")
+        if op in BINARY and op not in (Ops.THREEFRY,) and op is not Ops.POW:
+            if any(s.dtype != first.dtype for s in src):
+                raise GraphError(f"dtype mismatch in {op.name}: {[s.dtype.name for s in src]}; cast first")
+        if op is Ops.WHERE and src[0].dtype != dtypes.bool:
+            raise GraphError(f"WHERE needs a bool condition, got {src[0].dtype.name}")
+        if op in UNARY or op in BINARY or op in (Ops.WHERE, Ops.CONTIGUOUS):
+            return first.shape, first.device
+    raise GraphError(f"no shape rule for {op}")

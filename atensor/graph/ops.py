@@ -1,0 +1,48 @@
+"""The operations a graph `Node` can hold, grouped by what the scheduler and backends do with them."""
+from __future__ import annotations
+
+from enum import Enum, auto
+
+
+class Ops(Enum):
+    """Every op of the lazy graph. Groups below say how each is scheduled."""
+    # leaves
+    BUFFER = auto()      # arg: (BufferSpec, version); shape (size,)
+    CONST = auto()       # arg: (value, device); shape ()
+    ARANGE = auto()      # arg: (start, step, size, device); shape (size,)
+    PARAM = auto()       # kernel ASTs only: arg (index, size); a kernel's buffer parameter
+    # unary
+    NEG = auto(); RECIP = auto(); SQRT = auto(); EXP = auto(); LOG = auto(); SIN = auto()  # noqa: E702
+    EXP2 = auto(); LOG2 = auto(); TRUNC = auto(); NOT = auto(); CAST = auto(); BITCAST = auto()  # noqa: E702
+    COS = auto(); TANH = auto()  # noqa: E702
+    # binary
+    ADD = auto(); SUB = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto()  # noqa: E702
+    MAX = auto(); POW = auto(); CMPLT = auto(); CMPEQ = auto(); CMPNE = auto()  # noqa: E702
+    AND = auto(); OR = auto(); XOR = auto(); THREEFRY = auto()  # noqa: E702
+    # ternary
+    WHERE = auto()
+    # reduce: arg (ReduceOp, axes); keeps reduced axes with size 1
+    REDUCE = auto()
+    # movement: arg View; never copies
+    VIEW = auto()
+    # realization
+    CONTIGUOUS = auto()  # compute into a temporary buffer; not kept after the realize
+    COPY = auto()        # arg: target device
+    ASSIGN = auto()      # src (storage, value), arg View: the storage after writing value through the view
+    STORE = auto()       # kernel ASTs only: src (PARAM view, value)
+
+
+class ReduceOp(Enum):
+    SUM = auto()
+    MAX = auto()
+    PROD = auto()
+
+
+UNARY = frozenset({Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP, Ops.LOG, Ops.SIN, Ops.EXP2, Ops.LOG2, Ops.TRUNC,
+                   Ops.NOT, Ops.CAST, Ops.BITCAST, Ops.COS, Ops.TANH})
+BINARY = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.POW, Ops.CMPLT,
+                    Ops.CMPEQ, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.THREEFRY})
+TERNARY = frozenset({Ops.WHERE})
+ELEMENTWISE = UNARY | BINARY | TERNARY
+COMPARISON = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.ARANGE, Ops.PARAM})

@@ -1,0 +1,195 @@
+"""Views: how a shape maps onto a flat buffer, without copying.
+
+A `View` is (shape, strides, offset, mask) in elements: element `idx` of the view reads the source at
+`offset + sum(idx[i] * strides[i])` when `mask[i][0] <= idx[i] < mask[i][1]` for every axis, and is 0
+elsewhere (that is how `pad` is expressed). reshape, permute, expand, pad, shrink and flip each give a
+new View of the same source, or None when one View cannot express the result (a reshape that splits a
+permuted or padded axis); the graph then stacks a second view on top, and a backend materializes the
+first one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+Shape = tuple[int, ...]
+
+
+def strides_for(shape: Shape) -> tuple[int, ...]:
+    """Row-major strides in elements, 0 for axes of size 1 (they never move the index)."""
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc if size != 1 else 0)
+        acc *= size
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class View:
+    """A strided, optionally masked window onto a flat source. Immutable and hashable."""
+    shape: Shape
+    strides: tuple[int, ...]
+    offset: int = 0
+    mask: Optional[tuple[tuple[int, int], ...]] = None
+
+    @staticmethod
+    def create(shape: Shape) -> View:
+        """The contiguous view of `shape`."""
+        return View(tuple(shape), strides_for(shape), 0, None)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def contiguous(self) -> bool:
+        """True when the view is the source itself read in order (possibly shifted by `offset`)."""
+        return self.mask is None and self.strides == strides_for(self.shape)
+
+    def is_identity(self, source_size: int) -> bool:
+        return self.contiguous and self.offset == 0 and self.size == source_size
+
+    def index_range(self) -> tuple[int, int]:
+        """Smallest and largest source index read by a valid element; (0, -1) when none is valid."""
+        bounds = self.mask or tuple((0, s) for s in self.shape)
+        if any(lo >= hi for lo, hi in bounds):
+            return 0, -1
+        lo = hi = self.offset
+        for (b, e), st in zip(bounds, self.strides):
+            lo += min(st * b, st * (e - 1))
+            hi += max(st * b, st * (e - 1))
+        return lo, hi
+
+    # ---- movement ops --------------------------------------------------------------------------
+    def permute(self, order: tuple[int, ...]) -> View:
+        mask = tuple(self.mask[i] for i in order) if self.mask else None
+        return View(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset, mask)
+
+    def expand(self, shape: Shape) -> View:
+        strides = tuple(0 if old != new else st for old, new, st in zip(self.shape, shape, self.strides))
+        mask = None
+        if self.mask:
+            mask = tuple(m if old == new else ((0, new) if m != (0, 0) else (0, 0))
+                         for m, old, new in zip(self.mask, self.shape, shape))
+        return View(tuple(shape), strides, self.offset, mask)
+
+    def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
+        offset = self.offset + sum(b * st for (b, _), st in zip(arg, self.strides))
+        shape = tuple(e - b for b, e in arg)
+        mask = None
+        if self.mask:
+            mask = tuple((min(max(mb, b), e) - b, max(min(me, e), b) - b) for (mb, me), (b, e) in zip(self.mask, arg))
+        return View(shape, self.strides, offset, _simplify_mask(mask, shape))
+
+    def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
+        if all(b == 0 and a == 0 for b, a in arg):
+            return self
+        shape = tuple(s + b + a for s, (b, a) in zip(self.shape, arg))
+        offset = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
+        old = self.mask or tuple((0, s) for s in self.shape)
+        mask = tuple((mb + b, me + b) for (mb, me), (b, _) in zip(old, arg))
+        return View(shape, self.strides, offset, _simplify_mask(mask, shape))
+
+    def flip(self, axes: tuple[bool, ...]) -> View:
+        offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, axes) if f and s > 0)
+        strides = tuple(-st if f else st for st, f in zip(self.strides, axes))
+        mask = None
+        if self.mask:
+            mask = tuple((s - e, s - b) if f else (b, e) for (b, e), s, f in zip(self.mask, self.shape, axes))
+        return View(self.shape, strides, offset, mask)
+
+    def stride(self, steps: tuple[int, ...]) -> View:
+        """Every `steps[i]`-th element along axis i (steps >= 1), starting with the first."""
+        shape = tuple((s + k - 1) // k for s, k in zip(self.shape, steps))
+        strides = tuple(st * k for st, k in zip(self.strides, steps))
+        mask = None
+        if self.mask:
+            mask = tuple(((b + k - 1) // k, (e + k - 1) // k) for (b, e), k in zip(self.mask, steps))
+        return View(shape, strides, self.offset, _simplify_mask(mask, shape))
+
+    def reshape(self, shape: Shape) -> Optional[View]:
+        """The same elements in a new shape, or None when one View cannot say it."""
+        shape = tuple(shape)
+        if shape == self.shape:
+            return self
+        if math.prod(shape) == 0:
+            return View.create(shape)
+        if self.contiguous:
+            return View(shape, strides_for(shape), self.offset, None)
+        if self.mask is not None:
+            if any(b != 0 or e != s for (b, e), s in zip(self.mask, self.shape)):
+                return self._reshape_masked(shape)
+        strides = _nocopy_reshape_strides(self.shape, self.strides, shape)
+        return None if strides is None else View(shape, strides, self.offset, None)
+
+    def _reshape_masked(self, shape: Shape) -> Optional[View]:
+        """Masked reshapes that only add or remove axes of size 1 keep their mask."""
+        old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.mask) if s != 1]
+        if [s for s in shape if s != 1] != [s for s, _, _ in old]:
+            return None
+        it = iter(old)
+        strides, mask = [], []
+        for s in shape:
+            if s == 1:
+                strides.append(0)
+                mask.append((0, 1))
+            else:
+                _, st, m = next(it)
+                strides.append(st)
+                mask.append(m)
+        if any(m == (0, 0) for _, _, m in zip(self.shape, self.strides, self.mask) if _ == 1):
+            mask = [(0, 0)] * len(shape)
+        return View(shape, tuple(strides), self.offset, tuple(mask))
+
+    def compose(self, after: View) -> Optional[View]:
+        """The single View equal to applying `after` to this view's output, or None."""
+        if self.contiguous:
+            return View(after.shape, after.strides, after.offset + self.offset, after.mask)
+        if after.contiguous and after.offset == 0 and after.size == self.size:
+            return self.reshape(after.shape)
+        return None
+
+
+def _simplify_mask(mask, shape):
+    if mask is None:
+        return None
+    if any(b >= e for b, e in mask):
+        return tuple((0, 0) for _ in shape)
+    if all(b == 0 and e == s for (b, e), s in zip(mask, shape)):
+        return None
+    return tuple(mask)
+
+
+def _nocopy_reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_shape: Shape):
+    """numpy's no-copy reshape: strides for `new_shape` over the same memory, or None."""
+    old = [(s, st) for s, st in zip(old_shape, old_strides) if s != 1]
+    new_dims = list(new_shape)
+    new_strides = [0] * len(new_dims)
+    oi = ni = 0
+    old_dims = [s for s, _ in old]
+    old_st = [st for _, st in old]
+    nonone = [i for i, s in enumerate(new_dims) if s != 1]
+    new_core = [new_dims[i] for i in nonone]
+    core_strides = [0] * len(new_core)
+    oj, nj = 1, 1
+    while ni < len(new_core) and oi < len(old_dims):
+        np_, op = new_core[ni], old_dims[oi]
+        while np_ != op:
+            if np_ < op:
+                np_ *= new_core[nj]
+                nj += 1
+            else:
+                op *= old_dims[oj]
+                oj += 1
+        for ok in range(oi, oj - 1):
+            if old_st[ok] != old_dims[ok + 1] * old_st[ok + 1]:
+                return None
+        core_strides[nj - 1] = old_st[oj - 1]
+        for nk in range(nj - 1, ni, -1):
+            core_strides[nk - 1] = core_strides[nk] * new_core[nk]
+        ni, nj = nj, nj + 1
+        oi, oj = oj, oj + 1
+    for i, st in zip(nonone, core_strides):
+        new_strides[i] = st
+    return tuple(new_strides)

@@ -1,0 +1,78 @@
+"""A device buffer: memory plus the work still pending on it.
+
+Every buffer remembers, per queue signal, the newest value of a command that writes it and of one
+that reads it. A later realize orders itself after that work by waiting on those values: reads wait
+for pending writes (read after write), writes wait for pending reads and writes (write after read,
+write after write). Entries whose value is reached are dropped, so the state stays as small as the
+number of queues.
+
+Invariant: `writes[sig]` and `reads[sig]` only grow for a given signal (a queue's values increase),
+and are updated only by the executor, on the dispatcher thread.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+import numpy as np
+
+from atensor.graph.node import BufferSpec
+from atensor.hcq.signal import Signal
+
+
+class Buffer:
+    """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
+    __slots__ = ("spec", "memory", "writes", "reads", "inflight", "_lock", "__weakref__")
+
+    def __init__(self, spec: BufferSpec):
+        self.spec = spec
+        self.memory: Any = None
+        self.writes: dict[Signal, int] = {}
+        self.reads: dict[Signal, int] = {}
+        self.inflight = 0  # realizes dispatched that will write this buffer but are not yet planned
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.spec!r}, writes={self.writes}, reads={self.reads})"
+
+    @staticmethod
+    def of(spec: BufferSpec) -> Buffer:
+        """The Buffer of `spec`, made on first use."""
+        buf = spec.runtime
+        if buf is None:
+            buf = spec.runtime = Buffer(spec)
+        return buf
+
+    def pending_writes(self) -> list[tuple[Signal, int]]:
+        with self._lock:
+            self.writes = {s: v for s, v in self.writes.items() if not s.reached(v)}
+            return list(self.writes.items())
+
+    def pending_reads(self) -> list[tuple[Signal, int]]:
+        with self._lock:
+            self.reads = {s: v for s, v in self.reads.items() if not s.reached(v)}
+            return list(self.reads.items())
+
+    def note(self, signal: Signal, value: int, write: bool) -> None:
+        with self._lock:
+            table = self.writes if write else self.reads
+            if table.get(signal, 0) < value:
+                table[signal] = value
+
+    def ready(self) -> bool:
+        """True when no dispatched work will still write this buffer."""
+        return self.inflight == 0 and not self.pending_writes()
+
+    def write_failure(self) -> Optional[BaseException]:
+        """The error of a failed write that this buffer's current contents came from, if any."""
+        for signal, value in list(self.writes.items()):
+            err = signal.failure(value)
+            if err is not None:
+                return err
+        return None
+
+    def numpy(self) -> np.ndarray:
+        """The memory as a flat numpy array (CPU devices only)."""
+        if self.memory is None:
+            raise RuntimeError(f"{self.spec} holds no data yet")
+        return self.memory

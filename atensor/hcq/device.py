@@ -1,0 +1,132 @@
+"""Devices: each owns its memory and has a compute queue and a copy queue.
+
+`CPU` (same as `CPU:0`), `CPU:1`, ... are separate memories on the host's cores: a buffer belongs to
+one of them, and using it on another without `.to()` is an error. `NULL`, `NULL:1`, ... run nothing
+and hold no data: they exist to test scheduling and to measure atensor's own overhead.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import weakref
+from typing import Optional
+
+import numpy as np
+
+from atensor.config import settings
+from atensor.graph.node import BufferSpec
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.queue import Queue
+from atensor.profiler import collector
+from atensor.profiler.events import MemoryEvent
+
+_DEVICE_RE = re.compile(r"^(CPU|NULL)(?::(\d+))?$")
+_registry: dict[str, Device] = {}
+_registry_lock = threading.Lock()
+
+
+class DeviceError(ValueError):
+    """An unknown device name, or data used on a device that does not hold it."""
+
+
+def canonical(name: str) -> str:
+    """`"CPU"` -> `"CPU:0"`; raises DeviceError naming what exists for anything else."""
+    if isinstance(name, Device):
+        return name.name
+    match = _DEVICE_RE.match(str(name).upper())
+    if match is None:
+        raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL and NULL:k (k = 0, 1, ...)")
+    return f"{match.group(1)}:{int(match.group(2) or 0)}"
+
+
+class Device:
+    """A device: its queues and its memory. Get one with `Device.get(name)`."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.kind = name.split(":")[0]
+        self.compute = Queue(name, "compute")
+        self.copy = Queue(name, "copy")
+        self.bytes_in_use = 0
+        self.peak_bytes = 0
+        self._mem_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Device({self.name})"
+
+    @staticmethod
+    def get(name: str) -> Device:
+        """The device called `name`, created on first use."""
+        key = canonical(name)
+        dev = _registry.get(key)
+        if dev is None:
+            with _registry_lock:
+                dev = _registry.get(key)
+                if dev is None:
+                    dev = _registry[key] = Device(key)
+                    _limit_blas_threads()
+        return dev
+
+    @property
+    def queues(self) -> tuple[Queue, Queue]:
+        return (self.compute, self.copy)
+
+    def queue(self, kind: str) -> Queue:
+        return self.compute if kind == "compute" else self.copy
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def allocate(self, spec: BufferSpec, data: Optional[np.ndarray] = None) -> Buffer:
+        """Attaches memory to `spec`'s Buffer (the given flat array, or fresh memory); NULL devices
+        hold none. Memory is released with the spec."""
+        if spec.device != self.name:
+            raise DeviceError(f"{spec} lives on {spec.device}, not on {self.name}; move it with .to('{self.name}')")
+        buf = Buffer.of(spec)
+        if buf.memory is not None:
+            return buf
+        if self.kind == "NULL":
+            buf.memory = NullMemory(spec.size)
+            return buf
+        buf.memory = data if data is not None else np.empty(spec.size, dtype=spec.dtype.np)
+        self._account(spec.nbytes)
+        weakref.finalize(spec, self._account, -spec.nbytes)
+        return buf
+
+    def _account(self, delta: int) -> None:
+        with self._mem_lock:
+            self.bytes_in_use += delta
+            self.peak_bytes = max(self.peak_bytes, self.bytes_in_use)
+            in_use = self.bytes_in_use
+        if collector.is_active():
+            collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
+
+    def synchronize(self) -> None:
+        """Blocks until every command submitted to this device's queues has run (not for the loop thread)."""
+        for q in self.queues:
+            q.signal.wait_blocking(q._reserved, check=False)
+
+
+class NullMemory:
+    """What a NULL device 'allocates': a size and nothing else."""
+    __slots__ = ("size",)
+
+    def __init__(self, size: int):
+        self.size = size
+
+
+def devices() -> list[Device]:
+    """Every device created so far."""
+    return list(_registry.values())
+
+
+def _limit_blas_threads() -> None:
+    """BLAS threads per kernel: the cores divided among the CPU devices in use, so two devices running
+    matmuls at once do not oversubscribe the cores."""
+    cpus = sum(1 for name in _registry if name.startswith("CPU"))
+    threads = settings.blas_threads or max(1, (os.cpu_count() or 1) // max(1, cpus))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        return
+    threadpool_limits(limits=threads, user_api="blas")

@@ -1,0 +1,135 @@
+"""The Executor: lowers a TaskGraph to one command list per queue and submits each list once.
+
+Planning walks the tasks in their topological order. Each task goes to its device's compute queue
+(kernels) or copy queue (copies; the destination device's), takes the next value of that queue's
+timeline signal, and waits on the signal values of the tasks it depends on when they run on another
+queue (on the same queue, in-order execution already orders them). Work still pending from earlier
+realizes is found through each buffer's pending writers and readers, snapshotted before this graph
+is planned; after planning, the buffers remember this graph's tasks in turn.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from atensor.graph.node import BufferSpec
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.device import Device, DeviceError
+from atensor.hcq.numpy_backend import compile_kernel
+from atensor.hcq.queue import Command, DependencyFailed, Queue
+from atensor.hcq.signal import Signal
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
+from atensor.sched.taskgraph import Copy, Kernel, Task, TaskGraph
+
+
+@dataclass
+class Submission:
+    """What one realize put on the queues: the last value per queue and each task's place."""
+    final: dict[Queue, int] = field(default_factory=dict)
+    placed: list[tuple[Signal, int, Task]] = field(default_factory=list)
+
+    def waits(self) -> list[tuple[Signal, int]]:
+        return [(q.signal, v) for q, v in self.final.items()]
+
+    def first_failure(self) -> Optional[BaseException]:
+        """The root-cause error of the graph (a failed task, not one that was skipped because of it)."""
+        skipped: Optional[BaseException] = None
+        for signal, value, _ in self.placed:
+            err = signal.failure(value)
+            if err is None:
+                continue
+            if not isinstance(err, DependencyFailed):
+                return err
+            skipped = skipped or err
+        return skipped
+
+
+def execute(graph: TaskGraph) -> Submission:
+    """Plans and submits `graph`; returns what to await. Runs on the dispatcher thread."""
+    sub = Submission()
+    lists: dict[Queue, list[Command]] = {}
+    placed: dict[int, tuple[Queue, int]] = {}
+    before: dict[BufferSpec, tuple[list, list]] = {}
+    for task in graph.tasks:
+        for acc in task.accesses:
+            if acc.buffer not in before:
+                buf = Buffer.of(acc.buffer)
+                before[acc.buffer] = (buf.pending_writes(), buf.pending_reads())
+    compile_ns = 0
+    for task in graph.tasks:
+        queue = Device.get(task.device).queue(task.queue)
+        value = queue.reserve()
+        waits: dict[Signal, tuple[int, bool]] = {}
+
+        def need(signal: Signal, v: int, check: bool) -> None:
+            if signal is queue.signal:
+                return
+            old = waits.get(signal)
+            if old is None or old[0] < v:
+                waits[signal] = (v, check or (old is not None and old[1]))
+
+        for dep in task.deps:
+            dq, dv = placed[dep]
+            need(dq.signal, dv, True)
+        for acc in task.accesses:
+            pending_writes, pending_reads = before[acc.buffer]
+            for sig, v in pending_writes:
+                need(sig, v, acc.mode == "r")
+            if acc.mode == "w":
+                for sig, v in pending_reads:
+                    need(sig, v, False)
+        t0 = time.perf_counter_ns()
+        run = _runner(task)
+        compile_ns += time.perf_counter_ns() - t0
+        nbytes = sum(a.end - a.start for a in task.accesses)
+        flops = getattr(task.work, "flops", 0)
+        command = Command(value, tuple((s, v, c) for s, (v, c) in waits.items()), run, task.name, task.work.kind,
+                          task.id, nbytes, flops, tuple(sorted(task.deps)))
+        lists.setdefault(queue, []).append(command)
+        placed[task.id] = (queue, value)
+        sub.placed.append((queue.signal, value, task))
+        sub.final[queue] = value
+    for task in graph.tasks:
+        queue, value = placed[task.id]
+        for acc in task.accesses:
+            Buffer.of(acc.buffer).note(queue.signal, value, acc.mode == "w")
+    if compile_ns and collector.is_active():
+        now = time.perf_counter_ns()
+        collector.record_host(HostSpan("compile kernels", "compile", now - compile_ns, now))
+    for queue, commands in lists.items():
+        queue.submit(commands)
+    return sub
+
+
+def _runner(task: Task) -> Optional[Callable[[], None]]:
+    work = task.work
+    if isinstance(work, Kernel):
+        device = Device.get(work.device)
+        buffers = [device.allocate(spec) for spec in work.buffers]
+        if device.kind == "NULL":
+            return None
+        fn = compile_kernel(work.ast, work.name)
+        arrays = [b.memory for b in buffers]
+
+        def run_kernel() -> None:
+            with np.errstate(all="ignore"):
+                fn(*arrays)
+        return run_kernel
+    if isinstance(work, Copy):
+        src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)
+        src, dst = src_dev.allocate(work.src), dst_dev.allocate(work.dst)
+        if src_dev.kind == "NULL" or dst_dev.kind == "NULL":
+            if src_dev.kind != dst_dev.kind:
+                raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no data")
+            return None
+        src_bytes = src.memory.view(np.uint8)[work.src_offset:work.src_offset + work.nbytes]
+        dst_bytes = dst.memory.view(np.uint8)[work.dst_offset:work.dst_offset + work.nbytes]
+
+        def run_copy() -> None:
+            np.copyto(dst_bytes, src_bytes)
+        return run_copy
+    raise TypeError(f"the executor cannot run {type(work).__name__}")

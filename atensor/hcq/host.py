@@ -1,0 +1,165 @@
+"""The host side of a realize: dispatch off the event loop, await timeline values from trio.
+
+Why a dispatcher thread: turning a large graph into a TaskGraph and command lists is Python work
+that can take longer than an event loop may stall. `realize()` therefore only records what to
+realize and hands it to one dispatcher thread, which schedules, plans and submits; the trio task
+then parks on timeline values. One FIFO thread also gives concurrent realizes a total order: the
+order in which they were issued, which is what makes assigns from several trio tasks serialize in
+program order.
+
+The dispatcher is itself a timeline: job k publishes value k of the `host/dispatch` signal once its
+command lists are on the queues (or marks k failed with the scheduling error), so the host waits on
+it with the same mechanism as on any queue.
+
+Cancellation: cancelling `await handle` stops the waiting only. The job is dispatched and its
+commands run to completion, like commands on a GPU; a later await of the same tensor finds the
+buffer's pending writes and waits for them, and a buffer is never read half-written.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Callable, Generator, Optional
+
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.executor import Submission, execute
+from atensor.hcq.signal import Signal, SignalFailed
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
+
+
+class Job:
+    """One realize: a function that schedules and submits (run on the dispatcher thread) and the
+    buffers whose pending writes the caller wants to wait for."""
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers")
+
+    def __init__(self, plan: Callable[[], Optional[Submission]], wait_for: list[Buffer], done_buffers: list[Buffer]):
+        self.plan, self.wait_for, self.done_buffers = plan, wait_for, done_buffers
+        self.value = 0
+        self.submission: Optional[Submission] = None
+        self.extra_waits: list[tuple[Signal, int]] = []
+
+
+class Dispatcher:
+    """A FIFO thread that schedules and submits realizes in the order they were issued."""
+
+    def __init__(self) -> None:
+        self.signal = Signal("host/dispatch")
+        self._jobs: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._issued = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, job: Job) -> Job:
+        with self._cond:
+            self._issued += 1
+            job.value = self._issued
+            self._jobs.append(job)
+            self._cond.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="atensor-dispatch", daemon=True)
+                self._thread.start()
+        return job
+
+    def statistics(self) -> dict:
+        with self._cond:
+            return {"queued_jobs": len(self._jobs), "issued": self._issued, "dispatched": self.signal.value}
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs:
+                    self._cond.wait()
+                job = self._jobs.popleft()
+            error: Optional[BaseException] = None
+            start = time.perf_counter_ns()
+            try:
+                job.submission = job.plan()
+                for buf in job.wait_for:
+                    job.extra_waits.extend(buf.pending_writes())
+            except Exception as exc:  # reported to whoever awaits the job
+                error = exc
+            finally:
+                for buf in job.done_buffers:
+                    buf.inflight -= 1
+            end = time.perf_counter_ns()
+            if collector.is_active():
+                collector.record_host(HostSpan(f"schedule+submit job {job.value}", "schedule", start, end))
+            self.signal.set(job.value, (start, end), error)
+            time.sleep(0)
+
+
+dispatcher = Dispatcher()
+
+
+class RealizeHandle:
+    """Returned by `realize()`: the work is already dispatched. `await handle` waits for it (from
+    trio); `handle.wait()` blocks (outside an event loop). Awaiting returns `result`."""
+
+    def __init__(self, job: Job, result: Any):
+        self.job, self.result = job, result
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            await dispatcher.signal.wait(self.job.value, check=False)
+            self._raise_dispatch_error()
+            for signal, value in self._waits():
+                await signal.wait(value, check=False)
+            self._raise_task_error()
+        finally:
+            if collector.is_active():
+                collector.record_host(HostSpan("await realize", "await", start, time.perf_counter_ns()))
+        return self.result
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Blocks until the realize is done (for plain scripts; never call it on the loop thread)."""
+        dispatcher.signal.wait_blocking(self.job.value, check=False, timeout=timeout)
+        self._raise_dispatch_error()
+        for signal, value in self._waits():
+            signal.wait_blocking(value, check=False, timeout=timeout)
+        self._raise_task_error()
+        return self.result
+
+    def done(self) -> bool:
+        """True when every command of this realize has run."""
+        if not dispatcher.signal.reached(self.job.value):
+            return False
+        return all(s.reached(v) for s, v in self._waits())
+
+    def _waits(self) -> list[tuple[Signal, int]]:
+        sub = self.job.submission
+        return (sub.waits() if sub is not None else []) + self.job.extra_waits
+
+    def _raise_dispatch_error(self) -> None:
+        err = dispatcher.signal.failure(self.job.value)
+        if err is not None:
+            raise err
+
+    def _raise_task_error(self) -> None:
+        sub = self.job.submission
+        err = sub.first_failure() if sub is not None else None
+        if err is None:
+            for signal, value in self.job.extra_waits:
+                err = signal.failure(value)
+                if err is not None:
+                    break
+        if err is not None:
+            raise err
+
+
+def in_trio_loop() -> bool:
+    """True when called from inside a running trio event loop (on its thread)."""
+    try:
+        import trio
+        trio.lowlevel.current_trio_token()
+        return True
+    except RuntimeError:
+        return False
+
+
+__all__ = ["Dispatcher", "Job", "RealizeHandle", "dispatcher", "in_trio_loop", "SignalFailed"]

@@ -1,0 +1,189 @@
+"""The numpy kernel backend: renders each fused kernel once into a Python function over numpy.
+
+A kernel AST (STORE of an expression over PARAM loads) becomes straight-line code, one numpy call per
+node, compiled with `compile`/`exec` and cached by the AST itself (interned, so structurally equal
+kernels share one function). Views are numpy strides (`as_strided`), never copies, except a padded
+view, which needs its zeros somewhere. A reduce of a product whose operands are broadcast along
+different axes is a matmul in disguise and goes to `np.einsum(optimize=True)`, which calls BLAS.
+
+Generated code reads like this (E_add_exp_4096):
+
+    def E_add_exp_4096(b0, b1):
+        v1 = _view(b1, V0)
+        v2 = u_EXP(v1)
+        v3 = np.add(v2, C0)
+        _store(b0, V1, v3)
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from atensor.graph.node import Node, toposort
+from atensor.graph.ops import Ops, ReduceOp
+from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, reduce_fn
+from atensor.graph.view import View
+
+_cache: dict[Node, Callable[..., None]] = {}
+_cache_lock = threading.Lock()
+compile_count = 0
+
+
+def _strided(flat: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    item = flat.itemsize
+    return as_strided(flat[offset:], shape, tuple(s * item for s in strides))
+
+
+def _view(x: np.ndarray, view: View) -> np.ndarray:
+    """`x` (any array, read in row-major order) seen through `view`, without copying unless padded."""
+    flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
+    if view.size == 0:
+        return np.empty(view.shape, dtype=x.dtype)
+    if view.mask is None:
+        return _strided(flat, view.offset, view.shape, view.strides)
+    out = np.zeros(view.shape, dtype=x.dtype)
+    if any(b >= e for b, e in view.mask):
+        return out
+    inner = View(view.shape, view.strides, view.offset, None).shrink(view.mask)
+    out[tuple(slice(b, e) for b, e in view.mask)] = _strided(flat, inner.offset, inner.shape, inner.strides)
+    return out
+
+
+def _store(buf: np.ndarray, view: View, value: np.ndarray) -> None:
+    if view.size == 0:
+        return
+    if view.contiguous:
+        target = buf[view.offset:view.offset + view.size].reshape(view.shape)
+    else:
+        target = _strided(buf, view.offset, view.shape, view.strides)
+    np.copyto(target, value, casting="unsafe")
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _sum_of_product(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """sum(a * b, axes) with keepdims, where broadcast (stride-0) axes of a and b are dropped first so
+    the contraction is an einsum that BLAS can run."""
+    shape = a.shape
+
+    def squeeze(x: np.ndarray) -> tuple[np.ndarray, str]:
+        real = [i for i in range(x.ndim) if x.strides[i] != 0 and x.shape[i] != 1]
+        index = tuple(slice(None) if i in real else 0 for i in range(x.ndim))
+        return x[index], "".join(_LETTERS[i] for i in real)
+
+    (sa, la), (sb, lb) = squeeze(a), squeeze(b)
+    present = set(la) | set(lb)
+    out_axes = [i for i in range(len(shape)) if i not in axes and _LETTERS[i] in present]
+    result = np.einsum(f"{la},{lb}->{''.join(_LETTERS[i] for i in out_axes)}", sa, sb, optimize=True)
+    keep = tuple(1 if (i in axes or _LETTERS[i] not in present) else shape[i] for i in range(len(shape)))
+    full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
+    return np.broadcast_to(np.asarray(result, dtype=dtype).reshape(keep), full)
+
+
+def _matmul_shaped(node: Node) -> bool:
+    """A SUM over a product of two views that are each broadcast along some axis: a contraction."""
+    if node.arg[0] is not ReduceOp.SUM or node.src[0].op is not Ops.MUL or len(node.src[0].shape) > 26:
+        return False
+    if node.dtype.kind not in "f":
+        return False
+    a, b = node.src[0].src
+    broadcast = [x.op is Ops.VIEW and x.arg.mask is None and 0 in x.arg.strides for x in (a, b)]
+    return all(broadcast) and node.src[0].size >= 64
+
+
+def _arange(start: Any, step: Any, size: int, dtype: np.dtype) -> np.ndarray:
+    return (start + step * np.arange(size, dtype=np.float64 if dtype.kind == "f" else np.int64)).astype(dtype)
+
+
+def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
+    """Python source for the kernel `ast` and the globals it needs."""
+    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_cast": cast_fn, "_bitcast": bitcast_fn,
+                           "_reduce": reduce_fn, "_sum_of_product": _sum_of_product, "_arange": _arange,
+                           "ReduceOp": ReduceOp}
+    names: dict[Node, str] = {}
+    lines: list[str] = []
+    params = sorted((n for n in toposort([ast]) if n.op is Ops.PARAM), key=lambda n: n.arg[0])
+    args = ", ".join(f"b{p.arg[0]}" for p in params)
+
+    def const(value: Any) -> str:
+        key = f"K{len(env)}"
+        env[key] = value
+        return key
+
+    order = toposort([ast])
+    users: dict[Node, int] = {}
+    for n in order:
+        for src in n.src:
+            users[src] = users.get(src, 0) + 1
+    # the product under a matmul-shaped reduce is never materialized: einsum reads its operands
+    skip = {n.src[0] for n in order if n.op is Ops.REDUCE and _matmul_shaped(n) and users[n.src[0]] == 1}
+    for n in order:
+        if n in skip:
+            continue
+        if n.op is Ops.PARAM:
+            names[n] = f"b{n.arg[0]}"
+            continue
+        if n.op is Ops.STORE:
+            target = n.src[0]
+            view = target.arg if target.op is Ops.VIEW else View.create(target.shape)
+            lines.append(f"_store({names[target.src[0] if target.op is Ops.VIEW else target]}, {const(view)}, "
+                         f"{names[n.src[1]]})")
+            continue
+        out = f"v{len(names)}"
+        names[n] = out
+        src = [names.get(s, "") for s in n.src]
+        if n.op is Ops.CONST:
+            expr = const(np.array(n.arg[0], dtype=n.dtype.np))
+        elif n.op is Ops.ARANGE:
+            expr = f"_arange({n.arg[0]!r}, {n.arg[1]!r}, {n.arg[2]}, {const(n.dtype.np)})"
+        elif n.op is Ops.VIEW:
+            if n.src[0].op is Ops.CONST and n.arg.mask is None:
+                expr = f"np.broadcast_to({src[0]}, {n.shape!r})"
+            else:
+                expr = f"_view({src[0]}, {const(n.arg)})"
+        elif n.op in UNARY_FNS:
+            expr = f"{const(UNARY_FNS[n.op])}({src[0]})"
+        elif n.op is Ops.CAST:
+            expr = f"_cast({src[0]}, {const(n.dtype)})"
+        elif n.op is Ops.BITCAST:
+            expr = f"_bitcast({src[0]}, {const(n.dtype)})"
+        elif n.op in BINARY_FNS:
+            expr = f"{const(BINARY_FNS[n.op])}({src[0]}, {src[1]})"
+        elif n.op is Ops.WHERE:
+            expr = f"np.where({src[0]}, {src[1]}, {src[2]})"
+        elif n.op is Ops.REDUCE:
+            if _matmul_shaped(n):
+                a, b = (names[s] for s in n.src[0].src)
+                expr = f"_sum_of_product({a}, {b}, {n.arg[1]!r}, {const(n.dtype.np)})"
+            else:
+                expr = f"_reduce(ReduceOp.{n.arg[0].name}, {src[0]}, {n.arg[1]!r}, {const(n.dtype)})"
+        else:
+            raise NotImplementedError(f"numpy backend cannot render {n.op}")
+        lines.append(f"{out} = {expr}")
+    body = "\n    ".join(lines) or "pass"
+    return f"def {name}({args}):\n    {body}\n", env
+
+
+def compile_kernel(ast: Node, name: str) -> Callable[..., None]:
+    """The cached callable for `ast`; renders and compiles it on first use."""
+    fn = _cache.get(ast)
+    if fn is not None:
+        return fn
+    global compile_count
+    source, env = render(ast, _identifier(name))
+    code = compile(source, f"<atensor kernel {name}>", "exec")
+    exec(code, env)
+    fn = env[_identifier(name)]
+    fn.__atensor_source__ = source
+    with _cache_lock:
+        _cache[ast] = fn
+        compile_count += 1
+    return fn
+
+
+def _identifier(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"

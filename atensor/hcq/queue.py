@@ -1,0 +1,123 @@
+"""Command queues: one worker thread per queue, running its commands strictly in order.
+
+Why a thread per queue: a device's hardware queue runs on its own, concurrently with the host and
+with other queues; a thread is the CPU's closest equivalent. numpy releases the GIL inside its
+loops and BLAS, so queues of different devices really use different cores at once.
+
+Why commands carry their own waits: one submission per queue per realize. The executor lowers a
+whole TaskGraph into one list per queue, each command being `wait(sig, v)...; run; signal(own, v)`;
+the worker never asks the host what to do next. Dependencies between queues are waits on the other
+queues' timeline signals.
+
+The GIL is shared with the trio loop. A worker that runs Python between short GIL-releasing calls
+can starve the loop thread (the convoy effect, measured in DESIGN.md), so the worker gives the GIL
+back (`time.sleep(0)`) after every command.
+
+Invariants: commands on one queue run in the order submitted; the queue's signal values are
+published in increasing order, one per command; a command whose data dependency failed does not run
+and publishes its value as failed.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Callable, Optional
+
+from atensor.hcq.signal import Signal, SignalFailed
+from atensor.profiler import collector
+from atensor.profiler.events import Span
+
+
+class KernelError(RuntimeError):
+    """A command failed on a queue; names the task, its kind and where it ran."""
+
+
+class DependencyFailed(RuntimeError):
+    """A command did not run because a task it reads from failed."""
+
+
+class Command:
+    """One entry of a queue's list: wait for `waits`, run `run`, publish `value` with a stamp."""
+    __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps")
+
+    def __init__(self, value: int, waits: tuple, run: Optional[Callable[[], None]], name: str, kind: str,
+                 task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
+        self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
+        self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
+
+
+class Queue:
+    """An in-order command queue with its own worker thread and timeline signal."""
+
+    def __init__(self, device: str, kind: str):
+        self.device, self.kind = device, kind
+        self.signal = Signal(f"{device}/{kind}")
+        self._reserved = 0  # last value handed out by `reserve`; only the executor calls it
+        self._pending: collections.deque[list[Command]] = collections.deque()
+        self._cond = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+        self.commands_run = 0
+
+    def __repr__(self) -> str:
+        return f"Queue({self.device}/{self.kind})"
+
+    def reserve(self) -> int:
+        """The signal value the next planned command will publish."""
+        self._reserved += 1
+        return self._reserved
+
+    def submit(self, commands: list[Command]) -> None:
+        """Hands a whole command list to the worker (one submission per realize)."""
+        if not commands:
+            return
+        with self._cond:
+            self._pending.append(commands)
+            self._cond.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=f"atensor-{self.device}-{self.kind}",
+                                                daemon=True)
+                self._thread.start()
+
+    def statistics(self) -> dict:
+        """Commands submitted but not yet run, the signal's value, and the last reserved value."""
+        with self._cond:
+            pending = sum(len(c) for c in self._pending)
+        return {"pending_commands": pending, "signal": self.signal.value, "reserved": self._reserved,
+                "commands_run": self.commands_run}
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                commands = self._pending.popleft()
+            for command in commands:
+                self._execute(command)
+                time.sleep(0)  # give the GIL back to the event loop between commands
+
+    def _execute(self, command: Command) -> None:
+        error: Optional[BaseException] = None
+        for signal, value, check in command.waits:
+            try:
+                signal.wait_blocking(value, check)
+            except SignalFailed as failed:
+                error = DependencyFailed(f"{command.name} (task {command.task_id}) did not run: an input "
+                                         f"failed: {failed.cause}")
+                error.__cause__ = failed.cause
+                break
+        start = time.perf_counter_ns()
+        if error is None and command.run is not None:
+            try:
+                command.run()
+            except Exception as exc:  # the kernel's own error, surfaced by the awaiting host
+                error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
+                                    f"{self.device}/{self.kind}: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+        end = time.perf_counter_ns()
+        self.commands_run += 1
+        self.signal.set(command.value, (start, end), error)
+        if collector.is_active():
+            collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
+                                                 command.kind, start, end, command.nbytes, command.flops,
+                                                 command.deps))

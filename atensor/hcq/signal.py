@@ -1,0 +1,126 @@
+"""Timeline signals: the only synchronization between queues, and between queues and the host.
+
+Why timeline signals: a GPU's hardware command queue does not call back into the host per command;
+it writes an increasing value into a memory word when each command completes, and other queues (or
+the host) wait until the word reaches a value. atensor's CPU queues work the same way, so one model
+serves real and virtual devices: a command waits for `other >= v`, runs, then publishes its own
+value `v + 1`. No host round trip between tasks, no per-task callback, and any number of waiters
+on any value cost nothing until they are woken.
+
+Each value also carries a stamp (start_ns, end_ns) on the host's perf_counter clock: the profiler's
+spans are made of these stamps. A command that fails publishes its value anyway (so nothing waits
+forever) and marks that value failed with the exception; waiters that depend on the data see it.
+
+Invariant: a signal's value never decreases (`set` asserts it).
+Waiting from trio: `await signal.wait(v)` parks the trio task; the thread that publishes `v` wakes
+it through the trio token. Cancelling the wait only stops waiting; the work goes on.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Optional
+
+import trio
+
+
+class SignalFailed(RuntimeError):
+    """The command that publishes a value failed; `cause` is its exception."""
+
+    def __init__(self, message: str, cause: BaseException):
+        super().__init__(message)
+        self.cause = cause
+
+
+class Signal:
+    """A monotonically increasing integer with stamps per value and failure marks.
+
+    >>> s = Signal("CPU:0/compute")
+    >>> s.set(1, (10, 20)); s.value, s.stamp(1)
+    (1, (10, 20))
+    """
+    STAMPS_KEPT = 1 << 16
+
+    def __init__(self, name: str):
+        self.name = name
+        self.value = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._stamps: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
+        self._failures: dict[int, BaseException] = {}
+        self._trio_waiters: list[tuple[int, trio.lowlevel.TrioToken, trio.Event]] = []
+
+    def __repr__(self) -> str:
+        return f"Signal({self.name}={self.value})"
+
+    def set(self, value: int, stamp: Optional[tuple[int, int]] = None, error: Optional[BaseException] = None) -> None:
+        """Publishes `value` (called by the owning queue's worker); wakes every waiter it satisfies."""
+        with self._cond:
+            assert value >= self.value, f"{self.name}: value may not decrease ({self.value} -> {value})"
+            self.value = value
+            if stamp is not None:
+                self._stamps[value] = stamp
+                if len(self._stamps) > self.STAMPS_KEPT:
+                    self._stamps.popitem(last=False)
+            if error is not None:
+                self._failures[value] = error
+            self._cond.notify_all()
+            ready = [w for w in self._trio_waiters if w[0] <= value]
+            if ready:
+                self._trio_waiters = [w for w in self._trio_waiters if w[0] > value]
+        for _, token, event in ready:
+            try:
+                token.run_sync_soon(event.set)
+            except trio.RunFinishedError:
+                pass
+
+    def stamp(self, value: int) -> Optional[tuple[int, int]]:
+        """(start_ns, end_ns) of the command that published `value`, if still kept."""
+        return self._stamps.get(value)
+
+    def failure(self, value: int) -> Optional[BaseException]:
+        """The exception of the command that published `value`, or None if it succeeded."""
+        return self._failures.get(value)
+
+    def reached(self, value: int) -> bool:
+        return self.value >= value
+
+    def wait_blocking(self, value: int, check: bool = True, timeout: Optional[float] = None) -> None:
+        """Blocks this (non-loop) thread until the signal reaches `value`; raises SignalFailed if
+        `check` and that value failed."""
+        if self.value < value:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self.value >= value, timeout):
+                    raise TimeoutError(f"{self.name} did not reach {value} within {timeout}s")
+        if check:
+            self._raise_if_failed(value)
+
+    async def wait(self, value: int, check: bool = True) -> None:
+        """Parks the calling trio task until the signal reaches `value`. Cancellation only stops the
+        wait: the command that publishes `value` runs to completion regardless."""
+        if self.value < value:
+            event = trio.Event()
+            entry = (value, trio.lowlevel.current_trio_token(), event)
+            with self._cond:
+                ready = self.value >= value
+                if not ready:
+                    self._trio_waiters.append(entry)
+            if not ready:
+                try:
+                    await event.wait()
+                finally:
+                    with self._cond:
+                        if entry in self._trio_waiters:
+                            self._trio_waiters.remove(entry)
+        if check:
+            self._raise_if_failed(value)
+
+    def _raise_if_failed(self, value: int) -> None:
+        error = self._failures.get(value)
+        if error is not None:
+            raise SignalFailed(f"{self.name} value {value} failed: {error}", error)
+
+    def statistics(self) -> dict:
+        """Debugging introspection: current value, waiting trio tasks, failed values."""
+        with self._cond:
+            return {"value": self.value, "trio_waiters": len(self._trio_waiters),
+                    "failed_values": sorted(self._failures)}

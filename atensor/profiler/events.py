@@ -1,0 +1,83 @@
+# The profiler's vocabulary: three immutable records and nothing else.
+#
+# Why records and not callbacks: the queue workers stamp every command with (start_ns, end_ns) on
+# their own timeline signal anyway, so the cheapest thing the core can do while a profile is
+# active is to build one small frozen object per command and append it to a list. Everything
+# clever (mapping queue clocks onto the host clock, clamping jitter, resolving dependency ids to
+# spans, statistics, exports) happens later, off the hot path, in timeline.py and the exporters.
+#
+# Why frozen dataclasses with slots: they are created from worker threads, shared by every active
+# profile without copying, and read by exporters long after; immutability makes that sharing
+# safe, and slots keep each record small (a large run records hundreds of thousands of spans).
+#
+# Times are integer nanoseconds. A Span's times are on its queue's own clock; HostSpan and
+# MemoryEvent times are on the host clock (time.perf_counter_ns). The collector keeps the offset
+# of each queue's clock against the host clock and adds it when a profile is exported.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What a queue can be doing. "wait" is a queue blocked on another queue's signal; it is shown on
+# the timeline but is not counted as busy time.
+SPAN_KINDS: tuple[str, ...] = ("kernel", "copy", "allreduce", "wait")
+
+# What the host (the trio thread and the scheduler) can be doing.
+HOST_CATEGORIES: tuple[str, ...] = ("schedule", "compile", "submit", "await")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One command that ran on a device queue, stamped by the queue itself.
+
+    `task_id` names the task in the task graph; `deps` are the task ids it waited for, which
+    become flow arrows and the edges of the critical path.
+
+    >>> Span("CPU:0", "compute", 7, "matmul", "kernel", 1_000, 5_000, flops=2 * 64**3, deps=(3,))
+    """
+
+    device: str
+    queue: str
+    task_id: int
+    name: str
+    kind: str
+    start_ns: int
+    end_ns: int
+    bytes: int = 0
+    flops: int = 0
+    deps: tuple[int, ...] = ()
+
+    @property
+    def duration_ns(self) -> int:
+        """How long the command ran, in ns (never negative)."""
+        return max(0, self.end_ns - self.start_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpan:
+    """Host-side work (scheduling, compiling, submitting, awaiting) on a host track.
+
+    >>> HostSpan("schedule realize", "schedule", 100, 900)
+    """
+
+    name: str
+    category: str
+    start_ns: int
+    end_ns: int
+    track: str = "host"
+
+    @property
+    def duration_ns(self) -> int:
+        """How long the host work took, in ns (never negative)."""
+        return max(0, self.end_ns - self.start_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """The bytes a device had allocated at one moment on the host clock.
+
+    >>> MemoryEvent("CPU:0", 1_500, 4 << 20)
+    """
+
+    device: str
+    ts_ns: int
+    bytes_in_use: int

@@ -1,0 +1,321 @@
+"""From output nodes to a TaskGraph: realization points, fusion into kernels, buffers and copies.
+
+A realization point is a node whose value must sit in a buffer: every ASSIGN (outputs of a realize
+are ASSIGNs into fresh buffers), every CONTIGUOUS, every COPY and the source of a copy, and any
+computed node that two kernels would otherwise both compute. Everything between realization points
+on one device fuses into one kernel: elementwise chains, the reduce they feed and the elementwise
+work after it, with views folded into the kernel's loads.
+
+Versions keep lazy reads honest. A BUFFER node names one version of its buffer; an ASSIGN makes the
+next. A kernel reading version k must run before the ASSIGN that makes version k+1 (write after
+read), and a graph that reads a version older than the buffer's newest realized one would see data
+that was overwritten since it was built: that raises instead of silently differing from eager code.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Optional
+
+from atensor.graph.node import BufferSpec, GraphError, Node, toposort
+from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
+from atensor.graph.rewrite import substitute
+from atensor.graph.simplify import simplify
+from atensor.graph.view import View
+from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
+
+# realized values: node -> BUFFER view that now holds it; written by `schedule`, read by Tensor
+becomes: weakref.WeakKeyDictionary[Node, Node] = weakref.WeakKeyDictionary()
+_becomes_lock = threading.Lock()
+
+
+class StaleReadError(RuntimeError):
+    """A lazy value reads a buffer version that a realized assign has overwritten since."""
+
+
+@dataclass
+class Schedule:
+    """The result of scheduling: the graph and, per root, the buffer that holds it afterwards."""
+    graph: TaskGraph
+    outputs: list[BufferSpec]
+
+
+def storage_of(node: Node) -> BufferSpec:
+    """The buffer under a chain of views and assigns."""
+    node = node.base()
+    while node.op is Ops.ASSIGN:
+        node = node.src[0]
+    if node.op is not Ops.BUFFER:
+        raise GraphError(f"{node.op.name} node has no storage")
+    return node.arg[0]
+
+
+def resolve_realized(node: Node) -> Node:
+    """`node` with realized parts replaced by the buffers holding them."""
+    with _becomes_lock:
+        mapping = dict(becomes)
+    return substitute([node], mapping)[node] if mapping else node
+
+
+def schedule(roots: list[Node]) -> Schedule:
+    """Turns ASSIGN roots into a TaskGraph of kernels and copies; records what becomes realized."""
+    original = toposort(roots, stop=lambda n: n in becomes)
+    with _becomes_lock:
+        mapping = {n: m for n in original if (m := becomes.get(n)) is not None}
+    subbed = substitute(roots, mapping) if mapping else {}
+    new_roots = [subbed.get(r, r) for r in roots]
+    simplified = simplify(new_roots)
+    final_roots = [simplified[r] for r in new_roots]
+    builder = _Builder([r for r in final_roots if r.op is Ops.ASSIGN])
+    builder.run()
+    # the assigns the user holds are the nodes before substitution and simplification
+    with _becomes_lock:
+        for node in original:
+            if node.op is Ops.ASSIGN and node not in becomes:
+                final = simplified.get(subbed.get(node, node))
+                if final is not None and final in becomes:
+                    becomes[node] = becomes[final]
+                    spec = storage_of(final)
+                    if spec.head is node:
+                        spec.head = None
+        for root, final in zip(roots, final_roots):
+            value = root.src[1]
+            if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
+                    and final in becomes:
+                becomes[value] = becomes[final].view(root.arg)
+    return Schedule(builder.graph, [storage_of(r) for r in final_roots])
+
+
+def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
+    """(buffer, element offset) when `node` reads a contiguous run of one realized buffer."""
+    if node.op is Ops.BUFFER:
+        return node.arg[0], 0
+    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER and node.arg.contiguous:
+        return node.src[0].arg[0], node.arg.offset
+    return None
+
+
+class _Builder:
+    def __init__(self, roots: list[Node]):
+        self.roots = roots
+        self.graph = TaskGraph()
+        self.order = toposort(roots)
+        self.position = {n: i for i, n in enumerate(self.order)}
+        self.realized_in: dict[Node, Node] = {}  # point -> node that reads its buffer
+
+    # ---- realization points ---------------------------------------------------------------------
+    def _points(self) -> set[Node]:
+        points: set[Node] = set(self.roots)
+        users: dict[Node, list[Node]] = {}
+        for node in self.order:
+            if node.op in (Ops.ASSIGN, Ops.CONTIGUOUS):
+                points.add(node)
+            if node.op is Ops.COPY and _is_whole_buffer(node.src[0]) is None:
+                points.add(node.src[0])
+            for s in node.src:
+                users.setdefault(s, []).append(node)
+        for node in self.order:
+            # a copy straight into an assign's contiguous target needs no buffer of its own
+            if node.op is Ops.COPY:
+                into = users.get(node, [])
+                if not (len(into) == 1 and into[0].op is Ops.ASSIGN and into[0].src[1] is node
+                        and into[0].arg.contiguous):
+                    points.add(node)
+        # a computed node two kernels would both compute becomes a point of its own
+        owners: dict[Node, frozenset[Node]] = {}
+        for node in reversed(self.order):
+            if node in points:
+                owners[node] = frozenset({node})
+                continue
+            owned = frozenset().union(*(owners[u] for u in users.get(node, ())))
+            if len(owned) > 1 and node.op not in LEAVES and node.op is not Ops.VIEW and \
+                    node.op is not Ops.BUFFER and not (node.op in ELEMENTWISE and node.size <= 1):
+                points.add(node)
+                owned = frozenset({node})
+            owners[node] = owned
+        return points
+
+    def _ordered_points(self, points: set[Node]) -> list[Node]:
+        """Points in an order where sources come first and readers of a version precede its overwrite."""
+        deps: dict[Node, set[Node]] = {p: set() for p in points}
+        readers_of: dict[Node, set[Node]] = {}  # version node -> points reading it
+        for p in points:
+            for n in self._interior(p, points):
+                for s in n.src:
+                    if s in points and s is not p:
+                        deps[p].add(s)
+                    if s.op in (Ops.BUFFER, Ops.ASSIGN) and not (n is p and p.op is Ops.ASSIGN and s is p.src[0]):
+                        readers_of.setdefault(s, set()).add(p)
+        for p in points:
+            if p.op is Ops.ASSIGN:
+                for reader in readers_of.get(p.src[0], ()):
+                    if reader is not p:
+                        deps[p].add(reader)
+        ordered: list[Node] = []
+        state: dict[Node, int] = {}
+        position = self.position
+        for start in sorted(points, key=position.__getitem__):
+            stack = [(start, iter(sorted(deps[start], key=position.__getitem__)))]
+            if start in state:
+                continue
+            state[start] = 1
+            while stack:
+                node, it = stack[-1]
+                for d in it:
+                    if state.get(d) == 1:
+                        raise GraphError("this graph reads a buffer both before and after an assign to it in "
+                                         "one kernel, so no order matches eager execution; realize the "
+                                         "assign first")
+                    if d not in state:
+                        state[d] = 1
+                        stack.append((d, iter(sorted(deps[d], key=position.__getitem__))))
+                        break
+                else:
+                    stack.pop()
+                    state[node] = 2
+                    ordered.append(node)
+        return ordered
+
+    def _interior(self, point: Node, points: set[Node]) -> list[Node]:
+        """The nodes one kernel computes for `point`: everything down to other points and leaves."""
+        return toposort([point], stop=lambda n: n is not point and (n in points or n.op in LEAVES))
+
+    # ---- building tasks -------------------------------------------------------------------------
+    def run(self) -> None:
+        points = self._points()
+        self._check_versions()
+        buffers: dict[Node, BufferSpec] = {}
+        for point in self._ordered_points(points):
+            if point.op is Ops.ASSIGN:
+                spec = storage_of(point)
+                buffers[point] = spec
+            else:
+                spec = BufferSpec(point.device, point.size, point.dtype)
+                buffers[point] = spec
+            self._emit(point, spec, points, buffers)
+        self._record_realized(buffers)
+
+    def _check_versions(self) -> None:
+        for node in self.order:
+            if node.op is Ops.BUFFER and node.arg[1] < node.arg[0].version:
+                spec = node.arg[0]
+                raise StaleReadError(
+                    f"a lazy value reads version {node.arg[1]} of {spec}, which a realized assign has "
+                    f"overwritten since (now version {spec.version}); realize the value before assigning "
+                    f"to the buffer it reads, or .clone() the input first")
+
+    def _emit(self, point: Node, out: BufferSpec, points: set[Node], buffers: dict[Node, BufferSpec]) -> None:
+        value = point.src[1] if point.op is Ops.ASSIGN else (point.src[0] if point.op in (Ops.CONTIGUOUS, Ops.COPY) else point)
+        target_view = point.arg if point.op is Ops.ASSIGN else View.create(point.shape)
+        if point.op is Ops.COPY or (point.op is Ops.ASSIGN and value.op is Ops.COPY and value not in points):
+            copy_src = value.src[0] if value.op is Ops.COPY else value
+            if point.op is Ops.COPY or target_view.contiguous:
+                self._emit_copy(copy_src, out, target_view.offset if point.op is Ops.ASSIGN else 0,
+                                point.size if point.op is Ops.COPY else target_view.size, buffers)
+                return
+        params: dict[BufferSpec, Node] = {}
+        reads: dict[BufferSpec, tuple[int, int]] = {}
+
+        def param(spec: BufferSpec) -> Node:
+            if spec not in params:
+                params[spec] = Node.make(Ops.PARAM, spec.dtype, (), (len(params), spec.size))
+            return params[spec]
+
+        param(out)
+        mapping: dict[Node, Node] = {}
+        for n in toposort([value], stop=lambda n: n is not value and (n in points or n.op in LEAVES)):
+            if n is value and point.op not in (Ops.ASSIGN, Ops.CONTIGUOUS, Ops.COPY):
+                continue
+            if n in points:
+                spec = buffers[n]
+                mapping[n] = param(spec) if n.op is Ops.ASSIGN else param(spec).reshape(n.shape)
+                self._note_read(reads, spec, View.create(n.shape) if n.op is not Ops.ASSIGN else None)
+            elif n.op is Ops.BUFFER:
+                mapping[n] = param(n.arg[0])
+            elif n.op is Ops.ASSIGN:  # an earlier assign in the same chain, realized before this point
+                mapping[n] = param(storage_of(n))
+        body = substitute([value], mapping)[value] if mapping else value
+        for n in toposort([body]):
+            if n.op is Ops.VIEW and n.src[0].op is Ops.PARAM:
+                self._note_read(reads, _spec_of(params, n.src[0]), n.arg)
+            elif n.op is Ops.PARAM:
+                self._note_read(reads, _spec_of(params, n), None)
+        store_target = param(out).view(target_view)
+        ast = Node.make(Ops.STORE, point.dtype, (store_target, body))
+        specs = tuple(sorted(params, key=lambda s: params[s].arg[0]))
+        lo, hi = target_view.index_range()
+        accesses = [Access(spec, "r", a * spec.dtype.itemsize, (b + 1) * spec.dtype.itemsize)
+                    for spec, (a, b) in reads.items() if b >= a]
+        if hi >= lo:
+            accesses.append(Access(out, "w", lo * out.dtype.itemsize, (hi + 1) * out.dtype.itemsize))
+        kernel = Kernel(ast, specs, point.device, kernel_name(body), flops=estimate_flops(body))
+        self.graph.add(kernel, accesses)
+
+    @staticmethod
+    def _note_read(reads: dict, spec: BufferSpec, view: Optional[View]) -> None:
+        lo, hi = (0, spec.size - 1) if view is None else view.index_range()
+        if hi < lo:
+            return
+        if spec in reads:
+            a, b = reads[spec]
+            lo, hi = min(a, lo), max(b, hi)
+        reads[spec] = (lo, hi)
+
+    def _emit_copy(self, src: Node, dst: BufferSpec, dst_offset: int, size: int,
+                   buffers: dict[Node, BufferSpec]) -> None:
+        if src in buffers:
+            spec, offset = buffers[src], 0
+        else:
+            found = _is_whole_buffer(src)
+            if found is None and src.op is Ops.VIEW and src.src[0] in buffers and src.arg.contiguous:
+                found = (buffers[src.src[0]], src.arg.offset)
+            if found is None:
+                raise GraphError(f"copy source {src} is not a realized buffer")
+            spec, offset = found
+        itemsize = dst.dtype.itemsize
+        nbytes = size * itemsize
+        work = Copy(spec, dst, offset * itemsize, dst_offset * itemsize, nbytes,
+                    name=f"copy_{spec.device}_to_{dst.device}_{nbytes}B")
+        self.graph.add(work, [Access(spec, "r", offset * itemsize, offset * itemsize + nbytes),
+                              Access(dst, "w", dst_offset * itemsize, dst_offset * itemsize + nbytes)])
+
+    def _record_realized(self, buffers: dict[Node, BufferSpec]) -> None:
+        with _becomes_lock:
+            for point, spec in buffers.items():
+                if point.op is Ops.ASSIGN:
+                    spec.version += 1
+                    becomes[point] = spec.node()
+                    if spec.head is point:
+                        spec.head = None
+
+
+def _spec_of(params: dict[BufferSpec, Node], param: Node) -> BufferSpec:
+    return next(s for s, p in params.items() if p is param)
+
+
+def kernel_name(body: Node) -> str:
+    """A name that says what a kernel computes: `r_sum_256x128` for a reduce of a 256x128 input,
+    `E_add_mul_4096` for an elementwise kernel of 4096 elements."""
+    nodes = toposort([body])
+    reduces = [n for n in nodes if n.op is Ops.REDUCE]
+    if reduces:
+        r = reduces[-1]
+        return f"r_{r.arg[0].name.lower()}_{'x'.join(map(str, r.src[0].shape)) or '1'}"
+    ops: list[str] = []
+    for n in nodes:
+        if n.op in ELEMENTWISE and n.op.name.lower() not in ops:
+            ops.append(n.op.name.lower())
+    return f"E_{'_'.join(ops[:3]) or 'copy'}_{math.prod(body.shape)}"
+
+
+def estimate_flops(body: Node) -> int:
+    """One flop per elementwise op per element and one per reduced input element."""
+    total = 0
+    for n in toposort([body]):
+        if n.op in ELEMENTWISE and n.op is not Ops.CAST:
+            total += n.size
+        elif n.op is Ops.REDUCE:
+            total += n.src[0].size
+    return total

@@ -1,0 +1,290 @@
+"""The user's `Tensor`: builds graph nodes, and realizes them through sched/ and hcq/.
+
+Names and semantics follow tinygrad's Tensor (and PyTorch's where tinygrad follows it), with one
+difference: realize is awaitable. `await t.realize(*more)` realizes all given tensors as one task
+graph; `t.realize()` without await has already dispatched the work and returns a handle, so ported
+code never silently does nothing. Inside a running trio loop the sync accessors (`numpy`, `tolist`,
+`item`) refuse to block on unrealized data and name the await to use instead.
+
+Storage: a tensor made from data, or realized, is a view of a buffer. Such a tensor is *live*: it
+always shows the buffer's newest version, so a write through any alias (`t[1:3] = v`,
+`t.detach().assign(...)`) is seen by every view of that buffer, as in eager code. A computed tensor
+instead captures the versions of its inputs when it is built.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from atensor.config import settings
+from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from atensor.graph.node import BufferSpec, GraphError, Node
+from atensor.graph.ops import Ops, ReduceOp
+from atensor.graph.rewrite import substitute
+from atensor.graph.view import View
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.device import Device, canonical
+from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop
+from atensor.hcq.numpy_backend import _view
+from atensor.sched import schedule as sched
+from atensor.tensor_ops import TensorOps
+
+Scalar = Union[int, float, bool]
+
+
+class NotRealizedError(RuntimeError):
+    """A sync accessor was called inside a running event loop on data that is not ready."""
+
+
+def _storage_base(node: Node) -> Optional[Node]:
+    base = node.base()
+    return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
+
+
+class Tensor(TensorOps):
+    """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
+
+    >>> (Tensor([1, 2, 3]) + 1).tolist()
+    [2, 3, 4]
+    """
+    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "__weakref__")
+
+    def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
+                 requires_grad: Optional[bool] = None):
+        self.requires_grad, self.grad, self._ctx = requires_grad, None, None
+        dev = canonical(device or settings.default_device)
+        dt = to_dtype(dtype) if dtype is not None else None
+        if isinstance(data, Node):
+            self._node = data
+            return
+        if isinstance(data, Tensor):
+            self._node = data.node if dt is None else data.cast(dt).node
+            return
+        if isinstance(data, (bool, int, float)):
+            array = np.array(data, dtype=(dt or dtypes.from_py(data)).np)
+        elif isinstance(data, (list, tuple)):
+            array = np.array(data, dtype=(dt or dtypes.from_py(data)).np)
+        elif isinstance(data, np.ndarray):
+            array = np.array(data, dtype=dt.np if dt is not None else None, copy=True)
+        else:
+            raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy array, "
+                            f"a Python scalar or a Tensor")
+        atype = dt or dtypes.from_numpy(array.dtype)
+        spec = BufferSpec(dev, array.size, atype)
+        Device.get(dev).allocate(spec, np.ascontiguousarray(array).reshape(-1) if dev.startswith("CPU") else None)
+        self._node = spec.node().reshape(array.shape)
+
+    # ---- the graph node, kept pointing at the newest version of its storage ----------------------
+    @property
+    def node(self) -> Node:
+        """This tensor's graph node; a view of storage follows the storage's newest version."""
+        node = self._node
+        base = _storage_base(node)
+        if base is not None:
+            spec = sched.storage_of(base)
+            latest = spec.latest()
+            if base is not latest:
+                node = self._node = substitute([node], {base: latest})[node]
+        return node
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._node.dtype
+
+    @property
+    def device(self) -> str:
+        return self._node.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.element_size()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
+
+    def _new(self, node: Node) -> Tensor:
+        return Tensor(node)
+
+    # ---- realize -------------------------------------------------------------------------------
+    def realize(self, *more: Tensor) -> RealizeHandle:
+        """Dispatches the work that computes this tensor (and `more`) as one task graph and returns an
+        awaitable handle; `await t.realize()` returns `t` once done. Already dispatched when it
+        returns: a handle that is never awaited still runs."""
+        tensors = (self, *more)
+        roots: list[Node] = []
+        wait_for: list[Buffer] = []
+        outputs: list[Buffer] = []
+        for t in tensors:
+            node = t.node
+            base = _storage_base(node)
+            if base is not None and base.op is Ops.BUFFER:
+                wait_for.append(Buffer.of(base.arg[0]))
+                continue
+            if base is not None:  # a pending assign: realize it
+                root = base
+                spec = sched.storage_of(base)
+            else:
+                spec = BufferSpec(node.device, node.size, node.dtype)
+                view = View.create((node.size,)).reshape(node.shape)
+                root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
+                with sched._becomes_lock:
+                    spec.head = root
+                t._node = root.view(view)
+            roots.append(root)
+            buf = Buffer.of(spec)
+            buf.inflight += 1
+            outputs.append(buf)
+            wait_for.append(buf)
+        job = Job(lambda: _plan(roots) if roots else None, wait_for, outputs)
+        return RealizeHandle(dispatcher.submit(job), self)
+
+    def _ensure_ready(self, accessor: str) -> Buffer:
+        """The buffer behind this tensor, realized and with no pending writes, or an error that names
+        the await to use (inside an event loop) / a blocking realize (outside one)."""
+        node = self.node
+        base = _storage_base(node)
+        buf = Buffer.of(base.arg[0]) if base is not None and base.op is Ops.BUFFER else None
+        if buf is None or not buf.ready():
+            if in_trio_loop():
+                raise NotRealizedError(
+                    f"Tensor.{accessor}() inside a running trio event loop on a tensor that is not realized; "
+                    f"`await t.realize()` first (then t.{accessor}()), so the event loop is never blocked")
+            self.realize().wait()
+            node = self.node
+            base = _storage_base(node)
+            buf = Buffer.of(base.arg[0])
+        err = buf.write_failure()
+        if err is not None:
+            raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
+        return buf
+
+    def numpy(self) -> np.ndarray:
+        """The values as a new numpy array (realizes synchronously outside an event loop)."""
+        buf = self._ensure_ready("numpy")
+        if buf.spec.device.startswith("NULL"):
+            raise RuntimeError(f"{self.device} holds no data (NULL devices run nothing); use a CPU device")
+        return np.array(_read(self.node, buf))
+
+    def tolist(self) -> Any:
+        """The values as nested Python lists (a scalar for a 0-d tensor)."""
+        return self.numpy().tolist()
+
+    def item(self) -> Scalar:
+        """The single value of a tensor with one element."""
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with exactly one element, this one has shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def data(self) -> np.ndarray:
+        return self.numpy()
+
+    # ---- storage -------------------------------------------------------------------------------
+    def contiguous(self) -> Tensor:
+        """Asks for a contiguous layout when the value is computed (not kept after the realize)."""
+        return self._new(Node.make(Ops.CONTIGUOUS, self.dtype, (self.node,)))
+
+    def clone(self, device: Optional[str] = None) -> Tensor:
+        """Independent storage, filled lazily, that persists; `clone(device)` also moves it."""
+        src = self.to(device) if device is not None else self
+        node = src.node
+        spec = BufferSpec(node.device, node.size, node.dtype)
+        view = View.create((node.size,)).reshape(node.shape)
+        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
+        with sched._becomes_lock:
+            spec.head = root
+        return self._new(root.view(view))
+
+    def detach(self) -> Tensor:
+        """The same value (and storage, when it has one) without gradient tracking."""
+        return self._new(self.node)
+
+    def to(self, device: Union[str, Device]) -> Tensor:
+        """This tensor on `device`: a lazy copy on the copy queue, or `self` when already there."""
+        dev = canonical(device)
+        if dev == self.device:
+            return self
+        return self._new(Node.make(Ops.COPY, self.dtype, (self.node,), dev))
+
+    def assign(self, value: Any) -> Tensor:
+        """Writes `value` into this tensor's storage when realized (deferred, in program order). A tensor
+        without storage gets new storage."""
+        value = value if isinstance(value, Tensor) else Tensor.full(self.shape, value, dtype=self.dtype,
+                                                                       device=self.device)
+        if value.device != self.device:
+            raise GraphError(f"assign: value on {value.device} into a tensor on {self.device}; "
+                             f"move it with .to('{self.device}') first")
+        if value.shape != self.shape:
+            value = value._broadcast_to(self.shape)
+        if value.dtype != self.dtype:
+            value = value.cast(self.dtype)
+        node = self.node
+        base = _storage_base(node)
+        if base is None:
+            self._node = value.clone().node
+            return self
+        view = _single_view(node, base)
+        new = Node.make(Ops.ASSIGN, self.dtype, (base, value.node), view)
+        spec = sched.storage_of(base)
+        with sched._becomes_lock:
+            spec.head = new
+        self._node = new.view(view)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self[index].assign(value)
+
+
+def _single_view(node: Node, base: Node) -> View:
+    """The one View from `base` (flat storage) to `node`, or an error when the views do not compose."""
+    if node is base:
+        return View.create(base.shape)
+    if node.op is Ops.VIEW and node.src[0] is base:
+        return node.arg
+    raise GraphError("cannot assign through this view (a reshape of a permuted or padded view has no single "
+                     "strided layout); assign to the base tensor instead")
+
+
+def _read(node: Node, buf: Buffer) -> np.ndarray:
+    if node.op is Ops.BUFFER:
+        return buf.numpy()
+    if node.op is Ops.VIEW:
+        return _view(_read(node.src[0], buf), node.arg)
+    raise RuntimeError(f"unexpected node {node.op} under a realized tensor")
+
+
+def _plan(roots: list[Node]):
+    import time
+
+    from atensor.hcq.executor import execute
+    from atensor.profiler import collector
+    from atensor.profiler.events import HostSpan
+    from atensor.sched.taskgraph import check_race_free
+    start = time.perf_counter_ns()
+    result = sched.schedule(roots)
+    if settings.racecheck:
+        check_race_free(result.graph)
+    if collector.is_active():
+        collector.record_host(HostSpan(f"schedule {len(result.graph)} tasks", "schedule", start,
+                                       time.perf_counter_ns()))
+    return execute(result.graph)
