@@ -1,0 +1,22 @@
+"""Shared test setup: a derandomized hypothesis profile for CI and the race checker on for every
+TaskGraph the scheduler produces."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings as hsettings
+
+import atensor
+
+hsettings.register_profile("ci", derandomize=True, max_examples=40, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow])
+hsettings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hsettings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(autouse=True)
+def racecheck_every_graph():
+    """Every TaskGraph scheduled in the suite is proved race-free before it runs."""
+    with atensor.Context(racecheck=True):
+        yield
