@@ -282,6 +282,7 @@ def _plan(roots: list[Node]):
     from atensor.sched.taskgraph import check_race_free
     start = time.perf_counter_ns()
     result = sched.schedule(roots)
+    result.commit()
     if settings.racecheck:
         check_race_free(result.graph)
     if collector.is_active():

@@ -17,7 +17,7 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from atensor.graph.node import BufferSpec, GraphError, Node, toposort
 from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
@@ -37,9 +37,18 @@ class StaleReadError(RuntimeError):
 
 @dataclass
 class Schedule:
-    """The result of scheduling: the graph and, per root, the buffer that holds it afterwards."""
+    """The result of scheduling: the graph, per root the buffer that holds it afterwards, and the
+    bookkeeping `commit()` applies once the graph is submitted (versions and realized values)."""
     graph: TaskGraph
     outputs: list[BufferSpec]
+    _commit: Optional[Callable[[], None]] = None
+
+    def commit(self) -> None:
+        """Records what this graph realizes: each assigned buffer's next version, and which lazy
+        values now live in which buffers. Called once, by the dispatcher, in submission order."""
+        if self._commit is not None:
+            self._commit()
+            self._commit = None
 
 
 def storage_of(node: Node) -> BufferSpec:
@@ -70,22 +79,25 @@ def schedule(roots: list[Node]) -> Schedule:
     final_roots = [simplified[r] for r in new_roots]
     builder = _Builder([r for r in final_roots if r.op is Ops.ASSIGN])
     builder.run()
-    # the assigns the user holds are the nodes before substitution and simplification
-    with _becomes_lock:
-        for node in original:
-            if node.op is Ops.ASSIGN and node not in becomes:
-                final = simplified.get(subbed.get(node, node))
-                if final is not None and final in becomes:
-                    becomes[node] = becomes[final]
-                    spec = storage_of(final)
-                    if spec.head is node:
-                        spec.head = None
-        for root, final in zip(roots, final_roots):
-            value = root.src[1]
-            if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
-                    and final in becomes:
-                becomes[value] = becomes[final].view(root.arg)
-    return Schedule(builder.graph, [storage_of(r) for r in final_roots])
+
+    def commit() -> None:
+        builder.record_realized()
+        # the assigns the user holds are the nodes before substitution and simplification
+        with _becomes_lock:
+            for node in original:
+                if node.op is Ops.ASSIGN and node not in becomes:
+                    final = simplified.get(subbed.get(node, node))
+                    if final is not None and final in becomes:
+                        becomes[node] = becomes[final]
+                        spec = storage_of(final)
+                        if spec.head is node:
+                            spec.head = None
+            for root, final in zip(roots, final_roots):
+                value = root.src[1]
+                if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
+                        and final in becomes:
+                    becomes[value] = becomes[final].view(root.arg)
+    return Schedule(builder.graph, [storage_of(r) for r in final_roots], commit)
 
 
 def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
@@ -143,6 +155,8 @@ class _Builder:
         readers_of: dict[Node, set[Node]] = {}  # version node -> points reading it
         for p in points:
             for n in self._interior(p, points):
+                if n is not p and n in points:
+                    continue  # another kernel's output: read, not computed here
                 for s in n.src:
                     if s in points and s is not p:
                         deps[p].add(s)
@@ -195,7 +209,7 @@ class _Builder:
                 spec = BufferSpec(point.device, point.size, point.dtype)
                 buffers[point] = spec
             self._emit(point, spec, points, buffers)
-        self._record_realized(buffers)
+        self.buffers = buffers
 
     def _check_versions(self) -> None:
         for node in self.order:
@@ -225,8 +239,9 @@ class _Builder:
 
         param(out)
         mapping: dict[Node, Node] = {}
-        for n in toposort([value], stop=lambda n: n is not value and (n in points or n.op in LEAVES)):
-            if n is value and point.op not in (Ops.ASSIGN, Ops.CONTIGUOUS, Ops.COPY):
+        own = value if value is point else None  # a plain point computes itself; others read theirs
+        for n in toposort([value], stop=lambda n: n is not own and (n in points or n.op in LEAVES)):
+            if n is own:
                 continue
             if n in points:
                 spec = buffers[n]
@@ -281,9 +296,9 @@ class _Builder:
         self.graph.add(work, [Access(spec, "r", offset * itemsize, offset * itemsize + nbytes),
                               Access(dst, "w", dst_offset * itemsize, dst_offset * itemsize + nbytes)])
 
-    def _record_realized(self, buffers: dict[Node, BufferSpec]) -> None:
+    def record_realized(self) -> None:
         with _becomes_lock:
-            for point, spec in buffers.items():
+            for point, spec in self.buffers.items():
                 if point.op is Ops.ASSIGN:
                     spec.version += 1
                     becomes[point] = spec.node()
