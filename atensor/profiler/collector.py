@@ -72,9 +72,11 @@ def set_clock_offset(device: str, queue: str, offset_ns: int) -> None:
 def profile() -> Profile:
     """Start a profile to use as `with atensor.profile() as prof:` (or `async with`).
 
-    >>> with profile() as prof:
-    ...     pass
-    >>> prof.export("trace.json")
+    Example::
+
+        with atensor.profile() as prof:
+            await step()
+        prof.export("trace.json")
     """
     return Profile()
 

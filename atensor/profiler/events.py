@@ -32,7 +32,7 @@ class Span:
     `task_id` names the task in the task graph; `deps` are the task ids it waited for, which
     become flow arrows and the edges of the critical path.
 
-    >>> Span("CPU:0", "compute", 7, "matmul", "kernel", 1_000, 5_000, flops=2 * 64**3, deps=(3,))
+    Example: ``Span("CPU:0", "compute", 7, "matmul", "kernel", 1_000, 5_000, flops=2 * 64**3, deps=(3,))``
     """
 
     device: str
@@ -56,7 +56,7 @@ class Span:
 class HostSpan:
     """Host-side work (scheduling, compiling, submitting, awaiting) on a host track.
 
-    >>> HostSpan("schedule realize", "schedule", 100, 900)
+    Example: ``HostSpan("schedule realize", "schedule", 100, 900)``
     """
 
     name: str
@@ -75,7 +75,7 @@ class HostSpan:
 class MemoryEvent:
     """The bytes a device had allocated at one moment on the host clock.
 
-    >>> MemoryEvent("CPU:0", 1_500, 4 << 20)
+    Example: ``MemoryEvent("CPU:0", 1_500, 4 << 20)``
     """
 
     device: str

@@ -112,7 +112,7 @@ def render_html(timeline: Timeline, title: str = "atensor profile") -> str:
     </div>
   </div>
   <div class="bar hint">wheel: zoom around the cursor &middot; drag: pan &middot; double-click: reset
-    &middot; hover a span for its details</div>
+    &middot; hover a span for its details <span id="notice"></span></div>
   <svg id="axis" height="26"></svg>
 </header>
 <div id="errors"></div>

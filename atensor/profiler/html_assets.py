@@ -27,6 +27,7 @@ header { position: sticky; top: 0; z-index: 2; background: #f6f7f9; border-botto
 .controls { margin-left: auto; display: flex; gap: 12px; align-items: center; }
 .controls button { font: inherit; padding: 1px 8px; }
 .hint { color: #6b7480; }
+#notice { color: #a3400b; margin-left: 12px; }
 #axis { display: block; }
 #axis text { fill: #4d5661; font-size: 10px; }
 #axis line { stroke: #aab2bc; }
@@ -66,6 +67,8 @@ JS = r"""
   const SVGNS = "http://www.w3.org/2000/svg";
   const GUTTER = 180, PROCESS_H = 20, TRACK_H = 24, MEMORY_H = 40, AXIS_H = 26, PAD = 3;
   const LIGHT_KINDS = { wait: true, submit: true, await: true };
+  const MAX_ARROWS = 3000;
+  let arrowsHidden = 0;
 
   function make(name, attrs, parent) {
     const node = document.createElementNS(SVGNS, name);
@@ -156,12 +159,15 @@ JS = r"""
     if (s.task !== null) rect.setAttribute("data-task", s.task);
     return rect;
   });
-  const labels = spans.map((s) => make("text", {
-    class: "label" + (LIGHT_KINDS[s.kind] ? " dark" : ""), y: trackY[s.track] + TRACK_H / 2 + 3.5 },
-    labelLayer));
-  const depPaths = data.edges.map((e) => make("path", {
-    class: "dep" + (spans[e[0]].critical && spans[e[1]].critical ? " critical" : ""),
-    "marker-end": "url(#arrow)" }, depLayer));
+  // Labels and arrows come from pools sized to what is on screen, not to the whole trace.
+  const labelPool = [], depPool = [];
+  function pooled(pool, k, layer, tag) {
+    if (k === pool.length) pool.push(make(tag, {}, layer));
+    return pool[k];
+  }
+  function hideRest(pool, k) {
+    for (; k < pool.length; k++) pool[k].setAttribute("visibility", "hidden");
+  }
   const memoryPaths = {};
   for (const device in memoryY) memoryPaths[device] = make("path", { class: "mem" }, memoryLayer);
 
@@ -190,39 +196,61 @@ JS = r"""
     clipRect.setAttribute("width", width - GUTTER);
     for (const r of rowRects) r.setAttribute("width", width);
 
+    let labelCount = 0;
+    const shown = new Uint8Array(spans.length);
     spans.forEach((s, i) => {
       const a = X(s.start), b = X(s.end);
-      const rect = rects[i], label = labels[i];
+      const rect = rects[i];
       if (b < GUTTER - 1 || a > width + 1) {
-        rect.setAttribute("visibility", "hidden");
-        label.setAttribute("visibility", "hidden");
+        if (rect.getAttribute("visibility") !== "hidden") rect.setAttribute("visibility", "hidden");
         return;
       }
+      shown[i] = 1;
       const x0 = clampX(a), x1 = clampX(b);
       rect.setAttribute("visibility", "visible");
       rect.setAttribute("x", x0.toFixed(2));
       rect.setAttribute("width", Math.max(1, x1 - x0).toFixed(2));
       const left = Math.max(x0, GUTTER), room = Math.min(x1, width) - left - 6;
       if (room > 24) {
+        const label = pooled(labelPool, labelCount++, labelLayer, "text");
         const chars = Math.floor(room / 6);
         label.textContent = s.name.length > chars ? s.name.slice(0, Math.max(1, chars - 1)) + "~" : s.name;
+        label.setAttribute("class", "label" + (LIGHT_KINDS[s.kind] ? " dark" : ""));
         label.setAttribute("x", (left + 3).toFixed(2));
+        label.setAttribute("y", trackY[s.track] + TRACK_H / 2 + 3.5);
         label.setAttribute("visibility", "visible");
-      } else {
-        label.setAttribute("visibility", "hidden");
       }
     });
+    hideRest(labelPool, labelCount);
 
-    const showDeps = document.getElementById("show-deps").checked;
-    data.edges.forEach((e, i) => {
+    // Arrows whose ends are both off to one side are skipped; past MAX_ARROWS only the critical
+    // path's arrows are drawn, and the axis caption says so.
+    let visible = [];
+    if (document.getElementById("show-deps").checked) {
+      visible = data.edges.filter((e) => shown[e[0]] || shown[e[1]] ||
+        (spans[e[0]].end < view.t0) !== (spans[e[1]].start < view.t0));
+    }
+    arrowsHidden = 0;
+    if (visible.length > MAX_ARROWS) {
+      const critical = visible.filter((e) => spans[e[0]].critical && spans[e[1]].critical);
+      const kept = critical.length <= MAX_ARROWS ? critical : [];
+      arrowsHidden = visible.length - kept.length;
+      visible = kept;
+    }
+    visible.forEach((e, k) => {
       const from = spans[e[0]], to = spans[e[1]];
-      const x1 = clampX(X(from.end)), x2 = clampX(X(to.start));
+      // A wait starts before what it waits for ends: its arrow lands where it was released.
+      const x1 = clampX(X(from.end)), x2 = clampX(X(Math.max(to.start, from.end)));
       const y1 = trackY[from.track] + TRACK_H / 2, y2 = trackY[to.track] + TRACK_H / 2;
       const bend = Math.max(18, Math.abs(x2 - x1) / 2);
-      depPaths[i].setAttribute("d", "M" + x1.toFixed(1) + "," + y1 + " C" + (x1 + bend).toFixed(1) + "," +
+      const path = pooled(depPool, k, depLayer, "path");
+      path.setAttribute("class", "dep" + (from.critical && to.critical ? " critical" : ""));
+      path.setAttribute("marker-end", "url(#arrow)");
+      path.setAttribute("d", "M" + x1.toFixed(1) + "," + y1 + " C" + (x1 + bend).toFixed(1) + "," +
         y1 + " " + (x2 - bend).toFixed(1) + "," + y2 + " " + x2.toFixed(1) + "," + y2);
-      depPaths[i].setAttribute("visibility", showDeps ? "visible" : "hidden");
+      path.setAttribute("visibility", "visible");
     });
+    hideRest(depPool, visible.length);
 
     for (const device in memoryPaths) {
       const samples = data.memory[device], box = memoryY[device];
@@ -254,6 +282,8 @@ JS = r"""
     }
     const caption = make("text", { x: 8, y: AXIS_H - 10 }, axis);
     caption.textContent = "visible: " + fmtNs(view.t1 - view.t0);
+    document.getElementById("notice").textContent =
+      arrowsHidden ? arrowsHidden + " dependency arrows hidden at this zoom: zoom in to see them" : "";
   }
 
   let pending = false;
@@ -265,10 +295,12 @@ JS = r"""
 
   // ---- zoom (wheel, around the cursor), pan (drag), reset (double click or button) ----
   function zoomAt(clientX, factor) {
+    // From the view itself, not from the last drawing: several wheel events can arrive between
+    // two animation frames.
     const px = Math.max(GUTTER, clientX - chart.getBoundingClientRect().left);
-    const at = view.t0 + (px - GUTTER) / scale;
+    const frac = Math.min(1, (px - GUTTER) / (width - GUTTER));
+    const at = view.t0 + frac * (view.t1 - view.t0);
     const span = Math.min(Math.max((view.t1 - view.t0) * factor, 10), (home[1] - home[0]) * 20);
-    const frac = (px - GUTTER) / (width - GUTTER);
     view.t0 = at - frac * span;
     view.t1 = view.t0 + span;
     schedule();
@@ -288,7 +320,7 @@ JS = r"""
   });
   window.addEventListener("mousemove", (event) => {
     if (!drag) return;
-    const shift = (event.clientX - drag.x) / scale;
+    const shift = (event.clientX - drag.x) * (drag.t1 - drag.t0) / (width - GUTTER);
     view.t0 = drag.t0 - shift;
     view.t1 = drag.t1 - shift;
     schedule();
@@ -347,17 +379,26 @@ JS = r"""
   });
   chart.addEventListener("mouseleave", () => { tip.style.display = "none"; });
 
+  const started = performance.now();
   render();
-  document.getElementById("status").setAttribute("data-rendered", String(rects.length));
+  const status = document.getElementById("status");
+  status.setAttribute("data-rendered", String(rects.length));
+  status.setAttribute("data-render-ms", (performance.now() - started).toFixed(0));
 
   // ---- "#selftest": exercise zoom, pan and hover, and report what happened ----
   if (location.hash === "#selftest") {
     const out = {};
     const box = chart.getBoundingClientRect();
     const before = [view.t0, view.t1];
-    chart.dispatchEvent(new WheelEvent("wheel", { deltaY: -600, clientX: box.left + (GUTTER + width) / 2,
-                                                 clientY: box.top + 10, bubbles: true, cancelable: true }));
+    const cursor = GUTTER + (width - GUTTER) * 0.8;
+    const timeAtCursor = () => view.t0 + 0.8 * (view.t1 - view.t0);
+    const anchor = timeAtCursor();
+    for (let i = 0; i < 2; i++) {   // two wheel events within one frame
+      chart.dispatchEvent(new WheelEvent("wheel", { deltaY: -300, clientX: box.left + cursor,
+                                                   clientY: box.top + 10, bubbles: true, cancelable: true }));
+    }
     out.zoomed = (view.t1 - view.t0) < (before[1] - before[0]) * 0.9;
+    out.anchored = Math.abs(timeAtCursor() - anchor) < 1e-6 * (before[1] - before[0]);
     const zoomed = [view.t0, view.t1];
     chart.dispatchEvent(new MouseEvent("mousedown", { button: 0, clientX: box.left + 500,
                                                      clientY: box.top + 10, bubbles: true }));

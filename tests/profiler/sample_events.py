@@ -8,6 +8,7 @@
 # the way concurrent trio tasks make them overlap. Deterministic for a given seed.
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -45,18 +46,18 @@ def simulate_step(
             offsets[(device, queue)] = rng.randrange(-5_000_000, 5_000_000) if queue_clock_skew else 0
             free[(device, queue)] = 50_000
     run.clock_offsets = {k: v for k, v in offsets.items() if queue_clock_skew}
-    next_id = iter(range(1, 1_000_000))
+    ids = itertools.count(1)
 
     def task(device: str, queue: str, name: str, kind: str, duration: int, deps: tuple[int, ...] = (),
              nbytes: int = 0, flops: int = 0) -> int:
         key = (device, queue)
         ready = max([free[key]] + [done[d][0] + SIGNAL_LATENCY_NS for d in deps if done[d][1] != key])
         ready = max(ready, max([done[d][0] for d in deps], default=0))
-        task_id = next(iter_ids)
+        task_id = next(ids)
         offset = offsets[key]
         if ready > free[key] + SIGNAL_LATENCY_NS and deps:
             waited_on = max(deps, key=lambda d: done[d][0])
-            run.spans.append(Span(device, queue, next(iter_ids), "wait", "wait",
+            run.spans.append(Span(device, queue, next(ids), "wait", "wait",
                                   free[key] - offset, ready - offset, deps=(waited_on,)))
         start = ready
         end = start + duration
@@ -66,21 +67,20 @@ def simulate_step(
         done[task_id] = (end, key)
         return task_id
 
-    iter_ids = next_id
     n = 256
     last: dict[str, int] = {}
     for device in names:
         upload = task(device, "copy", "copy host->" + device, "copy", rng.randrange(20_000, 40_000),
                       nbytes=4 * n * n)
         last[device] = upload
-    for layer in range(layers):
+    for _ in range(layers):
         for device in names:
             mm = task(device, "compute", f"matmul_{n}x{n}", "kernel", rng.randrange(60_000, 90_000),
                       (last[device],), nbytes=12 * n * n, flops=2 * n**3)
             last[device] = task(device, "compute", "relu", "kernel", rng.randrange(5_000, 9_000), (mm,),
                                 nbytes=8 * n * n, flops=n * n)
     grads: dict[str, list[int]] = {d: [] for d in names}
-    for layer in reversed(range(layers)):
+    for _ in range(layers):
         for device in names:
             g = task(device, "compute", f"matmul_{n}x{n}_grad", "kernel", rng.randrange(70_000, 100_000),
                      (last[device],), nbytes=12 * n * n, flops=2 * n**3)
@@ -88,7 +88,7 @@ def simulate_step(
             grads[device].append(g)
     # Ring allreduce of the last gradient, in chunks: send to the right neighbour, reduce there.
     for chunk in range(chunks):
-        for step in range(devices - 1):
+        for _ in range(devices - 1):
             for i, device in enumerate(names):
                 right = names[(i + 1) % devices]
                 sent = task(device, "copy", f"ring send c{chunk}", "copy", rng.randrange(15_000, 25_000),

@@ -1,6 +1,7 @@
 # The Chrome trace export against the rules Perfetto and chrome://tracing rely on.
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections import Counter, defaultdict
@@ -47,7 +48,7 @@ def test_complete_events_never_overlap_and_are_monotonic_within_a_track(trace):
     tracks = slices_by_track(trace)
     assert len(tracks) == 4 + 2   # 2 devices x (compute, copy) + 2 host lanes
     for events in tracks.values():
-        for a, b in zip(events, events[1:]):
+        for a, b in itertools.pairwise(events):
             assert a["ts"] <= b["ts"]
             # In exact ns, and as a viewer truncating floats reads them.
             assert round(a["ts"] * 1000) + round(a["dur"] * 1000) <= round(b["ts"] * 1000)
@@ -196,7 +197,8 @@ def test_traces_from_other_tools_are_read_leniently():
         {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "GPU"}},
         {"ph": "X", "name": "gemm", "pid": 7, "tid": 3, "ts": 1.5, "dur": 2.0},
     ])
-    assert [(s.device, s.queue, s.name, s.start_ns, s.end_ns) for s in spans] == [("GPU", "tid 3", "gemm", 1500, 3500)]
+    assert [(s.device, s.queue, s.name, s.start_ns, s.end_ns) for s in spans] == [
+        ("GPU", "tid 3", "gemm", 1500, 3500)]
     assert host == [] and memory == []
 
 

@@ -1,6 +1,8 @@
 # The summary's numbers against event lists whose answers are worked out by hand.
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from atensor.profiler import HostSpan, MemoryEvent, Profile, Span
@@ -156,7 +158,7 @@ def test_simulated_step_keeps_the_summary_invariants():
     assert sum(k.total_ns for k in stats.kernels) == stats.work_ns
     # Consecutive critical steps are real dependency edges.
     by_id = {s.task_id: s for s in run.spans}
-    for before, after in zip(path.steps, path.steps[1:]):
+    for before, after in itertools.pairwise(path.steps):
         assert before.task_id in by_id[after.task_id].deps
 
 
@@ -167,7 +169,8 @@ def test_durations_are_printed_with_a_readable_unit(ns, text):
 
 
 def test_byte_counts_are_printed_with_a_binary_unit():
-    assert [format_bytes(b) for b in (512, 4096, 3 << 20, 5 << 30)] == ["512 B", "4.0 KiB", "3.0 MiB", "5.0 GiB"]
+    assert [format_bytes(b) for b in (512, 4096, 3 << 20, 5 << 30)] == [
+        "512 B", "4.0 KiB", "3.0 MiB", "5.0 GiB"]
 
 
 def test_reused_task_ids_resolve_to_the_latest_run_of_that_task():
