@@ -22,7 +22,7 @@ from atensor.hcq.signal import Signal
 
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
-    __slots__ = ("spec", "memory", "writes", "reads", "inflight", "_lock", "__weakref__")
+    __slots__ = ("spec", "memory", "writes", "reads", "inflight", "failure", "_lock", "__weakref__")
 
     def __init__(self, spec: BufferSpec):
         self.spec = spec
@@ -30,6 +30,7 @@ class Buffer:
         self.writes: dict[Signal, int] = {}
         self.reads: dict[Signal, int] = {}
         self.inflight = 0  # realizes dispatched that will write this buffer but are not yet planned
+        self.failure: Optional[BaseException] = None  # the error of the write its contents came from
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -45,6 +46,9 @@ class Buffer:
 
     def pending_writes(self) -> list[tuple[Signal, int]]:
         with self._lock:
+            for s, v in self.writes.items():
+                if s.reached(v) and s.failure(v) is not None:
+                    self.failure = s.failure(v)
             self.writes = {s: v for s, v in self.writes.items() if not s.reached(v)}
             return list(self.writes.items())
 
@@ -56,6 +60,8 @@ class Buffer:
     def note(self, signal: Signal, value: int, write: bool) -> None:
         with self._lock:
             table = self.writes if write else self.reads
+            if write:
+                self.failure = None
             if table.get(signal, 0) < value:
                 table[signal] = value
 
@@ -69,7 +75,7 @@ class Buffer:
             err = signal.failure(value)
             if err is not None:
                 return err
-        return None
+        return self.failure
 
     def numpy(self) -> np.ndarray:
         """The memory as a flat numpy array (CPU devices only)."""

@@ -59,6 +59,15 @@ def execute(graph: TaskGraph) -> Submission:
             if acc.buffer not in before:
                 buf = Buffer.of(acc.buffer)
                 before[acc.buffer] = (buf.pending_writes(), buf.pending_reads())
+    written: set[BufferSpec] = set()
+    for task in graph.tasks:
+        for acc in task.accesses:
+            if acc.mode == "r" and acc.buffer not in written:
+                failure = Buffer.of(acc.buffer).failure
+                if failure is not None:
+                    raise RuntimeError(f"{task.name} reads {acc.buffer}, whose contents come from a task that "
+                                       f"failed: {failure}") from failure
+        written.update(a.buffer for a in task.accesses if a.mode == "w")
     compile_ns = 0
     for task in graph.tasks:
         queue = Device.get(task.device).queue(task.queue)
