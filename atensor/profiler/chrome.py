@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,7 @@ def to_chrome(timeline: Timeline) -> dict[str, Any]:
             "format_version": FORMAT_VERSION,
             "clock": "host perf_counter_ns, relative to origin_ns",
             "origin_ns": timeline.origin_ns,
+            "profile_window_ns": list(timeline.profile_window),
         },
     }
 
@@ -136,7 +138,17 @@ def write_chrome_file(timeline: Timeline, path: Path) -> None:
 # -- reading a saved trace back -----------------------------------------------------------------
 
 
-def read_chrome_file(path: Path) -> tuple[list[Span], list[HostSpan], list[MemoryEvent]]:
+@dataclass(slots=True)
+class SavedTrace:
+    """The events read back from a Chrome trace, and when the profile was entered and exited."""
+
+    spans: list[Span] = field(default_factory=list)
+    host_spans: list[HostSpan] = field(default_factory=list)
+    memory: list[MemoryEvent] = field(default_factory=list)
+    window: tuple[int | None, int | None] = (None, None)
+
+
+def read_chrome_file(path: Path) -> SavedTrace:
     """Load events from a Chrome trace file (plain or gzip); ValueError if it is not a trace."""
     raw = path.read_bytes()   # FileNotFoundError / IsADirectoryError propagate as they are
     if raw[:2] == b"\x1f\x8b":
@@ -155,7 +167,7 @@ def read_chrome_file(path: Path) -> tuple[list[Span], list[HostSpan], list[Memor
     return from_chrome(document, str(path))
 
 
-def from_chrome(document: Any, source: str = "trace") -> tuple[list[Span], list[HostSpan], list[MemoryEvent]]:
+def from_chrome(document: Any, source: str = "trace") -> SavedTrace:
     """Turn a Chrome trace object back into events; ValueError if it is not a trace.
 
     Traces written by this package come back exactly (on the trace's relative clock). Traces
@@ -167,7 +179,7 @@ def from_chrome(document: Any, source: str = "trace") -> tuple[list[Span], list[
         other = document.get("otherData")
         ours = isinstance(other, dict) and other.get("producer") == PRODUCER
     elif isinstance(document, list):
-        events, ours = document, False
+        events, other, ours = document, None, False
     else:
         raise ValueError(f"{source}: not a Chrome trace (expected an object with a 'traceEvents' list)")
 
@@ -218,4 +230,9 @@ def from_chrome(document: Any, source: str = "trace") -> tuple[list[Span], list[
             raise ValueError(f"{source}: trace event #{number} is malformed ({error!r})") from None
     if not ours and complete == 0:
         raise ValueError(f"{source}: no complete ('X') events, so nothing to summarize")
-    return spans, host_spans, memory
+    window: tuple[int | None, int | None] = (None, None)
+    entered = other.get("profile_window_ns") if ours else None
+    if isinstance(entered, list) and len(entered) == 2:
+        window = (entered[0] if isinstance(entered[0], int) else None,
+                  entered[1] if isinstance(entered[1], int) else None)
+    return SavedTrace(spans, host_spans, memory, window)

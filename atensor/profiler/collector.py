@@ -119,8 +119,10 @@ class Profile:
     @classmethod
     def load(cls, path: str | PathLike[str]) -> Profile:
         """Read a trace written by `export(".json")`; raises ValueError if it is not one."""
-        spans, host_spans, memory = read_chrome_file(Path(path))
-        return cls.from_events(spans, host_spans, memory)
+        saved = read_chrome_file(Path(path))
+        prof = cls.from_events(saved.spans, saved.host_spans, saved.memory)
+        prof.start_ns, prof.end_ns = saved.window
+        return prof
 
     # -- collecting ---------------------------------------------------------------------------
 

@@ -86,6 +86,7 @@ class Timeline:
     edges: list[tuple[int, int]]                 # (dep, dependent) positions in `spans`
     order: list[int]                             # positions in `spans`, topologically sorted
     window: tuple[int, int]                      # (start, end) of everything seen, relative
+    profile_window: tuple[int | None, int | None]  # entering and exiting the profile, relative
 
     def cross_track_edges(self) -> list[tuple[int, int]]:
         """Edges whose two spans are on different tracks (same-track order needs no arrow)."""
@@ -169,7 +170,9 @@ def build_timeline(
     ends += [samples[-1][0] for samples in memory_map.values()]
     window_rel = (0, max(ends, default=0))
     edges, order = _resolve_edges(placed)
-    return Timeline(origin, tracks, placed, host_placed, memory_map, edges, order, window_rel)
+    entered = tuple(None if t is None else t - origin for t in window)
+    return Timeline(origin, tracks, placed, host_placed, memory_map, edges, order, window_rel,
+                    (entered[0], entered[1]))
 
 
 def _queue_groups(

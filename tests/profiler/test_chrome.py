@@ -4,11 +4,12 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import time
 from collections import Counter, defaultdict
 
 import pytest
 
-from atensor.profiler import HostSpan, MemoryEvent, Profile, Span
+from atensor.profiler import HostSpan, MemoryEvent, Profile, Span, profile, record_host, record_span
 from atensor.profiler.chrome import _us, from_chrome
 
 from .sample_events import hand_built, simulate_step
@@ -166,6 +167,19 @@ def test_the_trace_is_plain_json_that_round_trips_through_a_file(tmp_path, run):
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
 
 
+def test_a_live_profile_round_trips_with_its_window(tmp_path):
+    with profile() as prof:
+        time.sleep(0.001)
+        now = time.perf_counter_ns()
+        assert prof.start_ns is not None
+        record_span(Span("CPU:0", "compute", 1, "k", "kernel", prof.start_ns + 100, now - 100))
+        record_host(HostSpan("await", "await", prof.start_ns + 50, now))
+    loaded = Profile.load(prof.export(tmp_path / "live.json"))
+    assert loaded.stats() == prof.stats()
+    assert loaded.stats().window_ns == prof.end_ns - prof.start_ns
+    assert loaded.summary() == prof.summary()
+
+
 def test_export_rejects_an_unknown_suffix_naming_the_ones_that_work(tmp_path):
     prof = Profile.from_events(hand_built())
     with pytest.raises(ValueError) as error:
@@ -193,13 +207,13 @@ def test_loading_rejects_what_is_not_a_trace():
 
 
 def test_traces_from_other_tools_are_read_leniently():
-    spans, host, memory = from_chrome([
+    saved = from_chrome([
         {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "GPU"}},
         {"ph": "X", "name": "gemm", "pid": 7, "tid": 3, "ts": 1.5, "dur": 2.0},
     ])
-    assert [(s.device, s.queue, s.name, s.start_ns, s.end_ns) for s in spans] == [
+    assert [(s.device, s.queue, s.name, s.start_ns, s.end_ns) for s in saved.spans] == [
         ("GPU", "tid 3", "gemm", 1500, 3500)]
-    assert host == [] and memory == []
+    assert saved.host_spans == [] and saved.memory == [] and saved.window == (None, None)
 
 
 def test_an_empty_profile_exports_a_valid_trace(tmp_path):
