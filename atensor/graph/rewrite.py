@@ -60,8 +60,9 @@ Rule = tuple[Pat, Callable[..., Optional[Node]]]
 class PatternMatcher:
     """A table of rules indexed by the op of their top pattern."""
 
-    def __init__(self, rules: Iterable[Rule]):
+    def __init__(self, rules: Iterable[Rule], prefilter: Optional[Callable[[Node], bool]] = None):
         self.rules = list(rules)
+        self.prefilter = prefilter  # a cheap test: False means no rule can match this node
         self.by_op: dict[Ops, list[Rule]] = {}
         self.any_op: list[Rule] = []
         for pat, fn in self.rules:
@@ -77,6 +78,8 @@ class PatternMatcher:
 
     def rewrite(self, node: Node) -> Optional[Node]:
         """The first rule's replacement for `node`, or None when no rule applies."""
+        if self.prefilter is not None and not self.prefilter(node):
+            return None
         for pat, fn in itertools.chain(self.by_op.get(node.op, ()), self.any_op):
             bound: dict[str, Node] = {}
             if pat.match(node, bound):

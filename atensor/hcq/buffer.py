@@ -45,6 +45,8 @@ class Buffer:
         return buf
 
     def pending_writes(self) -> list[tuple[Signal, int]]:
+        if not self.writes:
+            return []
         with self._lock:
             for s, v in self.writes.items():
                 if s.reached(v) and s.failure(v) is not None:
@@ -53,6 +55,8 @@ class Buffer:
             return list(self.writes.items())
 
     def pending_reads(self) -> list[tuple[Signal, int]]:
+        if not self.reads:
+            return []
         with self._lock:
             self.reads = {s: v for s, v in self.reads.items() if not s.reached(v)}
             return list(self.reads.items())

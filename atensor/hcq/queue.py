@@ -11,7 +11,10 @@ queues' timeline signals.
 
 The GIL is shared with the trio loop. A worker that runs Python between short GIL-releasing calls
 can starve the loop thread (the convoy effect, measured in DESIGN.md), so the worker gives the GIL
-back (`time.sleep(0)`) after every command.
+back with `time.sleep(0)`. A `sleep(0)` costs about 55 us on these machines (the kernel's timer
+slack), more than a tiny command itself, so the worker yields after a command once it has held the
+GIL-running stretch for YIELD_EVERY_NS since its last yield: the loop thread never waits longer than
+that for the GIL, and tiny commands do not pay 55 us each.
 
 Invariants: commands on one queue run in the order submitted; the queue's signal values are
 published in increasing order, one per command; a command whose data dependency failed does not run
@@ -45,6 +48,9 @@ class Command:
                  task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
+
+
+YIELD_EVERY_NS = 500_000
 
 
 class Queue:
@@ -87,6 +93,7 @@ class Queue:
                 "commands_run": self.commands_run}
 
     def _work(self) -> None:
+        last_yield = time.perf_counter_ns()
         while True:
             with self._cond:
                 while not self._pending:
@@ -94,7 +101,11 @@ class Queue:
                 commands = self._pending.popleft()
             for command in commands:
                 self._execute(command)
-                time.sleep(0)  # give the GIL back to the event loop between commands
+                now = time.perf_counter_ns()
+                if now - last_yield > YIELD_EVERY_NS:
+                    time.sleep(0)  # give the GIL back to the event loop
+                    last_yield = time.perf_counter_ns()
+            last_yield = time.perf_counter_ns()  # waiting for work released the GIL
 
     def _execute(self, command: Command) -> None:
         error: Optional[BaseException] = None
