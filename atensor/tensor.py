@@ -29,6 +29,7 @@ from atensor.hcq.device import Device, canonical
 from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop
 from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
+from atensor.tensor_autograd import AutogradOps, stop_gradient
 from atensor.tensor_ops import TensorOps
 
 Scalar = Union[int, float, bool]
@@ -43,13 +44,13 @@ def _storage_base(node: Node) -> Optional[Node]:
     return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
 
 
-class Tensor(TensorOps):
+class Tensor(TensorOps, AutogradOps):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
     [2, 3, 4]
     """
-    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "__weakref__")
+    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "__weakref__")
 
     def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
                  requires_grad: Optional[bool] = None):
@@ -124,7 +125,7 @@ class Tensor(TensorOps):
         return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
 
     def _new(self, node: Node) -> Tensor:
-        return Tensor(node)
+        return Tensor(stop_gradient(node) if Tensor.no_grad else node)
 
     # ---- realize -------------------------------------------------------------------------------
     def realize(self, *more: Tensor) -> RealizeHandle:
@@ -216,8 +217,9 @@ class Tensor(TensorOps):
         return self._new(root.view(view))
 
     def detach(self) -> Tensor:
-        """The same value (and storage, when it has one) without gradient tracking."""
-        return self._new(self.node)
+        """The same value without gradient tracking. A view of storage stays one (assigning through it
+        writes the storage), unless this tensor requires grad: then it is a detached value."""
+        return Tensor(stop_gradient(self.node, keep_storage=not self.requires_grad))
 
     def to(self, device: Union[str, Device]) -> Tensor:
         """This tensor on `device`: a lazy copy on the copy queue, or `self` when already there."""

@@ -264,7 +264,7 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
         if arg.mask is not None:
             raise GraphError("assign through a padded view is not possible: padding has no storage")
         return storage.shape, storage.device
-    if op in ELEMENTWISE or op is Ops.CONTIGUOUS:
+    if op in ELEMENTWISE or op in (Ops.CONTIGUOUS, Ops.DETACH):
         first = src[0]
         for other in src[1:]:
             if other.shape != first.shape:
@@ -279,6 +279,6 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
                 raise GraphError(f"dtype mismatch in {op.name}: {[s.dtype.name for s in src]}; cast first")
         if op is Ops.WHERE and src[0].dtype != dtypes.bool:
             raise GraphError(f"WHERE needs a bool condition, got {src[0].dtype.name}")
-        if op in UNARY or op in BINARY or op in (Ops.WHERE, Ops.CONTIGUOUS):
+        if op in UNARY or op in BINARY or op in (Ops.WHERE, Ops.CONTIGUOUS, Ops.DETACH):
             return first.shape, first.device
     raise GraphError(f"no shape rule for {op}")

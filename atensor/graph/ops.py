@@ -27,6 +27,7 @@ class Ops(Enum):
     VIEW = auto()
     # realization
     CONTIGUOUS = auto()  # compute into a temporary buffer; not kept after the realize
+    DETACH = auto()      # the same value, through which no gradient flows; removed by simplify
     COPY = auto()        # arg: target device
     ASSIGN = auto()      # src (storage, value), arg View: the storage after writing value through the view
     STORE = auto()       # kernel ASTs only: src (PARAM view, value)

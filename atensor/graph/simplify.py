@@ -66,6 +66,8 @@ SIMPLIFY = PatternMatcher([
     (Pat(Ops.NEG, (Pat(Ops.NEG, (x,)),)), lambda x: x),
     (Pat(Ops.NOT, (Pat(Ops.NOT, (x,)),), where=lambda n: n.dtype == dtypes.bool), lambda x: x),
     (Pat(Ops.CAST, (x,), name="c", where=lambda c: c.dtype == c.src[0].dtype), lambda x, c: x),
+    # DETACH only stops gradients; the value is its source's
+    (Pat(Ops.DETACH, (x,)), lambda x: x),
     # views of views fold into one view; a view of a constant is a constant of the new shape
     (Pat(Ops.VIEW, (Pat(Ops.VIEW),), name="v"), _view_of_view),
     (Pat(Ops.VIEW, name="v"), _const_view),

@@ -1,0 +1,258 @@
+"""Reverse-mode gradients as a rewrite of the lazy graph: one rule per op, in a table.
+
+Why on the graph and not on the Tensor: the graph already records every op with its operands, so
+there is no tape to keep and nothing to free after `backward()`; a gradient is just more lazy graph,
+built from the forward's nodes, and one realize runs the forward, the backward and the optimizer
+step as one task graph (the scheduler fuses across all three). This is tinygrad's design: a table
+`GRADIENT` maps each op to a function `(grad_of_output, node) -> one gradient per source` (None
+where a source gets no gradient), and `compute_gradient` walks the graph from the root back.
+
+Movement ops are all one `Ops.VIEW` with a `View` argument (reshape, permute, expand, pad, shrink,
+flip and stride folded into strides, offset and mask), so there is one VIEW rule for the general
+View: `view_backward` scatters the output gradient back onto the source's flat index space by
+undoing the View's parts one at a time: the mask is a shrink of the gradient, stride-0 axes are
+sums, negative strides are flips, the axis order is a permute, and the remaining positive strides
+place each element with pads and reshapes. Common views give the expected graph: the backward of a
+permute is a permute, of an expand a sum, of a shrink a pad, of a reshape a reshape. The
+alternative (recording the movement ops on the Tensor) would need a second graph beside this one.
+
+Only float nodes carry gradients; comparisons, integer and bool ops, and `DETACH` stop them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+from atensor.dtype import dtypes
+from atensor.graph.node import GraphError, Node, toposort
+from atensor.graph.ops import Ops, ReduceOp
+from atensor.graph.rewrite import Pat, PatternMatcher
+from atensor.graph.view import Shape, View
+
+Grads = tuple[Optional[Node], ...]
+
+
+def _const(like: Node, value: float) -> Node:
+    """A constant with `like`'s dtype, device and shape."""
+    return Node.const(value, like.dtype, like.device, like.shape)
+
+
+def _mul(a: Node, b: Node) -> Node:
+    return a.alu(Ops.MUL, b)
+
+
+def _neg(a: Node) -> Node:
+    return a.alu(Ops.NEG)
+
+
+def _div(a: Node, b: Node) -> Node:
+    return a.alu(Ops.FDIV, b)
+
+
+def zeros_like(node: Node) -> Node:
+    """A gradient of zeros for `node`."""
+    return _const(node, 0.0)
+
+
+# ---- the VIEW rule -----------------------------------------------------------------------------
+def view_backward(grad: Node, view: View, src_shape: Shape) -> Node:
+    """The gradient of a view's source (shape `src_shape`) given the gradient of the view's output.
+
+    The View reads source element `offset + sum(idx[i] * strides[i])` for each valid `idx`; the
+    source's gradient sums the output gradient of every `idx` that reads it."""
+    size = math.prod(src_shape)
+    if size == 0 or view.size == 0 or (view.mask is not None and any(b >= e for b, e in view.mask)):
+        return Node.const(0.0, grad.dtype, grad.device, src_shape)
+    shape, strides, offset = list(view.shape), list(view.strides), view.offset
+    # 1. the mask: elements outside it read nothing (padding), so only the inside passes gradient
+    if view.mask is not None:
+        grad = grad.shrink(view.mask)
+        offset += sum(b * st for (b, _), st in zip(view.mask, strides))
+        shape = [e - b for b, e in view.mask]
+    # 2. stride-0 axes read one element many times (expand): their gradients add up
+    summed = tuple(i for i, (s, st) in enumerate(zip(shape, strides)) if st == 0 and s != 1)
+    grad = grad.reduce(ReduceOp.SUM, summed)
+    keep = [i for i, (s, st) in enumerate(zip(shape, strides)) if st != 0 and s != 1]
+    shape, strides = [shape[i] for i in keep], [strides[i] for i in keep]
+    grad = grad.reshape(tuple(shape))
+    # 3. negative strides walk the source backwards (flip)
+    flips = tuple(st < 0 for st in strides)
+    if any(flips):
+        grad = grad.flip(flips)
+        for i, st in enumerate(strides):
+            if st < 0:
+                offset += (shape[i] - 1) * st
+                strides[i] = -st
+    # 4. the axis order (permute): outermost axis first, that is, largest stride first
+    order = sorted(range(len(strides)), key=lambda i: -strides[i])
+    grad = grad.permute(tuple(order))
+    shape, strides = [shape[i] for i in order], [strides[i] for i in order]
+    # 5. place each element at its stride: from the innermost axis out, pad every row of the
+    #    inner "canvas" to the axis's stride, merge the axis into the canvas and drop the padding
+    #    after its last row
+    canvas = 1
+    grad = grad.reshape(tuple(shape) + (1,))
+    for axis in reversed(range(len(shape))):
+        stride = strides[axis]
+        if stride < canvas:
+            raise GraphError(f"cannot differentiate through the overlapping view {view}")
+        if stride > canvas:
+            grad = grad.pad(((0, 0),) * (axis + 1) + ((0, stride - canvas),))
+        grad = grad.reshape(tuple(shape[:axis]) + (shape[axis] * stride,))
+        used = (shape[axis] - 1) * stride + canvas  # without the last row's padding
+        if used < shape[axis] * stride:
+            grad = grad.shrink(tuple((0, s) for s in shape[:axis]) + ((0, used),))
+        canvas = used
+    # 6. the canvas starts at `offset` of the flat source
+    grad = grad.pad(((offset, size - offset - canvas),))
+    return grad.reshape(tuple(src_shape))
+
+
+# ---- the rules ---------------------------------------------------------------------------------
+def _reduce_rule(ctx: Node, ret: Node) -> Grads:
+    op, axes = ret.arg
+    src = ret.src[0]
+    grad = ctx.expand(src.shape)
+    if op is ReduceOp.SUM:
+        return (grad,)
+    if op is ReduceOp.MAX:
+        # ties share the gradient equally (tinygrad's and PyTorch's amax rule)
+        is_max = src.alu(Ops.CMPEQ, ret.expand(src.shape)).cast(src.dtype)
+        count = is_max.reduce(ReduceOp.SUM, axes).expand(src.shape)
+        return (_mul(_div(is_max, count), grad),)
+    # PROD: the product of the other elements, exact when some are zero
+    zero = src.alu(Ops.CMPEQ, zeros_like(src))
+    zeros = zero.cast(src.dtype).reduce(ReduceOp.SUM, axes).expand(src.shape)
+    nonzero = zero.alu(Ops.WHERE, _const(src, 1.0), src)
+    prod_nonzero = nonzero.reduce(ReduceOp.PROD, axes).expand(src.shape)
+    no_zero = zeros.alu(Ops.CMPEQ, _const(src, 0.0))
+    one_zero = zeros.alu(Ops.CMPEQ, _const(src, 1.0))
+    at_zero = one_zero.alu(Ops.WHERE, prod_nonzero, zeros_like(src))
+    elsewhere = no_zero.alu(Ops.WHERE, _div(prod_nonzero, nonzero), zeros_like(src))
+    return (_mul(zero.alu(Ops.WHERE, at_zero, elsewhere), grad),)
+
+
+def _max_rule(ctx: Node, ret: Node) -> Grads:
+    x, y = ret.src
+    # ties split the gradient in half, as PyTorch's maximum does
+    gt = x.alu(Ops.CMPLT, y).alu(Ops.WHERE, zeros_like(x), _const(x, 1.0))
+    share = x.alu(Ops.CMPEQ, y).alu(Ops.WHERE, _const(x, 0.5), gt)
+    return (_mul(ctx, share), _mul(ctx, share.alu(Ops.SUB, _const(x, 1.0)).alu(Ops.NEG)))
+
+
+def _pow_rule(ctx: Node, ret: Node) -> Grads:
+    x, y = ret.src
+    one = _const(x, 1.0)
+    # d/dx x^y = y * x^(y-1), taken as 0 where y == 0 (so 0^0 does not give 0 * inf)
+    dx = _mul(y, x.alu(Ops.POW, y.alu(Ops.SUB, one)))
+    dx = y.alu(Ops.CMPEQ, zeros_like(y)).alu(Ops.WHERE, zeros_like(x), dx)
+    # d/dy x^y = x^y * log(x), taken as 0 where x == 0 and y >= 0 (PyTorch's convention)
+    dy = _mul(ret, x.alu(Ops.LOG))
+    x_zero = x.alu(Ops.CMPEQ, zeros_like(x)).alu(Ops.AND, y.alu(Ops.CMPLT, zeros_like(y)).alu(Ops.NOT))
+    dy = x_zero.alu(Ops.WHERE, zeros_like(x), dy)
+    return (_mul(ctx, dx), _mul(ctx, dy))
+
+
+def _assign_rule(ctx: Node, ret: Node) -> Grads:
+    view = ret.arg
+    # the written region comes from the value; the rest of the storage keeps its old elements
+    to_value = ctx.view(view)
+    written = Node.const(True, dtypes.bool, ctx.device, view.shape)
+    mask = view_backward(written.cast(ctx.dtype), view, ret.shape).alu(Ops.CMPNE, zeros_like(ctx))
+    return (mask.alu(Ops.WHERE, zeros_like(ctx), ctx), to_value)
+
+
+def _no_grad(*_: Node, **__: Node) -> Grads:
+    return (None, None, None)
+
+
+_LN2 = math.log(2)
+r = Pat(name="ret")
+
+
+def _rule(op: Ops | frozenset[Ops], fn: Callable[..., Grads]) -> tuple[Pat, Callable[..., Grads]]:
+    return Pat(op, name="ret"), fn
+
+
+GRADIENT = PatternMatcher([
+    # elementwise, unary: the derivative times the output gradient
+    _rule(Ops.NEG, lambda ctx, ret: (_neg(ctx),)),
+    _rule(Ops.RECIP, lambda ctx, ret: (_neg(_mul(ctx, _mul(ret, ret))),)),
+    _rule(Ops.SQRT, lambda ctx, ret: (_div(ctx, _mul(ret, _const(ret, 2.0))),)),
+    _rule(Ops.EXP, lambda ctx, ret: (_mul(ctx, ret),)),
+    _rule(Ops.EXP2, lambda ctx, ret: (_mul(ctx, _mul(ret, _const(ret, _LN2))),)),
+    _rule(Ops.LOG, lambda ctx, ret: (_div(ctx, ret.src[0]),)),
+    _rule(Ops.LOG2, lambda ctx, ret: (_div(ctx, _mul(ret.src[0], _const(ret, _LN2))),)),
+    _rule(Ops.SIN, lambda ctx, ret: (_mul(ctx, ret.src[0].alu(Ops.COS)),)),
+    _rule(Ops.COS, lambda ctx, ret: (_neg(_mul(ctx, ret.src[0].alu(Ops.SIN))),)),
+    _rule(Ops.TANH, lambda ctx, ret: (_mul(ctx, _const(ret, 1.0).alu(Ops.SUB, _mul(ret, ret))),)),
+    _rule(Ops.CAST, lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
+    _rule(frozenset({Ops.TRUNC, Ops.NOT, Ops.BITCAST}), lambda ctx, ret: (None,)),
+    # binary
+    _rule(Ops.ADD, lambda ctx, ret: (ctx, ctx)),
+    _rule(Ops.SUB, lambda ctx, ret: (ctx, _neg(ctx))),
+    _rule(Ops.MUL, lambda ctx, ret: (_mul(ctx, ret.src[1]), _mul(ctx, ret.src[0]))),
+    _rule(Ops.FDIV, lambda ctx, ret: (_div(ctx, ret.src[1]), _neg(_div(_mul(ctx, ret), ret.src[1])))),
+    _rule(Ops.MOD, lambda ctx, ret: (ctx, _neg(_mul(ctx, ret.src[0].alu(Ops.IDIV, ret.src[1]))))),
+    _rule(Ops.IDIV, lambda ctx, ret: (None, None)),
+    _rule(Ops.MAX, _max_rule),
+    _rule(Ops.POW, _pow_rule),
+    _rule(frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.THREEFRY}), _no_grad),
+    # ternary: the condition gets none; each branch gets the gradient where it was chosen
+    _rule(Ops.WHERE, lambda ctx, ret: (None, ret.src[0].alu(Ops.WHERE, ctx, zeros_like(ctx)),
+                                       ret.src[0].alu(Ops.WHERE, zeros_like(ctx), ctx))),
+    _rule(Ops.REDUCE, _reduce_rule),
+    _rule(Ops.VIEW, lambda ctx, ret: (view_backward(ctx, ret.arg, ret.src[0].shape),)),
+    # realization and devices: the value passes through; a copy's gradient goes back by copy
+    _rule(Ops.CONTIGUOUS, lambda ctx, ret: (ctx,)),
+    _rule(Ops.DETACH, lambda ctx, ret: (None,)),
+    _rule(Ops.COPY, lambda ctx, ret: (Node.make(Ops.COPY, ctx.dtype, (ctx,), ret.src[0].device),)),
+    _rule(Ops.ASSIGN, _assign_rule),
+])
+
+
+def rule_for(node: Node, grad: Node) -> Grads:
+    """The gradients of `node`'s sources given the gradient of `node`, from the `GRADIENT` table."""
+    for pat, fn in GRADIENT.by_op.get(node.op, ()):
+        bound: dict[str, Node] = {}
+        if pat.match(node, bound):
+            return fn(grad, **bound)
+    raise GraphError(f"no gradient rule for {node.op.name}; add one to atensor/graph/gradient.py")
+
+
+def _carries_gradient(node: Node) -> bool:
+    return dtypes.is_float(node.dtype) and node.op is not Ops.DETACH
+
+
+def compute_gradient(root: Node, root_grad: Node, targets: set[Node]) -> dict[Node, Node]:
+    """The gradient of `root` (seeded with `root_grad`) with respect to each of `targets` that `root`
+    depends on through float ops; targets it does not reach are left out.
+
+    Walks the nodes between `root` and the targets from the root back, applying one rule per node
+    and adding up the gradients of nodes with several users. Nothing runs: the result is lazy graph.
+
+    >>> # d/dx sum(x * x) = 2x, as a graph over x
+    """
+    if root_grad.shape != root.shape:
+        raise GraphError(f"gradient of shape {root_grad.shape} for a root of shape {root.shape}")
+    order = toposort([root])
+    on_path: set[Node] = set()
+    for node in order:  # sources first: a node is on a path when a source is, or it is a target
+        if node in targets or (_carries_gradient(node) and any(s in on_path for s in node.src)):
+            on_path.add(node)
+    grads: dict[Node, Node] = {root: root_grad}
+    for node in reversed(order):  # users first: a node's gradient is complete when it is reached
+        grad = grads.get(node)
+        if grad is None or node not in on_path or not node.src:
+            continue
+        for src, src_grad in zip(node.src, rule_for(node, grad)):
+            if src_grad is None or src not in on_path or not dtypes.is_float(src.dtype):
+                continue
+            if src_grad.shape != src.shape:
+                raise GraphError(f"gradient rule for {node.op.name} gave shape {src_grad.shape} for a "
+                                 f"source of shape {src.shape}")
+            if src_grad.dtype != src.dtype:
+                src_grad = src_grad.cast(src.dtype)
+            old = grads.get(src)
+            grads[src] = src_grad if old is None else old.alu(Ops.ADD, src_grad)
+    return {t: grads[t] for t in targets if t in grads}

@@ -1,0 +1,248 @@
+"""Autograd on the Tensor: `requires_grad`, `backward()`, `.grad`, `gradient()`, and the training
+and no-grad modes, with tinygrad's names and semantics.
+
+Gradients are lazy graph like everything else (graph/gradient.py builds them from the forward's
+nodes), so `loss.backward()` runs nothing: one `await Tensor.realize(*params, *grads, loss)` later
+runs the forward, the backward and an optimizer's update as one task graph.
+
+Which tensors get a `.grad`: every live tensor with `requires_grad=True` that the loss depends on.
+Those tensors are kept in a weak set (setting `requires_grad` adds a tensor to it), so `backward()`
+finds them without a tape. A tensor with storage is differentiated through its buffer, so every
+view of it that the loss used (a transpose inside matmul, a slice) contributes to its gradient.
+
+Build the whole step before realizing it: realizing the loss first replaces its graph by the buffer
+that holds it (that is what realize means), and a buffer has no gradient.
+"""
+from __future__ import annotations
+
+import weakref
+from contextlib import ContextDecorator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
+
+from atensor.graph.gradient import compute_gradient
+from atensor.graph.node import GraphError, Node, toposort
+from atensor.graph.ops import Ops
+
+if TYPE_CHECKING:
+    from atensor.tensor import Tensor
+
+_requiring_grad: weakref.WeakSet = weakref.WeakSet()
+
+
+class _GradMode:
+    """`Tensor.no_grad`: true while gradients are off. Use it as `with Tensor.no_grad:` (or
+    `Tensor.no_grad()`, or as a decorator). Results computed inside are detached: no gradient flows
+    through them later. Setting `Tensor.no_grad = True` (tinygrad's style) also works."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._stack: list[bool] = []
+
+    def __bool__(self) -> bool:
+        return self.enabled
+
+    def __enter__(self) -> _GradMode:
+        self._stack.append(self.enabled)
+        self.enabled = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.enabled = self._stack.pop()
+
+    def __call__(self, fn: Optional[Callable] = None) -> Any:
+        if fn is None:
+            return self
+        return ContextDecorator.__call__(self, fn)  # type: ignore[arg-type]
+
+    def _recreate_cm(self) -> _GradMode:
+        return self
+
+    def __repr__(self) -> str:
+        return f"<Tensor.no_grad {'on' if self.enabled else 'off'}>"
+
+
+def grad_disabled() -> bool:
+    """True inside `Tensor.no_grad` (or while `Tensor.test()` is active)."""
+    from atensor.tensor import Tensor
+    return bool(Tensor.no_grad)
+
+
+def _set_no_grad(value: bool) -> None:
+    from atensor.tensor import Tensor
+    if isinstance(Tensor.no_grad, _GradMode):
+        Tensor.no_grad.enabled = value
+    else:
+        Tensor.no_grad = value
+
+
+def stop_gradient(node: Node, keep_storage: bool = True) -> Node:
+    """`node` with gradients stopped. A view of storage is kept as it is when `keep_storage` (so
+    assigning through it still writes the storage); anything else is wrapped in `DETACH`."""
+    if node.op is Ops.DETACH:
+        return node
+    if keep_storage and node.base().op in (Ops.BUFFER, Ops.ASSIGN):
+        return node
+    return Node.make(Ops.DETACH, node.dtype, (node,))
+
+
+def _storage_key(node: Node) -> Optional[Any]:
+    """The buffer identity under views and assigns, or None for a computed node."""
+    node = node.base()
+    while node.op is Ops.ASSIGN:
+        node = node.src[0]
+    return node.arg[0] if node.op is Ops.BUFFER else None
+
+
+def _gradient_key(node: Node, in_graph: dict[Node, None], newest: dict[Any, Node]) -> Optional[Node]:
+    """The node to differentiate with respect to for a tensor whose node is `node`: its base when
+    it is a view (views fold into the loss's views, so the tensor's own view may not be in the
+    graph), or a newer or older version of the same storage that the loss used."""
+    key = node.base() if node.op is Ops.VIEW else node
+    if key in in_graph:
+        return key
+    if node in in_graph:
+        return node
+    spec = _storage_key(key)
+    return newest.get(spec) if spec is not None else None
+
+
+def _through_view(grad: Node, node: Node, key: Node) -> Node:
+    """The gradient of `node` from the gradient of `key`: the views between `node` and its base,
+    applied to the base's gradient."""
+    if key is node:
+        return grad
+    views = []
+    while node.op is Ops.VIEW:
+        views.append(node.arg)
+        node = node.src[0]
+    for view in reversed(views):
+        grad = grad.view(view)
+    return grad
+
+
+def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]]:
+    """The gradient of `root` for each of `nodes` (None where `root` does not depend on it)."""
+    in_graph = dict.fromkeys(toposort([root]))
+    newest: dict[Any, Node] = {}
+    for n in in_graph:
+        if n.op in (Ops.BUFFER, Ops.ASSIGN):
+            newest[_storage_key(n)] = n
+    keys = [_gradient_key(n, in_graph, newest) for n in nodes]
+    grads = compute_gradient(root, seed, {k for k in keys if k is not None})
+    return [None if k is None or k not in grads else _through_view(grads[k], n, k) for n, k in zip(nodes, keys)]
+
+
+class AutogradOps:
+    """Tensor methods and modes for gradients (mixed into Tensor)."""
+    __slots__ = ()
+
+    training: ClassVar[bool] = False
+    no_grad: ClassVar[Any] = _GradMode()
+
+    class train(ContextDecorator):
+        """`with Tensor.train():` turns on training mode (dropout drops, batchnorm uses batch
+        statistics and updates its running ones); `Tensor.train(False)` turns it off."""
+
+        def __init__(self, mode: bool = True):
+            self.mode = mode
+
+        def __enter__(self) -> None:
+            from atensor.tensor import Tensor
+            self.prev, Tensor.training = Tensor.training, self.mode
+
+        def __exit__(self, *exc: Any) -> None:
+            from atensor.tensor import Tensor
+            Tensor.training = self.prev
+
+    class test(ContextDecorator):
+        """`with Tensor.test():` evaluation: training mode off and gradients off."""
+
+        def __init__(self, mode: bool = True):
+            self.mode = mode
+
+        def __enter__(self) -> None:
+            from atensor.tensor import Tensor
+            self.prev = (Tensor.training, bool(Tensor.no_grad))
+            if self.mode:
+                Tensor.training = False
+                _set_no_grad(True)
+
+        def __exit__(self, *exc: Any) -> None:
+            from atensor.tensor import Tensor
+            Tensor.training = self.prev[0]
+            _set_no_grad(self.prev[1])
+
+    # ---- requires_grad -------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> Optional[bool]:
+        """True: `backward()` gives this tensor a `.grad`. None (the default) is upgraded to True by
+        an optimizer it is given to; False keeps it out of both."""
+        return self._requires_grad  # type: ignore[attr-defined]
+
+    @requires_grad.setter
+    def requires_grad(self, value: Optional[bool]) -> None:
+        self._requires_grad = value  # type: ignore[attr-defined]
+        if value:
+            _requiring_grad.add(self)
+        else:
+            _requiring_grad.discard(self)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Sets `requires_grad` in place and returns this tensor."""
+        self.requires_grad = requires_grad
+        return self  # type: ignore[return-value]
+
+    # ---- gradients -----------------------------------------------------------------------------
+    def gradient(self, *targets: Tensor, gradient: Optional[Tensor] = None,
+                 materialize_grads: bool = False) -> list[Tensor]:
+        """The gradients of this tensor with respect to `targets`, as lazy tensors (nothing runs).
+        A target this tensor does not depend on raises, or gets zeros with `materialize_grads`.
+
+        >>> x = Tensor([1.0, 2.0, 3.0])
+        >>> (x * x).sum().gradient(x)[0].tolist()
+        [2.0, 4.0, 6.0]
+        """
+        from atensor.tensor import Tensor
+        if grad_disabled():
+            raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
+        grads = _gradients(self.node, self._seed(gradient), [t.node for t in targets])  # type: ignore
+        out: list[Tensor] = []
+        for t, grad in zip(targets, grads):
+            if grad is None:
+                if not materialize_grads:
+                    raise GraphError(f"{t!r} is not used (through float ops) by the tensor being "
+                                     f"differentiated; pass materialize_grads=True for zeros")
+                out.append(t.zeros_like())
+            else:
+                out.append(Tensor(grad))
+        return out
+
+    def backward(self, gradient: Optional[Tensor] = None) -> Tensor:
+        """Adds to `.grad` of every tensor with `requires_grad=True` that this one depends on the
+        gradient of this tensor with respect to it (lazily). A non-scalar needs `gradient`.
+
+        >>> w = Tensor([1.0, 2.0], requires_grad=True)
+        >>> (w * 3).sum().backward()
+        >>> w.grad.tolist()
+        [3.0, 3.0]
+        """
+        from atensor.tensor import Tensor
+        if grad_disabled():
+            raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
+        targets = [t for t in list(_requiring_grad) if t is not self]
+        grads = _gradients(self.node, self._seed(gradient), [t.node for t in targets])  # type: ignore
+        for t, grad in zip(targets, grads):
+            if grad is not None:
+                t.grad = Tensor(grad) if t.grad is None else t.grad + Tensor(grad)
+        return self  # type: ignore[return-value]
+
+    def _seed(self, gradient: Optional[Tensor]) -> Node:
+        node = self.node  # type: ignore[attr-defined]
+        if gradient is None:
+            if node.size != 1:
+                raise GraphError(f"backward() of a tensor of shape {node.shape} needs `gradient` (only a "
+                                 f"tensor with one element has an implicit gradient of 1)")
+            return Node.const(1.0, node.dtype, node.device, node.shape)
+        if tuple(gradient.shape) != tuple(node.shape):
+            raise GraphError(f"gradient of shape {gradient.shape} for a tensor of shape {node.shape}")
+        return gradient.cast(node.dtype).node
