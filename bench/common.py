@@ -1,0 +1,67 @@
+"""Shared helpers for benchmarks: timing, a printed table, and the JSON file of results."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """The fastest of `repeat` runs of `fn`, in seconds (the least disturbed by a noisy machine)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def median_of(fn: Callable[[], Any], repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table with right-aligned numbers."""
+    cells = [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(header)]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    for row in cells:
+        lines.append("  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths)))
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text.rstrip("x%"))
+        return True
+    except ValueError:
+        return False
+
+
+def write_results(name: str, data: dict) -> Path:
+    """Writes `data` with the machine's description to bench/results/<name>.json."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                              "platform": platform.platform()},
+               "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+    path.write_text(json.dumps(payload, indent=2))
+    return path

@@ -1,0 +1,147 @@
+"""Per-task overhead: many tiny kernels, independent and as a dependent chain, against peers.
+
+    python bench/overhead.py [--tasks 10000]
+
+atensor: one realize of N independent tiny kernels (x_i + 1) and one of a chain of N dependent ones
+((x + 1).contiguous() repeated), on NULL (nothing runs: pure scheduling, planning and queue cost) and
+on CPU; the time from `realize()` to completion divided by N. Graph building is reported apart.
+Peers in the same run: tinygrad's eager realize per kernel and TinyJit replay per kernel for the same
+chain, and Dask's threaded scheduler per task for a chain of delayed adds. A peer that is not
+installed is skipped with a note.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import table, write_results  # noqa: E402
+
+from atensor import Tensor  # noqa: E402
+
+
+def atensor_independent(device: str, n: int) -> tuple[float, float]:
+    xs = [Tensor.empty(16, device=device) for _ in range(n)]
+    start = time.perf_counter()
+    ys = [x + 1 for x in xs]
+    built = time.perf_counter()
+    Tensor.realize(*ys).wait()
+    done = time.perf_counter()
+    return (built - start) / n * 1e6, (done - built) / n * 1e6
+
+
+def atensor_chain(device: str, n: int) -> tuple[float, float]:
+    x = Tensor.empty(16, device=device)
+    start = time.perf_counter()
+    for _ in range(n):
+        x = (x + 1).contiguous()
+    built = time.perf_counter()
+    x.realize().wait()
+    done = time.perf_counter()
+    return (built - start) / n * 1e6, (done - built) / n * 1e6
+
+
+def tinygrad_chain(n: int) -> dict:
+    try:
+        from tinygrad import Tensor as TgTensor, TinyJit
+    except ImportError:
+        return {"note": "tinygrad not installed"}
+    try:
+        x = TgTensor.ones(16).contiguous().realize()
+        x = (x + 1).realize()
+        count = min(n, 300)
+        start = time.perf_counter()
+        for _ in range(count):
+            x = (x + 1).realize()
+        eager = (time.perf_counter() - start) / count * 1e6
+
+        steps = 50
+
+        @TinyJit
+        def step(t):
+            for _ in range(steps):
+                t = (t + 1).contiguous()
+            return t.realize()
+
+        y = TgTensor.ones(16).contiguous().realize()
+        for _ in range(3):
+            y = step(y)
+        reps = max(1, min(n, 2000) // steps)
+        start = time.perf_counter()
+        for _ in range(reps):
+            y = step(y)
+        y.numpy()
+        jit = (time.perf_counter() - start) / (reps * steps) * 1e6
+        return {"eager_us_per_kernel": eager, "jit_us_per_kernel": jit}
+    except Exception as exc:  # a peer that cannot run here is reported, not fatal
+        return {"note": f"tinygrad failed: {type(exc).__name__}: {exc}"}
+
+
+def dask_chain(n: int) -> dict:
+    try:
+        import dask
+    except ImportError:
+        return {"note": "dask not installed"}
+    count = min(n, 5000)
+
+    def add1(a):
+        return a + 1
+
+    node = dask.delayed(np.zeros(16, dtype=np.float32))
+    for _ in range(count):
+        node = dask.delayed(add1)(node)
+    start = time.perf_counter()
+    node.compute(scheduler="threads")
+    chain = (time.perf_counter() - start) / count * 1e6
+    parts = [dask.delayed(add1)(np.zeros(16, dtype=np.float32)) for _ in range(count)]
+    start = time.perf_counter()
+    dask.compute(*parts, scheduler="threads")
+    independent = (time.perf_counter() - start) / count * 1e6
+    return {"chain_us_per_task": chain, "independent_us_per_task": independent}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000)
+    args = parser.parse_args()
+    n = args.tasks
+    results: dict = {"tasks": n, "atensor": {}}
+    rows = []
+    for device in ("NULL", "CPU"):
+        for kind, fn in (("independent", atensor_independent), ("chain", atensor_chain)):
+            fn(device, min(n, 500))  # warm up: kernels compiled, threads started
+            build, realize = fn(device, n)
+            results["atensor"][f"{device}_{kind}"] = {"build_us_per_task": build, "realize_us_per_task": realize}
+            rows.append((f"atensor {device}", kind, realize, build))
+    tg = tinygrad_chain(n)
+    results["tinygrad"] = tg
+    if "note" in tg:
+        rows.append(("tinygrad CPU", tg["note"], "-", "-"))
+    else:
+        rows.append(("tinygrad CPU", "chain, eager realize", tg["eager_us_per_kernel"], "-"))
+        rows.append(("tinygrad CPU", "chain, TinyJit replay", tg["jit_us_per_kernel"], "-"))
+    dk = dask_chain(n)
+    results["dask"] = dk
+    if "note" in dk:
+        rows.append(("dask threads", dk["note"], "-", "-"))
+    else:
+        rows.append(("dask threads", "chain", dk["chain_us_per_task"], "-"))
+        rows.append(("dask threads", "independent", dk["independent_us_per_task"], "-"))
+    print(table(f"per-task overhead, {n} tasks (us per task; lower is better)",
+                ["system", "workload", "us/task", "graph build us/task"], rows))
+    ref = results["atensor"]["NULL_chain"]["realize_us_per_task"]
+    if "chain_us_per_task" in dk:
+        print(f"\ndask chain / atensor NULL chain: {dk['chain_us_per_task'] / ref:.2f}x")
+    if "jit_us_per_kernel" in tg:
+        print(f"tinygrad TinyJit / atensor NULL chain: {tg['jit_us_per_kernel'] / ref:.2f}x; "
+              f"tinygrad eager / atensor CPU chain: "
+              f"{tg['eager_us_per_kernel'] / results['atensor']['CPU_chain']['realize_us_per_task']:.2f}x")
+    print("wrote", write_results("overhead", results))
+
+
+if __name__ == "__main__":
+    main()
