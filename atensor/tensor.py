@@ -30,6 +30,7 @@ from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop
 from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, stop_gradient
+from atensor.tensor_autograd import AutogradOps, stop_gradient
 from atensor.tensor_ops import TensorOps
 
 Scalar = Union[int, float, bool]
@@ -139,6 +140,8 @@ class Tensor(TensorOps, AutogradOps):
         for t in tensors:
             node = t.node
             base = _storage_base(node)
+            if base is None:
+                t._ctx = node  # the computed graph, so backward() still works after realizing
             if base is not None and base.op is Ops.BUFFER:
                 wait_for.append(Buffer.of(base.arg[0]))
                 continue

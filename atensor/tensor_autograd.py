@@ -19,9 +19,11 @@ import weakref
 from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
-from atensor.graph.gradient import compute_gradient
+from atensor.graph.gradient import combine_shards, compute_gradient
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops
+
+_MULTI = getattr(Ops, 'MULTI', None)  # multi-device values (graph/multi.py), when present
 
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
@@ -121,15 +123,26 @@ def _through_view(grad: Node, node: Node, key: Node) -> Node:
 
 
 def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]]:
-    """The gradient of `root` for each of `nodes` (None where `root` does not depend on it)."""
+    """The gradient of `root` for each of `nodes` (None where `root` does not depend on it). A
+    multi-device node is differentiated shard by shard and its gradient laid out like it."""
     in_graph = dict.fromkeys(toposort([root]))
     newest: dict[Any, Node] = {}
     for n in in_graph:
         if n.op in (Ops.BUFFER, Ops.ASSIGN):
             newest[_storage_key(n)] = n
-    keys = [_gradient_key(n, in_graph, newest) for n in nodes]
-    grads = compute_gradient(root, seed, {k for k in keys if k is not None})
-    return [None if k is None or k not in grads else _through_view(grads[k], n, k) for n, k in zip(nodes, keys)]
+    shards = [n.src if n.op is _MULTI else (n,) for n in nodes]
+    keys = [[_gradient_key(s, in_graph, newest) for s in parts] for parts in shards]
+    leaves = frozenset(k for n, ks in zip(nodes, keys) if n.op is _MULTI and n.arg[0] is None
+                       for k in ks if k is not None)
+    grads = compute_gradient(root, seed, {k for ks in keys for k in ks if k is not None}, leaves)
+    out: list[Optional[Node]] = []
+    for node, parts, ks in zip(nodes, shards, keys):
+        found = [None if k is None or k not in grads else _through_view(grads[k], s, k) for s, k in zip(parts, ks)]
+        if all(g is None for g in found):
+            out.append(None)
+        else:
+            out.append(combine_shards(node, found) if node.op is _MULTI else found[0])
+    return out
 
 
 class AutogradOps:
@@ -181,10 +194,11 @@ class AutogradOps:
 
     @requires_grad.setter
     def requires_grad(self, value: Optional[bool]) -> None:
+        old = getattr(self, "_requires_grad", None)
         self._requires_grad = value  # type: ignore[attr-defined]
         if value:
             _requiring_grad.add(self)
-        else:
+        elif old:
             _requiring_grad.discard(self)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -205,7 +219,7 @@ class AutogradOps:
         from atensor.tensor import Tensor
         if grad_disabled():
             raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
-        grads = _gradients(self.node, self._seed(gradient), [t.node for t in targets])  # type: ignore
+        grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
         out: list[Tensor] = []
         for t, grad in zip(targets, grads):
             if grad is None:
@@ -230,11 +244,21 @@ class AutogradOps:
         if grad_disabled():
             raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
         targets = [t for t in list(_requiring_grad) if t is not self]
-        grads = _gradients(self.node, self._seed(gradient), [t.node for t in targets])  # type: ignore
+        grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
         for t, grad in zip(targets, grads):
             if grad is not None:
                 t.grad = Tensor(grad) if t.grad is None else t.grad + Tensor(grad)
         return self  # type: ignore[return-value]
+
+    def _graph(self) -> Node:
+        """The graph to differentiate: this tensor's node, or, once it was realized into a buffer, the
+        graph that computed it (`realize` keeps it), so `print(loss.item()); loss.backward()` works
+        (the gradient graph then recomputes what it needs of the forward)."""
+        node = self.node  # type: ignore[attr-defined]
+        computed = self._ctx  # type: ignore[attr-defined]
+        if computed is not None and (node.base().op is Ops.BUFFER or node.op is _MULTI):
+            return computed
+        return node
 
     def _seed(self, gradient: Optional[Tensor]) -> Node:
         node = self.node  # type: ignore[attr-defined]

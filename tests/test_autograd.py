@@ -318,3 +318,11 @@ async def test_one_realize_runs_forward_backward_and_update():
     err = (0.5 - 2 + 6) - 1
     assert loss.item() == pytest.approx(err ** 2)
     np.testing.assert_allclose(w.numpy(), np.array([1, -2, 3]) - 0.1 * 2 * err * np.array([0.5, 1, 2]), rtol=1e-6)
+
+
+def test_backward_after_reading_the_loss_still_works():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    assert loss.item() == 5.0  # realizes the loss into a buffer; its graph is kept for backward
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), [2, 4])

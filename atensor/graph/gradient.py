@@ -21,12 +21,17 @@ Only float nodes carry gradients; comparisons, integer and bool ops, and `DETACH
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Optional
 
 from atensor.dtype import dtypes
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops, ReduceOp
+
+_MULTI = getattr(Ops, 'MULTI', None)  # multi-device values (graph/multi.py), when present
 from atensor.graph.rewrite import Pat, PatternMatcher
+from atensor.graph.semantics import fold_constant
+from atensor.graph.simplify import const_value
 from atensor.graph.view import Shape, View
 
 Grads = tuple[Optional[Node], ...]
@@ -37,16 +42,45 @@ def _const(like: Node, value: float) -> Node:
     return Node.const(value, like.dtype, like.device, like.shape)
 
 
+def _alu(op: Ops, *src: Node) -> Node:
+    """An elementwise node, folded when every operand is a constant: gradients start from a constant
+    seed, and a constant gradient can be made on another device instead of copied there."""
+    values = [const_value(s) for s in src]
+    if all(v is not None for v in values):
+        value = fold_constant(op, src[0].dtype, [s.dtype for s in src], values)
+        return Node.const(value, src[0].dtype, src[0].device, src[0].shape)
+    if op is Ops.MUL and src[0].dtype == src[1].dtype:
+        if _is_one(values[1]):
+            return src[0]
+        if _is_one(values[0]):
+            return src[1]
+    return src[0].alu(op, *src[1:])
+
+
+def _is_one(value: object) -> bool:
+    return value is not None and not isinstance(value, bool) and value == 1
+
+
 def _mul(a: Node, b: Node) -> Node:
-    return a.alu(Ops.MUL, b)
+    return _alu(Ops.MUL, a, b)
 
 
 def _neg(a: Node) -> Node:
-    return a.alu(Ops.NEG)
+    return _alu(Ops.NEG, a)
 
 
 def _div(a: Node, b: Node) -> Node:
-    return a.alu(Ops.FDIV, b)
+    return _alu(Ops.FDIV, a, b)
+
+
+def to_device(node: Node, device: str) -> Node:
+    """`node` on `device`: itself, a constant made there, or a COPY."""
+    if node.device == device:
+        return node
+    value = const_value(node)
+    if value is not None:
+        return Node.const(value, node.dtype, device, node.shape)
+    return Node.make(Ops.COPY, node.dtype, (node,), device)
 
 
 def zeros_like(node: Node) -> Node:
@@ -162,6 +196,24 @@ def _assign_rule(ctx: Node, ret: Node) -> Grads:
     return (mask.alu(Ops.WHERE, zeros_like(ctx), ctx), to_value)
 
 
+def _allreduce_rule(ctx: Node, ret: Node) -> Grads:
+    arg = ret.arg
+    if arg.op is ReduceOp.SUM:
+        scale = 1.0 / len(ret.src) if arg.mean else 1.0
+        return tuple(_mul(to_device(ctx, s.device), _const(s, scale)) for s in ret.src)
+    if arg.op is ReduceOp.MAX:
+        # the partials equal to the result share the gradient; the collective's output on device j
+        # is its sibling ALLREDUCE node with index j (no copy)
+        on = [Node.make(Ops.ALLREDUCE, ret.dtype, ret.src, replace(arg, index=j)) for j in range(len(ret.src))]
+        masks = tuple(s.alu(Ops.CMPEQ, r).cast(s.dtype) for s, r in zip(ret.src, on))
+        grads = []
+        for j, s in enumerate(ret.src):
+            count = Node.make(Ops.ALLREDUCE, s.dtype, masks, replace(arg, op=ReduceOp.SUM, index=j, mean=False))
+            grads.append(_mul(_div(masks[j], count), to_device(ctx, s.device)))
+        return tuple(grads)
+    raise GraphError(f"no gradient rule for a {arg.op.name} allreduce")
+
+
 def _no_grad(*_: Node, **__: Node) -> Grads:
     return (None, None, None)
 
@@ -224,26 +276,56 @@ def _carries_gradient(node: Node) -> bool:
     return dtypes.is_float(node.dtype) and node.op is not Ops.DETACH
 
 
-def compute_gradient(root: Node, root_grad: Node, targets: set[Node]) -> dict[Node, Node]:
-    """The gradient of `root` (seeded with `root_grad`) with respect to each of `targets` that `root`
-    depends on through float ops; targets it does not reach are left out.
+def seed_roots(root: Node, root_grad: Node) -> list[tuple[Node, Node]]:
+    """The single-device roots to start from, each with its gradient. A sharded root starts from
+    every shard; a replicated one from its first replica only (all replicas hold the same value,
+    so one of them is the function being differentiated; seeding all would count it n times)."""
+    if root.op is not _MULTI:
+        return [(root, root_grad)]
+    from atensor.graph import multi
+    axis, bounds = root.arg
+    if not (root_grad.op is _MULTI and root_grad.arg == root.arg and root_grad.device == root.device):
+        root_grad = multi.reshard(root_grad, root.device, axis, bounds)
+    if axis is None:
+        return [(root.src[0], root_grad.src[0])]
+    return list(zip(root.src, root_grad.src))
+
+
+def combine_shards(target: Node, grads: list[Optional[Node]]) -> Node:
+    """The gradient of a multi-device `target` from the gradients of its shards: a sharded target's
+    gradient is sharded alike; a replicated target is one value used on every device, so its
+    gradient is the sum of its replicas' gradients, an allreduce (data parallel training). For
+    that sum to count each use once, the replicas must be differentiated as independent leaves
+    (`compute_gradient`'s `leaves`), also when a replica is a lazy copy of another."""
+    from atensor.graph import multi
+    parts = [g if g is not None else zeros_like(s) for s, g in zip(target.src, grads)]
+    if target.arg[0] is None:
+        return multi.allreduce(parts, ReduceOp.SUM)
+    return Node.make(_MULTI, target.dtype, tuple(parts), target.arg)
+
+
+def compute_gradient(root: Node, root_grad: Node, targets: set[Node],
+                     leaves: frozenset[Node] = frozenset()) -> dict[Node, Node]:
+    """The gradient of `root` (seeded with `root_grad`) with respect to each of `targets` (single-
+    device nodes) that `root` depends on through float ops; targets it does not reach are left out.
+    Gradients do not flow past `leaves` into their sources (the replicas of a replicated target are
+    independent copies even when one was made from another: see `combine_shards`).
 
     Walks the nodes between `root` and the targets from the root back, applying one rule per node
     and adding up the gradients of nodes with several users. Nothing runs: the result is lazy graph.
-
-    >>> # d/dx sum(x * x) = 2x, as a graph over x
     """
     if root_grad.shape != root.shape:
         raise GraphError(f"gradient of shape {root_grad.shape} for a root of shape {root.shape}")
-    order = toposort([root])
+    seeds = seed_roots(root, root_grad)
+    order = toposort([r for r, _ in seeds])
     on_path: set[Node] = set()
     for node in order:  # sources first: a node is on a path when a source is, or it is a target
         if node in targets or (_carries_gradient(node) and any(s in on_path for s in node.src)):
             on_path.add(node)
-    grads: dict[Node, Node] = {root: root_grad}
+    grads: dict[Node, Node] = dict(seeds)
     for node in reversed(order):  # users first: a node's gradient is complete when it is reached
         grad = grads.get(node)
-        if grad is None or node not in on_path or not node.src:
+        if grad is None or node not in on_path or not node.src or node in leaves:
             continue
         for src, src_grad in zip(node.src, rule_for(node, grad)):
             if src_grad is None or src not in on_path or not dtypes.is_float(src.dtype):

@@ -1,0 +1,247 @@
+"""Optimizers and learning-rate schedules, with PyTorch's update rules and tinygrad's structure.
+
+An optimizer step is graph, not a loop over numbers: `schedule_step()` assigns each parameter its
+update (and each state tensor, such as momentum, its new value) lazily and returns every tensor
+that must be realized; `step()` realizes them in one task graph and returns the awaitable handle.
+So a whole training step, forward, backward and update, is one realize:
+
+    loss = loss_fn(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    await opt.step(loss)                   # the same as: await Tensor.realize(loss, *opt.schedule_step())
+
+The learning rate and Adam's bias corrections live in one-element tensors, not in Python floats:
+a schedule that changes the rate every step then changes data, not the kernels (which are compiled
+once per structure).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from atensor.tensor import Tensor
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
+           "OneCycleLR", "LinearWarmup"]
+
+
+def _scalar(value: float, like: Tensor) -> Tensor:
+    """A one-element float32 tensor with storage, on `like`'s device (replicated when it is sharded)."""
+    t = Tensor(np.array([value], dtype=np.float32))
+    if isinstance(like.device, tuple):
+        return t.shard(like.device).clone()
+    return t.to(like.device).clone() if like.device != t.device else t
+
+
+def _state_like(t: Tensor) -> Tensor:
+    """Zeros with storage, laid out like `t` (an optimizer's per-parameter state)."""
+    return Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device).clone().requires_grad_(False)
+
+
+def _dedup(tensors: Sequence[Tensor]) -> list[Tensor]:
+    unique: dict[int, Tensor] = {}
+    for t in tensors:
+        unique.setdefault(id(t), t)
+    return list(unique.values())
+
+
+class Optimizer:
+    """Holds the parameters (tensors with `requires_grad`; those left at None are switched on) and
+    the buffers (tensors given with `requires_grad=False`, such as batchnorm running statistics),
+    which each step realizes along so their pending assigns never pile up."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float):
+        for t in params:
+            if t.requires_grad is None:
+                t.requires_grad = True
+        self.params = _dedup([t for t in params if t.requires_grad])
+        self.buffers = _dedup([t for t in params if not t.requires_grad])
+        if not self.params:
+            raise ValueError("optimizer got no parameters that require grad")
+        self.initial_lr = lr
+        self.lr = _scalar(lr, self.params[0])
+        self.state: list[Tensor] = [self.lr]
+
+    def zero_grad(self) -> None:
+        """Forgets the gradients (the next backward sets them afresh)."""
+        for t in self.params:
+            t.grad = None
+
+    def schedule_step(self) -> list[Tensor]:
+        """Assigns every parameter its update (lazily) and returns all tensors to realize."""
+        missing = [i for i, t in enumerate(self.params) if t.grad is None]
+        if len(missing) == len(self.params):
+            raise RuntimeError("optimizer step without gradients: call loss.backward() first")
+        grads = [t.grad if t.grad is not None else t.zeros_like() for t in self.params]
+        self._update(grads)
+        return self.params + self.buffers + self.state
+
+    def step(self, *also: Tensor) -> Any:
+        """Realizes one update of every parameter, together with `also` (pass the loss: a value that
+        reads the parameters must be realized before or with the update that overwrites them);
+        returns the awaitable realize handle: `await opt.step(loss)`."""
+        tensors = [*also, *self.schedule_step()]
+        return tensors[0].realize(*tensors[1:])
+
+    def _update(self, grads: list[Tensor]) -> None:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, Nesterov momentum and (L2) weight decay, PyTorch's
+    rule: d = g + wd * p; b = momentum * b + (1 - dampening) * d (b = d on the first step);
+    d = d + momentum * b (nesterov) or b; p = p - lr * d."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False, dampening: float = 0.0):
+        super().__init__(params, lr)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("nesterov momentum needs momentum > 0 and no dampening")
+        self.momentum, self.wd, self.nesterov, self.dampening = momentum, weight_decay, nesterov, dampening
+        self.b = [_state_like(t) for t in self.params] if momentum else []
+        self.first = _scalar(1.0, self.params[0]) if momentum and dampening else None
+        self.state += self.b + ([self.first] if self.first is not None else [])
+
+    def _update(self, grads: list[Tensor]) -> None:
+        for i, (t, g) in enumerate(zip(self.params, grads)):
+            d = g + t.detach() * self.wd if self.wd else g
+            if self.momentum:
+                inflow = d if self.first is None else d * (1 - self.dampening * (1 - self.first))
+                self.b[i].assign(self.b[i] * self.momentum + inflow)
+                d = d + self.b[i] * self.momentum if self.nesterov else self.b[i]
+            t.assign((t.detach() - d * self.lr).cast(t.dtype))
+        if self.first is not None:
+            self.first.assign(self.first * 0)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba) with bias correction, PyTorch's rule; `weight_decay` adds wd * p to the
+    gradient (L2); AdamW decouples it instead."""
+    decoupled = False
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-8, weight_decay: float = 0.0, betas: Optional[tuple[float, float]] = None):
+        super().__init__(params, lr)
+        if betas is not None:
+            b1, b2 = betas
+        self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
+        self.b1_t, self.b2_t = _scalar(1.0, self.params[0]), _scalar(1.0, self.params[0])
+        self.m = [_state_like(t) for t in self.params]
+        self.v = [_state_like(t) for t in self.params]
+        self.state += [self.b1_t, self.b2_t] + self.m + self.v
+
+    def _update(self, grads: list[Tensor]) -> None:
+        self.b1_t.assign(self.b1_t * self.b1)
+        self.b2_t.assign(self.b2_t * self.b2)
+        for i, (t, g) in enumerate(zip(self.params, grads)):
+            if self.wd and not self.decoupled:
+                g = g + t.detach() * self.wd
+            self.m[i].assign(self.m[i] * self.b1 + g * (1.0 - self.b1))
+            self.v[i].assign(self.v[i] * self.b2 + (g * g) * (1.0 - self.b2))
+            m_hat = self.m[i] / (1.0 - self.b1_t)
+            v_hat = self.v[i] / (1.0 - self.b2_t)
+            update = m_hat / (v_hat.sqrt() + self.eps)
+            if self.wd and self.decoupled:
+                update = update + t.detach() * self.wd
+            t.assign((t.detach() - update * self.lr).cast(t.dtype))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov and Hutter): p = p - lr * (update + wd * p)."""
+    decoupled = True
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-8, weight_decay: float = 0.01, betas: Optional[tuple[float, float]] = None):
+        super().__init__(params, lr, b1, b2, eps, weight_decay, betas)
+
+
+# ---- learning-rate schedules ---------------------------------------------------------------------
+class LRScheduler:
+    """Sets the optimizer's learning rate from the number of `step()` calls so far (PyTorch's
+    convention: call `scheduler.step()` after `optimizer.step()`), relative to the rate the
+    optimizer was made with. The new rate is assigned into the optimizer's rate tensor and takes
+    effect in the next realized step."""
+
+    def __init__(self, optimizer: Optimizer):
+        self.optimizer = optimizer
+        self.lr0 = optimizer.initial_lr
+        self.epoch = 0
+        self._set(self.get_lr())
+
+    def get_lr(self) -> float:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        self.epoch += 1
+        self._set(self.get_lr())
+
+    def _set(self, value: float) -> None:
+        self.last_lr = value
+        self.optimizer.lr.assign(_scalar(value, self.optimizer.lr))
+
+
+class StepLR(LRScheduler):
+    """lr = base * gamma ** (epoch // step_size)."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        return self.lr0 * self.gamma ** (self.epoch // self.step_size)
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base * gamma ** (number of milestones reached)."""
+
+    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        return self.lr0 * self.gamma ** sum(1 for m in self.milestones if self.epoch >= m)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        return self.eta_min + (self.lr0 - self.eta_min) * (1 + math.cos(math.pi * self.epoch / self.T_max)) / 2
+
+
+class OneCycleLR(LRScheduler):
+    """PyTorch's one-cycle schedule (cosine annealing): from max_lr / div_factor up to max_lr over
+    pct_start of the steps, then down to max_lr / (div_factor * final_div_factor)."""
+
+    def __init__(self, optimizer: Optimizer, max_lr: float, total_steps: int, pct_start: float = 0.3,
+                 div_factor: float = 25.0, final_div_factor: float = 1e4):
+        self.max_lr, self.total_steps = max_lr, total_steps
+        self.initial, self.final = max_lr / div_factor, max_lr / (div_factor * final_div_factor)
+        self.up = pct_start * total_steps - 1  # the step at which max_lr is reached (PyTorch's phase end)
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        def anneal(start: float, end: float, frac: float) -> float:
+            return end + (start - end) * (1 + math.cos(math.pi * min(max(frac, 0.0), 1.0))) / 2
+        if self.epoch <= self.up:
+            return anneal(self.initial, self.max_lr, self.epoch / self.up if self.up > 0 else 1.0)
+        return anneal(self.max_lr, self.final, (self.epoch - self.up) / (self.total_steps - 1 - self.up))
+
+
+class LinearWarmup(LRScheduler):
+    """lr rises linearly from base * start_factor to base over `warmup_steps`, then stays."""
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, start_factor: float = 0.1):
+        self.warmup_steps, self.start_factor = warmup_steps, start_factor
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        frac = min(1.0, self.epoch / max(1, self.warmup_steps))
+        return self.lr0 * (self.start_factor + (1 - self.start_factor) * frac)
+
