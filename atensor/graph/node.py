@@ -11,6 +11,7 @@ naming the op and the operands, long before anything is scheduled.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -58,6 +59,7 @@ class GraphError(ValueError):
 
 
 _interned: weakref.WeakValueDictionary[tuple, Node] = weakref.WeakValueDictionary()
+_intern_lock = threading.Lock()
 
 
 class Node:
@@ -81,8 +83,11 @@ class Node:
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
         node.shape, node.device = _infer(op, dtype, src, arg)
         node._hash = hash(key)
-        _interned[key] = node
-        return node
+        with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
+            found = _interned.get(key)
+            if found is None:
+                found = _interned[key] = node
+        return found
 
     def __hash__(self) -> int:
         return self._hash

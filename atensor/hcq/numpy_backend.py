@@ -16,6 +16,7 @@ Generated code reads like this (E_add_exp_4096):
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Callable
 
@@ -39,6 +40,8 @@ def _strided(flat: np.ndarray, offset: int, shape: tuple[int, ...], strides: tup
 
 def _view(x: np.ndarray, view: View) -> np.ndarray:
     """`x` (any array, read in row-major order) seen through `view`, without copying unless padded."""
+    if view.mask is None and view.offset == 0 and view.size == x.size and view.contiguous:
+        return x.reshape(view.shape)  # a reshape: numpy copies only when x's strides cannot say it
     flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
     if view.size == 0:
         return np.empty(view.shape, dtype=x.dtype)
@@ -67,21 +70,61 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 def _sum_of_product(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """sum(a * b, axes) with keepdims, where broadcast (stride-0) axes of a and b are dropped first so
-    the contraction is an einsum that BLAS can run."""
+    the contraction is a (batched) matrix product that BLAS runs."""
     shape = a.shape
 
-    def squeeze(x: np.ndarray) -> tuple[np.ndarray, str]:
+    def squeeze(x: np.ndarray) -> tuple[np.ndarray, list[int]]:
         real = [i for i in range(x.ndim) if x.strides[i] != 0 and x.shape[i] != 1]
         index = tuple(slice(None) if i in real else 0 for i in range(x.ndim))
-        return x[index], "".join(_LETTERS[i] for i in real)
+        return x[index], real
 
-    (sa, la), (sb, lb) = squeeze(a), squeeze(b)
-    present = set(la) | set(lb)
-    out_axes = [i for i in range(len(shape)) if i not in axes and _LETTERS[i] in present]
-    result = np.einsum(f"{la},{lb}->{''.join(_LETTERS[i] for i in out_axes)}", sa, sb, optimize=True)
-    keep = tuple(1 if (i in axes or _LETTERS[i] not in present) else shape[i] for i in range(len(shape)))
+    (sa, ra), (sb, rb) = squeeze(a), squeeze(b)
+    result, out_axes = _contract(sa, ra, sb, rb, axes)
+    present = set(ra) | set(rb)
+    keep = tuple(1 if (i in axes or i not in present) else shape[i] for i in range(len(shape)))
     full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
     return np.broadcast_to(np.asarray(result, dtype=dtype).reshape(keep), full)
+
+
+def _contract(sa: np.ndarray, ra: list[int], sb: np.ndarray, rb: list[int],
+              axes: tuple[int, ...]) -> tuple[np.ndarray, list[int]]:
+    """sum over `axes` of sa * sb, whose dims are the original axes `ra` and `rb`; the result's dims are
+    the kept axes in increasing order. Axes in both operands that are kept are batch axes, those only in
+    one are the rows (a) or columns (b) of a matmul, those in both that are reduced are its inner axis:
+    one np.matmul (a BLAS gemm per batch element) with a C-contiguous result, instead of einsum, whose
+    tensordot path can return a transposed result that the next view then copies."""
+    in_a, in_b = set(ra), set(rb)
+    inner = [i for i in ra if i in in_b and i in axes]
+    batch = [i for i in ra if i in in_b and i not in axes]
+    rows = [i for i in ra if i not in in_b]
+    cols = [i for i in rb if i not in in_a]
+    out_axes = sorted(i for i in batch + rows + cols if i not in axes)
+    if any(i in axes for i in rows + cols) or len(ra) + len(rb) > 26:  # a one-sided sum: einsum does it
+        letters = {i: _LETTERS[k] for k, i in enumerate(sorted(in_a | in_b))}
+        spec = f"{''.join(letters[i] for i in ra)},{''.join(letters[i] for i in rb)}->" \
+               f"{''.join(letters[i] for i in out_axes)}"
+        return np.einsum(spec, sa, sb, optimize=True), out_axes
+    size = dict(zip(ra, sa.shape)) | dict(zip(rb, sb.shape))
+    batch_shape = tuple(size[i] for i in batch)
+    m, k, n = (math.prod(size[i] for i in group) for group in (rows, inner, cols))
+    left = _blasable(sa.transpose([ra.index(i) for i in batch + rows + inner]).reshape(*batch_shape, m, k))
+    right = _blasable(sb.transpose([rb.index(i) for i in batch + inner + cols]).reshape(*batch_shape, k, n))
+    result = np.matmul(left, right).reshape(batch_shape + tuple(size[i] for i in rows + cols))
+    order = batch + rows + cols
+    if order != out_axes:
+        result = result.transpose([order.index(i) for i in out_axes])
+    return result, out_axes
+
+
+def _blasable(x: np.ndarray) -> np.ndarray:
+    """`x`, copied to C order unless each matrix in it already has one unit stride (BLAS's condition;
+    numpy falls back to a slow loop otherwise)."""
+    rows, cols = x.shape[-2:]
+    s_row, s_col = x.strides[-2:]
+    item = x.itemsize
+    if (s_col == item and s_row >= cols * item) or (s_row == item and s_col >= rows * item) or rows * cols <= 1:
+        return x
+    return np.ascontiguousarray(x)
 
 
 def _matmul_shaped(node: Node) -> bool:
@@ -121,6 +164,21 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             users[src] = users.get(src, 0) + 1
     # the product under a matmul-shaped reduce is never materialized: einsum reads its operands
     skip = {n.src[0] for n in order if n.op is Ops.REDUCE and _matmul_shaped(n) and users[n.src[0]] == 1}
+    # arrays this kernel allocated (ufunc and where results) that nothing else refers to: a ufunc that
+    # is their only reader writes its result into them (`out=`), saving an allocation and a pass over
+    # cold memory per elementwise op
+    fresh: set[Node] = set()
+
+    def ufunc_call(fn: Any, n: Node) -> str:
+        call = f"{const(fn)}({', '.join(names[s] for s in n.src)}"
+        if isinstance(fn, np.ufunc) and n.shape:
+            fresh.add(n)
+            reuse = next((s for s in n.src if s in fresh and users[s] == 1 and s.dtype == n.dtype
+                          and s.shape == n.shape), None)
+            if reuse is not None:
+                return f"{call}, out={names[reuse]})"
+        return call + ")"
+
     for n in order:
         if n in skip:
             continue
@@ -146,15 +204,16 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             else:
                 expr = f"_view({src[0]}, {const(n.arg)})"
         elif n.op in UNARY_FNS:
-            expr = f"{const(UNARY_FNS[n.op])}({src[0]})"
+            expr = ufunc_call(UNARY_FNS[n.op], n)
         elif n.op is Ops.CAST:
             expr = f"_cast({src[0]}, {const(n.dtype)})"
         elif n.op is Ops.BITCAST:
             expr = f"_bitcast({src[0]}, {const(n.dtype)})"
         elif n.op in BINARY_FNS:
-            expr = f"{const(BINARY_FNS[n.op])}({src[0]}, {src[1]})"
+            expr = ufunc_call(BINARY_FNS[n.op], n)
         elif n.op is Ops.WHERE:
             expr = f"np.where({src[0]}, {src[1]}, {src[2]})"
+            fresh.add(n) if n.shape else None
         elif n.op is Ops.REDUCE:
             if _matmul_shaped(n):
                 a, b = (names[s] for s in n.src[0].src)

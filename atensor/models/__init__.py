@@ -1,0 +1,1 @@
+"""Pretrained models written with atensor ops (see bert.py)."""

@@ -1,0 +1,516 @@
+"""Sentence embeddings over HTTP: a trio server whose model runs on atensor, with dynamic batching.
+
+    python examples/serve.py --port 8000 --devices 2 --batch-window-ms 5
+    curl -s localhost:8000/embed -d '{"sentences": ["a cat", "a dog"]}'
+    curl -s localhost:8000/health
+
+Why this shape: the usual async model server pushes PyTorch into a thread pool, and the GIL-heavy
+inference then competes with the event loop. Here a request handler only validates and tokenizes;
+the model's graph is built off the loop thread, and `await model(batch).realize()` parks the batch's
+task while atensor's queues compute, so `/health` and new requests are served meanwhile.
+
+- Dynamic batching: requests that arrive within `--batch-window-ms` of the first one waiting (up to
+  `--max-batch` sentences) are padded together and computed in one realize; each request gets its rows.
+- `--devices N`: one model replica per `CPU:k`; one batch worker per replica takes the next batch, so
+  batches spread over the devices.
+- Cancellation: a client that disconnects cancels its handler. A request still queued is dropped
+  before it is batched; one whose batch is computing lets the batch finish (the other requests need
+  it, and atensor never leaves a half-written buffer) and its rows are discarded.
+- Graceful shutdown on SIGINT/SIGTERM: the listener closes (new connections are refused), requests in
+  flight finish, requests on kept-alive connections get 503.
+- `--mode sync` and `--mode torch` are the baselines of bench/serve_load.py: the same server computing
+  each request synchronously in the handler, and sentence-transformers on PyTorch through
+  `trio.to_thread.run_sync` per request.
+
+HTTP is hypercorn's (its trio worker) under a small ASGI app; `EmbedClient` is a small h11 client.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Optional, Sequence
+
+import numpy as np
+import trio
+
+JSON = dict[str, Any]
+
+
+@dataclass
+class ServerConfig:
+    """What `serve` needs; the command line maps onto it one to one."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    devices: int = 1
+    batch_window_ms: float = 5.0
+    max_batch: int = 64             # sentences per forward pass
+    max_request_sentences: int = 64
+    max_body_bytes: int = 1 << 20
+    mode: str = "atensor"           # atensor | sync | torch (the two baselines)
+    pad_multiple: int = 8           # sequence lengths rounded up: fewer distinct kernels to compile
+
+
+class BadRequest(Exception):
+    """Bad input: answered with `status` and a JSON body {"error": message}."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+# ---- engines: sentences in, embeddings out -----------------------------------------------------------
+
+@dataclass
+class _Pending:
+    ids: list[list[int]]
+    arrived: float
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Optional[np.ndarray] = None
+    error: Optional[BaseException] = None
+    abandoned: bool = False
+
+
+class BatchingEngine:
+    """Dynamic batching over atensor model replicas: one batch worker task per replica.
+
+    A worker takes the collect lock, waits for the first queued request, then takes every request that
+    arrives until `window_s` after that first one's arrival (or until `max_batch` sentences), releases
+    the lock for the next worker and computes its batch with one realize.
+    """
+
+    def __init__(self, models: Sequence[Any], window_s: float, max_batch: int, pad_multiple: int = 8):
+        self.models, self.window_s, self.max_batch = list(models), window_s, max_batch
+        self.pad_multiple = pad_multiple
+        self.tokenizer = self.models[0].tokenizer
+        self.max_tokens = self.models[0].max_seq_length
+        self.name, self.dim = self.models[0].name, self.models[0].dim
+        self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
+        self._collect = trio.Lock()
+        self._carry: Optional[_Pending] = None
+        self.forward_passes = 0
+        self.sentences_computed = 0
+        self.abandoned = 0
+        self.busy = 0
+
+    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer.encode(sentences)
+
+    async def run(self, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+        """The batch workers; runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            for model in self.models:
+                nursery.start_soon(self._worker, model)
+            task_status.started()
+
+    async def embed(self, ids: list[list[int]]) -> np.ndarray:
+        """Queues one request's token ids and waits for its rows. Cancelled while queued: the request is
+        dropped; cancelled while its batch computes: the batch finishes and these rows are discarded."""
+        pending = _Pending(ids, trio.current_time())
+        self._send.send_nowait(pending)
+        try:
+            await pending.done.wait()
+        except trio.Cancelled:
+            pending.abandoned = True
+            self.abandoned += 1
+            raise
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    async def _first(self) -> _Pending:
+        while True:
+            item, self._carry = self._carry, None
+            if item is None:
+                item = await self._receive.receive()
+            if not item.abandoned:
+                return item
+
+    async def _next_batch(self) -> list[_Pending]:
+        async with self._collect:
+            first = await self._first()
+            batch, count = [first], len(first.ids)
+            deadline = first.arrived + self.window_s
+            while count < self.max_batch:
+                item: Optional[_Pending] = None
+                try:
+                    item = self._receive.receive_nowait()  # already queued: taken even past the deadline
+                except trio.WouldBlock:
+                    with trio.move_on_at(deadline):
+                        item = await self._receive.receive()
+                if item is None:
+                    break
+                if item.abandoned:
+                    continue
+                if count + len(item.ids) > self.max_batch:
+                    self._carry = item  # it starts the next batch: a request is never split
+                    break
+                batch.append(item)
+                count += len(item.ids)
+        return [p for p in batch if not p.abandoned]
+
+    async def _worker(self, model: Any) -> None:
+        while True:
+            batch = await self._next_batch()
+            if not batch:
+                continue
+            rows = [r for p in batch for r in p.ids]
+            self.busy += 1
+            try:
+                tokens = model.tokenizer.pad(rows, self.pad_multiple)
+                # building the graph is Python work: done off the loop thread, so the loop stays free
+                out = await trio.to_thread.run_sync(model, tokens)
+                with trio.CancelScope(shield=True):  # the batch's other requests need it
+                    await out.realize()
+                result = out.numpy()
+            except Exception as exc:  # a server bug, not bad input: each request of the batch gets it
+                for p in batch:
+                    p.error = exc
+                    p.done.set()
+                continue
+            finally:
+                self.busy -= 1
+            self.forward_passes += 1
+            self.sentences_computed += len(rows)
+            start = 0
+            for p in batch:
+                p.result = result[start:start + len(p.ids)]
+                start += len(p.ids)
+                p.done.set()
+
+    def stats(self) -> JSON:
+        return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
+                "abandoned_requests": self.abandoned, "batches_computing": self.busy,
+                "devices": [m.device for m in self.models]}
+
+
+class SyncEngine(BatchingEngine):
+    """Baseline (a): each request computed synchronously in its handler; the event loop waits."""
+
+    async def run(self, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+
+    async def embed(self, ids: list[list[int]]) -> np.ndarray:
+        model = self.models[0]
+        out = model(model.tokenizer.pad(ids))
+        out.realize().wait()  # blocks the loop thread: what a naive async server does
+        self.forward_passes += 1
+        self.sentences_computed += len(ids)
+        return out.numpy()
+
+
+class TorchEngine:
+    """Baseline (b): sentence-transformers on PyTorch CPU, each request in `trio.to_thread.run_sync`."""
+
+    def __init__(self, max_tokens: int):
+        from sentence_transformers import SentenceTransformer
+
+        from atensor.models.bert import SentenceTokenizer, model_dir
+        self.model = SentenceTransformer(str(model_dir()), device="cpu")
+        self.tokenizer = SentenceTokenizer.from_pretrained()
+        self.name, self.dim, self.max_tokens = "sentence-transformers/all-MiniLM-L6-v2", 384, max_tokens
+        self.forward_passes = 0
+        self.sentences_computed = 0
+
+    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer.encode(sentences)
+
+    async def run(self, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+
+    async def embed_sentences(self, sentences: list[str]) -> np.ndarray:
+        out = await trio.to_thread.run_sync(lambda: self.model.encode(sentences, batch_size=len(sentences)))
+        self.forward_passes += 1
+        self.sentences_computed += len(sentences)
+        return np.asarray(out, dtype=np.float32)
+
+    def stats(self) -> JSON:
+        return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
+                "devices": ["torch-cpu"]}
+
+
+# ---- request validation -------------------------------------------------------------------------------
+
+def parse_embed_request(body: bytes, config: ServerConfig) -> list[str]:
+    """The sentences of a POST /embed body, or BadRequest saying what is wrong with it."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadRequest(400, "the body is not UTF-8 text")
+    except json.JSONDecodeError as exc:
+        raise BadRequest(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:
+        raise BadRequest(400, "the body is not valid JSON for this server: nested too deeply")
+    if not isinstance(data, dict):
+        raise BadRequest(422, f'the body must be a JSON object like {{"sentences": [...]}}, got '
+                              f"{type(data).__name__}")
+    if "sentences" not in data:
+        raise BadRequest(422, 'missing field "sentences" (a list of strings)')
+    sentences = data["sentences"]
+    if not isinstance(sentences, list):
+        raise BadRequest(422, f'"sentences" must be a list of strings, got {type(sentences).__name__}')
+    if not sentences:
+        raise BadRequest(422, '"sentences" is empty: give at least one sentence')
+    if len(sentences) > config.max_request_sentences:
+        raise BadRequest(413, f"too many sentences: {len(sentences)}, at most {config.max_request_sentences} "
+                              f"per request")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise BadRequest(422, f'"sentences"[{i}] must be a string, got {type(s).__name__}')
+    return sentences
+
+
+def check_lengths(ids: list[list[int]], max_tokens: int) -> None:
+    for i, row in enumerate(ids):
+        if len(row) > max_tokens:
+            raise BadRequest(422, f'"sentences"[{i}] is too long: {len(row)} tokens, the model takes at most '
+                                  f"{max_tokens} (including [CLS] and [SEP])")
+
+
+# ---- the ASGI app -------------------------------------------------------------------------------------
+
+class EmbedApp:
+    """POST /embed and GET /health as an ASGI app (hypercorn runs it on trio)."""
+
+    def __init__(self, engine: Any, config: ServerConfig):
+        self.engine, self.config = engine, config
+        self.shutting_down = False
+        self.in_flight = 0
+        self.requests = 0
+        self.started = time.monotonic()
+
+    async def __call__(self, scope: JSON, receive: Callable[[], Awaitable[JSON]],
+                       send: Callable[[JSON], Awaitable[None]]) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        self.requests += 1
+        path, method = scope["path"], scope["method"]
+        try:
+            if path == "/health":
+                if method not in ("GET", "HEAD"):
+                    raise BadRequest(405, f"{method} /health is not allowed; use GET")
+                await _respond(send, 200, self.health())
+            elif path == "/embed":
+                if method != "POST":
+                    raise BadRequest(405, f'{method} /embed is not allowed; POST {{"sentences": [...]}}')
+                if self.shutting_down:
+                    await _respond(send, 503, {"error": "the server is shutting down"})
+                    return
+                await self._embed(receive, send)
+            else:
+                raise BadRequest(404, f"no route {path}; the server has POST /embed and GET /health")
+        except BadRequest as bad:
+            await _respond(send, bad.status, {"error": bad.message})
+
+    def health(self) -> JSON:
+        return {"status": "shutting down" if self.shutting_down else "ok", "model": self.engine.name,
+                "mode": self.config.mode, "in_flight": self.in_flight, "requests": self.requests,
+                "uptime_s": round(time.monotonic() - self.started, 3), **self.engine.stats()}
+
+    async def _embed(self, receive: Callable[[], Awaitable[JSON]], send: Callable[[JSON], Awaitable[None]]) -> None:
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self.config.max_body_bytes:
+                raise BadRequest(413, f"the body is larger than {self.config.max_body_bytes} bytes")
+            if not message.get("more_body", False):
+                break
+        sentences = parse_embed_request(bytes(body), self.config)
+        ids = self.engine.tokenize(sentences)
+        check_lengths(ids, self.engine.max_tokens)
+        self.in_flight += 1
+        disconnected = False
+        try:
+            async with trio.open_nursery() as nursery:
+                async def watch_disconnect() -> None:
+                    nonlocal disconnected
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    disconnected = True
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(watch_disconnect)
+                if isinstance(self.engine, TorchEngine):
+                    vectors = await self.engine.embed_sentences(sentences)
+                else:
+                    vectors = await self.engine.embed(ids)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.in_flight -= 1
+        if disconnected:
+            return
+        await _respond(send, 200, {"embeddings": vectors.tolist(), "model": self.engine.name,
+                                   "dim": int(vectors.shape[1])})
+
+
+async def _respond(send: Callable[[JSON], Awaitable[None]], status: int, payload: JSON) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+# ---- serving ------------------------------------------------------------------------------------------
+
+def make_engine(config: ServerConfig) -> Any:
+    """The engine for `config.mode`: atensor replicas with batching, or one of the two baselines."""
+    from atensor.models.bert import SentenceEncoder
+    if config.mode == "torch":
+        return TorchEngine(256)
+    devices = [f"CPU:{k}" for k in range(config.devices)] if config.mode == "atensor" else ["CPU:0"]
+    models = SentenceEncoder.replicas(devices)
+    cls = BatchingEngine if config.mode == "atensor" else SyncEngine
+    return cls(models, config.batch_window_ms / 1000, config.max_batch, config.pad_multiple)
+
+
+async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[trio.Event] = None,
+                handle_signals: bool = True, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+    """Serves until SIGINT/SIGTERM (when `handle_signals`) or until `shutdown` is set, then drains: the
+    listener closes, requests in flight finish, and `serve` returns. `task_status.started((app, port))`
+    reports the app and the bound port (port 0 in `config` picks a free one)."""
+    from hypercorn.config import Config as HyperConfig
+    from hypercorn.trio import serve as hyper_serve
+    engine = engine if engine is not None else make_engine(config)
+    app = EmbedApp(engine, config)
+    hyper = HyperConfig()
+    hyper.bind = [f"{config.host}:{config.port}"]
+    hyper.graceful_timeout = 30.0
+    hyper.accesslog = None
+    hyper.errorlog = None
+    stop = shutdown if shutdown is not None else trio.Event()
+
+    async def trigger() -> None:
+        await stop.wait()
+        app.shutting_down = True
+
+    async with trio.open_nursery() as nursery:
+        async def http(task_status: trio.TaskStatus) -> None:
+            await hyper_serve(app, hyper, shutdown_trigger=trigger, task_status=task_status)
+            nursery.cancel_scope.cancel()  # drained: stop the batch workers and the signal watcher
+
+        await nursery.start(engine.run)
+        if handle_signals:
+            nursery.start_soon(_on_signals, stop)
+        binds = await nursery.start(http)
+        task_status.started((app, int(binds[0].rsplit(":", 1)[1])))
+
+
+async def _on_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            print(f"serve: {signal.Signals(signum).name}: finishing requests in flight, refusing new ones",
+                  file=sys.stderr, flush=True)
+            stop.set()
+            return
+
+
+# ---- a small client (tests, the load benchmark) ---------------------------------------------------------
+
+class EmbedClient:
+    """One kept-alive HTTP/1.1 connection (h11 over a trio stream).
+
+        async with EmbedClient("127.0.0.1", port) as client:
+            status, body = await client.request("POST", "/embed", {"sentences": ["hi"]})
+    """
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self._stream: Optional[trio.SocketStream] = None
+        self._conn: Any = None
+
+    async def __aenter__(self) -> EmbedClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def request(self, method: str, path: str, payload: Any = None, raw: Optional[bytes] = None
+                      ) -> tuple[int, Any]:
+        """Sends one request (a JSON `payload`, or `raw` bytes) and returns (status, parsed JSON body)."""
+        import h11
+        if self._stream is None or self._conn.our_state is not h11.IDLE:
+            await self.aclose()
+            self._stream = await trio.open_tcp_stream(self.host, self.port)
+            self._conn = h11.Connection(h11.CLIENT)
+        conn = self._conn
+        body = raw if raw is not None else (b"" if payload is None else json.dumps(payload).encode())
+        headers = [("host", f"{self.host}:{self.port}"), ("content-length", str(len(body)))]
+        if payload is not None:
+            headers.append(("content-type", "application/json"))
+        data = conn.send(h11.Request(method=method, target=path, headers=headers))
+        data += conn.send(h11.Data(data=body)) if body else b""
+        data += conn.send(h11.EndOfMessage())
+        try:
+            await self._stream.send_all(data)
+            status, chunks = 0, []
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await self._stream.receive_some(1 << 16))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    break
+        except BaseException:
+            await self.aclose()
+            raise
+        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            conn.start_next_cycle()
+        else:
+            await self.aclose()
+        text = b"".join(chunks)
+        return status, json.loads(text) if text else None
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--devices", type=int, default=1, help="model replicas, one per CPU:k")
+    parser.add_argument("--batch-window-ms", type=float, default=5.0,
+                        help="how long a batch waits for more requests after its first one")
+    parser.add_argument("--max-batch", type=int, default=64, help="sentences per forward pass at most")
+    parser.add_argument("--max-request-sentences", type=int, default=64)
+    parser.add_argument("--mode", choices=("atensor", "sync", "torch"), default="atensor",
+                        help="atensor (batched, awaited), sync (baseline: computed in the handler), torch "
+                             "(baseline: sentence-transformers in trio.to_thread.run_sync)")
+    args = parser.parse_args(argv)
+    config = ServerConfig(host=args.host, port=args.port, devices=args.devices,
+                          batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
+                          max_request_sentences=args.max_request_sentences, mode=args.mode)
+    sys.setswitchinterval(0.001)  # the loop thread gets the GIL back from Python-heavy threads sooner
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            app, port = await nursery.start(serve, config)
+            print(f"serving {app.engine.name} ({config.mode}, {config.devices} device(s)) on "
+                  f"http://{config.host}:{port}", file=sys.stderr, flush=True)
+    trio.run(run)
+
+
+if __name__ == "__main__":
+    main()
