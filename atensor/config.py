@@ -5,7 +5,8 @@ through `Context`:
 
 | setting | env var | default | meaning |
 |---|---|---|---|
-| racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free before it runs (tests turn it on) |
+| racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free and its kernels in bounds before it runs (tests turn it on) |
+| z3_timeout_ms | ATENSOR_Z3_TIMEOUT_MS | 2000 | per z3 query of those proofs; a query that times out is a rejection |
 | blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads per kernel |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 """
@@ -20,6 +21,7 @@ from typing import Iterator, Optional
 @dataclass
 class Settings:
     racecheck: bool = bool(int(os.environ.get("ATENSOR_RACECHECK", "0")))
+    z3_timeout_ms: int = int(os.environ.get("ATENSOR_Z3_TIMEOUT_MS", "2000"))
     blas_threads: Optional[int] = int(os.environ["ATENSOR_BLAS_THREADS"]) if "ATENSOR_BLAS_THREADS" in os.environ else None
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
 

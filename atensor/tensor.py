@@ -274,7 +274,7 @@ def _read(node: Node, buf: Buffer) -> np.ndarray:
     if node.op is Ops.BUFFER:
         return buf.numpy()
     if node.op is Ops.VIEW:
-        return _view(_read(node.src[0], buf), node.arg)
+        return _view(_read(node.src[0], buf), node.arg.evaluate())  # at the bound values, if symbolic
     raise RuntimeError(f"unexpected node {node.op} under a realized tensor")
 
 
@@ -284,12 +284,14 @@ def _plan(roots: list[Node]):
     from atensor.hcq.executor import execute
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
-    from atensor.sched.taskgraph import check_race_free
     start = time.perf_counter_ns()
     result = sched.schedule(roots)
-    result.commit()
-    if settings.racecheck:
+    if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
+        from atensor.sched.boundscheck import check_graph
+        from atensor.sched.racecheck import check_race_free
         check_race_free(result.graph)
+        check_graph(result.graph)
+    result.commit()
     if collector.is_active():
         collector.record_host(HostSpan(f"schedule {len(result.graph)} tasks", "schedule", start,
                                        time.perf_counter_ns()))

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
+from atensor.graph.symbolic import hi_of
 from atensor.graph.view import Shape, View
 
 
@@ -244,7 +245,7 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
     if op is Ops.PARAM:
         return (arg[1],), "kernel"
     if op is Ops.VIEW:
-        if math.prod(src[0].shape) < (arg.index_range()[1] + 1) and arg.mask is None and arg.size:
+        if arg.mask is None and arg.size and math.prod(src[0].shape) < hi_of(arg.index_range()[1]) + 1:
             raise GraphError(f"view {arg} reads past the end of its source of shape {src[0].shape}")
         return arg.shape, src[0].device
     if op is Ops.COPY:

@@ -6,12 +6,17 @@ elsewhere (that is how `pad` is expressed). reshape, permute, expand, pad, shrin
 new View of the same source, or None when one View cannot express the result (a reshape that splits a
 permuted or padded axis); the graph then stacks a second view on top, and a backend materializes the
 first one.
+
+Offsets and mask bounds may be symbolic (`graph/symbolic.py`: linear in bound Variables, e.g. a shrink
+at `start_pos`); shapes and strides are always ints. Integers stay plain ints on every path.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional
+
+from atensor.graph.symbolic import Expr, SymbolicError, Variable, evaluate, is_symbolic, unbind, variables_of
 
 Shape = tuple[int, ...]
 
@@ -30,8 +35,8 @@ class View:
     """A strided, optionally masked window onto a flat source. Immutable and hashable."""
     shape: Shape
     strides: tuple[int, ...]
-    offset: int = 0
-    mask: Optional[tuple[tuple[int, int], ...]] = None
+    offset: Expr = 0
+    mask: Optional[tuple[tuple[Expr, Expr], ...]] = None
 
     @staticmethod
     def create(shape: Shape) -> View:
@@ -50,16 +55,47 @@ class View:
     def is_identity(self, source_size: int) -> bool:
         return self.contiguous and self.offset == 0 and self.size == source_size
 
-    def index_range(self) -> tuple[int, int]:
-        """Smallest and largest source index read by a valid element; (0, -1) when none is valid."""
+    def index_range(self) -> tuple[Expr, Expr]:
+        """Smallest and largest source index read by a valid element; (0, -1) when none is valid.
+        Symbolic when the offset or mask is: then it holds for every value that leaves an element
+        valid."""
         bounds = self.mask or tuple((0, s) for s in self.shape)
-        if any(lo >= hi for lo, hi in bounds):
+        if any(_definitely_empty(lo, hi) for lo, hi in bounds):
             return 0, -1
         lo = hi = self.offset
         for (b, e), st in zip(bounds, self.strides):
-            lo += min(st * b, st * (e - 1))
-            hi += max(st * b, st * (e - 1))
+            if st >= 0:
+                lo, hi = lo + st * b, hi + st * (e - 1)
+            else:
+                lo, hi = lo + st * (e - 1), hi + st * b
         return lo, hi
+
+    # ---- symbolic offsets ----------------------------------------------------------------------
+    def variables(self) -> tuple[Variable, ...]:
+        """The variables in the offset and mask (empty for a concrete view: the common case)."""
+        if type(self.offset) is int and (self.mask is None or
+                                         all(type(b) is int and type(e) is int for b, e in self.mask)):
+            return ()
+        found = list(variables_of(self.offset))
+        for b, e in self.mask or ():
+            found += variables_of(b) + variables_of(e)
+        return tuple(dict.fromkeys(found))
+
+    def evaluate(self, values: Optional[Mapping[Variable, int]] = None) -> View:
+        """The concrete view for the variables' `values` (keyed by unbound variable) or, without them,
+        for the values the variables are bound to."""
+        if not self.variables():
+            return self
+        mask = None if self.mask is None else \
+            tuple((evaluate(b, values), evaluate(e, values)) for b, e in self.mask)
+        return View(self.shape, self.strides, evaluate(self.offset, values), mask)
+
+    def unbind(self, into: dict[Variable, int]) -> View:
+        """This view over unbound variables; their values are added to `into`."""
+        if not self.variables():
+            return self
+        mask = None if self.mask is None else tuple((unbind(b, into), unbind(e, into)) for b, e in self.mask)
+        return View(self.shape, self.strides, unbind(self.offset, into), mask)
 
     # ---- movement ops --------------------------------------------------------------------------
     def permute(self, order: tuple[int, ...]) -> View:
@@ -76,7 +112,7 @@ class View:
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
         offset = self.offset + sum(b * st for (b, _), st in zip(arg, self.strides))
-        shape = tuple(e - b for b, e in arg)
+        shape = _int_shape(tuple(e - b for b, e in arg), "shrink")
         mask = None
         if self.mask:
             mask = tuple((min(max(mb, b), e) - b, max(min(me, e), b) - b) for (mb, me), (b, e) in zip(self.mask, arg))
@@ -85,7 +121,7 @@ class View:
     def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
         if all(b == 0 and a == 0 for b, a in arg):
             return self
-        shape = tuple(s + b + a for s, (b, a) in zip(self.shape, arg))
+        shape = _int_shape(tuple(s + b + a for s, (b, a) in zip(self.shape, arg)), "pad")
         offset = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
         old = self.mask or tuple((0, s) for s in self.shape)
         mask = tuple((mb + b, me + b) for (mb, me), (b, _) in zip(old, arg))
@@ -151,10 +187,29 @@ class View:
         return None
 
 
+def _int_shape(shape: tuple, op: str) -> Shape:
+    if any(type(s) is not int for s in shape):
+        if all(type(s) is int or is_symbolic(s) for s in shape):
+            raise SymbolicError(f"{op}: the resulting shape {shape} depends on a variable; symbolic shapes are "
+                                f"not supported, only symbolic offsets (keep end - begin constant)")
+        shape = tuple(int(s) for s in shape)
+    return shape
+
+
+def _definitely_empty(b: Expr, e: Expr) -> bool:
+    """True when the range [b, e) is empty for every value of its variables."""
+    if type(b) is int and type(e) is int:
+        return b >= e
+    try:
+        return b >= e
+    except SymbolicError:
+        return False
+
+
 def _simplify_mask(mask, shape):
     if mask is None:
         return None
-    if any(b >= e for b, e in mask):
+    if any(_definitely_empty(b, e) for b, e in mask):
         return tuple((0, 0) for _ in shape)
     if all(b == 0 and e == s for (b, e), s in zip(mask, shape)):
         return None

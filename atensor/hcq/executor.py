@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from atensor.graph.node import BufferSpec
+from atensor.graph.symbolic import evaluate
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, DeviceError
 from atensor.hcq.numpy_backend import compile_kernel
@@ -94,7 +95,8 @@ def execute(graph: TaskGraph) -> Submission:
         t0 = time.perf_counter_ns()
         run = _runner(task)
         compile_ns += time.perf_counter_ns() - t0
-        nbytes = sum(a.end - a.start for a in task.accesses)
+        var_vals = getattr(task.work, "var_vals", None)
+        nbytes = sum(evaluate(a.end - a.start, var_vals) for a in task.accesses)
         flops = getattr(task.work, "flops", 0)
         command = Command(value, tuple((s, v, c) for s, (v, c) in waits.items()), run, task.name, task.work.kind,
                           task.id, nbytes, flops, tuple(sorted(task.deps)))
@@ -123,10 +125,11 @@ def _runner(task: Task) -> Optional[Callable[[], None]]:
             return None
         fn = compile_kernel(work.ast, work.name)
         arrays = [b.memory for b in buffers]
+        extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
 
         def run_kernel() -> None:
             with np.errstate(all="ignore"):
-                fn(*arrays)
+                fn(*arrays, **extra)
         return run_kernel
     if isinstance(work, Copy):
         src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)

@@ -150,12 +150,16 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
     names: dict[Node, str] = {}
     lines: list[str] = []
     params = sorted((n for n in toposort([ast]) if n.op is Ops.PARAM), key=lambda n: n.arg[0])
-    args = ", ".join(f"b{p.arg[0]}" for p in params)
+    args = ", ".join([f"b{p.arg[0]}" for p in params] + ["var_vals=None"])
 
     def const(value: Any) -> str:
         key = f"K{len(env)}"
         env[key] = value
         return key
+
+    def view_arg(view: View) -> str:
+        """A view constant; one at a symbolic offset is evaluated with the call's variable values."""
+        return f"{const(view)}.evaluate(var_vals)" if view.variables() else const(view)
 
     order = toposort([ast])
     users: dict[Node, int] = {}
@@ -188,7 +192,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         if n.op is Ops.STORE:
             target = n.src[0]
             view = target.arg if target.op is Ops.VIEW else View.create(target.shape)
-            lines.append(f"_store({names[target.src[0] if target.op is Ops.VIEW else target]}, {const(view)}, "
+            lines.append(f"_store({names[target.src[0] if target.op is Ops.VIEW else target]}, {view_arg(view)}, "
                          f"{names[n.src[1]]})")
             continue
         out = f"v{len(names)}"
@@ -202,7 +206,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             if n.src[0].op is Ops.CONST and n.arg.mask is None:
                 expr = f"np.broadcast_to({src[0]}, {n.shape!r})"
             else:
-                expr = f"_view({src[0]}, {const(n.arg)})"
+                expr = f"_view({src[0]}, {view_arg(n.arg)})"
         elif n.op in UNARY_FNS:
             expr = ufunc_call(UNARY_FNS[n.op], n)
         elif n.op is Ops.CAST:

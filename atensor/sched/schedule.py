@@ -23,6 +23,7 @@ from atensor.graph.node import BufferSpec, GraphError, Node, toposort
 from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.simplify import simplify
+from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
 from atensor.graph.view import View
 from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
 
@@ -104,7 +105,7 @@ def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
     """(buffer, element offset) when `node` reads a contiguous run of one realized buffer."""
     if node.op is Ops.BUFFER:
         return node.arg[0], 0
-    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER and node.arg.contiguous:
+    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER and node.arg.contiguous and not node.arg.variables():
         return node.src[0].arg[0], node.arg.offset
     return None
 
@@ -133,7 +134,7 @@ class _Builder:
             if node.op is Ops.COPY:
                 into = users.get(node, [])
                 if not (len(into) == 1 and into[0].op is Ops.ASSIGN and into[0].src[1] is node
-                        and into[0].arg.contiguous):
+                        and into[0].arg.contiguous and not into[0].arg.variables()):
                     points.add(node)
         # a computed node two kernels would both compute becomes a point of its own
         owners: dict[Node, frozenset[Node]] = {}
@@ -262,20 +263,24 @@ class _Builder:
         specs = tuple(sorted(params, key=lambda s: params[s].arg[0]))
         lo, hi = target_view.index_range()
         accesses = [Access(spec, "r", a * spec.dtype.itemsize, (b + 1) * spec.dtype.itemsize)
-                    for spec, (a, b) in reads.items() if b >= a]
-        if hi >= lo:
+                    for spec, (a, b) in reads.items() if hi_of(b) >= lo_of(a)]
+        if hi_of(hi) >= lo_of(lo):
             accesses.append(Access(out, "w", lo * out.dtype.itemsize, (hi + 1) * out.dtype.itemsize))
-        kernel = Kernel(ast, specs, point.device, kernel_name(body), flops=estimate_flops(body))
+        # views at bound variables: the kernel and its byte ranges hold the variables, not their values
+        ast, var_vals = unbind_ast(ast)
+        if var_vals:
+            accesses = [Access(a.buffer, a.mode, unbind(a.start, {}), unbind(a.end, {})) for a in accesses]
+        kernel = Kernel(ast, specs, point.device, kernel_name(body), flops=estimate_flops(body), var_vals=var_vals)
         self.graph.add(kernel, accesses)
 
     @staticmethod
     def _note_read(reads: dict, spec: BufferSpec, view: Optional[View]) -> None:
         lo, hi = (0, spec.size - 1) if view is None else view.index_range()
-        if hi < lo:
+        if hi_of(hi) < lo_of(lo):
             return
         if spec in reads:
             a, b = reads[spec]
-            lo, hi = min(a, lo), max(b, hi)
+            lo, hi = sym_min(a, lo), sym_max(b, hi)
         reads[spec] = (lo, hi)
 
     def _emit_copy(self, src: Node, dst: BufferSpec, dst_offset: int, size: int,
@@ -284,7 +289,8 @@ class _Builder:
             spec, offset = buffers[src], 0
         else:
             found = _is_whole_buffer(src)
-            if found is None and src.op is Ops.VIEW and src.src[0] in buffers and src.arg.contiguous:
+            if found is None and src.op is Ops.VIEW and src.src[0] in buffers and src.arg.contiguous \
+                    and not src.arg.variables():
                 found = (buffers[src.src[0]], src.arg.offset)
             if found is None:
                 raise GraphError(f"copy source {src} is not a realized buffer")

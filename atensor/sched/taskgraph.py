@@ -16,23 +16,42 @@ Invariant: `tasks` is in a topological order (every edge goes from an earlier to
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union
 
 from atensor.graph.node import BufferSpec, Node
+from atensor.graph.symbolic import Expr, SymbolicError, Variable
 
 
 @dataclass(frozen=True)
 class Access:
-    """Bytes [start, end) of `buffer`, read ("r") or written ("w") by a task."""
+    """Bytes [start, end) of `buffer`, read ("r") or written ("w") by a task. `start` and `end` are
+    ints, or linear expressions in unbound Variables (graph/symbolic.py) for views at a variable
+    offset: then the range is meant for every value in the variables' bounds."""
     buffer: BufferSpec
     mode: str
-    start: int
-    end: int
+    start: Expr
+    end: Expr
 
     def overlaps(self, other: Access) -> bool:
-        return self.buffer is other.buffer and self.start < other.end and other.start < self.end
+        """True unless the ranges are disjoint for every value of their variables (so an edge is added
+        whenever they may overlap: a spare edge costs concurrency, a missing one correctness)."""
+        if self.buffer is not other.buffer:
+            return False
+        if type(self.start) is int and type(self.end) is int and type(other.start) is int \
+                and type(other.end) is int:
+            return self.start < other.end and other.start < self.end
+        try:
+            return self.start < other.end and other.start < self.end
+        except SymbolicError:
+            return True
+
+    def covers(self, other: Access) -> bool:
+        """True when this range contains `other`'s for every value of their variables."""
+        try:
+            return self.start <= other.start and other.end <= self.end
+        except SymbolicError:
+            return False
 
 
 @dataclass(eq=False)
@@ -46,6 +65,7 @@ class Kernel:
     flops: int = 0
     kind: str = "kernel"
     queue: str = "compute"
+    var_vals: dict[Variable, int] = field(default_factory=dict)  # values of the ast's variables
 
 
 @dataclass(eq=False)
@@ -112,7 +132,7 @@ class TaskGraph:
         for acc in task.accesses:
             history = self._history[acc.buffer]
             if acc.mode == "w":
-                history[:] = [(i, a) for i, a in history if not (acc.start <= a.start and a.end <= acc.end)]
+                history[:] = [(i, a) for i, a in history if not acc.covers(a)]
             history.append((task.id, acc))
         self.tasks.append(task)
         return task
@@ -128,33 +148,6 @@ class TaskGraph:
 
 
 def check_race_free(graph: TaskGraph, edges: Optional[Iterable[tuple[int, int]]] = None) -> None:
-    """Proves that every two tasks with no path between them touch disjoint bytes wherever one of
-    them writes (concrete ranges: interval arithmetic). Raises RaceError with a counterexample.
-    `edges` overrides the graph's own edges (to check a graph with one edge removed)."""
-    edge_list = list(graph.edges() if edges is None else edges)
-    n = len(graph.tasks)
-    preds: list[set[int]] = [set() for _ in range(n)]
-    for a, b in edge_list:
-        preds[b].add(a)
-    # reach[i]: bitmask of tasks with a path to i (tasks are topologically ordered)
-    reach = [0] * n
-    for i in range(n):
-        mask = 0
-        for p in preds[i]:
-            mask |= reach[p] | (1 << p)
-        reach[i] = mask
-    by_buffer: dict[BufferSpec, list[tuple[int, Access]]] = {}
-    for task in graph.tasks:
-        for acc in task.accesses:
-            by_buffer.setdefault(acc.buffer, []).append((task.id, acc))
-    for buf, accesses in by_buffer.items():
-        for (i, a), (j, b) in itertools.combinations(accesses, 2):
-            if i == j or (a.mode == "r" and b.mode == "r") or not a.overlaps(b):
-                continue
-            lo, hi = (i, j) if i < j else (j, i)
-            if not (reach[hi] >> lo) & 1:
-                start, end = max(a.start, b.start), min(a.end, b.end)
-                raise RaceError(
-                    f"race on {buf}: task {i} ({graph.tasks[i].name}, {a.mode}) and task {j} "
-                    f"({graph.tasks[j].name}, {b.mode}) both touch bytes [{start}, {end}) with no "
-                    f"dependency path between them")
+    """Proves `graph` race-free (see sched/racecheck.py, where the checker lives); raises RaceError."""
+    from atensor.sched.racecheck import check_race_free as check
+    check(graph, edges)
