@@ -14,6 +14,7 @@ instead captures the versions of its inputs when it is built.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -31,6 +32,7 @@ from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, stop_gradient
 from atensor.tensor_autograd import AutogradOps, stop_gradient
+from atensor.tensor_index import IndexOps
 from atensor.tensor_ops import TensorOps
 
 Scalar = Union[int, float, bool]
@@ -45,7 +47,7 @@ def _storage_base(node: Node) -> Optional[Node]:
     return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
 
 
-class Tensor(TensorOps, AutogradOps):
+class Tensor(IndexOps, TensorOps, AutogradOps):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
@@ -152,15 +154,15 @@ class Tensor(TensorOps, AutogradOps):
                 spec = BufferSpec(node.device, node.size, node.dtype)
                 view = View.create((node.size,)).reshape(node.shape)
                 root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
-                with sched._becomes_lock:
-                    spec.head = root
+                sched.set_head(spec, root)
                 t._node = root.view(view)
             roots.append(root)
             buf = Buffer.of(spec)
             buf.inflight += 1
             outputs.append(buf)
             wait_for.append(buf)
-        job = Job(lambda: _plan(roots) if roots else None, wait_for, outputs)
+        pending = sched.pending_heads() if roots else []
+        job = Job(lambda: _plan(roots, pending) if roots else None, wait_for, outputs)
         return RealizeHandle(dispatcher.submit(job), self)
 
     def _ensure_ready(self, accessor: str) -> Buffer:
@@ -215,8 +217,7 @@ class Tensor(TensorOps, AutogradOps):
         spec = BufferSpec(node.device, node.size, node.dtype)
         view = View.create((node.size,)).reshape(node.shape)
         root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
-        with sched._becomes_lock:
-            spec.head = root
+        sched.set_head(spec, root)
         return self._new(root.view(view))
 
     def detach(self) -> Tensor:
@@ -250,14 +251,9 @@ class Tensor(TensorOps, AutogradOps):
             return self
         view = _single_view(node, base)
         new = Node.make(Ops.ASSIGN, self.dtype, (base, value.node), view)
-        spec = sched.storage_of(base)
-        with sched._becomes_lock:
-            spec.head = new
+        sched.set_head(sched.storage_of(base), new)
         self._node = new.view(view)
         return self
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        self[index].assign(value)
 
 
 def _single_view(node: Node, base: Node) -> View:
@@ -278,14 +274,25 @@ def _read(node: Node, buf: Buffer) -> np.ndarray:
     raise RuntimeError(f"unexpected node {node.op} under a realized tensor")
 
 
-def _plan(roots: list[Node]):
-    import time
+def _plan(roots: list[Node], pending: Optional[list[Node]] = None):
+    start = time.perf_counter_ns()
+    result = sched.schedule(roots, pending)
+    # buffers this graph writes count as in flight until their writes are noted by execute(), so a
+    # sync accessor never reads one between commit (new version visible) and submission
+    written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"}]
+    for buf in written:
+        buf.inflight += 1
+    try:
+        return _commit_and_execute(result, start)
+    finally:
+        for buf in written:
+            buf.inflight -= 1
 
+
+def _commit_and_execute(result: sched.Schedule, start: int):
     from atensor.hcq.executor import execute
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
-    start = time.perf_counter_ns()
-    result = sched.schedule(roots)
     if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
         from atensor.sched.boundscheck import check_graph
         from atensor.sched.racecheck import check_race_free

@@ -258,6 +258,17 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
         return tuple(1 if i in axes else s for i, s in enumerate(shape)), src[0].device
     if op is Ops.STORE:
         return src[1].shape, src[1].device
+    if op in (Ops.GATHER, Ops.SCATTER):
+        if len(src[0].shape) != 1 or src[1].dtype.kind not in "iu":
+            raise GraphError(f"{op.name} needs a flat source and an integer index, got shape {src[0].shape} "
+                             f"and index dtype {src[1].dtype.name}")
+        if op is Ops.SCATTER and (src[2].shape != src[1].shape or src[2].dtype != src[0].dtype
+                                  or arg not in ("set", "sum", "max")):
+            raise GraphError(f"SCATTER: values {src[2].shape} {src[2].dtype.name} must match index {src[1].shape} "
+                             f"and base dtype {src[0].dtype.name}; reduce {arg!r} must be set, sum or max")
+        if any(s.device != src[0].device and "kernel" not in (s.device, src[0].device) for s in src):
+            raise GraphError(f"{op.name} on tensors of different devices: move them with .to(device) first")
+        return (src[1].shape if op is Ops.GATHER else src[0].shape), src[0].device
     if op is Ops.ASSIGN:
         storage, value = src
         if storage.op not in (Ops.BUFFER, Ops.ASSIGN):

@@ -102,6 +102,30 @@ def cast_fn(x: np.ndarray, dtype: DType) -> np.ndarray:
         return x.astype(dtype.np)
 
 
+def gather_fn(source: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """`source[index]` for a flat source, with 0 where the index is outside [0, len(source))."""
+    valid = (index >= 0) & (index < source.shape[0])
+    if source.shape[0] == 0:
+        return np.zeros(index.shape, dtype=source.dtype)
+    picked = source[np.where(valid, index, 0)]
+    return np.where(valid, picked, np.zeros((), dtype=source.dtype))
+
+
+def scatter_fn(base: np.ndarray, index: np.ndarray, values: np.ndarray, reduce: str) -> np.ndarray:
+    """A copy of the flat `base` with `values` written at `index` ("set": the last write to a position
+    wins), added ("sum") or maxed ("max") into it; indices outside [0, len(base)) write nothing."""
+    out = np.array(base, copy=True)
+    valid = (index >= 0) & (index < base.shape[0])
+    at, vals = index[valid], np.asarray(values)[valid]
+    if reduce == "set":
+        out[at] = vals
+    elif out.dtype == np.bool_:
+        np.logical_or.at(out, at, vals)  # sum and max of bools are both "any"
+    else:
+        (np.add if reduce == "sum" else np.maximum).at(out, at, vals)
+    return out
+
+
 def bitcast_fn(x: np.ndarray, dtype: DType) -> np.ndarray:
     """Reinterprets the bits of `x` as `dtype` (same item size)."""
     return np.ascontiguousarray(x).view(dtype.np)

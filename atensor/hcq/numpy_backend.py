@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from atensor.graph.node import Node, toposort
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, reduce_fn
+from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
 
 _cache: dict[Node, Callable[..., None]] = {}
@@ -146,7 +146,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
     """Python source for the kernel `ast` and the globals it needs."""
     env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_cast": cast_fn, "_bitcast": bitcast_fn,
                            "_reduce": reduce_fn, "_sum_of_product": _sum_of_product, "_arange": _arange,
-                           "ReduceOp": ReduceOp}
+                           "ReduceOp": ReduceOp, "_gather": gather_fn, "_scatter": scatter_fn}
     names: dict[Node, str] = {}
     lines: list[str] = []
     params = sorted((n for n in toposort([ast]) if n.op is Ops.PARAM), key=lambda n: n.arg[0])
@@ -224,6 +224,10 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
                 expr = f"_sum_of_product({a}, {b}, {n.arg[1]!r}, {const(n.dtype.np)})"
             else:
                 expr = f"_reduce(ReduceOp.{n.arg[0].name}, {src[0]}, {n.arg[1]!r}, {const(n.dtype)})"
+        elif n.op is Ops.GATHER:
+            expr = f"_gather({src[0]}, {src[1]})"
+        elif n.op is Ops.SCATTER:
+            expr = f"_scatter({src[0]}, {src[1]}, {src[2]}, {n.arg!r})"
         else:
             raise NotImplementedError(f"numpy backend cannot render {n.op}")
         lines.append(f"{out} = {expr}")

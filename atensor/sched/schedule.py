@@ -36,6 +36,24 @@ class StaleReadError(RuntimeError):
     """A lazy value reads a buffer version that a realized assign has overwritten since."""
 
 
+class AssignCycleError(StaleReadError):
+    """One kernel would need a buffer both before and after an assign to it (tinygrad raises a
+    RuntimeError "cycle detected in graph" for the same programs)."""
+
+
+def _realized(node: Node) -> Optional[Node]:
+    """The buffer node holding `node`'s value, if it was realized and still holds it. A realized
+    ASSIGN always maps (reading an overwritten one is a stale read, caught by the version check);
+    a realized *value* is only a cache: once its buffer is written again, the value is recomputed
+    from its own inputs instead, so writing into a realized tensor never changes values that were
+    derived from the same expression."""
+    found = becomes.get(node)
+    if found is None or node.op is Ops.ASSIGN:
+        return found
+    base = found.base()
+    return found if base.op is Ops.BUFFER and base.arg[1] == base.arg[0].version else None
+
+
 @dataclass
 class Schedule:
     """The result of scheduling: the graph, per root the buffer that holds it afterwards, and the
@@ -69,11 +87,83 @@ def resolve_realized(node: Node) -> Node:
     return substitute([node], mapping)[node] if mapping else node
 
 
-def schedule(roots: list[Node]) -> Schedule:
-    """Turns ASSIGN roots into a TaskGraph of kernels and copies; records what becomes realized."""
-    original = toposort(roots, stop=lambda n: n in becomes)
+# buffers that may have a pending (lazy, unrealized) assign, see `set_head` and `_flush_along`
+_pending_specs: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
+
+
+def set_head(spec: BufferSpec, head: Node) -> None:
+    """Makes `head` (an ASSIGN into `spec`) the buffer's newest lazy version."""
     with _becomes_lock:
-        mapping = {n: m for n in original if (m := becomes.get(n)) is not None}
+        spec.head = head
+        _pending_specs.add(spec)
+
+
+def pending_heads() -> list[Node]:
+    """The newest lazy version of every buffer that has one, in no particular order. A realize takes
+    this snapshot when it is issued (program order), and `schedule` realizes along every pending
+    assign that still reads a version the realize overwrites."""
+    with _becomes_lock:
+        return [h for spec in list(_pending_specs) if (h := spec.head) is not None]
+
+
+def _version_key(node: Node) -> Node:
+    """One identity per buffer version: a realized ASSIGN is the BUFFER node of the version it made."""
+    found = becomes.get(node) if node.op is Ops.ASSIGN else None
+    return found if found is not None else node
+
+
+def _flush_along(roots: list[Node], pending: list[Node]) -> list[Node]:
+    """`roots` plus every pending assign that reads a buffer version this graph overwrites.
+
+    A pending assign (`x.assign(y * 2)` not yet realized) is part of the program's state, as in
+    eager code, so it must never go stale: when a realize overwrites version k of `y`, every pending
+    assign that reads version k is realized in the same graph, ordered before the overwrite. (Lazy
+    *values* a user holds cannot be found this way: they raise StaleReadError instead.)"""
+    in_graph: set[Node] = set(toposort(roots, stop=lambda n: _realized(n) is not None))
+    candidates = [h for h in pending if h not in in_graph and _realized(h) is None]
+    added: list[Node] = []
+    while candidates:
+        overwritten = {_version_key(n.src[0]) for n in in_graph if n.op is Ops.ASSIGN}
+        keep = [h for h in candidates if not _reads_any(h, overwritten, in_graph)]
+        if len(keep) == len(candidates):
+            break
+        for head in candidates:
+            if head not in keep:
+                added.append(head)
+                in_graph.update(toposort([head], stop=lambda n: _realized(n) is not None))
+        candidates = keep
+    return list(roots) + added
+
+
+def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> bool:
+    """True when computing `head` reads one of `versions` (buffer versions, see `_version_key`).
+    The edge from an ASSIGN to the storage it writes (src[0]) is not a read; realized nodes and the
+    graph's own assigns are materialized, so what is behind them is not read again."""
+    stack, seen = [head], {head}
+    while stack:
+        node = stack.pop()
+        if node is not head and (_realized(node) is not None or (node.op is Ops.ASSIGN and node in in_graph)):
+            continue
+        for i, src in enumerate(node.src):
+            if not (node.op is Ops.ASSIGN and i == 0) and src.op in (Ops.BUFFER, Ops.ASSIGN) \
+                    and _version_key(src) in versions:
+                return True
+            if src not in seen:
+                seen.add(src)
+                stack.append(src)
+    return False
+
+
+def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedule:
+    """Turns ASSIGN roots into a TaskGraph of kernels and copies; records what becomes realized.
+    `pending` (from `pending_heads()`) are lazy assigns to realize along when this graph overwrites
+    a version they read; `Schedule.outputs` has one entry per given root."""
+    requested = len(roots)
+    if pending:
+        roots = _flush_along(roots, pending)
+    original = toposort(roots, stop=lambda n: _realized(n) is not None)
+    with _becomes_lock:
+        mapping = {n: m for n in original if (m := _realized(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]
     simplified = simplify(new_roots)
@@ -98,7 +188,7 @@ def schedule(roots: list[Node]) -> Schedule:
                 if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
                         and final in becomes:
                     becomes[value] = becomes[final].view(root.arg)
-    return Schedule(builder.graph, [storage_of(r) for r in final_roots], commit)
+    return Schedule(builder.graph, [storage_of(r) for r in final_roots[:requested]], commit)
 
 
 def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
@@ -180,9 +270,10 @@ class _Builder:
                 node, it = stack[-1]
                 for d in it:
                     if state.get(d) == 1:
-                        raise GraphError("this graph reads a buffer both before and after an assign to it in "
-                                         "one kernel, so no order matches eager execution; realize the "
-                                         "assign first")
+                        raise AssignCycleError(
+                            "cycle detected in graph: one kernel would read a buffer both before and after "
+                            "an assign to it, so no order matches eager execution; realize (or "
+                            ".contiguous()) the value that reads the old contents before the assign")
                     if d not in state:
                         state[d] = 1
                         stack.append((d, iter(sorted(deps[d], key=position.__getitem__))))
