@@ -231,3 +231,28 @@ def test_registered_indexed_loads_are_checked_inside_kernels(monkeypatch):
     with pytest.raises(BoundsError, match="indexed load"):
         check_kernel(kernel_reading(gathered))
     boundscheck.clear_cache()
+
+
+def test_a_copy_past_the_end_of_its_buffer_is_rejected():
+    from atensor.graph.node import BufferSpec
+    from atensor.sched.taskgraph import Access, Copy, TaskGraph
+    src, dst = BufferSpec("CPU", 8, f32), BufferSpec("CPU", 4, f32)
+    graph = TaskGraph()
+    graph.add(Copy(src, dst, 16, 0, 16), [Access(src, "r", 16, 32), Access(dst, "w", 0, 16)])
+    boundscheck.check_graph(graph)
+    graph.add(Copy(src, dst, 24, 8, 16), [Access(src, "r", 24, 40), Access(dst, "w", 8, 24)])
+    with pytest.raises(BoundsError, match=r"task 1: .*bytes \[24, 40\) of buf"):
+        boundscheck.check_graph(graph)
+
+
+def test_gathers_from_tensor_indexing_are_proved_by_their_guard():
+    if "GATHER" not in Ops.__members__ or Ops.GATHER not in boundscheck.INDEXED_LOADS:
+        pytest.skip("no GATHER op registered with the bounds checker")
+    table = Tensor(np.arange(20, dtype=np.float32).reshape(5, 4))
+    idx = Tensor(np.array([4, 0, 2], dtype=np.int32)).float().cast(dtypes.int32)  # indices through casts
+    calls = prove.stats.z3_calls
+    boundscheck.clear_cache()
+    with atensor.Context(racecheck=True):
+        out = table[idx].numpy()
+    np.testing.assert_array_equal(out, np.arange(20).reshape(5, 4)[[4, 0, 2]])
+    assert prove.stats.z3_calls > calls  # the index is data: intervals cannot decide, z3 proved it

@@ -230,3 +230,15 @@ def test_ten_thousand_task_pipeline_is_checked_in_near_linear_time():
     last = len(graph.tasks) - 1
     with pytest.raises(RaceError, match=f"task {last}"):
         check_race_free(graph, [e for e in graph.edges() if e[1] != last])
+
+
+def test_ring_allreduce_graphs_with_a_needed_edge_dropped_are_rejected():
+    allreduce = pytest.importorskip("atensor.sched.allreduce")
+    from atensor.graph.ops import ReduceOp
+    devices = ("CPU:0", "CPU:1", "CPU:2", "CPU:3")
+    graph = TaskGraph()
+    ins = [(BufferSpec(d, 1003, dtypes.float32), 0) for d in devices]
+    outs = [(BufferSpec(d, 1003, dtypes.float32), 0) for d in devices]
+    allreduce.lower(graph, ReduceOp.SUM, False, dtypes.float32, devices, ins, outs, 1003, algorithm="ring")
+    assert not agrees(graph, graph.edges())
+    assert any(dropping_each_edge(graph))  # reduce-scatter and all-gather steps need their edges

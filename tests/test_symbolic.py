@@ -116,3 +116,21 @@ async def test_a_symbolic_row_copied_to_another_device_and_back_into_a_symbolic_
         dst.shrink(((3 - sp, 4 - sp), None)).assign(src.shrink(((sp, sp + 1), None)).to("CPU:1"))
     await dst.realize()
     np.testing.assert_array_equal(dst.numpy(), np.arange(16).reshape(4, 4)[::-1])
+
+
+def test_two_rows_at_start_pos_written_in_one_realize_need_no_edge_between_them():
+    s = Variable("start_pos", 0, 6)
+    cache = Tensor(np.zeros((8, 2), dtype=np.float32))
+    sp = s.bind(2)
+    a = cache.shrink(((sp, sp + 1), None)).assign(Tensor(np.ones((1, 2), dtype=np.float32)))
+    b = cache.shrink(((sp + 1, sp + 2), None)).assign(Tensor(np.full((1, 2), 2, dtype=np.float32)))
+    graph = schedule([a.node.base(), b.node.base()]).graph
+    writes = [t for t in graph.tasks if any(x.mode == "w" and x.buffer.size == 16 for x in t.accesses)]
+    assert len(writes) == 2 and not (writes[1].deps & {writes[0].id})  # disjoint for every start_pos
+    ref = np.zeros((8, 2), dtype=np.float32)
+    for pos in (2, 5):
+        sp = s.bind(pos)
+        cache.shrink(((sp, sp + 1), None)).assign(Tensor(np.full((1, 2), pos, dtype=np.float32)))
+        cache.shrink(((sp + 1, sp + 2), None)).assign(Tensor(np.full((1, 2), -pos, dtype=np.float32)))
+        ref[pos], ref[pos + 1] = pos, -pos
+    np.testing.assert_array_equal(cache.numpy(), ref)

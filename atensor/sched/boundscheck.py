@@ -36,7 +36,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.symbolic import SymbolicError, hi_of, lo_of
 from atensor.graph.view import View
 from atensor.sched.prove import ProofTimeout, Symbols, find_counterexample, z3mod
-from atensor.sched.taskgraph import Kernel, TaskGraph
+from atensor.sched.taskgraph import Copy, Kernel, TaskGraph
 
 
 class BoundsError(AssertionError):
@@ -45,9 +45,9 @@ class BoundsError(AssertionError):
 
 @dataclass(frozen=True)
 class IndexedLoad:
-    """A load whose position the kernel computes. At each position `p` of `index.shape`, where
-    `valid[p]` holds (everywhere when None), the load reads element `index[p]` of `source` (a PARAM,
-    or a view of one, indexed flat in row-major order)."""
+    """An access whose position the kernel computes. At each position `p` of `index.shape`, where
+    `valid[p]` holds (everywhere when None), it reads (or, for a scatter, writes) element `index[p]`
+    of `source` (a PARAM, or a view of one, indexed flat in row-major order)."""
     source: Node
     index: Node
     valid: Optional[Node] = None
@@ -57,8 +57,9 @@ INDEXED_LOADS: dict[Ops, Callable[[Node], Sequence[IndexedLoad]]] = {}
 
 
 def register_indexed_load(op: Ops, loads: Callable[[Node], Sequence[IndexedLoad]]) -> None:
-    """Declares that nodes of `op` load at computed positions: `loads(node)` lists them, and each is
-    proved in bounds under its guard. (A gather op registers itself here.)"""
+    """Declares that nodes of `op` access memory at computed positions: `loads(node)` lists them, and
+    each is proved in bounds under its guard. (GATHER registers itself here; a scatter's writes are
+    checked the same way.)"""
     INDEXED_LOADS[op] = loads
 
 
@@ -82,7 +83,7 @@ def clear_cache() -> None:
 
 
 def check_graph(graph: TaskGraph) -> None:
-    """Proves every kernel of `graph` in bounds; raises BoundsError naming the task."""
+    """Proves every kernel and copy of `graph` in bounds; raises BoundsError naming the task."""
     for task in graph.tasks:
         work = task.work
         if isinstance(work, Kernel):
@@ -90,6 +91,11 @@ def check_graph(graph: TaskGraph) -> None:
                 check_kernel(work.ast, work.name)
             except BoundsError as err:
                 raise BoundsError(f"task {task.id}: {err}") from None
+        elif isinstance(work, Copy):
+            for spec, offset in ((work.src, work.src_offset), (work.dst, work.dst_offset)):
+                if not (0 <= offset and offset + work.nbytes <= spec.nbytes):
+                    raise BoundsError(f"task {task.id}: {work.name} copies bytes [{offset}, "
+                                      f"{offset + work.nbytes}) of {spec}, which has {spec.nbytes} bytes")
 
 
 def check_kernel(ast: Node, name: str = "kernel") -> None:
@@ -209,17 +215,18 @@ def check_indexed_load(load: IndexedLoad) -> Optional[str]:
     interval = index_interval(load.index)
     if interval is not None and interval[0] >= 0 and interval[1] < size:
         return None
-    from atensor.sched.indexexpr import WIDTH, Translator
+    from atensor.sched.indexexpr import Translator, position_width
     z3 = z3mod()
     sym = Symbols()
-    tr = Translator(sym)
+    nodes = [load.index] + ([load.valid] if load.valid is not None else [])
+    tr = Translator(sym, position_width(nodes, [size]))
     coords, domain = tr.positions(load.index.shape, "p")
     index = tr.value(load.index, coords)
-    width = load.index.dtype.itemsize * 8
-    if load.index.dtype.kind == "b":
-        index, width = z3.If(index, z3.BitVecVal(1, WIDTH), z3.BitVecVal(0, WIDTH)), WIDTH
-    wide = index if width == WIDTH else \
-        (z3.ZeroExt if load.index.dtype.kind == "u" else z3.SignExt)(WIDTH - width, index)
+    kind, width = load.index.dtype.kind, load.index.dtype.itemsize * 8
+    if kind == "b":
+        index, width, kind = z3.If(index, z3.BitVecVal(1, 2), z3.BitVecVal(0, 2)), 2, "u"
+    compare = max(width, size.bit_length()) + 1  # the index and the size, both fit signed
+    wide = (z3.ZeroExt if kind == "u" else z3.SignExt)(compare - width, index)
     conditions = [*domain, z3.Or(wide < 0, wide >= size)]
     if load.valid is not None:
         conditions.append(tr.value(load.valid, coords))

@@ -5,7 +5,10 @@ Why z3 terms of the exact integer semantics: an index computed as `idx * 4 + i %
 `(idx >= 0) & (idx < n)`, is safe only because of how those integer ops behave, including their
 wrap-around. So integers are bit-vectors of their dtype's width (numpy wraps, so does z3's bit-vector
 arithmetic; IDIV floors and MOD takes the divisor's sign, as graph/semantics.py says), booleans are
-z3 booleans, and element positions and view arithmetic are 64-bit bit-vectors (numpy's intp).
+z3 booleans, and element positions and view arithmetic are bit-vectors just wide enough that no
+view's index computation can wrap (`position_width`: numpy computes them in 64-bit intp, which never
+wraps for real buffers; solving at 20 bits instead of 64 makes the divisions of reshaped views ~10x
+cheaper for z3).
 
 What is *not* modelled is deliberately unconstrained: every float value (z3 reals are not IEEE
 floats, so `x + 1 > x` must not be "proved"), every load of data (a function of the position it is
@@ -19,20 +22,37 @@ import math
 from typing import Any, Optional, Sequence
 
 from atensor.dtype import DType, dtypes
-from atensor.graph.node import Node
+from atensor.graph.node import Node, toposort
 from atensor.graph.ops import Ops
-from atensor.graph.symbolic import as_sym
+from atensor.graph.symbolic import as_sym, hi_of, lo_of
 from atensor.graph.view import View
 from atensor.sched.prove import Symbols, z3mod
 
-WIDTH = 64  # element positions and view arithmetic: numpy's intp
+
+def position_width(nodes: Sequence[Node], sizes: Sequence[int] = ()) -> int:
+    """Bits for element positions and view arithmetic below `nodes` such that nothing wraps: every
+    shape, size, view offset and view index (over the view's shape) fits, with a sign bit to spare."""
+    bound = max(sizes, default=1)
+    for n in toposort(list(nodes)):
+        bound = max(bound, n.size, *n.shape)
+        if n.op is Ops.VIEW:
+            v = n.arg
+            reach = max(abs(lo_of(v.offset)), abs(hi_of(v.offset)))
+            reach += sum(abs(st) * max(s - 1, 0) for st, s in zip(v.strides, v.shape))
+            for b, e in v.mask or ():
+                reach = max(reach, abs(lo_of(b)), abs(hi_of(b)), abs(lo_of(e)), abs(hi_of(e)))
+            bound = max(bound, reach)
+        elif n.op is Ops.ARANGE:
+            bound = max(bound, abs(int(n.arg[0])) + abs(int(n.arg[1])) * n.arg[2])
+    return min(64, max(8, bound.bit_length() + 2))
 
 
 class Translator:
     """Builds z3 terms for nodes of one kernel at given element positions (64-bit bit-vectors)."""
 
-    def __init__(self, symbols: Symbols):
+    def __init__(self, symbols: Symbols, width: int = 64):
         self.sym = symbols
+        self.width = width  # of positions and view arithmetic; see position_width
         self.z3 = z3mod()
         self._memo: dict[tuple, Any] = {}
         self._loads: dict[Node, Any] = {}
@@ -41,18 +61,18 @@ class Translator:
     def positions(self, shape: Sequence[int], name: str = "i") -> tuple[list[Any], list[Any]]:
         """Fresh element coordinates for `shape` and the constraints 0 <= i_d < shape_d."""
         z3 = self.z3
-        coords = [self.sym.fresh(f"{name}{d}", WIDTH) for d in range(len(shape))]
+        coords = [self.sym.fresh(f"{name}{d}", self.width) for d in range(len(shape))]
         return coords, [z3.And(z3.UGE(c, 0), z3.ULT(c, s)) for c, s in zip(coords, shape)]
 
     def offset(self, x: Any) -> Any:
         """An int or a linear symbolic expression as a 64-bit term (variables keep their bounds)."""
         z3 = self.z3
         if type(x) is int:
-            return z3.BitVecVal(x, WIDTH)
+            return z3.BitVecVal(x, self.width)
         s = as_sym(x)
-        total = z3.BitVecVal(s.const, WIDTH)
+        total = z3.BitVecVal(s.const, self.width)
         for v, c in s.terms:
-            total = total + c * self.sym.var(v, WIDTH)
+            total = total + c * self.sym.var(v, self.width)
         return total
 
     def view_index(self, view: View, coords: Sequence[Any]) -> tuple[Any, Optional[Any]]:
@@ -93,14 +113,14 @@ class Translator:
         if op is Ops.VIEW:
             src = node.src[0]
             flat, valid = self.view_index(node.arg, coords)
-            inner = _unravel(flat, src.shape)
+            inner = _unravel(flat, src.shape, self.width)
             loaded = self.value(src, inner)
             return loaded if valid is None else z3.If(valid, loaded, _zero(node.dtype))
         if op is Ops.PARAM:
             return self._load(node, coords[0])
         if op is Ops.ARANGE and sort not in ("real", "bool"):
             start, step = int(node.arg[0]), int(node.arg[1])
-            return _fit(start + step * coords[0], WIDTH, sort, True)
+            return _fit(start + step * coords[0], self.width, sort, True)
         if op is Ops.CAST:
             return self._cast(node, coords)
         if op is Ops.WHERE:
@@ -120,7 +140,7 @@ class Translator:
             sort = _sort(param.dtype)
             rng = z3.BoolSort() if sort == "bool" else z3.RealSort() if sort == "real" else z3.BitVecSort(sort)
             name = str(self.sym.fresh(f"data{param.arg[0]}"))
-            fn = self._loads[param] = z3.Function(name, z3.BitVecSort(WIDTH), rng)
+            fn = self._loads[param] = z3.Function(name, z3.BitVecSort(self.width), rng)
         return fn(flat)
 
     def _cast(self, node: Node, coords: list[Any]) -> Any:
@@ -166,14 +186,14 @@ def _fit(x: Any, frm: int, to: int, signed: bool) -> Any:
     return (z3.SignExt if signed else z3.ZeroExt)(to - frm, x)
 
 
-def _unravel(flat: Any, shape: Sequence[int]) -> list[Any]:
+def _unravel(flat: Any, shape: Sequence[int], width: int) -> list[Any]:
     """Row-major coordinates in `shape` (no size 0) of the flat index `flat`, each in range."""
     z3 = z3mod()
     coords = []
     for d, size in enumerate(shape):
         inner = math.prod(shape[d + 1:])
         coord = z3.UDiv(flat, inner) if inner != 1 else flat
-        coords.append(z3.URem(coord, size) if size != 1 else z3.BitVecVal(0, WIDTH))
+        coords.append(z3.URem(coord, size) if size != 1 else z3.BitVecVal(0, width))
     return coords
 
 

@@ -21,6 +21,7 @@ from typing import Iterable, Optional, Union
 
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.symbolic import Expr, SymbolicError, Variable
+from atensor.graph.symbolic import Expr, SymbolicError, Variable
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,9 @@ class Access:
         whenever they may overlap: a spare edge costs concurrency, a missing one correctness)."""
         if self.buffer is not other.buffer:
             return False
-        if type(self.start) is int and type(self.end) is int and type(other.start) is int \
-                and type(other.end) is int:
+        try:  # ints, or linear expressions decided over their variables' bounds
             return self.start < other.end and other.start < self.end
-        try:
-            return self.start < other.end and other.start < self.end
-        except SymbolicError:
+        except SymbolicError:  # overlapping for some values only
             return True
 
     def covers(self, other: Access) -> bool:
@@ -65,6 +63,7 @@ class Kernel:
     flops: int = 0
     kind: str = "kernel"
     queue: str = "compute"
+    var_vals: dict[Variable, int] = field(default_factory=dict)  # values of the ast's variables
     var_vals: dict[Variable, int] = field(default_factory=dict)  # values of the ast's variables
 
 
