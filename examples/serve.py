@@ -53,6 +53,8 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     mode: str = "atensor"           # atensor | sync | torch (the two baselines)
     pad_multiple: int = 8           # sequence lengths rounded up: fewer distinct kernels to compile
+    pipeline: int = 2               # batches in flight per replica
+    blas_threads: Optional[int] = 1  # per matmul; see make_engine
 
 
 class BadRequest(Exception):
@@ -83,8 +85,10 @@ class BatchingEngine:
     the lock for the next worker and computes its batch with one realize.
     """
 
-    def __init__(self, models: Sequence[Any], window_s: float, max_batch: int, pad_multiple: int = 8):
+    def __init__(self, models: Sequence[Any], window_s: float, max_batch: int, pad_multiple: int = 8,
+                 pipeline: int = 2):
         self.models, self.window_s, self.max_batch = list(models), window_s, max_batch
+        self.pipeline = pipeline  # batches in flight per replica: the next one builds while one computes
         self.pad_multiple = pad_multiple
         self.tokenizer = self.models[0].tokenizer
         self.max_tokens = self.models[0].max_seq_length
@@ -104,7 +108,8 @@ class BatchingEngine:
         """The batch workers; runs until cancelled."""
         async with trio.open_nursery() as nursery:
             for model in self.models:
-                nursery.start_soon(self._worker, model)
+                for _ in range(self.pipeline):
+                    nursery.start_soon(self._worker, model)
             task_status.started()
 
     async def embed(self, ids: list[list[int]]) -> np.ndarray:
@@ -162,7 +167,10 @@ class BatchingEngine:
             rows = [r for p in batch for r in p.ids]
             self.busy += 1
             try:
-                tokens = model.tokenizer.pad(rows, self.pad_multiple)
+                # rows padded up to a bucket too (with [CLS] [SEP] rows whose output is dropped): a server
+                # then meets a few dozen shapes, each compiled once, instead of one per batch
+                filler = [rows[0][:1] + rows[0][-1:]] * (_row_bucket(len(rows)) - len(rows))
+                tokens = model.tokenizer.pad(rows + filler, self.pad_multiple)
                 # building the graph is Python work: done off the loop thread, so the loop stays free
                 out = await trio.to_thread.run_sync(model, tokens)
                 with trio.CancelScope(shield=True):  # the batch's other requests need it
@@ -177,6 +185,7 @@ class BatchingEngine:
                 self.busy -= 1
             self.forward_passes += 1
             self.sentences_computed += len(rows)
+            result = result[:len(rows)]
             start = 0
             for p in batch:
                 p.result = result[start:start + len(p.ids)]
@@ -187,6 +196,11 @@ class BatchingEngine:
         return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
                 "abandoned_requests": self.abandoned, "batches_computing": self.busy,
                 "devices": [m.device for m in self.models]}
+
+
+def _row_bucket(rows: int) -> int:
+    """1, 2, 4, 8, then multiples of 8."""
+    return 1 << (rows - 1).bit_length() if rows <= 8 else -(-rows // 8) * 8
 
 
 class SyncEngine(BatchingEngine):
@@ -372,10 +386,19 @@ def make_engine(config: ServerConfig) -> Any:
     from atensor.models.bert import SentenceEncoder
     if config.mode == "torch":
         return TorchEngine(256)
+    if config.blas_threads:
+        # one BLAS thread per matmul: on a busy machine a second BLAS thread that is not scheduled stalls
+        # every small GEMM of a batch (measured: a 2x16 batch 4-6x slower with 2 threads under load);
+        # the cores are used by replicas instead (--devices 2 on 2 cores)
+        from threadpoolctl import threadpool_limits
+
+        import atensor
+        atensor.settings.blas_threads = config.blas_threads
+        threadpool_limits(limits=config.blas_threads, user_api="blas")
     devices = [f"CPU:{k}" for k in range(config.devices)] if config.mode == "atensor" else ["CPU:0"]
     models = SentenceEncoder.replicas(devices)
     cls = BatchingEngine if config.mode == "atensor" else SyncEngine
-    return cls(models, config.batch_window_ms / 1000, config.max_batch, config.pad_multiple)
+    return cls(models, config.batch_window_ms / 1000, config.max_batch, config.pad_multiple, config.pipeline)
 
 
 async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[trio.Event] = None,
@@ -495,13 +518,17 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="how long a batch waits for more requests after its first one")
     parser.add_argument("--max-batch", type=int, default=64, help="sentences per forward pass at most")
     parser.add_argument("--max-request-sentences", type=int, default=64)
+    parser.add_argument("--pipeline", type=int, default=2,
+                        help="batches in flight per replica (the next builds while one computes)")
+    parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per matmul (0: atensor's default)")
     parser.add_argument("--mode", choices=("atensor", "sync", "torch"), default="atensor",
                         help="atensor (batched, awaited), sync (baseline: computed in the handler), torch "
                              "(baseline: sentence-transformers in trio.to_thread.run_sync)")
     args = parser.parse_args(argv)
     config = ServerConfig(host=args.host, port=args.port, devices=args.devices,
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
-                          max_request_sentences=args.max_request_sentences, mode=args.mode)
+                          max_request_sentences=args.max_request_sentences, mode=args.mode,
+                          blas_threads=args.blas_threads or None, pipeline=args.pipeline)
     sys.setswitchinterval(0.001)  # the loop thread gets the GIL back from Python-heavy threads sooner
 
     async def run() -> None:

@@ -28,6 +28,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from atensor import nn
 from atensor.tensor import Tensor
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -138,27 +139,24 @@ class SentenceTokenizer:
         return self.pad(ids)
 
 
-# ---- small layers (private until atensor.nn and the API issue provide them) ------------------------
+# ---- layers: atensor.nn's, loaded with the checkpoint's arrays ----------------------------------------
 
-class _Linear:
-    def __init__(self, weight: np.ndarray, bias: np.ndarray, device: str):
-        self.weight = Tensor(weight, device=device)  # (out, in), as PyTorch stores it
-        self.bias = Tensor(bias, device=device)
+def _linear(w: dict[str, np.ndarray], name: str, device: str) -> nn.Linear:
+    weight = w[f"{name}.weight"]  # (out, in), as PyTorch stores it
+    layer = nn.Linear(weight.shape[1], weight.shape[0], device=device)
+    # the checkpoint's tensors replace the lazily initialized ones, which are then never computed
+    layer.weight, layer.bias = Tensor(weight, device=device), Tensor(w[f"{name}.bias"], device=device)
+    return layer
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return x @ self.weight.T + self.bias
+
+def _layer_norm(w: dict[str, np.ndarray], name: str, eps: float, device: str) -> nn.LayerNorm:
+    weight = w[f"{name}.weight"]
+    layer = nn.LayerNorm(weight.shape[0], eps=eps, device=device)
+    layer.weight, layer.bias = Tensor(weight, device=device), Tensor(w[f"{name}.bias"], device=device)
+    return layer
 
 
-class _LayerNorm:
-    def __init__(self, weight: np.ndarray, bias: np.ndarray, eps: float, device: str):
-        self.weight, self.bias = Tensor(weight, device=device), Tensor(bias, device=device)
-        self.eps = eps
-
-    def __call__(self, x: Tensor) -> Tensor:
-        centered = x - x.mean(-1, keepdim=True)
-        var = (centered * centered).mean(-1, keepdim=True)
-        return centered * (var + self.eps).rsqrt() * self.weight + self.bias
-
+# ---- ops the API issue has not provided yet (private until Tensor.softmax / Tensor.gelu land) ---------
 
 def _softmax(x: Tensor, axis: int = -1) -> Tensor:
     shifted = x - x.max(axis, keepdim=True)
@@ -179,12 +177,11 @@ def _gelu(x: Tensor) -> Tensor:
 
 class _EncoderLayer:
     def __init__(self, w: dict[str, np.ndarray], prefix: str, config: BertConfig, device: str):
-        def linear(name: str) -> _Linear:
-            return _Linear(w[f"{prefix}.{name}.weight"], w[f"{prefix}.{name}.bias"], device)
+        def linear(name: str) -> nn.Linear:
+            return _linear(w, f"{prefix}.{name}", device)
 
-        def norm(name: str) -> _LayerNorm:
-            return _LayerNorm(w[f"{prefix}.{name}.weight"], w[f"{prefix}.{name}.bias"], config.layer_norm_eps,
-                              device)
+        def norm(name: str) -> nn.LayerNorm:
+            return _layer_norm(w, f"{prefix}.{name}", config.layer_norm_eps, device)
         self.query, self.key, self.value = (linear(f"attention.self.{n}") for n in ("query", "key", "value"))
         self.attn_out, self.attn_norm = linear("attention.output.dense"), norm("attention.output.LayerNorm")
         self.ffn_in, self.ffn_out = linear("intermediate.dense"), linear("output.dense")
@@ -210,24 +207,20 @@ class BertEncoder:
 
     def __init__(self, weights: dict[str, np.ndarray], config: BertConfig, device: str = "CPU"):
         self.config, self.device = config, device
-        self._word = np.ascontiguousarray(weights["embeddings.word_embeddings.weight"], dtype=np.float32)
+        self.word = Tensor(weights["embeddings.word_embeddings.weight"], device=device)
         self.position = Tensor(weights["embeddings.position_embeddings.weight"], device=device)
         self.token_type = Tensor(weights["embeddings.token_type_embeddings.weight"], device=device)
-        self.embed_norm = _LayerNorm(weights["embeddings.LayerNorm.weight"], weights["embeddings.LayerNorm.bias"],
-                                     config.layer_norm_eps, device)
+        self.embed_norm = _layer_norm(weights, "embeddings.LayerNorm", config.layer_norm_eps, device)
         self.layers = [_EncoderLayer(weights, f"encoder.layer.{i}", config, device)
                        for i in range(config.num_layers)]
 
-    def _embed_tokens(self, input_ids: np.ndarray) -> Tensor:
-        # host-side row lookup until the API issue's embedding gather lands
-        return Tensor(self._word[input_ids], device=self.device)
-
-    def __call__(self, input_ids: np.ndarray, attention_mask: Tensor) -> Tensor:
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Hidden states (B, L, hidden) for int token ids (B, L) and a 0/1 float mask (B, L)."""
         b, length = input_ids.shape
         if length > self.config.max_positions:
             raise ValueError(f"{length} tokens exceed the model's {self.config.max_positions} positions")
-        x = self._embed_tokens(input_ids) + self.position[:length] + self.token_type[0]
+        words = self.word.index_select(0, input_ids.reshape(b * length)).reshape(b, length, self.config.hidden_size)
+        x = words + self.position[:length] + self.token_type[0]
         x = self.embed_norm(x)
         additive = ((1.0 - attention_mask) * float(np.finfo(np.float32).min)).reshape(b, 1, 1, length)
         for layer in self.layers:
@@ -279,7 +272,7 @@ class SentenceEncoder:
         """The lazy (B, dim) embeddings of a tokenized batch: mean of the kept tokens' hidden states,
         divided by its L2 norm."""
         mask = Tensor(batch.attention_mask, device=self.device)
-        hidden = self.encoder(batch.input_ids, mask)
+        hidden = self.encoder(Tensor(batch.input_ids, device=self.device), mask)
         kept = mask.reshape(*mask.shape, 1)
         pooled = (hidden * kept).sum(1) / kept.sum(1).maximum(1e-9)
         norm = (pooled * pooled).sum(-1, keepdim=True).sqrt().maximum(1e-12)

@@ -1,0 +1,249 @@
+"""Load test of examples/serve.py against the two usual alternatives, in one run on this machine.
+
+    python bench/serve_load.py                      # clients 1, 8, 32, 128; ~3-4 minutes
+    python bench/serve_load.py --duration 3 --clients 8 32 --modes atensor torch
+
+Each server runs in its own process on a loopback port:
+  atensor  the example: dynamic batching, the graph built off the loop, `await model(batch).realize()`
+  sync     baseline (a): the same server computing each request synchronously in its handler
+  torch    baseline (b): sentence-transformers on PyTorch CPU through trio.to_thread.run_sync
+
+N clients (each one kept-alive connection) send POST /embed with 1-4 sentences from a fixed mix, back
+to back, for `--duration` seconds after a warm-up. A separate prober process sends GET /health every
+20 ms meanwhile; its worst latency is the longest the server kept /health waiting. Reported: requests/s,
+sentences/s, p50/p95/p99 latency and the worst /health delay; figures land in
+bench/results/serve_load.json. Targets: at 32 clients, atensor's throughput >= torch's, and atensor's
+worst /health delay <= 20 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from common import table, write_results  # noqa: E402
+
+SENTENCES = [
+    "The cat sat on the mat.",
+    "A quick brown fox jumps over the lazy dog.",
+    "How do I reset my password?",
+    "Tensor libraries build lazy graphs and run them on command queues.",
+    "Where is the nearest train station?",
+    "The weather today is sunny with a light breeze from the west.",
+    "Async servers keep the event loop responsive while models compute.",
+    "I would like to order two coffees and a croissant, please.",
+    "Ünïcödé text: café, naïve, jalapeño.",
+    "Batching requests together makes better use of matrix multiplication.",
+    "What time does the museum open on Sundays?",
+    "Sentence embeddings map text to vectors whose distances reflect meaning.",
+    "Please send the quarterly report before Friday.",
+    "Rain is expected tonight, so bring an umbrella.",
+    "The library opens at nine and closes at five on weekdays.",
+    "Machine learning models are often served behind HTTP APIs.",
+]
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("atensor_example_serve", ROOT / "examples" / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def request_mix(client: int, i: int) -> list[str]:
+    """Request i of a client: 1 to 4 sentences of the fixed mix (2.5 on average)."""
+    count = 1 + (client + i) % 4
+    start = (client * 7 + i * 3) % len(SENTENCES)
+    return [SENTENCES[(start + k) % len(SENTENCES)] for k in range(count)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+# ---- one server process ------------------------------------------------------------------------------
+
+class ServerProcess:
+    """examples/serve.py in a child process; `port` once it listens; SIGTERM to stop (graceful)."""
+
+    def __init__(self, mode: str, devices: int, window_ms: float):
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        cmd = [sys.executable, str(ROOT / "examples" / "serve.py"), "--port", "0", "--mode", mode,
+               "--devices", str(devices), "--batch-window-ms", str(window_ms)]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT)
+        self.port = self._wait_for_port()
+
+    def _wait_for_port(self, timeout: float = 180.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {Path(self.log.name).read_text()[-2000:]}")
+            for line in Path(self.log.name).read_text().splitlines():
+                if line.startswith("serving ") and "http://" in line:
+                    return int(line.rsplit(":", 1)[1])
+            time.sleep(0.1)
+        raise TimeoutError("server did not start")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.unlink(self.log.name)
+
+
+# ---- the health prober (its own process: the load generator's work must not delay it) --------------
+
+async def probe_health(port: int, seconds: float, interval: float) -> dict[str, float]:
+    serve = _load_example()
+    delays: list[float] = []
+    async with serve.EmbedClient("127.0.0.1", port) as client:
+        end = trio.current_time() + seconds
+        while trio.current_time() < end:
+            start = time.perf_counter()
+            status, _ = await client.request("GET", "/health")
+            delays.append(time.perf_counter() - start)
+            assert status == 200
+            await trio.sleep(interval)
+    return {"probes": len(delays), "worst_ms": max(delays) * 1e3, "p50_ms": percentile(delays, 50) * 1e3,
+            "p99_ms": percentile(delays, 99) * 1e3}
+
+
+# ---- the load ----------------------------------------------------------------------------------------
+
+async def run_load(port: int, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
+    serve = _load_example()
+    latencies: list[float] = []
+    sentences_done = 0
+    errors = 0
+    start_at = trio.current_time() + warmup
+    end_at = start_at + seconds
+    prober = await trio.lowlevel.open_process(
+        [sys.executable, __file__, "--probe", str(port), str(seconds), "0.02"], stdout=subprocess.PIPE)
+
+    async def client_loop(c: int) -> None:
+        nonlocal sentences_done, errors
+        i = 0
+        async with serve.EmbedClient("127.0.0.1", port) as client:
+            while trio.current_time() < end_at:
+                sentences = request_mix(c, i)
+                i += 1
+                t0 = trio.current_time()
+                try:
+                    status, body = await client.request("POST", "/embed", {"sentences": sentences})
+                except (OSError, trio.BrokenResourceError, ValueError) as exc:  # h11 errors are ValueErrors
+                    errors += 1
+                    print(f"    client {c}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
+                t1 = trio.current_time()
+                if status != 200 or len(body["embeddings"]) != len(sentences):
+                    errors += 1
+                elif start_at <= t0 and t1 <= end_at:
+                    latencies.append(t1 - t0)
+                    sentences_done += len(sentences)
+
+    async with trio.open_nursery() as nursery:
+        for c in range(clients):
+            nursery.start_soon(client_loop, c)
+        await trio.sleep(warmup)  # the prober starts its window with the measured one
+        output = b""
+        async with prober.stdout:
+            async for chunk in prober.stdout:
+                output += chunk
+    await prober.wait()
+    health = json.loads(output.decode().strip().splitlines()[-1])
+    return {"clients": clients, "requests": len(latencies), "errors": errors,
+            "rps": len(latencies) / seconds, "sentences_per_s": sentences_done / seconds,
+            "p50_ms": percentile(latencies, 50) * 1e3, "p95_ms": percentile(latencies, 95) * 1e3,
+            "p99_ms": percentile(latencies, 99) * 1e3, "health_worst_ms": health["worst_ms"],
+            "health_p99_ms": health["p99_ms"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--modes", nargs="+", default=["atensor", "sync", "torch"],
+                        choices=["atensor", "sync", "torch"])
+    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per client count")
+    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each measurement")
+    parser.add_argument("--devices", type=int, default=2, help="atensor replicas (CPU:k), one BLAS thread each")
+    parser.add_argument("--batch-window-ms", type=float, default=5.0)
+    parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe:  # the prober child process
+        port, seconds, interval = int(args.probe[0]), float(args.probe[1]), float(args.probe[2])
+        print(json.dumps(trio.run(probe_health, port, seconds, interval)), flush=True)
+        return
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in args.modes}
+    servers: dict[str, ServerProcess] = {}
+    try:
+        for mode in args.modes:  # all up at once; an idle server costs nothing
+            servers[mode] = ServerProcess(mode, args.devices, args.batch_window_ms)
+        for clients in args.clients:  # the modes back to back per point: the machine's load drifts slowly
+            for mode in args.modes:
+                row = trio.run(run_load, servers[mode].port, clients, args.duration, args.warmup)
+                results[mode].append(row)
+                print(f"  {mode:8s} {clients:4d} clients: {row['rps']:7.1f} req/s {row['sentences_per_s']:7.1f} "
+                      f"sent/s  p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
+                      f"/health worst {row['health_worst_ms']:7.1f} ms", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    rows = [[mode, r["clients"], r["rps"], r["sentences_per_s"], r["p50_ms"], r["p95_ms"], r["p99_ms"],
+             r["health_worst_ms"], r["errors"]] for mode, rs in results.items() for r in rs]
+    print()
+    print(table(f"serve_load: {args.duration:g} s per point, batch window {args.batch_window_ms:g} ms, "
+                f"{args.devices} atensor device(s)",
+                ["mode", "clients", "req/s", "sent/s", "p50 ms", "p95 ms", "p99 ms", "/health worst ms", "errors"],
+                rows))
+    verdict = _verdict(results)
+    for line in verdict["lines"]:
+        print(line)
+    path = write_results("serve_load", {"config": vars(args) | {"probe": None}, "results": results,
+                                        "targets": verdict["targets"]})
+    print(f"\nwritten {path.relative_to(ROOT)}")
+
+
+def _verdict(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    def at(mode: str, clients: int) -> dict[str, Any] | None:
+        return next((r for r in results.get(mode, []) if r["clients"] == clients), None)
+    lines, targets = [], {}
+    ours, torch = at("atensor", 32), at("torch", 32)
+    if ours and torch:
+        ratio = ours["sentences_per_s"] / max(torch["sentences_per_s"], 1e-9)
+        targets["throughput_32_vs_torch"] = ratio
+        lines.append(f"throughput at 32 clients: atensor / torch = {ratio:.2f}x (target >= 1)")
+    if results.get("atensor"):
+        worst = max(r["health_worst_ms"] for r in results["atensor"])
+        targets["atensor_health_worst_ms"] = worst
+        lines.append(f"atensor /health worst delay under load: {worst:.1f} ms (target <= 20)")
+    if results.get("sync"):
+        targets["sync_health_worst_ms"] = max(r["health_worst_ms"] for r in results["sync"])
+        lines.append(f"baseline (a) sync /health worst delay: {targets['sync_health_worst_ms']:.1f} ms")
+    if results.get("torch"):
+        targets["torch_health_worst_ms"] = max(r["health_worst_ms"] for r in results["torch"])
+        lines.append(f"baseline (b) torch /health worst delay: {targets['torch_health_worst_ms']:.1f} ms")
+    return {"lines": lines, "targets": targets}
+
+
+if __name__ == "__main__":
+    main()
