@@ -22,7 +22,6 @@ from typing import Iterator, Optional
 class Settings:
     racecheck: bool = bool(int(os.environ.get("ATENSOR_RACECHECK", "0")))
     z3_timeout_ms: int = int(os.environ.get("ATENSOR_Z3_TIMEOUT_MS", "2000"))
-    z3_timeout_ms: int = int(os.environ.get("ATENSOR_Z3_TIMEOUT_MS", "2000"))
     blas_threads: Optional[int] = int(os.environ["ATENSOR_BLAS_THREADS"]) if "ATENSOR_BLAS_THREADS" in os.environ else None
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
 

@@ -19,7 +19,6 @@ from typing import Any, Iterator
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
 from atensor.graph.symbolic import hi_of
-from atensor.graph.symbolic import hi_of
 from atensor.graph.view import Shape, View
 
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
-from atensor.graph.symbolic import evaluate
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, DeviceError
 from atensor.hcq.numpy_backend import compile_kernel
@@ -126,7 +125,6 @@ def _runner(task: Task) -> Optional[Callable[[], None]]:
             return None
         fn = compile_kernel(work.ast, work.name)
         arrays = [b.memory for b in buffers]
-        extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
         extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
 
         def run_kernel() -> None:

@@ -161,10 +161,6 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         """A view constant; one at a symbolic offset is evaluated with the call's variable values."""
         return f"{const(view)}.evaluate(var_vals)" if view.variables() else const(view)
 
-    def view_arg(view: View) -> str:
-        """A view constant; one at a symbolic offset is evaluated with the call's variable values."""
-        return f"{const(view)}.evaluate(var_vals)" if view.variables() else const(view)
-
     order = toposort([ast])
     users: dict[Node, int] = {}
     for n in order:

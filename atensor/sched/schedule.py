@@ -24,7 +24,6 @@ from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
-from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
 from atensor.graph.view import View
 from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
 

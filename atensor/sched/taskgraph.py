@@ -21,7 +21,6 @@ from typing import Iterable, Optional, Union
 
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.symbolic import Expr, SymbolicError, Variable
-from atensor.graph.symbolic import Expr, SymbolicError, Variable
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,6 @@ class Kernel:
     flops: int = 0
     kind: str = "kernel"
     queue: str = "compute"
-    var_vals: dict[Variable, int] = field(default_factory=dict)  # values of the ast's variables
     var_vals: dict[Variable, int] = field(default_factory=dict)  # values of the ast's variables
 
 
