@@ -174,7 +174,10 @@ async def train(devices: int = 2, epochs: int = 20, batch_size: int = 128, lr: f
                         break
                     idx = order[i * batch_size:(i + 1) * batch_size]
                     x, y = _on(data.x_train[idx], names), _on(data.y_train[idx], names)
-                    loss = nn.cross_entropy(net(x), y)
+                    # the mean over the global batch, with a constant divisor: its gradient is then a
+                    # constant that every device makes for itself (a data-dependent divisor, as the
+                    # default "mean" with ignore_index has, would be computed on one device and sent)
+                    loss = nn.cross_entropy(net(x), y, reduction="sum") / batch_size
                     opt.zero_grad()
                     loss.backward()
                     await opt.step(loss)  # forward, backward, allreduces and update: one task graph

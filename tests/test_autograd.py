@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from atensor import Tensor, dtypes
-from atensor.graph.gradient import view_backward
+from atensor.graph.gradient import _scatter_back, view_backward
 from atensor.graph.node import Node
 from atensor.graph.view import View
 
@@ -85,6 +85,34 @@ CASES = [
     ("chain", lambda x, y: ((x @ y).tanh() * (x @ y).exp()).sum(axis=0),
      lambda x, y: ((x @ y).tanh() * (x @ y).exp()).sum(dim=0), [(4, 3), (3, 5)], (-1, 1)),
 ]
+
+# ops of the wider API (tensor_index.py, tensor_math.py, tensor_conv.py), where present
+_IDX = np.array([[0, 2, 2, 1], [3, 0, 1, 1], [2, 2, 3, 0]])
+_API = [
+    ("softmax", "softmax", lambda x: x.softmax(1), lambda x: x.softmax(1), [(3, 5)], (-3, 3)),
+    ("log_softmax", "log_softmax", lambda x: x.log_softmax(0), lambda x: x.log_softmax(0), [(3, 5)], (-3, 3)),
+    ("logsumexp", "logsumexp", lambda x: x.logsumexp(1), lambda x: x.logsumexp(1), [(3, 5)], (-3, 3)),
+    ("cumsum", "cumsum", lambda x: x.cumsum(1), lambda x: x.cumsum(1), [(3, 5)], (-3, 3)),
+    ("var", "var", lambda x: x.var(1), lambda x: x.var(1), [(3, 5)], (-3, 3)),
+    ("gelu", "gelu", lambda x: x.gelu(), lambda x: torch.nn.functional.gelu(x, approximate="tanh"), [(3, 5)], (-3, 3)),
+    ("silu", "silu", lambda x: x.silu(), torch.nn.functional.silu, [(3, 5)], (-3, 3)),
+    ("leaky_relu", "leaky_relu", lambda x: x.leaky_relu(0.1), lambda x: torch.nn.functional.leaky_relu(x, 0.1),
+     [(3, 5)], (-3, 3)),
+    ("gather", "gather", lambda x: x.gather(1, Tensor(_IDX.astype(np.int32))),
+     lambda x: x.gather(1, torch.tensor(_IDX)), [(3, 4)], (-3, 3)),
+    ("getitem_tensor", "gather", lambda x: x[Tensor(np.array([2, 0, 2], np.int32))],
+     lambda x: x[torch.tensor([2, 0, 2])], [(3, 4)], (-3, 3)),
+    ("scatter_reduce_sum", "scatter_reduce",
+     lambda x, y: x.scatter_reduce(1, Tensor(_IDX.astype(np.int32)), y, "sum"),
+     lambda x, y: x.scatter_reduce(1, torch.tensor(_IDX), y, "sum"), [(3, 4), (3, 4)], (-3, 3)),
+    ("conv2d", "conv2d", lambda x, w: x.conv2d(w, padding=1, stride=(1, 2)),
+     lambda x, w: torch.nn.functional.conv2d(x, w, padding=1, stride=(1, 2)), [(2, 3, 5, 6), (4, 3, 3, 3)], (-1, 1)),
+    ("max_pool2d", "max_pool2d", lambda x: x.max_pool2d(2), lambda x: torch.nn.functional.max_pool2d(x, 2),
+     [(2, 3, 4, 6)], (-3, 3)),
+    ("avg_pool2d", "avg_pool2d", lambda x: x.avg_pool2d(2), lambda x: torch.nn.functional.avg_pool2d(x, 2),
+     [(2, 3, 4, 6)], (-3, 3)),
+]
+CASES += [(name, fn, tfn, shapes, domain) for name, method, fn, tfn, shapes, domain in _API if hasattr(Tensor, method)]
 
 
 def _atensor_grads(fn, arrays, cotangent):
@@ -212,6 +240,11 @@ def test_view_gradient_scatters_back_to_the_elements_read(data):
         grad = view_backward(grad, v.arg, v.src[0].shape)
     assert grad.shape == n.shape and node.size == size
     np.testing.assert_allclose(Tensor(grad).numpy().reshape(-1), expected)
+    # the general scatter-add rule (used for overlapping windows) agrees on every view
+    grad = Tensor(cotangent).node
+    for v in chain:
+        grad = _scatter_back(grad, v.arg, v.src[0].shape)
+    np.testing.assert_allclose(Tensor(grad).numpy().reshape(-1), expected)
 
 
 def test_view_backward_of_common_views_is_the_inverse_movement():
@@ -326,3 +359,63 @@ def test_backward_after_reading_the_loss_still_works():
     assert loss.item() == 5.0  # realizes the loss into a buffer; its graph is kept for backward
     loss.backward()
     np.testing.assert_allclose(w.grad.numpy(), [2, 4])
+
+
+# ---- multi-device ------------------------------------------------------------------------------
+needs_sharding = pytest.mark.skipif(not hasattr(Tensor, "shard"), reason="multi-device needs Tensor.shard")
+DEVICES = ("CPU:0", "CPU:1")
+
+
+def _mlp_loss(x, w1, w2):
+    return ((x @ w1).relu() @ w2).tanh().mean()
+
+
+@needs_sharding
+@pytest.mark.parametrize("realize_weights", [False, True])
+async def test_data_parallel_gradients_of_replicated_weights_equal_one_device(realize_weights):
+    x, w1, w2 = RNG.standard_normal((6, 4)), RNG.standard_normal((4, 5)), RNG.standard_normal((5, 3))
+    ref = [Tensor(w, requires_grad=True) for w in (w1, w2)]
+    _mlp_loss(Tensor(x), *ref).backward()
+    weights = [Tensor(w).shard(DEVICES) for w in (w1, w2)]  # replicated: a lazy copy per device
+    if realize_weights:
+        await Tensor.realize(*weights)  # now each device holds its own replica in its own buffer
+    for w in weights:
+        w.requires_grad = True
+    _mlp_loss(Tensor(x).shard(DEVICES, axis=0), *weights).backward()
+    for w, r in zip(weights, ref):
+        assert w.grad.device == DEVICES and w.grad.shard_axis is None  # replicated, like the weight
+        await Tensor.realize(w.grad, r.grad)
+        np.testing.assert_allclose(w.grad.numpy(), r.grad.numpy(), rtol=1e-9)
+        for shard in w.grad.shards:  # every device got the summed (allreduced) gradient
+            np.testing.assert_allclose(shard.numpy(), r.grad.numpy(), rtol=1e-9)
+
+
+@needs_sharding
+async def test_gradient_of_a_sharded_tensor_is_sharded_alike():
+    x = RNG.standard_normal((5, 3))
+    ref = Tensor(x, requires_grad=True)
+    ((ref * ref).sum(axis=1).exp()).sum().backward()
+    sharded = Tensor(x).shard(DEVICES, axis=0)
+    sharded.requires_grad = True
+    ((sharded * sharded).sum(axis=1).exp()).sum().backward()
+    assert sharded.grad.shard_axis == 0 and sharded.grad.shard_bounds == sharded.shard_bounds
+    await Tensor.realize(sharded.grad, ref.grad)
+    np.testing.assert_allclose(sharded.grad.numpy(), ref.grad.numpy(), rtol=1e-9)
+
+
+@needs_sharding
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+async def test_allreduce_gradient_goes_back_to_each_device(op):
+    a_np, b_np = np.array([1.0, 5.0, 2.0]), np.array([3.0, 5.0, -1.0])
+    a, b = Tensor(a_np, device="CPU:0", requires_grad=True), Tensor(b_np, device="CPU:1", requires_grad=True)
+    weights = np.array([1.0, 2.0, 3.0])
+    out = Tensor.allreduce([a, b], op)
+    (out * Tensor(weights).shard(DEVICES)).sum().backward()
+    await Tensor.realize(a.grad, b.grad)
+    ta, tb = torch.tensor(a_np, requires_grad=True), torch.tensor(b_np, requires_grad=True)
+    stacked = torch.stack([ta, tb])
+    reduced = {"sum": stacked.sum(0), "mean": stacked.mean(0), "max": stacked.amax(0)}[op]
+    (reduced * torch.tensor(weights)).sum().backward()
+    assert a.grad.device == "CPU:0" and b.grad.device == "CPU:1"
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy())
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy())

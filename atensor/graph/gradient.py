@@ -89,11 +89,50 @@ def zeros_like(node: Node) -> Node:
 
 
 # ---- the VIEW rule -----------------------------------------------------------------------------
+class _Overlap(Exception):
+    """The view reads some source elements more than once along different axes (sliding windows)."""
+
+
 def view_backward(grad: Node, view: View, src_shape: Shape) -> Node:
     """The gradient of a view's source (shape `src_shape`) given the gradient of the view's output.
 
     The View reads source element `offset + sum(idx[i] * strides[i])` for each valid `idx`; the
-    source's gradient sums the output gradient of every `idx` that reads it."""
+    source's gradient sums the output gradient of every `idx` that reads it. Movement ops give views
+    that undo with movement ops and sums; a view whose windows overlap (the sliding windows of a
+    convolution or pooling) is undone by a scatter-add of the gradient to the positions read."""
+    try:
+        return _undo_view(grad, view, src_shape)
+    except _Overlap:
+        return _scatter_back(grad, view, src_shape)
+
+
+def _scatter_back(grad: Node, view: View, src_shape: Shape) -> Node:
+    """The general case: the flat source position each output element read (-1 where the mask says
+    it read nothing), and a scatter-add of the gradient to those positions."""
+    size = math.prod(src_shape)
+    dev, idt = grad.device, dtypes.int64 if size >= 2**31 else dtypes.int32
+    ndim = len(view.shape)
+    position = Node.const(view.offset, idt, dev, view.shape)
+    valid: Optional[Node] = None
+    for axis, (n, stride) in enumerate(zip(view.shape, view.strides)):
+        along = Node.make(Ops.ARANGE, idt, (), (0, 1, n, dev))
+        along = along.reshape(tuple(n if i == axis else 1 for i in range(ndim))).expand(view.shape)
+        if stride:
+            position = position.alu(Ops.ADD, along.alu(Ops.MUL, Node.const(stride, idt, dev, view.shape)))
+        if view.mask is not None and view.mask[axis] != (0, n):
+            lo, hi = view.mask[axis]
+            inside = Node.const(lo - 1, idt, dev, view.shape).alu(Ops.CMPLT, along).alu(
+                Ops.AND, along.alu(Ops.CMPLT, Node.const(hi, idt, dev, view.shape)))
+            valid = inside if valid is None else valid.alu(Ops.AND, inside)
+    if valid is not None:
+        position = valid.alu(Ops.WHERE, position, Node.const(-1, idt, dev, view.shape))
+    flat = (view.size,)
+    base = Node.const(0.0, grad.dtype, dev, (size,))
+    out = Node.make(Ops.SCATTER, grad.dtype, (base, position.reshape(flat), grad.reshape(flat)), "sum")
+    return out.reshape(tuple(src_shape))
+
+
+def _undo_view(grad: Node, view: View, src_shape: Shape) -> Node:
     size = math.prod(src_shape)
     if size == 0 or view.size == 0 or (view.mask is not None and any(b >= e for b, e in view.mask)):
         return Node.const(0.0, grad.dtype, grad.device, src_shape)
@@ -129,7 +168,7 @@ def view_backward(grad: Node, view: View, src_shape: Shape) -> Node:
     for axis in reversed(range(len(shape))):
         stride = strides[axis]
         if stride < canvas:
-            raise GraphError(f"cannot differentiate through the overlapping view {view}")
+            raise _Overlap()
         if stride > canvas:
             grad = grad.pad(((0, 0),) * (axis + 1) + ((0, stride - canvas),))
         grad = grad.reshape(tuple(shape[:axis]) + (shape[axis] * stride,))
@@ -196,6 +235,26 @@ def _assign_rule(ctx: Node, ret: Node) -> Grads:
     return (mask.alu(Ops.WHERE, zeros_like(ctx), ctx), to_value)
 
 
+def _gather_rule(ctx: Node, ret: Node) -> Grads:
+    source, index = ret.src
+    # every position that read source[j] sends its gradient back to j (duplicates add up)
+    return (Node.make(Ops.SCATTER, ctx.dtype, (zeros_like(source), index, ctx), "sum"), None)
+
+
+def _scatter_rule(ctx: Node, ret: Node) -> Grads:
+    base, index, values = ret.src
+    at_index = Node.make(Ops.GATHER, ctx.dtype, (ctx, index))  # the output gradient where each value went
+    if ret.arg == "sum":
+        return (ctx, None, at_index)
+    if ret.arg == "set":  # overwritten elements of the base get none
+        written = Node.make(Ops.SCATTER, ctx.dtype, (zeros_like(base), index, _const(values, 1.0)), "set")
+        return (written.alu(Ops.CMPNE, zeros_like(base)).alu(Ops.WHERE, zeros_like(ctx), ctx), None, at_index)
+    # "max": whichever of the base element and the values written there equals the result gets it
+    won = values.alu(Ops.CMPEQ, Node.make(Ops.GATHER, ret.dtype, (ret, index)))
+    return (base.alu(Ops.CMPEQ, ret).alu(Ops.WHERE, ctx, zeros_like(ctx)), None,
+            won.alu(Ops.WHERE, at_index, zeros_like(at_index)))
+
+
 def _allreduce_rule(ctx: Node, ret: Node) -> Grads:
     arg = ret.arg
     if arg.op is ReduceOp.SUM:
@@ -254,6 +313,9 @@ GRADIENT = PatternMatcher([
     _rule(Ops.WHERE, lambda ctx, ret: (None, ret.src[0].alu(Ops.WHERE, ctx, zeros_like(ctx)),
                                        ret.src[0].alu(Ops.WHERE, zeros_like(ctx), ctx))),
     _rule(Ops.REDUCE, _reduce_rule),
+    # indexing: a gather's gradient is a scatter-add, a scatter's a gather
+    _rule(Ops.GATHER, _gather_rule),
+    _rule(Ops.SCATTER, _scatter_rule),
     _rule(Ops.VIEW, lambda ctx, ret: (view_backward(ctx, ret.arg, ret.src[0].shape),)),
     # realization and devices: the value passes through; a copy's gradient goes back by copy
     _rule(Ops.CONTIGUOUS, lambda ctx, ret: (ctx,)),

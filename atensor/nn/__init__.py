@@ -77,7 +77,9 @@ class Conv2d:
         self.bias = parameter(uniform(out_channels, bound=bound, device=device)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if hasattr(Tensor, "conv2d"):
+        # Tensor.conv2d reads sliding windows through one raw view, which a sharded tensor does not
+        # take; the composition of movement ops below works on any layout
+        if hasattr(Tensor, "conv2d") and not isinstance(x.device, tuple):
             return x.conv2d(self.weight, self.bias, groups=self.groups, stride=self.stride,
                             dilation=self.dilation, padding=self.padding)
         return _conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
@@ -85,8 +87,8 @@ class Conv2d:
 
 def _conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: tuple[int, int],
             padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> Tensor:
-    """Convolution as a sum over kernel offsets of strided windows times the kernel's slice (used when
-    Tensor has no conv2d of its own)."""
+    """Convolution as a sum over kernel offsets of strided windows times the kernel's slice, built
+    from movement ops only (used on sharded tensors, and when Tensor has no conv2d)."""
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation

@@ -17,7 +17,7 @@ once per structure).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -61,8 +61,19 @@ class Optimizer:
         if not self.params:
             raise ValueError("optimizer got no parameters that require grad")
         self.initial_lr = lr
+        self._consts: dict[tuple, Tensor] = {}
         self.lr = _scalar(lr, self.params[0])
         self.state: list[Tensor] = [self.lr]
+
+    def _c(self, value: float, like: Tensor) -> Tensor:
+        """A constant shaped and placed like `like`, made once: building an update from cached
+        constants skips the scalar-broadcast work of every `tensor * 0.9` (graph building is on the
+        step's critical path)."""
+        key = (value, like.shape, like.dtype, like.device)
+        found = self._consts.get(key)
+        if found is None:
+            found = self._consts[key] = Tensor.full(like.shape, value, dtype=like.dtype, device=like.device)
+        return found
 
     def zero_grad(self) -> None:
         """Forgets the gradients (the next backward sets them afresh)."""
@@ -75,7 +86,22 @@ class Optimizer:
         if len(missing) == len(self.params):
             raise RuntimeError("optimizer step without gradients: call loss.backward() first")
         grads = [t.grad if t.grad is not None else t.zeros_like() for t in self.params]
-        self._update(grads)
+        devices = self.params[0].device
+        if not isinstance(devices, tuple):
+            self._update(self.params, grads, lambda t: t)
+            return self.params + self.buffers + self.state
+        # replicated parameters: every device updates its own replica from the (allreduced) gradient,
+        # built per device on the shards, which is cheaper than pushing each op through MULTI
+        for k in range(len(devices)):
+            picked: dict[int, Tensor] = {}
+
+            def on_device(t: Tensor, k: int = k, picked: dict[int, Tensor] = picked) -> Tensor:
+                if id(t) not in picked:
+                    if t.device != devices:
+                        raise ValueError(f"optimizer tensors on {t.device}, parameters on {devices}")
+                    picked[id(t)] = t.shards[k]
+                return picked[id(t)]
+            self._update([on_device(t) for t in self.params], [on_device(g) for g in grads], on_device)
         return self.params + self.buffers + self.state
 
     def step(self, *also: Tensor) -> Any:
@@ -85,7 +111,9 @@ class Optimizer:
         tensors = [*also, *self.schedule_step()]
         return tensors[0].realize(*tensors[1:])
 
-    def _update(self, grads: list[Tensor]) -> None:
+    def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
+        """Assigns the update to `params` (single-device tensors); `state(t)` is the optimizer state
+        tensor `t` as seen on the same device as `params`."""
         raise NotImplementedError
 
 
@@ -104,16 +132,21 @@ class SGD(Optimizer):
         self.first = _scalar(1.0, self.params[0]) if momentum and dampening else None
         self.state += self.b + ([self.first] if self.first is not None else [])
 
-    def _update(self, grads: list[Tensor]) -> None:
-        for i, (t, g) in enumerate(zip(self.params, grads)):
-            d = g + t.detach() * self.wd if self.wd else g
+    def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
+        c, lr = self._c, state(self.lr)
+        first = None if self.first is None else state(self.first)
+        inflow_scale = None if first is None else 1 - (1 - first) * self.dampening  # (1,)
+        for i, (t, g) in enumerate(zip(params, grads)):
+            p = t.detach()
+            d = g + p * c(self.wd, p) if self.wd else g
             if self.momentum:
-                inflow = d if self.first is None else d * (1 - self.dampening * (1 - self.first))
-                self.b[i].assign(self.b[i] * self.momentum + inflow)
-                d = d + self.b[i] * self.momentum if self.nesterov else self.b[i]
-            t.assign((t.detach() - d * self.lr).cast(t.dtype))
-        if self.first is not None:
-            self.first.assign(self.first * 0)
+                inflow = d if inflow_scale is None else d * inflow_scale
+                b = state(self.b[i])
+                b.assign(b * c(self.momentum, p) + inflow)
+                d = d + b * c(self.momentum, p) if self.nesterov else b
+            t.assign((p - d * lr).cast(t.dtype))
+        if first is not None:
+            first.assign(first * 0)
 
 
 class Adam(Optimizer):
@@ -132,20 +165,25 @@ class Adam(Optimizer):
         self.v = [_state_like(t) for t in self.params]
         self.state += [self.b1_t, self.b2_t] + self.m + self.v
 
-    def _update(self, grads: list[Tensor]) -> None:
-        self.b1_t.assign(self.b1_t * self.b1)
-        self.b2_t.assign(self.b2_t * self.b2)
-        for i, (t, g) in enumerate(zip(self.params, grads)):
+    def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
+        c, lr = self._c, state(self.lr)
+        b1_t = state(self.b1_t).assign(state(self.b1_t) * self.b1)
+        b2_t = state(self.b2_t).assign(state(self.b2_t) * self.b2)
+        # the bias corrections as two one-element factors:
+        # lr * m_hat / (sqrt(v_hat) + eps) = step * m / (sqrt(v) * root + eps)
+        step = lr / (1.0 - b1_t)
+        root = (1.0 - b2_t).rsqrt()
+        for i, (t, g) in enumerate(zip(params, grads)):
+            p = t.detach()
             if self.wd and not self.decoupled:
-                g = g + t.detach() * self.wd
-            self.m[i].assign(self.m[i] * self.b1 + g * (1.0 - self.b1))
-            self.v[i].assign(self.v[i] * self.b2 + (g * g) * (1.0 - self.b2))
-            m_hat = self.m[i] / (1.0 - self.b1_t)
-            v_hat = self.v[i] / (1.0 - self.b2_t)
-            update = m_hat / (v_hat.sqrt() + self.eps)
+                g = g + p * c(self.wd, p)
+            m, v = state(self.m[i]), state(self.v[i])
+            m = m.assign(m * c(self.b1, p) + g * c(1.0 - self.b1, p))
+            v = v.assign(v * c(self.b2, p) + (g * g) * c(1.0 - self.b2, p))
+            update = m * step / (v.sqrt() * root + c(self.eps, p))
             if self.wd and self.decoupled:
-                update = update + t.detach() * self.wd
-            t.assign((t.detach() - update * self.lr).cast(t.dtype))
+                update = update + p * (lr * self.wd)
+            t.assign((p - update).cast(t.dtype))
 
 
 class AdamW(Adam):

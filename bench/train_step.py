@@ -1,0 +1,197 @@
+"""Training step time of the flagship model (examples/train.py's MLP, Adam) at batch 256: atensor
+on 1 and 2 devices against PyTorch CPU and tinygrad CPU, and weak scaling.
+
+    python bench/train_step.py [--steps 30]
+
+Each configuration runs in its own process (BLAS thread limits and devices are per process):
+- `atensor 1 dev` / `atensor 2 dev`: batch 256 (split 128 + 128 on 2 devices), BLAS threads as
+  atensor sets them (the cores divided among the devices in use);
+- `torch`: the same model, batch and optimizer, `torch.set_num_threads(2)` (the machine's cores);
+- `tinygrad`: the same, with TinyJit (how tinygrad trains), when tinygrad is installed and works;
+- weak scaling, as PyTorch DDP reports it: every device keeps a batch of 256 and one BLAS thread;
+  scaling = step time on 2 devices / step time on 1 device (target at most 1.1; DDP: 1/0.93).
+Times are medians over the measured steps after warm-up steps; the machine is shared, so compare
+the ratios measured in the same run, not absolute times across runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import table, write_results  # noqa: E402
+
+WARMUP = 5
+SIZES = (64, 256, 128, 10)
+
+
+def _data(batch: int):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return rng.random((batch, 64), dtype=np.float32), rng.integers(0, 10, size=batch).astype(np.int32)
+
+
+def run_atensor(devices: int, batch: int, steps: int) -> list[float]:
+    import trio
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    import train
+    from atensor import Tensor, nn
+    from atensor.nn import optim
+    names = tuple(f"CPU:{k}" for k in range(devices))
+    x_np, y_np = _data(batch)
+    Tensor.manual_seed(0)
+    net = train.MLP()
+    params = nn.get_parameters(net)
+    if devices > 1:
+        for p in params:
+            p.shard_(names)
+    opt = optim.Adam(params, lr=1e-3)
+    times: list[float] = []
+
+    async def loop() -> None:
+        await Tensor.realize(*params)
+        with Tensor.train():
+            for _ in range(WARMUP + steps):
+                start = time.perf_counter()
+                x, y = train._on(x_np, names), train._on(y_np, names)
+                loss = nn.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                await opt.step(loss)
+                times.append(time.perf_counter() - start)
+    trio.run(loop)
+    return times[WARMUP:]
+
+
+def run_torch(batch: int, steps: int, threads: int) -> list[float]:
+    import torch
+    torch.set_num_threads(threads)
+    x_np, y_np = _data(batch)
+    torch.manual_seed(0)
+    layers = []
+    for a, b in zip(SIZES, SIZES[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    times = []
+    for _ in range(WARMUP + steps):
+        start = time.perf_counter()
+        x, y = torch.from_numpy(x_np), torch.from_numpy(y_np).long()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - start)
+    return times[WARMUP:]
+
+
+def run_tinygrad(batch: int, steps: int) -> list[float]:
+    os.environ.setdefault("DEV", "CPU")
+    from tinygrad import Tensor, TinyJit, nn
+    x_np, y_np = _data(batch)
+    Tensor.manual_seed(0)
+    layers = [nn.Linear(a, b) for a, b in zip(SIZES, SIZES[1:])]
+    params = nn.state.get_parameters(layers)
+    opt = nn.optim.Adam(params, lr=1e-3)
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        h = x
+        for layer in layers[:-1]:
+            h = layer(h).relu()
+        loss = layers[-1](h).sparse_categorical_crossentropy(y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.realize()
+
+    try:  # tinygrad >= 0.11: training mode is a context variable
+        from tinygrad.helpers import Context
+        training = Context(TRAINING=1)
+    except (ImportError, TypeError):
+        training = Tensor.train()
+    times = []
+    with training:
+        for _ in range(WARMUP + steps):
+            start = time.perf_counter()
+            step(Tensor(x_np), Tensor(y_np)).item()
+            times.append(time.perf_counter() - start)
+    return times[WARMUP:]
+
+
+def worker(config: dict) -> dict:
+    kind = config["kind"]
+    if kind == "atensor":
+        times = run_atensor(config["devices"], config["batch"], config["steps"])
+    elif kind == "torch":
+        times = run_torch(config["batch"], config["steps"], config["threads"])
+    else:
+        times = run_tinygrad(config["batch"], config["steps"])
+    return {"median_s": statistics.median(times), "min_s": min(times), "steps": len(times)}
+
+
+def measure(config: dict, env: dict | None = None) -> dict:
+    """Runs one configuration in a fresh process; returns its timings or the error it gave."""
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(config)], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=900)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    steps = args.steps
+    runs = {
+        "atensor, 1 device": measure({"kind": "atensor", "devices": 1, "batch": 256, "steps": steps}),
+        "atensor, 2 devices": measure({"kind": "atensor", "devices": 2, "batch": 256, "steps": steps}),
+        "torch CPU, 2 threads": measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 2}),
+        "tinygrad CPU (TinyJit)": measure({"kind": "tinygrad", "batch": 256, "steps": steps}),
+        "weak: atensor 1 device x 256, 1 thread": measure(
+            {"kind": "atensor", "devices": 1, "batch": 256, "steps": steps}, {"ATENSOR_BLAS_THREADS": "1"}),
+        "weak: atensor 2 devices x 256, 1 thread each": measure(
+            {"kind": "atensor", "devices": 2, "batch": 512, "steps": steps}, {"ATENSOR_BLAS_THREADS": "1"}),
+        "torch CPU, 1 thread": measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 1}),
+    }
+    torch_ms = runs["torch CPU, 2 threads"].get("median_s")
+    rows = []
+    for name, r in runs.items():
+        if "error" in r:
+            rows.append([name, "-", "-", f"skipped: {r['error']}"])
+            continue
+        ratio = f"{r['median_s'] / torch_ms:.2f}x" if torch_ms else "-"
+        rows.append([name, r["median_s"] * 1e3, r["min_s"] * 1e3, ratio])
+    print(table(f"training step, flagship MLP {'-'.join(map(str, SIZES))} + Adam, batch 256 (median of {steps})",
+                ["configuration", "median ms", "min ms", "vs torch 2 threads"], rows))
+    w1, w2 = runs["weak: atensor 1 device x 256, 1 thread"], runs["weak: atensor 2 devices x 256, 1 thread each"]
+    scaling = w2["median_s"] / w1["median_s"] if "error" not in w1 and "error" not in w2 else None
+    if scaling is not None:
+        print(f"\nweak scaling (step time, 2 devices / 1 device, 256 per device, 1 BLAS thread each): "
+              f"{scaling:.2f} (target <= 1.1; efficiency {100 / scaling:.0f}%)")
+    one, two = runs["atensor, 1 device"], runs["atensor, 2 devices"]
+    if "error" not in one and torch_ms:
+        print(f"atensor 1 device / torch (2 threads): {one['median_s'] / torch_ms:.2f} (target <= 1)")
+    path = write_results("train_step", {"steps": steps, "runs": runs, "weak_scaling": scaling,
+                                        "atensor_1dev_over_torch": one.get("median_s", 0) / torch_ms
+                                        if torch_ms and "error" not in one else None,
+                                        "atensor_2dev_over_1dev": two.get("median_s", 0) / one["median_s"]
+                                        if "error" not in one and "error" not in two else None})
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
