@@ -44,7 +44,8 @@ def _roots(*tensors: Tensor) -> list[Node]:
     for t in tensors:
         n = t.node
         spec = BufferSpec(n.device, n.size, n.dtype)
-        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), View.create((n.size,)).reshape(n.shape)))
+        view = View.create((n.size,)).reshape(n.shape)
+        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), view))
     return roots
 
 
@@ -58,7 +59,8 @@ def program_kernels() -> list[Node]:
         [x.reshape(512, 8) @ w, x.permute(2, 0, 1).reshape(8, 512) * 3],
         [x.pad(((1, 1), (2, 2), (0, 3))).sum(0), x[:, ::-2, 1::3].flip(0)],
         [x.permute(1, 0, 2).reshape(32, 128).T.contiguous() + 1, x.reshape(4, 4, 32, 8).permute(3, 1, 2, 0)],
-        [x.argmax(1), (x > 0).where(x, 0.0).sum(), x.shrink(((2, 9), None, (1, 7))).pad(((0, 0), (3, 3), None))],
+        [x.argmax(1), (x > 0).where(x, 0.0).sum(),
+         x.shrink(((2, 9), None, (1, 7))).pad(((0, 0), (3, 3), None))],
     ]
     start_pos = Variable("start_pos", 0, 63)
     for pos in (5, 6):
@@ -94,7 +96,8 @@ def z3_kernels() -> list[Node]:
         s = Variable(f"s{k}", 0, 16 + k)
         load = _view(_param(1, 64 + k), (64 + k,), (1,), 4 - s, ((s - 4, s + 1 + k),))
         out = _view(_param(0, load.size), load.shape, (1,))
-        kernels.append(Node.make(Ops.STORE, f32, (out, load.alu(Ops.ADD, Node.const(1.0, f32, "kernel", load.shape)))))
+        value = load.alu(Ops.ADD, Node.const(1.0, f32, "kernel", load.shape))
+        kernels.append(Node.make(Ops.STORE, f32, (out, value)))
     return kernels
 
 
@@ -110,8 +113,8 @@ def gathers() -> list[IndexedLoad]:
         grid = _view(_view(pos, (n, 4), (4, 1)), (4, n), (1, 4))
         flat = _view(grid, (n * 4,), (1,))
         index = flat.alu(Ops.ADD, Node.const(3, i32, "kernel", (n * 4,)))
-        loads.append(IndexedLoad(_param(1, n * 4), index, flat.alu(Ops.CMPLT, Node.const(n * 4 - 3, i32, "kernel",
-                                                                                             (n * 4,)))))
+        guard = flat.alu(Ops.CMPLT, Node.const(n * 4 - 3, i32, "kernel", (n * 4,)))
+        loads.append(IndexedLoad(_param(1, n * 4), index, guard))
     return loads
 
 

@@ -135,7 +135,8 @@ def test_a_proof_that_times_out_is_a_rejection(monkeypatch):
 def test_every_kernel_of_real_programs_passes_and_runs():
     x = Tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
     programs = [
-        (x.permute(2, 0, 1).reshape(4, 6) * 2, np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1).reshape(4, 6) * 2),
+        (x.permute(2, 0, 1).reshape(4, 6) * 2,
+         np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1).reshape(4, 6) * 2),
         (x.pad(((1, 1), (0, 2), (3, 0))).sum(2), np.pad(np.arange(24.).reshape(2, 3, 4),
                                                        ((1, 1), (0, 2), (3, 0))).sum(2)),
         (x[:, ::-1, 1::2].flip(0), np.arange(24.).reshape(2, 3, 4)[:, ::-1, 1::2][::-1]),

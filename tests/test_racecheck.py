@@ -73,13 +73,14 @@ def _roots(*tensors: Tensor) -> list[Node]:
     for t in tensors:
         n = t.node
         spec = BufferSpec(n.device, n.size, n.dtype)
-        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), View.create((n.size,)).reshape(n.shape)))
+        view = View.create((n.size,)).reshape(n.shape)
+        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), view))
     return roots
 
 
 # ---- concrete ranges ------------------------------------------------------------------------------------
-accesses = st.lists(st.tuples(st.integers(0, 2), st.sampled_from("rw"), st.integers(0, 40), st.integers(1, 24)),
-                    min_size=1, max_size=3)
+accesses = st.lists(st.tuples(st.integers(0, 2), st.sampled_from("rw"), st.integers(0, 40),
+                              st.integers(1, 24)), min_size=1, max_size=3)
 
 
 @given(st.lists(accesses, min_size=2, max_size=14), st.data())

@@ -190,8 +190,8 @@ class View:
 def _int_shape(shape: tuple, op: str) -> Shape:
     if any(type(s) is not int for s in shape):
         if all(type(s) is int or is_symbolic(s) for s in shape):
-            raise SymbolicError(f"{op}: the resulting shape {shape} depends on a variable; symbolic shapes are "
-                                f"not supported, only symbolic offsets (keep end - begin constant)")
+            raise SymbolicError(f"{op}: the resulting shape {shape} depends on a variable; symbolic shapes "
+                                f"are not supported, only symbolic offsets (keep end - begin constant)")
         shape = tuple(int(s) for s in shape)
     return shape
 

@@ -263,7 +263,8 @@ def _interval_of(node: Node, memo: dict) -> Optional[tuple[int, int]]:
         return int(node.arg[0]), int(node.arg[0])
     if op is Ops.ARANGE:
         start, step, size = int(node.arg[0]), int(node.arg[1]), node.arg[2]
-        return (min(start, start + step * (size - 1)), max(start, start + step * (size - 1))) if size else (0, 0)
+        last = start + step * (size - 1)
+        return (min(start, last), max(start, last)) if size else (0, 0)
     if op is Ops.VIEW:
         inner = _interval(node.src[0], memo)
         if inner is None or node.arg.mask is None:

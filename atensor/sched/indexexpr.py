@@ -138,7 +138,8 @@ class Translator:
         fn = self._loads.get(param)
         if fn is None:
             sort = _sort(param.dtype)
-            rng = z3.BoolSort() if sort == "bool" else z3.RealSort() if sort == "real" else z3.BitVecSort(sort)
+            rng = z3.BoolSort() if sort == "bool" else z3.RealSort() if sort == "real" else \
+                z3.BitVecSort(sort)
             name = str(self.sym.fresh(f"data{param.arg[0]}"))
             fn = self._loads[param] = z3.Function(name, z3.BitVecSort(self.width), rng)
         return fn(flat)

@@ -195,7 +195,8 @@ def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
     """(buffer, element offset) when `node` reads a contiguous run of one realized buffer."""
     if node.op is Ops.BUFFER:
         return node.arg[0], 0
-    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER and node.arg.contiguous and not node.arg.variables():
+    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER and node.arg.contiguous \
+            and not node.arg.variables():
         return node.src[0].arg[0], node.arg.offset
     return None
 

@@ -4,9 +4,9 @@ Why a task graph and not a list: the devices' queues run concurrently, so the or
 nothing about what may overlap. Each task says which byte ranges of which buffers it reads and
 writes; an edge a -> b exists when b touches bytes a touched and one of them writes (read after
 write, write after read, write after write). Tasks with no path between them may run at the same
-time on different queues; the race check below proves that such tasks never touch the same bytes
-with a write. Ranges, not whole buffers, are compared so that the chunks of an allreduce that write
-disjoint parts of one buffer stay concurrent.
+time on different queues; the race check (sched/racecheck.py) proves that such tasks never touch
+the same bytes with a write. Ranges, not whole buffers, are compared so that the chunks of an
+allreduce that write disjoint parts of one buffer stay concurrent.
 
 Edges to work still pending from *earlier* realizes are not in the graph: that work is on the
 queues already, and hcq/ orders the new tasks after it through each buffer's pending writers and
