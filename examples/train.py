@@ -1,6 +1,6 @@
 """Train a classifier on scikit-learn's 8x8 digits, data parallel over N devices, in a trio program.
 
-    python examples/train.py                      # 2 devices (CPU:0, CPU:1), about 15 s on 2 cores
+    python examples/train.py                      # 2 devices (CPU:0, CPU:1): ~99% held-out, < 1 min
     python examples/train.py --devices 1 --model cnn --epochs 10
     python examples/train.py --profile trace.json --save model.safetensors
 
@@ -138,7 +138,7 @@ async def evaluate(model, x: np.ndarray, y: np.ndarray, devices: tuple[str, ...]
     return correct / len(x)
 
 
-async def train(devices: int = 2, epochs: int = 20, batch_size: int = 128, lr: float = 0.01, model: str = "mlp",
+async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: float = 0.01, model: str = "mlp",
                 seed: int = 0, max_steps: Optional[int] = None, profile: Optional[str] = None,
                 save: Optional[str] = None, progress: bool = True, data: Optional[Digits] = None) -> Result:
     """Trains `model` on the digits on `devices` CPU devices; returns the losses and the accuracy."""
@@ -207,7 +207,7 @@ def main(argv: Optional[list[str]] = None) -> Result:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=2, help="number of CPU:k devices (data parallel)")
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch", type=int, default=128, help="global batch size (split over the devices)")
     parser.add_argument("--lr", type=float, default=0.01, help="peak learning rate (Adam, one-cycle schedule)")
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp")
