@@ -32,7 +32,10 @@ from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, stop_gradient
 from atensor.tensor_autograd import AutogradOps, stop_gradient
+from atensor.tensor_conv import ConvOps
 from atensor.tensor_index import IndexOps
+from atensor.tensor_math import MathOps
+from atensor.tensor_shape import ShapeOps
 from atensor.tensor_ops import TensorOps
 
 Scalar = Union[int, float, bool]
@@ -47,7 +50,7 @@ def _storage_base(node: Node) -> Optional[Node]:
     return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
 
 
-class Tensor(IndexOps, TensorOps, AutogradOps):
+class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
@@ -70,7 +73,7 @@ class Tensor(IndexOps, TensorOps, AutogradOps):
             array = np.array(data, dtype=(dt or dtypes.from_py(data)).np)
         elif isinstance(data, (list, tuple)):
             array = np.array(data, dtype=(dt or dtypes.from_py(data)).np)
-        elif isinstance(data, np.ndarray):
+        elif isinstance(data, (np.ndarray, np.generic)):
             array = np.array(data, dtype=dt.np if dt is not None else None, copy=True)
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy array, "

@@ -1,0 +1,209 @@
+"""Joining, splitting and rearranging: cat, stack, split, chunk, repeat, repeat_interleave, tile, pad with
+constant/reflect/replicate/circular modes, roll, tril and triu.
+
+All are compositions of movement ops (views, never copies until a kernel reads them) and elementwise
+ops, in tinygrad's style: `cat` pads every part to the full size and adds them (each padded part is
+zero outside its own slot), `repeat` expands a new axis of stride 0 and folds it into the old one,
+`reflect` padding is a flipped shrink joined on each side. Gradients therefore come from the rules
+for views and elementwise ops; no new graph op is needed.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
+from atensor.dtype import dtypes, least_upper_dtype
+from atensor.graph.node import GraphError
+from atensor.tensor_ops import TensorOps, _axis
+
+if TYPE_CHECKING:
+    from atensor.tensor import Tensor
+
+
+def _ints(args: Sequence) -> tuple[int, ...]:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    return tuple(int(a) for a in args)
+
+
+class ShapeOps:
+    """Joining and rearranging methods of Tensor (a mixin)."""
+    __slots__ = ()
+
+    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """This tensor and `others` joined along `dim`; every other axis must match. Parts of size 0
+        along `dim` are allowed."""
+        parts = [self, *others]
+        dim = _axis(dim, self.ndim)
+        for p in parts:
+            if p.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(p.shape, self.shape)) if i != dim):
+                raise GraphError(f"cat: shape {p.shape} does not match {self.shape} outside axis {dim}")
+        dt = least_upper_dtype(*(p.dtype for p in parts))
+        total = sum(p.shape[dim] for p in parts)
+        out = None
+        at = 0
+        for p in parts:
+            size = p.shape[dim]
+            pairs = [(0, 0)] * self.ndim
+            pairs[dim] = (at, total - at - size)
+            padded = p.cast(dt).pad(pairs) if size else None
+            at += size
+            if padded is not None:
+                out = padded if out is None else (out | padded if dt == dtypes.bool else out + padded)
+        if out is None:  # every part is empty along dim
+            shape = list(self.shape)
+            shape[dim] = 0
+            return type(self).zeros(*shape, dtype=dt, device=self.device)
+        return out
+
+    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """This tensor and `others` (all the same shape) joined along a new axis `dim`."""
+        dim = _axis(dim, self.ndim + 1)
+        return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
+
+    def split(self, sizes: Union[int, Sequence[int]], dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces along `dim`: of `sizes` each (the last may be smaller) or of the listed sizes."""
+        dim = _axis(dim, self.ndim)
+        n = self.shape[dim]
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise GraphError(f"split size must be positive, got {sizes}")
+            sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        if sum(sizes) != n:
+            raise GraphError(f"split sizes {list(sizes)} do not add up to {n} along axis {dim}")
+        out, at = [], 0
+        for s in sizes:
+            bounds = [None] * self.ndim
+            bounds[dim] = (at, at + s)
+            out.append(self.shrink(bounds))
+            at += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """`chunks` pieces along `dim` of ceil(size / chunks) each (fewer when they run out), as PyTorch."""
+        if chunks <= 0:
+            raise GraphError(f"chunk needs a positive number of chunks, got {chunks}")
+        n = self.shape[_axis(dim, self.ndim)]
+        return self.split(max(1, -(-n // chunks)), dim) if n else (self,) * 1
+
+    def repeat(self, *repeats: int) -> Tensor:
+        """PyTorch's repeat (numpy's tile with at least as many repeats as axes): the whole tensor
+        repeated along each axis; extra leading repeats add axes."""
+        reps = _ints(repeats)
+        if len(reps) < self.ndim:
+            raise GraphError(f"repeat needs at least {self.ndim} repeats, got {reps}")
+        x = self.reshape(*((1,) * (len(reps) - self.ndim) + self.shape))
+        interleaved = [d for s in x.shape for d in (1, s)]
+        expanded = [d for r, s in zip(reps, x.shape) for d in (r, s)]
+        final = [r * s for r, s in zip(reps, x.shape)]
+        return x.reshape(*interleaved).expand(*expanded).reshape(*final)
+
+    def tile(self, *reps: int) -> Tensor:
+        """numpy's tile: like repeat, but fewer repeats than axes repeat the trailing axes."""
+        r = _ints(reps)
+        return self.repeat(*((1,) * (self.ndim - len(r)) + r))
+
+    def repeat_interleave(self, repeats: int, dim: Any = None) -> Tensor:
+        """Each element repeated `repeats` times along `dim` (of the flattened tensor when None)."""
+        if not isinstance(repeats, int):
+            raise NotImplementedError("repeat_interleave with per-element repeats (a tensor) is not supported")
+        x = self.flatten() if dim is None else self
+        d = 0 if dim is None else _axis(dim, self.ndim)
+        expanded = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:])
+        return expanded.reshape(*x.shape[:d], x.shape[d] * repeats, *x.shape[d + 1:])
+
+    def pad(self, padding: Sequence, mode: str = "constant", value: Any = 0.0) -> Tensor:
+        """Pads with `mode`: "constant" (with `value`), "reflect" (mirror without the edge),
+        "replicate" (the edge repeated) or "circular" (wrap around). `padding` is ((before, after), ...)
+        per axis (None for none), or PyTorch's flat (left, right, top, bottom, ...) from the last axis."""
+        if not isinstance(mode, str):  # TensorOps.pad(padding, value) called positionally
+            mode, value = "constant", mode
+        if mode == "constant":
+            return TensorOps.pad(self, padding, value)
+        if mode not in ("reflect", "replicate", "circular"):
+            raise GraphError(f"pad mode {mode!r}; use constant, reflect, replicate or circular")
+        pairs = _pairs(padding, self.ndim)
+        x = self
+        for d, (before, after) in enumerate(pairs):
+            if before < 0 or after < 0:
+                raise GraphError(f"{mode} padding must be non-negative, got {pairs}")
+            if not (before or after):
+                continue
+            n = x.shape[d]
+            limit = n - 1 if mode == "reflect" else n
+            if (mode != "replicate" and max(before, after) > limit) or n == 0:
+                raise GraphError(f"{mode} padding of {(before, after)} is too large for axis {d} of size {n}")
+            parts = []
+            if before:
+                parts.append(_edge(x, d, mode, before, start=True))
+            parts.append(x)
+            if after:
+                parts.append(_edge(x, d, mode, after, start=False))
+            x = parts[0].cat(*parts[1:], dim=d)
+        return x
+
+    def roll(self, shifts: Union[int, Sequence[int]], dims: Union[int, Sequence[int], None] = None) -> Tensor:
+        """Elements shifted by `shifts` along `dims`, wrapping around (of the flattened tensor when None)."""
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(*self.shape)
+        shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
+        dim_list = [dims] if isinstance(dims, int) else list(dims)
+        if len(shift_list) != len(dim_list):
+            raise GraphError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
+        x = self
+        for s, d in zip(shift_list, dim_list):
+            d = _axis(d, self.ndim)
+            n = x.shape[d]
+            if n == 0 or s % n == 0:
+                continue
+            s %= n
+            head, tail = x.split([n - s, s], d)
+            x = tail.cat(head, dim=d)
+        return x
+
+    def _triangle(self, diagonal: int, lower: bool) -> Tensor:
+        if self.ndim < 2:
+            raise GraphError(f"{'tril' if lower else 'triu'} needs at least 2 dimensions, got {self.shape}")
+        rows, cols = self.shape[-2:]
+        cls = type(self)
+        r = cls.arange(rows, device=self.device).reshape(rows, 1)
+        c = cls.arange(cols, device=self.device).reshape(1, cols)
+        keep = (c - r <= diagonal) if lower else (c - r >= diagonal)
+        return keep.where(self, self._const_like(0))
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """The lower triangle of the last two axes (element [i, j] kept where j - i <= diagonal), else 0."""
+        return self._triangle(diagonal, True)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """The upper triangle of the last two axes (element [i, j] kept where j - i >= diagonal), else 0."""
+        return self._triangle(diagonal, False)
+
+
+def _pairs(padding: Sequence, ndim: int) -> list[tuple[int, int]]:
+    if all(isinstance(p, int) for p in padding):
+        if len(padding) % 2:
+            raise GraphError(f"flat padding needs pairs, got {tuple(padding)}")
+        pairs = [(0, 0)] * ndim
+        for i in range(len(padding) // 2):
+            pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+        return pairs
+    pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    if len(pairs) != ndim:
+        raise GraphError(f"pad: {len(pairs)} pairs for a tensor with {ndim} dimensions")
+    return pairs
+
+
+def _edge(x: Tensor, d: int, mode: str, width: int, start: bool) -> Tensor:
+    """The `width` elements padded on one side of axis `d`."""
+    n = x.shape[d]
+    bounds: list[Any] = [None] * x.ndim
+    if mode == "replicate":
+        bounds[d] = (0, 1) if start else (n - 1, n)
+        shape = list(x.shape)
+        shape[d] = width
+        return x.shrink(bounds).expand(*shape)
+    if mode == "reflect":
+        bounds[d] = (1, width + 1) if start else (n - 1 - width, n - 1)
+        return x.shrink(bounds).flip(d)
+    bounds[d] = (n - width, n) if start else (0, width)  # circular
+    return x.shrink(bounds)

@@ -1,0 +1,52 @@
+"""conv2d, max_pool2d and avg_pool2d against PyTorch CPU (numpy has no convolution)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from atensor import Tensor
+
+torch = pytest.importorskip("torch", reason="PyTorch (test-only dependency) is not installed: pip install torch")
+F = torch.nn.functional
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("groups, stride, padding, dilation, bias", [
+    (1, 1, 0, 1, True), (1, 2, 1, 1, False), (2, 1, 2, 2, True), (4, (2, 1), (1, 0), (1, 2), True),
+    (1, 3, (0, 2), 1, False),
+])
+def test_conv2d_matches_pytorch(groups, stride, padding, dilation, bias):
+    x = RNG.standard_normal((2, 4, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((8, 4 // groups, 3, 2)).astype(np.float32)
+    b = RNG.standard_normal(8).astype(np.float32) if bias else None
+    got = Tensor(x).conv2d(Tensor(w), Tensor(b) if bias else None, groups=groups, stride=stride,
+                           padding=padding, dilation=dilation)
+    ref = F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b) if bias else None, stride=stride,
+                   padding=padding, dilation=dilation, groups=groups)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_with_flat_asymmetric_padding_and_a_size_zero_batch():
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 2, 2)).astype(np.float32)
+    got = Tensor(x).conv2d(Tensor(w), padding=(1, 0, 2, 1))  # (left, right, top, bottom)
+    ref = F.conv2d(F.pad(torch.tensor(x), (1, 0, 2, 1)), torch.tensor(w))
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    empty = Tensor(np.zeros((0, 2, 5, 5), dtype=np.float32)).conv2d(Tensor(w))
+    assert empty.numpy().shape == (0, 3, 4, 4)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [
+    (2, None, 0, 1), (3, 1, 1, 1), ((3, 2), (2, 1), (1, 0), 1), (2, 2, 1, 2),
+])
+def test_pooling_matches_pytorch(kernel, stride, padding, dilation):
+    x = RNG.standard_normal((2, 3, 8, 7)).astype(np.float32)
+    tx = torch.tensor(x)
+    got = Tensor(x).max_pool2d(kernel, stride, dilation=dilation, padding=padding)
+    ref = F.max_pool2d(tx, kernel, stride, padding=padding, dilation=dilation)
+    np.testing.assert_allclose(got.numpy(), ref.numpy())
+    if dilation == 1:
+        for include in (True, False):
+            got = Tensor(x).avg_pool2d(kernel, stride, padding=padding, count_include_pad=include)
+            ref = F.avg_pool2d(tx, kernel, stride, padding=padding, count_include_pad=include)
+            np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
