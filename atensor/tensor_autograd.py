@@ -137,7 +137,8 @@ def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]
     grads = compute_gradient(root, seed, {k for ks in keys for k in ks if k is not None}, leaves)
     out: list[Optional[Node]] = []
     for node, parts, ks in zip(nodes, shards, keys):
-        found = [None if k is None or k not in grads else _through_view(grads[k], s, k) for s, k in zip(parts, ks)]
+        found = [None if k is None or k not in grads else _through_view(grads[k], s, k)
+                 for s, k in zip(parts, ks)]
         if all(g is None for g in found):
             out.append(None)
         else:

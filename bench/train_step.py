@@ -175,9 +175,11 @@ def main() -> None:
             continue
         ratio = f"{r['median_s'] / torch_ms:.2f}x" if torch_ms else "-"
         rows.append([name, r["median_s"] * 1e3, r["min_s"] * 1e3, ratio])
-    print(table(f"training step, flagship MLP {'-'.join(map(str, SIZES))} + Adam, batch 256 (median of {steps})",
+    title = f"training step, flagship MLP {'-'.join(map(str, SIZES))} + Adam, batch 256 (median of {steps})"
+    print(table(title,
                 ["configuration", "median ms", "min ms", "vs torch 2 threads"], rows))
-    w1, w2 = runs["weak: atensor 1 device x 256, 1 thread"], runs["weak: atensor 2 devices x 256, 1 thread each"]
+    w1 = runs["weak: atensor 1 device x 256, 1 thread"]
+    w2 = runs["weak: atensor 2 devices x 256, 1 thread each"]
     scaling = w2["median_s"] / w1["median_s"] if "error" not in w1 and "error" not in w2 else None
     if scaling is not None:
         print(f"\nweak scaling (step time, 2 devices / 1 device, 256 per device, 1 BLAS thread each): "

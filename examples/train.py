@@ -138,9 +138,10 @@ async def evaluate(model, x: np.ndarray, y: np.ndarray, devices: tuple[str, ...]
     return correct / len(x)
 
 
-async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: float = 0.01, model: str = "mlp",
-                seed: int = 0, max_steps: Optional[int] = None, profile: Optional[str] = None,
-                save: Optional[str] = None, progress: bool = True, data: Optional[Digits] = None) -> Result:
+async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: float = 0.01,
+                model: str = "mlp", seed: int = 0, max_steps: Optional[int] = None,
+                profile: Optional[str] = None, save: Optional[str] = None, progress: bool = True,
+                data: Optional[Digits] = None) -> Result:
     """Trains `model` on the digits on `devices` CPU devices; returns the losses and the accuracy."""
     names = tuple(f"CPU:{k}" for k in range(devices))
     data = data or load_digits(seed)
@@ -209,7 +210,7 @@ def main(argv: Optional[list[str]] = None) -> Result:
     parser.add_argument("--devices", type=int, default=2, help="number of CPU:k devices (data parallel)")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch", type=int, default=128, help="global batch size (split over the devices)")
-    parser.add_argument("--lr", type=float, default=0.01, help="peak learning rate (Adam, one-cycle schedule)")
+    parser.add_argument("--lr", type=float, default=0.01, help="peak learning rate (Adam, one-cycle)")
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", metavar="TRACE.json", help="write a Perfetto trace and an HTML timeline")
@@ -217,7 +218,8 @@ def main(argv: Optional[list[str]] = None) -> Result:
     args = parser.parse_args(argv)
     result = trio.run(lambda: train(args.devices, args.epochs, args.batch, args.lr, args.model, args.seed,
                                     profile=args.profile, save=args.save))
-    print(f"{len(result.losses)} steps in {result.seconds:.1f} s ({result.samples_per_second:,.0f} samples/s) "
+    print(f"{len(result.losses)} steps in {result.seconds:.1f} s "
+          f"({result.samples_per_second:,.0f} samples/s) "
           f"on {args.devices} device(s); final loss {result.losses[-1]:.4f}; "
           f"held-out accuracy {100 * result.accuracy:.2f}%")
     if args.profile:

@@ -78,8 +78,8 @@ CASES = [
     ("matmul", lambda x, y: x @ y, lambda x, y: x @ y, [(5, 3), (3, 4)], (-2, 2)),
     ("matmul_batched", lambda x, y: x @ y, lambda x, y: x @ y, [(2, 5, 3), (3, 4)], (-2, 2)),
     ("matvec", lambda x, y: x @ y, lambda x, y: x @ y, [(5, 3), (3,)], (-2, 2)),
-    ("cast_roundtrip", lambda x: x.cast(dtypes.float32).cast(dtypes.float64) * 2, lambda x: x.float().double() * 2,
-     [(3, 4)], (-2, 2)),
+    ("cast_roundtrip", lambda x: x.cast(dtypes.float32).cast(dtypes.float64) * 2,
+     lambda x: x.float().double() * 2, [(3, 4)], (-2, 2)),
     ("contiguous", lambda x: x.T.contiguous() * x.T, lambda x: x.T.contiguous() * x.T, [(3, 4)], (-2, 2)),
     ("copy_device", lambda x: (x.to("CPU:1") * 2).to("CPU:0"), lambda x: x * 2, [(3, 4)], (-2, 2)),
     ("chain", lambda x, y: ((x @ y).tanh() * (x @ y).exp()).sum(axis=0),
@@ -94,10 +94,11 @@ _API = [
     ("logsumexp", "logsumexp", lambda x: x.logsumexp(1), lambda x: x.logsumexp(1), [(3, 5)], (-3, 3)),
     ("cumsum", "cumsum", lambda x: x.cumsum(1), lambda x: x.cumsum(1), [(3, 5)], (-3, 3)),
     ("var", "var", lambda x: x.var(1), lambda x: x.var(1), [(3, 5)], (-3, 3)),
-    ("gelu", "gelu", lambda x: x.gelu(), lambda x: torch.nn.functional.gelu(x, approximate="tanh"), [(3, 5)], (-3, 3)),
-    ("silu", "silu", lambda x: x.silu(), torch.nn.functional.silu, [(3, 5)], (-3, 3)),
-    ("leaky_relu", "leaky_relu", lambda x: x.leaky_relu(0.1), lambda x: torch.nn.functional.leaky_relu(x, 0.1),
+    ("gelu", "gelu", lambda x: x.gelu(), lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
      [(3, 5)], (-3, 3)),
+    ("silu", "silu", lambda x: x.silu(), torch.nn.functional.silu, [(3, 5)], (-3, 3)),
+    ("leaky_relu", "leaky_relu", lambda x: x.leaky_relu(0.1),
+     lambda x: torch.nn.functional.leaky_relu(x, 0.1), [(3, 5)], (-3, 3)),
     ("gather", "gather", lambda x: x.gather(1, Tensor(_IDX.astype(np.int32))),
      lambda x: x.gather(1, torch.tensor(_IDX)), [(3, 4)], (-3, 3)),
     ("getitem_tensor", "gather", lambda x: x[Tensor(np.array([2, 0, 2], np.int32))],
@@ -106,13 +107,15 @@ _API = [
      lambda x, y: x.scatter_reduce(1, Tensor(_IDX.astype(np.int32)), y, "sum"),
      lambda x, y: x.scatter_reduce(1, torch.tensor(_IDX), y, "sum"), [(3, 4), (3, 4)], (-3, 3)),
     ("conv2d", "conv2d", lambda x, w: x.conv2d(w, padding=1, stride=(1, 2)),
-     lambda x, w: torch.nn.functional.conv2d(x, w, padding=1, stride=(1, 2)), [(2, 3, 5, 6), (4, 3, 3, 3)], (-1, 1)),
+     lambda x, w: torch.nn.functional.conv2d(x, w, padding=1, stride=(1, 2)),
+     [(2, 3, 5, 6), (4, 3, 3, 3)], (-1, 1)),
     ("max_pool2d", "max_pool2d", lambda x: x.max_pool2d(2), lambda x: torch.nn.functional.max_pool2d(x, 2),
      [(2, 3, 4, 6)], (-3, 3)),
     ("avg_pool2d", "avg_pool2d", lambda x: x.avg_pool2d(2), lambda x: torch.nn.functional.avg_pool2d(x, 2),
      [(2, 3, 4, 6)], (-3, 3)),
 ]
-CASES += [(name, fn, tfn, shapes, domain) for name, method, fn, tfn, shapes, domain in _API if hasattr(Tensor, method)]
+CASES += [(name, fn, tfn, shapes, domain)
+          for name, method, fn, tfn, shapes, domain in _API if hasattr(Tensor, method)]
 
 
 def _atensor_grads(fn, arrays, cotangent):
@@ -350,7 +353,8 @@ async def test_one_realize_runs_forward_backward_and_update():
     await Tensor.realize(loss, w)
     err = (0.5 - 2 + 6) - 1
     assert loss.item() == pytest.approx(err ** 2)
-    np.testing.assert_allclose(w.numpy(), np.array([1, -2, 3]) - 0.1 * 2 * err * np.array([0.5, 1, 2]), rtol=1e-6)
+    expected = np.array([1, -2, 3]) - 0.1 * 2 * err * np.array([0.5, 1, 2])
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
 
 
 def test_backward_after_reading_the_loss_still_works():

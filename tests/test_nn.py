@@ -53,7 +53,7 @@ def test_linear_initialization_is_bounded_by_one_over_sqrt_fan_in():
     assert w.shape == (50, 100) and np.abs(w).max() <= 0.1 and w.std() > 0.04
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1), dict(padding=2, dilation=2), dict(groups=2)])
+@pytest.mark.parametrize("kw", [{}, dict(stride=2, padding=1), dict(padding=2, dilation=2), dict(groups=2)])
 def test_conv2d_matches_pytorch(kw):
     layer, tlayer = nn.Conv2d(4, 6, 3, **kw), torch.nn.Conv2d(4, 6, 3, **kw)
     _check_layer(layer, tlayer, RNG.standard_normal((2, 4, 7, 6)).astype(np.float32), rtol=1e-4, atol=1e-5)
@@ -74,13 +74,13 @@ def test_batchnorm_training_matches_pytorch_and_updates_running_stats():
 
 def test_batchnorm1d_matches_pytorch():
     with Tensor.train():
-        _check_layer(nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4), RNG.standard_normal((8, 4)).astype(np.float32),
-                     rtol=1e-4, atol=1e-5)
+        x = RNG.standard_normal((8, 4)).astype(np.float32)
+        _check_layer(nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4), x, rtol=1e-4, atol=1e-5)
 
 
 def test_layernorm_matches_pytorch():
-    _check_layer(nn.LayerNorm((4, 5)), torch.nn.LayerNorm((4, 5)), RNG.standard_normal((3, 4, 5)).astype(np.float32),
-                 rtol=1e-4, atol=1e-5)
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    _check_layer(nn.LayerNorm((4, 5)), torch.nn.LayerNorm((4, 5)), x, rtol=1e-4, atol=1e-5)
 
 
 def test_embedding_looks_up_rows_and_gets_gradients_per_row():
@@ -120,7 +120,8 @@ LABELS = np.array([0, 4, 2, 2, 1, 3])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_cross_entropy_with_class_indices_matches_pytorch(reduction, smoothing):
     x = Tensor(LOGITS, requires_grad=True)
-    loss = nn.cross_entropy(x, Tensor(LABELS.astype(np.int32)), reduction=reduction, label_smoothing=smoothing)
+    target = Tensor(LABELS.astype(np.int32))
+    loss = nn.cross_entropy(x, target, reduction=reduction, label_smoothing=smoothing)
     (loss * Tensor(np.ones(loss.shape))).sum().backward()
     tx = _t(LOGITS).requires_grad_()
     tloss = F.cross_entropy(tx, _t(LABELS), reduction=reduction, label_smoothing=smoothing)
@@ -153,7 +154,8 @@ def test_mse_and_binary_losses_match_pytorch():
     pos_weight = RNG.uniform(0.5, 2, size=(3,))
     x = Tensor(a, requires_grad=True)
     losses = [nn.mse_loss(x, Tensor(b)), nn.binary_cross_entropy_with_logits(x, Tensor(b)),
-              nn.binary_cross_entropy_with_logits(x, Tensor(b), pos_weight=Tensor(pos_weight), reduction="sum"),
+              nn.binary_cross_entropy_with_logits(x, Tensor(b), pos_weight=Tensor(pos_weight),
+                                                  reduction="sum"),
               nn.binary_cross_entropy(x.sigmoid(), Tensor(b))]
     tx = _t(a).requires_grad_()
     tlosses = [F.mse_loss(tx, _t(b)), F.binary_cross_entropy_with_logits(tx, _t(b)),
@@ -176,8 +178,10 @@ OPTIMIZERS = [
     ("sgd_dampening", lambda p: optim.SGD(p, lr=0.05, momentum=0.8, dampening=0.3),
      lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, dampening=0.3)),
     ("adam", lambda p: optim.Adam(p, lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
-    ("adam_l2", lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1), lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1)),
-    ("adamw", lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1), lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
+    ("adam_l2", lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1),
+     lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1)),
+    ("adamw", lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1),
+     lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
 ]
 
 
@@ -227,7 +231,8 @@ async def test_a_training_step_is_one_realize_inside_trio():
 
 
 SCHEDULES = [
-    ("step", lambda o: optim.StepLR(o, 2, gamma=0.5), lambda o: torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.5)),
+    ("step", lambda o: optim.StepLR(o, 2, gamma=0.5),
+     lambda o: torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.5)),
     ("multistep", lambda o: optim.MultiStepLR(o, [1, 4], gamma=0.1),
      lambda o: torch.optim.lr_scheduler.MultiStepLR(o, [1, 4], gamma=0.1)),
     ("cosine", lambda o: optim.CosineAnnealingLR(o, 5, eta_min=0.01),
@@ -261,7 +266,8 @@ class _Net:
 def test_state_dict_keys_follow_attribute_paths_like_pytorch():
     keys = set(nn.get_state_dict(_Net()))
     assert keys == {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
-                    "bn.num_batches_tracked", "layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"}
+                    "bn.num_batches_tracked", "layers.0.weight", "layers.0.bias", "layers.1.weight",
+                    "layers.1.bias"}
 
 
 def test_safetensors_roundtrip_and_pytorch_opens_the_file(tmp_path):

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn", reason="the flagship trains on scikit-learn's bundled digits: pip install scikit-learn")
+pytest.importorskip("sklearn", reason="the flagship trains on scikit-learn's bundled digits: "
+                                      "pip install scikit-learn")
 
 _PATH = Path(__file__).resolve().parent.parent / "examples" / "train.py"
 _spec = importlib.util.spec_from_file_location("atensor_example_train", _PATH)
@@ -19,7 +20,8 @@ sys.modules[_spec.name] = train
 _spec.loader.exec_module(train)
 
 DATA = train.load_digits(0)
-needs_sharding = pytest.mark.skipif(not hasattr(train.Tensor, "shard"), reason="data parallel needs Tensor.shard")
+needs_sharding = pytest.mark.skipif(not hasattr(train.Tensor, "shard"),
+                                    reason="data parallel needs Tensor.shard")
 
 
 @needs_sharding

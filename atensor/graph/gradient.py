@@ -263,11 +263,13 @@ def _allreduce_rule(ctx: Node, ret: Node) -> Grads:
     if arg.op is ReduceOp.MAX:
         # the partials equal to the result share the gradient; the collective's output on device j
         # is its sibling ALLREDUCE node with index j (no copy)
-        on = [Node.make(Ops.ALLREDUCE, ret.dtype, ret.src, replace(arg, index=j)) for j in range(len(ret.src))]
+        on = [Node.make(Ops.ALLREDUCE, ret.dtype, ret.src, replace(arg, index=j))
+              for j in range(len(ret.src))]
         masks = tuple(s.alu(Ops.CMPEQ, r).cast(s.dtype) for s, r in zip(ret.src, on))
         grads = []
         for j, s in enumerate(ret.src):
-            count = Node.make(Ops.ALLREDUCE, s.dtype, masks, replace(arg, op=ReduceOp.SUM, index=j, mean=False))
+            counting = replace(arg, op=ReduceOp.SUM, index=j, mean=False)
+            count = Node.make(Ops.ALLREDUCE, s.dtype, masks, counting)
             grads.append(_mul(_div(masks[j], count), to_device(ctx, s.device)))
         return tuple(grads)
     raise GraphError(f"no gradient rule for a {arg.op.name} allreduce")

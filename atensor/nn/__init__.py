@@ -20,15 +20,15 @@ import math
 from typing import Optional, Sequence, Union
 
 from atensor.dtype import dtypes
-from atensor.nn.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, log_softmax,
-                               mse_loss, sparse_categorical_crossentropy)
+from atensor.nn.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
+                               log_softmax, mse_loss, sparse_categorical_crossentropy)
 from atensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 from atensor.tensor import Tensor
 
 __all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout",
-           "Sequential", "parameter", "uniform", "cross_entropy", "sparse_categorical_crossentropy", "mse_loss",
-           "binary_cross_entropy_with_logits", "binary_cross_entropy", "log_softmax", "get_parameters",
-           "get_state_dict", "load_state_dict", "safe_save", "safe_load"]
+           "Sequential", "parameter", "uniform", "cross_entropy", "sparse_categorical_crossentropy",
+           "mse_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy", "log_softmax",
+           "get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load"]
 
 IntPair = Union[int, tuple[int, int]]
 
@@ -100,7 +100,9 @@ def _conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: tuple[int
     out: Optional[Tensor] = None
     for i in range(kh):
         for j in range(kw):
-            window = xg[:, :, :, :, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
+            rows = slice(i * dh, i * dh + (ho - 1) * sh + 1, sh)
+            cols = slice(j * dw, j * dw + (wo - 1) * sw + 1, sw)
+            window = xg[:, :, :, :, rows, cols]
             term = (window * wg[:, :, :, :, i:i + 1, j:j + 1]).sum(axis=3)
             out = term if out is None else out + term
     assert out is not None
@@ -115,15 +117,16 @@ class BatchNorm:
     ones. On a batch sharded over devices the batch statistics are allreduced: synchronized
     batchnorm, so data parallel training computes what one device would."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
-                 momentum: float = 0.1, device: Optional[str] = None):
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True,
+                 track_running_stats: bool = True, momentum: float = 0.1, device: Optional[str] = None):
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight = parameter(Tensor.ones(num_features, device=device)) if affine else None
         self.bias = parameter(Tensor.zeros(num_features, device=device)) if affine else None
         if track_running_stats:
             self.running_mean = parameter(Tensor.zeros(num_features, device=device)).requires_grad_(False)
             self.running_var = parameter(Tensor.ones(num_features, device=device)).requires_grad_(False)
-            self.num_batches_tracked = parameter(Tensor.zeros(1, dtype=dtypes.int32, device=device)).requires_grad_(False)
+            count = Tensor.zeros(1, dtype=dtypes.int32, device=device)
+            self.num_batches_tracked = parameter(count).requires_grad_(False)
 
     def __call__(self, x: Tensor) -> Tensor:
         axes = tuple(i for i in range(x.ndim) if i != 1)
@@ -154,10 +157,10 @@ class LayerNorm:
 
     def __init__(self, normalized_shape: Union[int, Sequence[int]], eps: float = 1e-5,
                  elementwise_affine: bool = True, device: Optional[str] = None):
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.eps = eps
-        self.weight = parameter(Tensor.ones(*self.normalized_shape, device=device)) if elementwise_affine else None
-        self.bias = parameter(Tensor.zeros(*self.normalized_shape, device=device)) if elementwise_affine else None
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.weight = parameter(Tensor.ones(*shape, device=device)) if elementwise_affine else None
+        self.bias = parameter(Tensor.zeros(*shape, device=device)) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if tuple(x.shape[-len(self.normalized_shape):]) != self.normalized_shape:
@@ -178,7 +181,8 @@ class Embedding:
         self.weight = parameter(Tensor.randn(vocab_size, embed_size, device=device))
 
     def __call__(self, idx: Tensor) -> Tensor:
-        classes = Tensor.arange(self.vocab_size, device=idx.device).reshape(*((1,) * idx.ndim), self.vocab_size)
+        classes = Tensor.arange(self.vocab_size, device=idx.device)
+        classes = classes.reshape(*((1,) * idx.ndim), self.vocab_size)
         one_hot = (idx.unsqueeze(-1) == classes).cast(self.weight.dtype)
         return one_hot @ self.weight
 

@@ -122,8 +122,8 @@ class SGD(Optimizer):
     rule: d = g + wd * p; b = momentum * b + (1 - dampening) * d (b = d on the first step);
     d = d + momentum * b (nesterov) or b; p = p - lr * d."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False, dampening: float = 0.0):
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, dampening: float = 0.0):
         super().__init__(params, lr)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov momentum needs momentum > 0 and no dampening")
@@ -250,7 +250,8 @@ class CosineAnnealingLR(LRScheduler):
         super().__init__(optimizer)
 
     def get_lr(self) -> float:
-        return self.eta_min + (self.lr0 - self.eta_min) * (1 + math.cos(math.pi * self.epoch / self.T_max)) / 2
+        cosine = (1 + math.cos(math.pi * self.epoch / self.T_max)) / 2
+        return self.eta_min + (self.lr0 - self.eta_min) * cosine
 
 
 class OneCycleLR(LRScheduler):

@@ -75,7 +75,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         if not isinstance(value, Tensor):
             value = Tensor(np.asarray(value))
         if tuple(value.shape) != tuple(target.shape):
-            raise ValueError(f"load_state_dict: {key} has shape {value.shape}, the model's has {target.shape}")
+            raise ValueError(f"load_state_dict: {key} has shape {value.shape}, "
+                             f"the model's has {target.shape}")
         if isinstance(target.device, tuple):
             value = value.shard(target.device, target.shard_axis)
         elif value.device != target.device:
