@@ -270,3 +270,17 @@ async def test_same_seed_gives_same_values_on_another_device():
     np.testing.assert_array_equal(here.numpy(), there.numpy())
     Tensor.manual_seed(8)
     assert not np.array_equal(here.numpy(), (await Tensor.rand(3, 4).realize()).numpy())
+
+
+async def test_a_doomed_pending_assign_is_not_flushed_into_an_unrelated_realize():
+    a = Tensor([1.0, 2.0])
+    stale = a * 2
+    a[0] = 5.0
+    await a.realize()             # `stale` now reads an overwritten version
+    x = Tensor([0.0, 0.0])
+    x.assign(stale + a)           # pending, and reads a's current version too: doomed
+    a[1] = 7.0
+    await a.realize()             # overwrites what x's assign reads; still succeeds
+    assert a.tolist() == [5.0, 7.0]
+    with pytest.raises(StaleReadError):
+        await x.realize()

@@ -63,6 +63,7 @@ async def test_a_write_waits_for_an_earlier_realize_that_still_reads_the_buffer(
 # names the same memory in numpy (a basic-indexing view) and in atensor (a view tensor of storage).
 
 SHAPES = [(6,), (4, 5), (3, 4)]
+LENGTH = 18  # steps per program, at most
 
 
 @dataclass
@@ -98,14 +99,25 @@ def programs(draw) -> list[Step]:
     def numpy_shape(shape, index):
         return np.empty(shape)[index].shape
 
-    for _ in range(draw(st.integers(3, 18))):
+    for _ in range(draw(st.integers(3, LENGTH))):
         kind = draw(st.sampled_from(["create", "view", "assign", "setitem", "setitem", "read", "read",
-                                     "realize", "transpose", "clone"])) if shapes else "create"
+                                     "realize", "transpose", "clone", "scatter", "realize2"])) if shapes else "create"
         if kind == "create":
             shape = draw(st.sampled_from(SHAPES))
             seed = draw(st.integers(0, 1000))
-            steps.append(Step("create", (shape, seed)))
+            steps.append(Step("create", (shape, seed, draw(st.sampled_from(["CPU", "CPU", "CPU:1"])))))
             shapes.append(shape)
+        elif kind == "scatter":  # setitem with an integer tensor along the first axis
+            dst = draw(st.integers(0, len(shapes) - 1))
+            if not shapes[dst] or shapes[dst][0] == 0:
+                continue
+            n = shapes[dst][0]
+            rows = draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=3))
+            scale, shift = draw(st.integers(-3, 3)), draw(st.integers(-5, 5))
+            steps.append(Step("scatter", (dst, rows, scale, shift)))
+        elif kind == "realize2":
+            pair = (draw(st.integers(0, len(shapes) - 1)), draw(st.integers(0, len(shapes) - 1)))
+            steps.append(Step("realize2", pair))
         elif kind == "view":
             src = draw(st.integers(0, len(shapes) - 1))
             index = _index_for(shapes[src], draw)
@@ -137,11 +149,11 @@ async def _run(program: list[Step]) -> None:
     previous_issued.set()
     failures: list[str] = []
 
-    async def realize_in_order(tensor: Tensor, wait: trio.Event, issued: trio.Event,
+    async def realize_in_order(tensor: Tensor | tuple[Tensor, Tensor], wait: trio.Event, issued: trio.Event,
                                expected: np.ndarray | None, where: str) -> None:
         await wait.wait()
         await trio.sleep(0)
-        handle = tensor.realize()  # issued from this task, after every earlier step's realize
+        handle = Tensor.realize(*tensor) if isinstance(tensor, tuple) else tensor.realize()  # issued in order
         issued.set()
         await handle
         if expected is not None and not np.array_equal(tensor.numpy(), expected):
@@ -150,10 +162,23 @@ async def _run(program: list[Step]) -> None:
     async with trio.open_nursery() as nursery:
         for number, step in enumerate(program):
             if step.kind == "create":
-                shape, seed = step.args
+                shape, seed, device = step.args
                 data = np.random.default_rng(seed).integers(-9, 10, size=shape).astype(np.int32)
                 np_alias.append(data.copy())
-                at_alias.append(Tensor(data))
+                at_alias.append(Tensor(data, device=device))
+            elif step.kind == "scatter":
+                dst, rows, scale, shift = step.args
+                target = np_alias[dst]
+                target[rows] = target[rows] * np.int32(scale) + np.int32(shift)
+                index = Tensor(np.array(rows, dtype=np.int32), device=at_alias[dst].device)
+                at_alias[dst][index] = at_alias[dst][index] * scale + shift
+            elif step.kind == "realize2":
+                a, b = step.args
+                issued = trio.Event()
+                nursery.start_soon(realize_in_order, (at_alias[a], at_alias[b]), previous_issued, issued,
+                                   None, f"step {number} (realize of aliases {a} and {b})")
+                previous_issued = issued
+                await issued.wait()
             elif step.kind == "view":
                 src, index = step.args
                 np_alias.append(np_alias[src][index + (Ellipsis,)])
@@ -170,7 +195,7 @@ async def _run(program: list[Step]) -> None:
                 dst, index, other, scale, shift = step.args
                 np_target = np_alias[dst][index + (Ellipsis,)] if step.kind == "setitem" else np_alias[dst]
                 source_np = np_alias[other] if other is not None else np_target
-                source_at = at_alias[other] if other is not None else (
+                source_at = at_alias[other].to(at_alias[dst].device) if other is not None else (
                     at_alias[dst][index] if step.kind == "setitem" else at_alias[dst])
                 np_target[...] = source_np * np.int32(scale) + np.int32(shift)
                 value = source_at * scale + shift

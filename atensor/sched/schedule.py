@@ -119,12 +119,21 @@ def _flush_along(roots: list[Node], pending: list[Node]) -> list[Node]:
     eager code, so it must never go stale: when a realize overwrites version k of `y`, every pending
     assign that reads version k is realized in the same graph, ordered before the overwrite. (Lazy
     *values* a user holds cannot be found this way: they raise StaleReadError instead.)"""
+    given = set(roots)
+    candidates = [h for h in pending if h not in given and _realized(h) is None]
+    if not candidates:  # the common case: nothing else is pending, no walk over the graph
+        return list(roots)
     in_graph: set[Node] = set(toposort(roots, stop=lambda n: _realized(n) is not None))
-    candidates = [h for h in pending if h not in in_graph and _realized(h) is None]
+    candidates = [h for h in candidates if h not in in_graph]
     added: list[Node] = []
     while candidates:
-        overwritten = {_version_key(n.src[0]) for n in in_graph if n.op is Ops.ASSIGN}
-        keep = [h for h in candidates if not _reads_any(h, overwritten, in_graph)]
+        assigns = [n for n in in_graph if n.op is Ops.ASSIGN]
+        overwritten = {_version_key(n.src[0]) for n in assigns}
+        written = {storage_of(n) for n in assigns}
+        # a candidate that already reads an overwritten version cannot be helped: it is left to
+        # raise StaleReadError when it is realized itself, not in this unrelated realize
+        keep = [h for h in candidates
+                if written.isdisjoint(_specs_read(h)) or _reads_any(h, overwritten, in_graph) is not True]
         if len(keep) == len(candidates):
             break
         for head in candidates:
@@ -135,23 +144,37 @@ def _flush_along(roots: list[Node], pending: list[Node]) -> list[Node]:
     return list(roots) + added
 
 
-def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> bool:
-    """True when computing `head` reads one of `versions` (buffer versions, see `_version_key`).
-    The edge from an ASSIGN to the storage it writes (src[0]) is not a read; realized nodes and the
-    graph's own assigns are materialized, so what is behind them is not read again."""
-    stack, seen = [head], {head}
+_specs_cache: weakref.WeakKeyDictionary[Node, frozenset[BufferSpec]] = weakref.WeakKeyDictionary()
+
+
+def _specs_read(head: Node) -> frozenset[BufferSpec]:
+    """Every buffer under `head` (cached: a node's graph never changes), a cheap first filter."""
+    found = _specs_cache.get(head)
+    if found is None:
+        found = _specs_cache[head] = frozenset(n.arg[0] for n in toposort([head]) if n.op is Ops.BUFFER)
+    return found
+
+
+def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> Optional[bool]:
+    """True when computing `head` reads one of `versions` (buffer versions, see `_version_key`), None
+    when it reads a version that is already overwritten (stale), else False. The edge from an ASSIGN
+    to the storage it writes (src[0]) is not a read; realized nodes and the graph's own assigns are
+    materialized, so what is behind them is not read again."""
+    stack, seen, hit = [head], {head}, False
     while stack:
         node = stack.pop()
         if node is not head and (_realized(node) is not None or (node.op is Ops.ASSIGN and node in in_graph)):
             continue
         for i, src in enumerate(node.src):
+            if src.op is Ops.BUFFER and src.arg[1] < src.arg[0].version:
+                return None
             if not (node.op is Ops.ASSIGN and i == 0) and src.op in (Ops.BUFFER, Ops.ASSIGN) \
                     and _version_key(src) in versions:
-                return True
+                hit = True
             if src not in seen:
                 seen.add(src)
                 stack.append(src)
-    return False
+    return hit
 
 
 def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedule:
