@@ -1,5 +1,5 @@
-"""The numpy backend's contraction path (a matmul-shaped reduce becomes np.matmul on BLAS) and its
-in-place reuse of temporaries, against numpy.
+"""The numpy backend's contraction path (a matmul-shaped reduce becomes np.matmul on BLAS), its
+in-place reuse of temporaries and its chunked elementwise regions, against numpy.
 
 Written for the transformer of atensor/models/bert.py, whose linear layers, attention products and
 long elementwise chains (GELU) are exactly these shapes.
@@ -82,3 +82,45 @@ def test_inputs_are_not_written_by_an_elementwise_chain():
     out = ((t + 1.0) * 3.0 - t).numpy()
     np.testing.assert_allclose(out, (x + 1) * 3 - x, rtol=1e-6)
     np.testing.assert_array_equal(t.numpy(), x)
+
+
+# ---- elementwise regions computed in cache-sized chunks (numpy_backend._elementwise_regions) ----------
+
+def test_long_elementwise_chain_over_a_large_array_matches_numpy():
+    from atensor.hcq.numpy_backend import CHUNK_ELEMENTS
+    x, bias = rand(8, 64, 512), rand(512)
+    assert x.size >= 4 * CHUNK_ELEMENTS  # large enough to be chunked
+    t = Tensor(x) + Tensor(bias)
+    ax = t.maximum(-t)
+    out = (t.maximum(0.0) - ax * (ax * ax * -0.5).exp() * 0.25 + (ax + 1.0).reciprocal()).numpy()
+    y = x + bias
+    a = np.abs(y)
+    np.testing.assert_allclose(out, np.maximum(y, 0) - a * np.exp(a * a * -0.5) * 0.25 + 1 / (a + 1), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_region_values_read_after_the_region_are_kept_whole():
+    # `s` is made inside a chunked region and read again by a reduce and by a later elementwise op
+    x = rand(4, 96, 384)
+    s = (Tensor(x) * 2.0 + 1.0).exp() * 0.5
+    total = s.sum(-1, keepdim=True)
+    out = (s / total + s * 3.0).numpy()
+    sn = np.exp(x * 2 + 1) * 0.5
+    np.testing.assert_allclose(out, sn / sn.sum(-1, keepdims=True) + sn * 3, rtol=2e-5)
+
+
+def test_region_with_comparisons_where_and_casts_matches_numpy():
+    x = rand(3, 128, 400)
+    t = Tensor(x)
+    out = ((t > 0.5).where(t * 2.0, -t) + (t < 0).cast("float32") * 10.0 - 1.0).numpy()
+    want = np.where(x > 0.5, x * 2, -x) + (x < 0).astype(np.float32) * 10 - 1
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_chunk_plan_keeps_chunks_near_the_target_size():
+    from atensor.hcq.numpy_backend import CHUNK_ELEMENTS, _chunk_plan
+    assert _chunk_plan((16, 128)) is None  # too small to gain
+    axis, step = _chunk_plan((48, 24, 1536))
+    assert axis == 0 and step == 1
+    axis, step = _chunk_plan((1, 512, 1536))
+    assert axis == 1 and step * 1536 <= CHUNK_ELEMENTS
