@@ -145,8 +145,8 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
         for t in tensors:
             node = t.node
             base = _storage_base(node)
-            if base is None:
-                t._ctx = node  # the computed graph, so backward() still works after realizing
+            if base is None or base.op is Ops.ASSIGN:
+                t._ctx = node  # the graph that computes it, so backward() still works after realizing
             if base is not None and base.op is Ops.BUFFER:
                 wait_for.append(Buffer.of(base.arg[0]))
                 continue

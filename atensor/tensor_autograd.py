@@ -257,7 +257,8 @@ class AutogradOps:
         (the gradient graph then recomputes what it needs of the forward)."""
         node = self.node  # type: ignore[attr-defined]
         computed = self._ctx  # type: ignore[attr-defined]
-        if computed is not None and (node.base().op is Ops.BUFFER or node.op is _MULTI):
+        parts = node.src if node.op is _MULTI else (node,)
+        if computed is not None and all(p.base().op is Ops.BUFFER for p in parts):
             return computed
         return node
 

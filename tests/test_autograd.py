@@ -423,3 +423,14 @@ async def test_allreduce_gradient_goes_back_to_each_device(op):
     assert a.grad.device == "CPU:0" and b.grad.device == "CPU:1"
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy())
     np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy())
+
+
+def test_backward_after_assigning_a_new_value_uses_the_new_graph():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    out = Tensor([0.0, 0.0])
+    out.assign(w * 3)
+    out.realize().wait()
+    out.assign(w * w)  # a new value for the same storage: its graph, not the first one, is differentiated
+    out.realize().wait()
+    out.backward(Tensor([1.0, 1.0]))
+    np.testing.assert_allclose(w.grad.numpy(), [2, 4])

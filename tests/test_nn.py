@@ -292,3 +292,26 @@ def test_load_state_dict_checks_keys_and_shapes():
         nn.load_state_dict(net, {"weight": Tensor.zeros(2, 3), "bias": Tensor.zeros(3)})
     nn.load_state_dict(net, {"weight": Tensor.ones(3, 2)}, strict=False)
     assert net.weight.numpy().tolist() == [[1, 1], [1, 1], [1, 1]]
+
+
+@pytest.mark.skipif(not hasattr(Tensor, "shard"), reason="multi-device needs Tensor.shard")
+async def test_batchnorm_and_dropout_on_a_sharded_batch_compute_what_one_device_does():
+    """Batch statistics over a batch split on two devices are allreduced (synchronized batchnorm), and
+    the dropout mask comes from the same counters: the result is the single-device one."""
+    x = RNG.standard_normal((6, 3)).astype(np.float32)
+    outputs, stats = [], []
+    for devices in (None, ("CPU:0", "CPU:1")):
+        Tensor.manual_seed(7)
+        bn, drop = nn.BatchNorm1d(3), nn.Dropout(0.5)
+        if devices:
+            for t in nn.get_parameters(bn):
+                t.shard_(devices)
+        xt = Tensor(x).shard(devices, axis=0) if devices else Tensor(x)
+        with Tensor.train():
+            out = drop(bn(xt))
+        await Tensor.realize(out, bn.running_mean, bn.running_var)
+        outputs.append(out.numpy())
+        stats.append((bn.running_mean.numpy(), bn.running_var.numpy()))
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stats[1][0], stats[0][0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(stats[1][1], stats[0][1], rtol=1e-5, atol=1e-7)
