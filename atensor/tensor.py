@@ -282,7 +282,8 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None):
     result = sched.schedule(roots, pending)
     # buffers this graph writes count as in flight until their writes are noted by execute(), so a
     # sync accessor never reads one between commit (new version visible) and submission
-    written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"}]
+    written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses
+                                      if a.mode == "w"}]
     for buf in written:
         buf.inflight += 1
     try:

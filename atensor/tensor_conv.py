@@ -65,7 +65,8 @@ class ConvOps:
             if len(set(t)) != len(t):
                 raise NotImplementedError(f"einsum: repeated index in one operand ({t!r}) is not supported")
             if len(t) != op.ndim:
-                raise GraphError(f"einsum: term {t!r} has {len(t)} indices for an operand of shape {op.shape}")
+                raise GraphError(f"einsum: term {t!r} has {len(t)} indices for an operand of shape "
+                                 f"{op.shape}")
         sizes: dict[str, int] = {}
         for t, op in zip(terms, operands):
             for c, s in zip(t, op.shape):
@@ -104,15 +105,17 @@ class ConvOps:
         ho = (h - dh * (kh - 1) - 1) // sh + 1
         wo = (w - dw * (kw - 1) - 1) // sw + 1
         if ho <= 0 or wo <= 0:
-            raise GraphError(f"kernel {kernel} with dilation {dilation} does not fit the padded input {h}x{w}")
+            raise GraphError(f"kernel {kernel} with dilation {dilation} does not fit the padded input "
+                             f"{h}x{w}")
         terms = [x[:, :, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
                  for i in range(kh) for j in range(kw)]
         return terms, (ho, wo)
 
     def conv2d(self, weight: Tensor, bias: Optional[Tensor] = None, groups: int = 1, stride: IntPair = 1,
                dilation: IntPair = 1, padding: IntPair = 0) -> Tensor:
-        """2-D cross-correlation of this NCHW input with `weight` (out_channels, in_channels / groups, kh, kw),
-        as PyTorch's conv2d: `padding` may be an int, a pair, or PyTorch's flat (left, right, top, bottom)."""
+        """2-D cross-correlation of this NCHW input with `weight` (out_channels, in_channels / groups,
+        kh, kw), as PyTorch's conv2d: `padding` may be an int, a pair, or PyTorch's flat (left, right,
+        top, bottom)."""
         if weight.ndim != 4:
             raise GraphError(f"conv2d weight must have 4 dimensions, got {weight.shape}")
         n, cin = self.shape[:2]
@@ -126,8 +129,8 @@ class ConvOps:
         else:
             x, pad = self, _pair(padding, "padding")
         dt = least_upper_dtype(self.dtype, weight.dtype)
-        terms, (ho, wo) = x.cast(dt)._window_terms((kh, kw), _pair(stride, "stride"), _pair(dilation, "dilation"),
-                                                   pad, 0)
+        terms, (ho, wo) = x.cast(dt)._window_terms((kh, kw), _pair(stride, "stride"),
+                                                   _pair(dilation, "dilation"), pad, 0)
         og = cout // groups
         w = weight.cast(dt).reshape(1, groups, og, cin_g, kh * kw)
         out: Optional[Tensor] = None
@@ -140,8 +143,8 @@ class ConvOps:
         out = out.reshape(n, cout, ho, wo)
         return out if bias is None else out + bias.cast(dt).reshape(1, cout, 1, 1)
 
-    def max_pool2d(self, kernel_size: IntPair = (2, 2), stride: Optional[IntPair] = None, dilation: IntPair = 1,
-                   padding: IntPair = 0, ceil_mode: bool = False) -> Tensor:
+    def max_pool2d(self, kernel_size: IntPair = (2, 2), stride: Optional[IntPair] = None,
+                   dilation: IntPair = 1, padding: IntPair = 0, ceil_mode: bool = False) -> Tensor:
         """The maximum of each window (padding counts as -inf), NCHW; stride defaults to the kernel size."""
         if ceil_mode:
             raise NotImplementedError("max_pool2d ceil_mode=True is not supported")
@@ -154,8 +157,9 @@ class ConvOps:
             out = out.maximum(term)
         return out
 
-    def avg_pool2d(self, kernel_size: IntPair = (2, 2), stride: Optional[IntPair] = None, dilation: IntPair = 1,
-                   padding: IntPair = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    def avg_pool2d(self, kernel_size: IntPair = (2, 2), stride: Optional[IntPair] = None,
+                   dilation: IntPair = 1, padding: IntPair = 0, ceil_mode: bool = False,
+                   count_include_pad: bool = True) -> Tensor:
         """The mean of each window, NCHW; padding counts as 0 and, with count_include_pad=False, is left
         out of the count."""
         if ceil_mode:

@@ -62,8 +62,8 @@ class IndexOps:
             if isinstance(item, (np.integer,)):
                 item = int(item)
             if not (isinstance(item, _BASIC) or _is_tensor(item)):
-                raise TypeError(f"unsupported index {item!r}: use ints, slices, None, ..., or integer/boolean "
-                                f"tensors")
+                raise TypeError(f"unsupported index {item!r}: use ints, slices, None, ..., or "
+                                f"integer/boolean tensors")
             entries.append(item)
         if sum(e is Ellipsis for e in entries) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
@@ -150,7 +150,8 @@ class IndexOps:
         self._own_storage_for_write()
         if entries is None:  # t[mask] = scalar-like: a lazy where over the whole tensor
             mask = index
-            value = value if _is_tensor(value) else type(self).full((), value, dtype=self.dtype, device=self.device)
+            if not _is_tensor(value):
+                value = type(self).full((), value, dtype=self.dtype, device=self.device)
             cond = mask.reshape(*mask.shape, *([1] * (self.ndim - mask.ndim)))._broadcast_to(self.shape)
             self.assign(cond.where(value.cast(self.dtype), self))
             return
@@ -185,7 +186,8 @@ class IndexOps:
             raise GraphError(f"{op}: index must be an integer tensor with {self.ndim} dimensions, got "
                              f"{index.dtype.name} of shape {index.shape}")
         if any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
-            raise GraphError(f"{op}: index shape {index.shape} is larger than {self.shape} outside axis {dim}")
+            raise GraphError(f"{op}: index shape {index.shape} is larger than {self.shape} outside axis "
+                             f"{dim}")
         cls = type(self)
         wide = dtypes.int64 if math.prod(self.shape) >= 2 ** 31 - 1 else dtypes.int32
         idx = index.cast(wide)
@@ -235,7 +237,8 @@ class IndexOps:
             return self._scatter_flat(dim, index, src, "sum", "scatter")
         return self._scatter_flat(dim, index, src, "set", "scatter")
 
-    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str,
+                       include_self: bool = True) -> Tensor:
         """torch.scatter_reduce for reduce in "sum", "amax", "amin", "mean": values at the same position
         combine; `include_self=False` leaves this tensor's values out where something is scattered."""
         if reduce not in ("sum", "amax", "amin", "mean"):
@@ -243,7 +246,8 @@ class IndexOps:
         base = self
         if not include_self:
             hit = self.zeros_like(dtype=dtypes.bool)._scatter_flat(dim, index, True, "set", "scatter_reduce")
-            identity = {"sum": 0, "mean": 0, "amax": _lowest(self.dtype), "amin": _highest(self.dtype)}[reduce]
+            identities = {"sum": 0, "mean": 0, "amax": _lowest(self.dtype), "amin": _highest(self.dtype)}
+            identity = identities[reduce]
             base = hit.where(self._const_like(identity), self)
         if reduce in ("sum", "mean"):
             total = base._scatter_flat(dim, index, src, "sum", "scatter_reduce")
@@ -325,7 +329,8 @@ def _place_result(out: Tensor, positions: list[int], nb: int) -> Tensor:
     return out.permute(*order)
 
 
-def _placed_shape(index_shape: tuple[int, ...], rest_shape: tuple[int, ...], positions: list[int]) -> tuple[int, ...]:
+def _placed_shape(index_shape: tuple[int, ...], rest_shape: tuple[int, ...],
+                  positions: list[int]) -> tuple[int, ...]:
     if not _adjacent(positions) or positions[0] == 0:
         return tuple(index_shape) + tuple(rest_shape)
     k = positions[0]

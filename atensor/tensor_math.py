@@ -178,8 +178,9 @@ class MathOps:
     def isfinite(self) -> Tensor:
         return (self.isinf() | self.isnan()).logical_not()
 
-    def nan_to_num(self, nan: float = 0.0, posinf: Optional[float] = None, neginf: Optional[float] = None) -> Tensor:
-        """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and lowest finite values)."""
+    def nan_to_num(self, nan: float = 0.0, posinf: Optional[float] = None,
+                   neginf: Optional[float] = None) -> Tensor:
+        """NaN, +inf and -inf replaced (by default: 0, the dtype's largest and lowest finite values)."""
         if not dtypes.is_float(self.dtype):
             return self
         info = np.finfo(self.dtype.np)

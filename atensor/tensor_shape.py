@@ -35,7 +35,8 @@ class ShapeOps:
         parts = [self, *others]
         dim = _axis(dim, self.ndim)
         for p in parts:
-            if p.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(p.shape, self.shape)) if i != dim):
+            if p.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(p.shape, self.shape))
+                                          if i != dim):
                 raise GraphError(f"cat: shape {p.shape} does not match {self.shape} outside axis {dim}")
         dt = least_upper_dtype(*(p.dtype for p in parts))
         total = sum(p.shape[dim] for p in parts)
@@ -105,7 +106,8 @@ class ShapeOps:
     def repeat_interleave(self, repeats: int, dim: Any = None) -> Tensor:
         """Each element repeated `repeats` times along `dim` (of the flattened tensor when None)."""
         if not isinstance(repeats, int):
-            raise NotImplementedError("repeat_interleave with per-element repeats (a tensor) is not supported")
+            raise NotImplementedError("repeat_interleave with per-element repeats (a tensor) is not "
+                                      "supported")
         x = self.flatten() if dim is None else self
         d = 0 if dim is None else _axis(dim, self.ndim)
         expanded = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:])

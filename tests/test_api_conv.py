@@ -6,7 +6,8 @@ import pytest
 
 from atensor import Tensor
 
-torch = pytest.importorskip("torch", reason="PyTorch (test-only dependency) is not installed: pip install torch")
+torch = pytest.importorskip("torch", reason="PyTorch (a test-only dependency) is not installed: "
+                                                "pip install torch")
 F = torch.nn.functional
 RNG = np.random.default_rng(11)
 

@@ -19,7 +19,8 @@ def test_bfloat16_tensors_compute_and_convert():
     np.testing.assert_array_equal((t * 2 + 1).numpy(), (a * 2 + 1).astype(BF16))
     assert t.sum().dtype == dtypes.bfloat16 and t.sum().item() == 0.75  # accumulated in float32
     np.testing.assert_array_equal(t.cast(dtypes.float32).numpy(), a.astype(np.float32))
-    np.testing.assert_array_equal(Tensor([0.1, 3.3]).cast("bfloat16").numpy(), np.array([0.1, 3.3], np.float32).astype(BF16))
+    np.testing.assert_array_equal(Tensor([0.1, 3.3]).cast("bfloat16").numpy(),
+                                  np.array([0.1, 3.3], np.float32).astype(BF16))
     m = Tensor(np.full((8, 8), 0.5, dtype=BF16))
     assert (m @ m).dtype == dtypes.bfloat16 and (m @ m).numpy()[0, 0] == 2.0
     np.testing.assert_allclose(t.exp().numpy().astype(np.float32), np.exp(a.astype(np.float32)), rtol=1e-2)
@@ -40,7 +41,8 @@ def test_bitcast_reinterprets_bits_of_the_same_width():
 # tinygrad's lattice, spot-checked: bool < int8 < int16 < ..., unsigned and signed meet one size up, 64-bit
 # ints meet at float16 (not float64), and float16 with bfloat16 meet at float32
 LATTICE = [
-    ("bool", "int8", "int8"), ("int8", "uint8", "int16"), ("uint8", "int16", "int16"), ("int32", "uint32", "int64"),
+    ("bool", "int8", "int8"), ("int8", "uint8", "int16"),
+    ("uint8", "int16", "int16"), ("int32", "uint32", "int64"),
     ("int64", "uint64", "float16"), ("uint64", "int8", "float16"), ("int32", "float16", "float16"),
     ("float16", "bfloat16", "float32"), ("bfloat16", "int64", "bfloat16"), ("float32", "float64", "float64"),
     ("uint16", "int8", "int32"), ("bool", "bool", "bool"), ("uint32", "float32", "float32"),

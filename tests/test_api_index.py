@@ -47,7 +47,8 @@ def test_out_of_range_tensor_indices_read_zero_as_in_tinygrad():
     assert Tensor([1, 2, 3])[Tensor([0, 5, -4])].tolist() == [1, 0, 0]
 
 
-@pytest.mark.parametrize("index", [(I,), (1, slice(None), J), (I, slice(1, 4), J), (slice(None), I, J[:, None]),
+@pytest.mark.parametrize("index", [(I,), (1, slice(None), J), (I, slice(1, 4), J),
+                                   (slice(None), I, J[:, None]),
                                    (Ellipsis, K), (J - 1, J, J)], ids=str)
 def test_setitem_with_integer_tensors_matches_numpy(index):
     ref = A.copy()
@@ -109,7 +110,8 @@ def test_gather_scatter_and_scatter_reduce_match_pytorch():
     index = np.array([[0, 1, 2, 0, 1], [2, 0, 1, 1, 0]])
     src = np.arange(10, dtype=np.float32).reshape(2, 5)
     np.testing.assert_array_equal(Tensor(base).scatter(0, Tensor(index), Tensor(src)).numpy(),
-                                  torch.tensor(base).scatter(0, torch.tensor(index), torch.tensor(src)).numpy())
+                                  torch.tensor(base).scatter(0, torch.tensor(index),
+                                                             torch.tensor(src)).numpy())
     np.testing.assert_array_equal(Tensor(base).scatter(1, Tensor(index[:, :2]), 9.0).numpy(),
                                   torch.tensor(base).scatter(1, torch.tensor(index[:, :2]), 9.0).numpy())
 

@@ -11,7 +11,8 @@ from atensor import Tensor, dtypes
 
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((3, 5, 4)).astype(np.float32) * 2
-SPECIAL = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, 3.7, -3.7, np.nan, np.inf, -np.inf], dtype=np.float32)
+SPECIAL = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, 3.7, -3.7, np.nan, np.inf, -np.inf],
+                   dtype=np.float32)
 
 
 def close(t: Tensor, ref, rtol=1e-5, atol=1e-6):
@@ -69,7 +70,8 @@ def test_elementwise_rounding_and_special_values():
     np.testing.assert_array_equal(Tensor(SPECIAL).isnan().numpy(), np.isnan(SPECIAL))
     np.testing.assert_array_equal(Tensor(SPECIAL).isinf().numpy(), np.isinf(SPECIAL))
     close(Tensor(SPECIAL).nan_to_num(), np.nan_to_num(SPECIAL))
-    close(Tensor(SPECIAL).nan_to_num(1.0, 2.0, -3.0), np.nan_to_num(SPECIAL, nan=1.0, posinf=2.0, neginf=-3.0))
+    close(Tensor(SPECIAL).nan_to_num(1.0, 2.0, -3.0),
+          np.nan_to_num(SPECIAL, nan=1.0, posinf=2.0, neginf=-3.0))
     ints = np.array([-3, 0, 4], dtype=np.int32)
     assert Tensor(ints).sign().tolist() == [-1, 0, 1] and Tensor(ints).round().dtype == dtypes.int32
     close(Tensor(X).clamp(-1, 0.5), np.clip(X, -1, 0.5))
@@ -118,7 +120,8 @@ def test_matmul_broadcasts_batches_like_pytorch():
 ])
 def test_einsum_matches_numpy(formula, shapes):
     arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
-    close(Tensor.einsum(formula, *(Tensor(a) for a in arrays)), np.einsum(formula, *arrays), rtol=1e-4, atol=1e-5)
+    close(Tensor.einsum(formula, *(Tensor(a) for a in arrays)), np.einsum(formula, *arrays),
+          rtol=1e-4, atol=1e-5)
 
 
 def test_outer_matches_numpy():

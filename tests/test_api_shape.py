@@ -45,7 +45,8 @@ def test_repeat_tile_and_repeat_interleave_match_numpy():
     np.testing.assert_array_equal(Tensor(A).repeat_interleave(3).numpy(), np.repeat(A, 3))
 
 
-@pytest.mark.parametrize("mode, np_mode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap"),
+@pytest.mark.parametrize("mode, np_mode", [("reflect", "reflect"), ("replicate", "edge"),
+                                           ("circular", "wrap"),
                                            ("constant", "constant")])
 def test_pad_modes_match_numpy(mode, np_mode):
     pairs = ((0, 0), (2, 1), (1, 3))

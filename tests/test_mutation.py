@@ -284,3 +284,14 @@ async def test_a_doomed_pending_assign_is_not_flushed_into_an_unrelated_realize(
     assert a.tolist() == [5.0, 7.0]
     with pytest.raises(StaleReadError):
         await x.realize()
+
+
+async def test_rand_on_a_sharded_shape_gives_the_unsharded_values():
+    Tensor.manual_seed(3)
+    whole = await Tensor.rand(4, 6).realize()
+    Tensor.manual_seed(3)
+    sharded = await Tensor.rand(4, 6, device=("CPU:0", "CPU:1")).realize()
+    Tensor.manual_seed(3)
+    split = await Tensor.rand(4, 6).shard(("CPU:0", "CPU:1"), axis=0).realize()
+    np.testing.assert_array_equal(whole.numpy(), sharded.numpy())
+    np.testing.assert_array_equal(whole.numpy(), split.numpy())

@@ -101,7 +101,8 @@ def programs(draw) -> list[Step]:
 
     for _ in range(draw(st.integers(3, LENGTH))):
         kind = draw(st.sampled_from(["create", "view", "assign", "setitem", "setitem", "read", "read",
-                                     "realize", "transpose", "clone", "scatter", "realize2"])) if shapes else "create"
+                                     "realize", "transpose", "clone", "scatter", "realize2"]))
+        kind = kind if shapes else "create"
         if kind == "create":
             shape = draw(st.sampled_from(SHAPES))
             seed = draw(st.integers(0, 1000))
