@@ -3,7 +3,7 @@ nan/inf, and the activation functions, all as compositions of existing graph ops
 
 Cumulative ops (cumsum, cumprod, cummax) use tinygrad's idea: compare positions to build the
 triangle "i <= j", fill the rest with the op's identity and reduce, which is O(n^2) per row; above
-`_BLOCK` elements the axis is split into blocks (cumulate inside each block, then across the block
+`2 * _BLOCK` elements the axis is split into blocks (cumulate inside each block, then across the block
 totals), so the cost stays O(n * _BLOCK). erf is the Abramowitz-Stegun 7.1.26 polynomial (absolute
 error below 1.5e-7, enough for float32). Rounding is built from TRUNC: floor, ceil, and round half
 to even (numpy's and PyTorch's rule).
@@ -22,7 +22,7 @@ from atensor.tensor_ops import TensorOps, _axis, _sum_dtype
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
 
-_BLOCK = 256
+_BLOCK = 32
 
 
 def _identity(op: ReduceOp, dt) -> Any:
@@ -242,7 +242,7 @@ class MathOps:
 def _cum_last(x: Tensor, op: ReduceOp) -> Tensor:
     """The cumulative `op` along the last axis of `x`."""
     n = x.shape[-1]
-    if n <= _BLOCK or x.numel() == 0:
+    if n <= 2 * _BLOCK or x.numel() == 0:
         return _cum_small(x, op)
     blocks = -(-n // _BLOCK)
     pad = blocks * _BLOCK - n
