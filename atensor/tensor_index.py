@@ -146,7 +146,7 @@ class IndexOps:
         """Writes `value` (broadcast, cast to this dtype) into the indexed elements, lazily and in program
         order. Indices are checked first (IndexError); a tensor without storage gets storage holding its
         current value, so `t = a * 2; t[0] = 1` changes `t` and never `a`."""
-        entries = self._index_entries(index) if not _is_mask_index(self, index) else None
+        entries = self._index_entries(index) if not _is_mask_index(self, index, value) else None
         self._own_storage_for_write()
         if entries is None:  # t[mask] = scalar-like: a lazy where over the whole tensor
             mask = index
@@ -298,9 +298,18 @@ def _highest(dt) -> Any:
     return int(np.iinfo(dt.np).max) if dtypes.is_int(dt) else math.inf
 
 
-def _is_mask_index(t: Any, index: Any) -> bool:
-    """`t[mask] = v` that can stay lazy: one boolean tensor over t's leading axes."""
-    return _is_tensor(index) and index.dtype == dtypes.bool and index.shape == t.shape[:index.ndim]
+def _is_mask_index(t: Any, index: Any, value: Any) -> bool:
+    """`t[mask] = v` that can stay lazy: one boolean tensor over t's leading axes, and a value that
+    broadcasts to the trailing axes (a value with one row per selected element needs the mask's data)."""
+    if not (_is_tensor(index) and index.dtype == dtypes.bool and index.shape == t.shape[:index.ndim]):
+        return False
+    if not _is_tensor(value):
+        return True
+    trailing = t.shape[index.ndim:]
+    try:
+        return broadcast_shape(value.shape, trailing) == trailing and value.ndim <= len(trailing)
+    except GraphError:
+        return False
 
 
 def _row_index(flat: Tensor, rest_shape: tuple[int, ...]) -> Tensor:

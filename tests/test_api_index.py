@@ -70,6 +70,9 @@ def test_setitem_with_masks_slices_and_ints_matches_numpy():
     t[Tensor(mask)] = -5
     ref[A[:, 0, 0] > 30] = np.arange(6, dtype=np.float32)  # broadcast over the masked rows' trailing axes
     t[Tensor(A[:, 0, 0] > 30)] = Tensor(np.arange(6, dtype=np.float32))
+    rows = A[:, 0, 0] < 30
+    ref[rows] = np.arange(rows.sum() * 30, dtype=np.float32).reshape(-1, 5, 6)  # one block per selected row
+    t[Tensor(rows)] = Tensor(np.arange(rows.sum() * 30, dtype=np.float32).reshape(-1, 5, 6))
     ref[1:3, ::2, -1] = 100
     t[1:3, ::2, -1] = 100
     ref[0] = ref[3]
