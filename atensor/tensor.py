@@ -31,7 +31,7 @@ from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop
 from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, stop_gradient
-from atensor.tensor_autograd import AutogradOps, stop_gradient
+from atensor.tensor_multi import MultiOps
 from atensor.tensor_conv import ConvOps
 from atensor.tensor_index import IndexOps
 from atensor.tensor_math import MathOps
@@ -50,7 +50,7 @@ def _storage_base(node: Node) -> Optional[Node]:
     return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
 
 
-class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
+class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
@@ -78,6 +78,9 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy array, "
                             f"a Python scalar or a Tensor")
+        if isinstance(dev, tuple):  # data for several devices: made on the first, replicated to all
+            self._node = Tensor(array, device=dev[0], dtype=dt).to(dev).node
+            return
         atype = dt or dtypes.from_numpy(array.dtype)
         spec = BufferSpec(dev, array.size, atype)
         Device.get(dev).allocate(spec, np.ascontiguousarray(array).reshape(-1) if dev.startswith("CPU") else None)
@@ -88,13 +91,15 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
     def node(self) -> Node:
         """This tensor's graph node; a view of storage follows the storage's newest version."""
         node = self._node
-        base = _storage_base(node)
-        if base is not None:
-            spec = sched.storage_of(base)
-            latest = spec.latest()
-            if base is not latest:
-                node = self._node = substitute([node], {base: latest})[node]
-        return node
+        if node.op is Ops.MULTI:  # a sharded tensor: each shard follows its own storage
+            new = Node.make(Ops.MULTI, node.dtype, tuple(_follow_storage(s) for s in node.src), node.arg)
+            if new is not node:
+                self._node = new
+            return new
+        new = _follow_storage(node)
+        if new is not node:
+            self._node = new
+        return new
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -144,26 +149,13 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
         outputs: list[Buffer] = []
         for t in tensors:
             node = t.node
-            base = _storage_base(node)
-            if base is None or base.op is Ops.ASSIGN:
+            if node.op is Ops.MULTI or node.base().op is not Ops.BUFFER:
                 t._ctx = node  # the graph that computes it, so backward() still works after realizing
-            if base is not None and base.op is Ops.BUFFER:
-                wait_for.append(Buffer.of(base.arg[0]))
-                continue
-            if base is not None:  # a pending assign: realize it
-                root = base
-                spec = sched.storage_of(base)
+            if node.op is Ops.MULTI:  # a sharded tensor: every shard is an output of this realize
+                parts = tuple(_realize_part(s, roots, wait_for, outputs) for s in node.src)
+                t._node = Node.make(Ops.MULTI, node.dtype, parts, node.arg)
             else:
-                spec = BufferSpec(node.device, node.size, node.dtype)
-                view = View.create((node.size,)).reshape(node.shape)
-                root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
-                sched.set_head(spec, root)
-                t._node = root.view(view)
-            roots.append(root)
-            buf = Buffer.of(spec)
-            buf.inflight += 1
-            outputs.append(buf)
-            wait_for.append(buf)
+                t._node = _realize_part(node, roots, wait_for, outputs)
         pending = sched.pending_heads() if roots else []
         job = Job(lambda: _plan(roots, pending) if roots else None, wait_for, outputs)
         return RealizeHandle(dispatcher.submit(job), self)
@@ -190,6 +182,8 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
 
     def numpy(self) -> np.ndarray:
         """The values as a new numpy array (realizes synchronously outside an event loop)."""
+        if isinstance(self.device, tuple):
+            return self._multi_numpy()
         buf = self._ensure_ready("numpy")
         if buf.spec.device.startswith("NULL"):
             raise RuntimeError(f"{self.device} holds no data (NULL devices run nothing); use a CPU device")
@@ -216,6 +210,8 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
     def clone(self, device: Optional[str] = None) -> Tensor:
         """Independent storage, filled lazily, that persists; `clone(device)` also moves it."""
         src = self.to(device) if device is not None else self
+        if isinstance(src.device, tuple):
+            return src._clone_shards()
         node = src.node
         spec = BufferSpec(node.device, node.size, node.dtype)
         view = View.create((node.size,)).reshape(node.shape)
@@ -230,6 +226,8 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
 
     def to(self, device: Union[str, Device]) -> Tensor:
         """This tensor on `device`: a lazy copy on the copy queue, or `self` when already there."""
+        if isinstance(device, (tuple, list)) or isinstance(self.device, tuple):
+            return self._to_devices(device)
         dev = canonical(device)
         if dev == self.device:
             return self
@@ -238,6 +236,8 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
     def assign(self, value: Any) -> Tensor:
         """Writes `value` into this tensor's storage when realized (deferred, in program order). A tensor
         without storage gets new storage."""
+        if isinstance(self.device, tuple):
+            return self._assign_shards(value)
         value = value if isinstance(value, Tensor) else Tensor.full(self.shape, value, dtype=self.dtype,
                                                                        device=self.device)
         if value.device != self.device:
@@ -257,6 +257,40 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps):
         sched.set_head(sched.storage_of(base), new)
         self._node = new.view(view)
         return self
+
+
+def _follow_storage(node: Node) -> Node:
+    """`node` with its storage (if it is a view of one) at the storage's newest version."""
+    base = _storage_base(node)
+    if base is not None:
+        latest = sched.storage_of(base).latest()
+        if base is not latest:
+            return substitute([node], {base: latest})[node]
+    return node
+
+
+def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer]) -> Node:
+    """Adds what realizing the single-device `node` needs to `roots`, `wait_for` and `outputs`; returns
+    the node the tensor holds afterwards (a view of its storage)."""
+    base = _storage_base(node)
+    if base is not None and base.op is Ops.BUFFER:
+        wait_for.append(Buffer.of(base.arg[0]))
+        return node
+    if base is not None:  # a pending assign: realize it
+        root = base
+        spec = sched.storage_of(base)
+    else:
+        spec = BufferSpec(node.device, node.size, node.dtype)
+        view = View.create((node.size,)).reshape(node.shape)
+        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
+        sched.set_head(spec, root)
+        node = root.view(view)
+    roots.append(root)
+    buf = Buffer.of(spec)
+    buf.inflight += 1
+    outputs.append(buf)
+    wait_for.append(buf)
+    return node
 
 
 def _single_view(node: Node, base: Node) -> View:

@@ -80,6 +80,10 @@ class Node:
         found = _interned.get(key)
         if found is not None:
             return found
+        if op is not Ops.MULTI and _on_multi(op, src, arg):  # pushed through MULTI (graph/multi.py)
+            from atensor.graph.multi import push
+            found = _interned[key] = push(op, dtype, src, arg)
+            return found
         node = object.__new__(Node)
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
         node.shape, node.device = _infer(op, dtype, src, arg)
@@ -129,6 +133,9 @@ class Node:
 
     def view(self, view: View) -> Node:
         """This node seen through `view`; folds into an existing view when one View can say both."""
+        if self.op is Ops.MULTI:
+            from atensor.graph.multi import view as multi_view
+            return multi_view(self, view)
         if self.op is Ops.VIEW:
             merged = self.arg.compose(view)
             if merged is not None:
@@ -140,6 +147,9 @@ class Node:
         return Node.make(Ops.VIEW, self.dtype, (self,), view)
 
     def _movement(self, name: str, arg: Any) -> Node:
+        if self.op is Ops.MULTI:  # each shard moves; bounds follow (graph/multi.py)
+            from atensor.graph.multi import movement
+            return movement(self, name, arg)
         if self.op is Ops.VIEW:
             moved = getattr(self.arg, name)(arg)
             if moved is not None:
@@ -234,8 +244,19 @@ def _cast_scalar(value: Any, dtype: DType) -> Any:
     return float(value)
 
 
+def _on_multi(op: Ops, src: tuple[Node, ...], arg: Any) -> bool:
+    """True when a node would have a MULTI source or be a leaf made on a tuple of devices."""
+    for s in src:
+        if s.op is Ops.MULTI:
+            return True
+    return (op is Ops.CONST or op is Ops.ARANGE) and type(arg[-1]) is tuple
+
+
 def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shape, str]:
     """Shape and device of a new node; raises GraphError naming the op and operands when invalid."""
+    if op is Ops.MULTI or op is Ops.ALLREDUCE:
+        from atensor.graph.multi import infer
+        return infer(op, src, arg)
     if op is Ops.BUFFER:
         return (arg[0].size,), arg[0].device
     if op is Ops.CONST:

@@ -35,6 +35,9 @@ class Ops(Enum):
     COPY = auto()        # arg: target device
     ASSIGN = auto()      # src (storage, value), arg View: the storage after writing value through the view
     STORE = auto()       # kernel ASTs only: src (PARAM view, value)
+    # multi-device (graph/multi.py): the only nodes whose device is a tuple, and the collective
+    MULTI = auto()       # src: one node per device; arg (axis, bounds): sharded on axis (None: replicated)
+    ALLREDUCE = auto()   # src: one partial per device; arg AllReduceArg; the reduced value on src[arg.index]
 
 
 class ReduceOp(Enum):

@@ -32,9 +32,12 @@ class DeviceError(ValueError):
 
 
 def canonical(name: str) -> str:
-    """`"CPU"` -> `"CPU:0"`; raises DeviceError naming what exists for anything else."""
+    """`"CPU"` -> `"CPU:0"`; raises DeviceError naming what exists for anything else. A tuple or list
+    of names (the devices of a sharded tensor) gives a tuple of canonical names."""
     if isinstance(name, Device):
         return name.name
+    if isinstance(name, (tuple, list)):
+        return tuple(canonical(n) for n in name)  # type: ignore[return-value]
     match = _DEVICE_RE.match(str(name).upper())
     if match is None:
         raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL and NULL:k (k = 0, 1, ...)")

@@ -55,6 +55,13 @@ def _view(x: np.ndarray, view: View) -> np.ndarray:
     return out
 
 
+def _target(buf: np.ndarray, view: View) -> np.ndarray:
+    """The writable array `view` selects in `buf` (a store target: never masked)."""
+    if view.contiguous:
+        return buf[view.offset:view.offset + view.size].reshape(view.shape)
+    return _strided(buf, view.offset, view.shape, view.strides)
+
+
 def _store(buf: np.ndarray, view: View, value: np.ndarray) -> None:
     if view.size == 0:
         return
@@ -210,7 +217,8 @@ def _elementwise_regions(order: list[Node], skip: set[Node]) -> list[list[Node]]
 
 def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
     """Python source for the kernel `ast` and the globals it needs."""
-    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_cast": cast_fn, "_bitcast": bitcast_fn,
+    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_target": _target, "_cast": cast_fn,
+                           "_bitcast": bitcast_fn,
                            "_reduce": reduce_fn, "_sum_of_product": _sum_of_product, "_arange": _arange,
                            "ReduceOp": ReduceOp, "_gather": gather_fn, "_scatter": scatter_fn}
     names: dict[Node, str] = {}
@@ -334,8 +342,16 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         if n.op is Ops.STORE:
             target = n.src[0]
             view = target.arg if target.op is Ops.VIEW else View.create(target.shape)
-            lines.append(f"_store({names[target.src[0] if target.op is Ops.VIEW else target]}, {view_arg(view)}, "
-                         f"{names[n.src[1]]})")
+            buf, value = names[target.src[0] if target.op is Ops.VIEW else target], n.src[1]
+            last = f"{names.get(value)} = "
+            fn = UNARY_FNS.get(value.op) or BINARY_FNS.get(value.op)
+            if isinstance(fn, np.ufunc) and value in fresh and users[value] == 1 and value.dtype == n.dtype and \
+                    lines and lines[-1].startswith(last) and lines[-1].endswith(")") and view.size:
+                # the last ufunc writes straight into the target (`out=`): no temporary, no second pass
+                call = lines[-1][len(last):-1].split(", out=")[0]
+                lines[-1] = f"{call}, out=_target({buf}, {view_arg(view)}))"
+                continue
+            lines.append(f"_store({buf}, {view_arg(view)}, {names[value]})")
             continue
         out = f"v{len(names)}"
         names[n] = out

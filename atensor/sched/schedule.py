@@ -25,6 +25,7 @@ from atensor.graph.rewrite import substitute
 from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
 from atensor.graph.view import View
+from atensor.sched.allreduce import Planner
 from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
 
 # realized values: node -> BUFFER view that now holds it; written by `schedule`, read by Tensor
@@ -214,6 +215,11 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
     return Schedule(builder.graph, [storage_of(r) for r in final_roots[:requested]], commit)
 
 
+def _at(view: View, offset: int) -> View:
+    """`view` (contiguous) shifted by `offset` elements."""
+    return view if not offset else View(view.shape, view.strides, offset, None)
+
+
 def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
     """(buffer, element offset) when `node` reads a contiguous run of one realized buffer."""
     if node.op is Ops.BUFFER:
@@ -231,6 +237,9 @@ class _Builder:
         self.order = toposort(roots)
         self.position = {n: i for i, n in enumerate(self.order)}
         self.realized_in: dict[Node, Node] = {}  # point -> node that reads its buffer
+        self.buffers: dict[Node, BufferSpec] = {}
+        self.offsets: dict[Node, int] = {}  # element offset of a point's value in its buffer, when not 0
+        self.planner: Optional[Planner] = None  # the allreduce collectives, when the graph has any
 
     # ---- realization points ---------------------------------------------------------------------
     def _points(self) -> set[Node]:
@@ -241,8 +250,13 @@ class _Builder:
                 points.add(node)
             if node.op is Ops.COPY and _is_whole_buffer(node.src[0]) is None:
                 points.add(node.src[0])
+            if node.op is Ops.ALLREDUCE:  # a collective reads its partials from buffers
+                points.add(node)
+                points.update(s for s in node.src if _is_whole_buffer(s) is None)
+                self.planner = self.planner or Planner([], set(), {})
             for s in node.src:
                 users.setdefault(s, []).append(node)
+        self.users = users
         for node in self.order:
             # a copy straight into an assign's contiguous target needs no buffer of its own
             if node.op is Ops.COPY:
@@ -306,6 +320,7 @@ class _Builder:
                     stack.pop()
                     state[node] = 2
                     ordered.append(node)
+        self.deps = deps
         return ordered
 
     def _interior(self, point: Node, points: set[Node]) -> list[Node]:
@@ -316,16 +331,42 @@ class _Builder:
     def run(self) -> None:
         points = self._points()
         self._check_versions()
-        buffers: dict[Node, BufferSpec] = {}
-        for point in self._ordered_points(points):
+        buffers = self.buffers
+        planner = self.planner = Planner(self.order, points, self.users) if self.planner else None
+        ordered = self._ordered_points(points)
+        if planner is not None:
+            ordered = planner.reorder(ordered, self.deps)
+        for point in ordered:
+            if planner is not None:  # allreduces: lowered late, so that ready ones share a bucket
+                planner.flush_before(self.deps[point], self)
+                if point.op is Ops.ALLREDUCE:
+                    buffers[point], self.offsets[point] = planner.defer(point)
+                    continue
+                if planner.writes_directly(point):
+                    buffers[point] = storage_of(point)
+                    continue
+                location = planner.location(point)
+                if location is not None and point.op is not Ops.ASSIGN:
+                    buffers[point], self.offsets[point] = location
+                    self._emit(point, location[0], points, buffers)
+                    continue
             if point.op is Ops.ASSIGN:
                 spec = storage_of(point)
-                buffers[point] = spec
             else:
                 spec = BufferSpec(point.device, point.size, point.dtype)
-                buffers[point] = spec
+            buffers[point] = spec
             self._emit(point, spec, points, buffers)
-        self.buffers = buffers
+        if planner is not None:
+            planner.flush(self)
+
+    def location_of(self, node: Node) -> tuple[BufferSpec, int]:
+        """(buffer, element offset) holding an emitted point's value or a leaf's contiguous data."""
+        if node in self.buffers:
+            return self.buffers[node], self.offsets.get(node, 0)
+        found = _is_whole_buffer(node)
+        if found is None:
+            raise GraphError(f"{node} is neither a realization point nor a contiguous buffer")
+        return found
 
     def _check_versions(self) -> None:
         for node in self.order:
@@ -338,11 +379,11 @@ class _Builder:
 
     def _emit(self, point: Node, out: BufferSpec, points: set[Node], buffers: dict[Node, BufferSpec]) -> None:
         value = point.src[1] if point.op is Ops.ASSIGN else (point.src[0] if point.op in (Ops.CONTIGUOUS, Ops.COPY) else point)
-        target_view = point.arg if point.op is Ops.ASSIGN else View.create(point.shape)
+        target_view = point.arg if point.op is Ops.ASSIGN else _at(View.create(point.shape), self.offsets.get(point, 0))
         if point.op is Ops.COPY or (point.op is Ops.ASSIGN and value.op is Ops.COPY and value not in points):
             copy_src = value.src[0] if value.op is Ops.COPY else value
             if point.op is Ops.COPY or target_view.contiguous:
-                self._emit_copy(copy_src, out, target_view.offset if point.op is Ops.ASSIGN else 0,
+                self._emit_copy(copy_src, out, target_view.offset,
                                 point.size if point.op is Ops.COPY else target_view.size, buffers)
                 return
         params: dict[BufferSpec, Node] = {}
@@ -361,8 +402,14 @@ class _Builder:
                 continue
             if n in points:
                 spec = buffers[n]
-                mapping[n] = param(spec) if n.op is Ops.ASSIGN else param(spec).reshape(n.shape)
-                self._note_read(reads, spec, View.create(n.shape) if n.op is not Ops.ASSIGN else None)
+                offset = self.offsets.get(n, 0)
+                if offset or (n.op is not Ops.ASSIGN and spec.size != n.size):  # an allreduce bucket's slice
+                    window = _at(View.create(n.shape), offset)
+                    mapping[n] = param(spec).view(window)
+                    self._note_read(reads, spec, window)
+                else:
+                    mapping[n] = param(spec) if n.op is Ops.ASSIGN else param(spec).reshape(n.shape)
+                    self._note_read(reads, spec, View.create(n.shape) if n.op is not Ops.ASSIGN else None)
             elif n.op is Ops.BUFFER:
                 mapping[n] = param(n.arg[0])
             elif n.op is Ops.ASSIGN:  # an earlier assign in the same chain, realized before this point
@@ -401,7 +448,7 @@ class _Builder:
     def _emit_copy(self, src: Node, dst: BufferSpec, dst_offset: int, size: int,
                    buffers: dict[Node, BufferSpec]) -> None:
         if src in buffers:
-            spec, offset = buffers[src], 0
+            spec, offset = buffers[src], self.offsets.get(src, 0)
         else:
             found = _is_whole_buffer(src)
             if found is None and src.op is Ops.VIEW and src.src[0] in buffers and src.arg.contiguous \
