@@ -22,6 +22,9 @@ class DType:
     name: str
     kind: str  # "b" bool, "i" signed int, "u" unsigned int, "f" float
 
+    # every DType is one of the class attributes of `dtypes`, so identity hashing is exact and fast
+    __hash__ = object.__hash__
+
     @property
     def np(self) -> np.dtype:
         """The numpy dtype with the same layout."""

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from atensor.dtype import dtypes
 from atensor.graph.node import Node
-from atensor.graph.ops import BINARY, Ops, UNARY
+from atensor.graph.ops import BINARY, ELEMENTWISE, Ops, UNARY
 from atensor.graph.rewrite import Pat, PatternMatcher, graph_rewrite
 from atensor.graph.semantics import fold_constant
 
@@ -54,6 +54,16 @@ def _const_view(v: Node) -> Optional[Node]:
     return Node.const(value, v.dtype, v.device, v.shape)
 
 
+def _may_simplify(n: Node) -> bool:
+    """An elementwise node can only match a rule below with a constant, view or same-op operand."""
+    if n.op not in ELEMENTWISE:
+        return True
+    for s in n.src:
+        if s.op is Ops.CONST or s.op is Ops.VIEW or s.op is n.op:
+            return True
+    return n.op is Ops.VIEW or n.op is Ops.CAST or n.op is Ops.DETACH
+
+
 x = Pat(name="x")
 SIMPLIFY = PatternMatcher([
     # constant folding
@@ -71,7 +81,7 @@ SIMPLIFY = PatternMatcher([
     # views of views fold into one view; a view of a constant is a constant of the new shape
     (Pat(Ops.VIEW, (Pat(Ops.VIEW),), name="v"), _view_of_view),
     (Pat(Ops.VIEW, name="v"), _const_view),
-])
+], prefilter=_may_simplify)
 
 
 def simplify(roots: list[Node]) -> dict[Node, Node]:

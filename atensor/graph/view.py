@@ -38,6 +38,14 @@ class View:
     offset: Expr = 0
     mask: Optional[tuple[tuple[Expr, Expr], ...]] = None
 
+    def __hash__(self) -> int:
+        # views key the node table on every graph op; hash the fields once per view
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.shape, self.strides, self.offset, self.mask))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @staticmethod
     def create(shape: Shape) -> View:
         """The contiguous view of `shape`."""

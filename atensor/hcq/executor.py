@@ -49,60 +49,77 @@ class Submission:
         return skipped
 
 
+_next_task_id = 0
+
+
 def execute(graph: TaskGraph) -> Submission:
     """Plans and submits `graph`; returns what to await. Runs on the dispatcher thread."""
     sub = Submission()
+    global _next_task_id
+    base_id = _next_task_id  # task ids are unique per process, so a profile never confuses two realizes
+    _next_task_id += len(graph.tasks)
     lists: dict[Queue, list[Command]] = {}
-    placed: dict[int, tuple[Queue, int]] = {}
+    placed: list[tuple[Queue, int]] = []
     before: dict[BufferSpec, tuple[list, list]] = {}
-    for task in graph.tasks:
-        for acc in task.accesses:
-            if acc.buffer not in before:
-                buf = Buffer.of(acc.buffer)
-                before[acc.buffer] = (buf.pending_writes(), buf.pending_reads())
     written: set[BufferSpec] = set()
     for task in graph.tasks:
         for acc in task.accesses:
-            if acc.mode == "r" and acc.buffer not in written:
-                failure = Buffer.of(acc.buffer).failure
-                if failure is not None:
-                    raise RuntimeError(f"{task.name} reads {acc.buffer}, whose contents come from a task that "
-                                       f"failed: {failure}") from failure
+            spec = acc.buffer
+            if spec not in before:
+                buf = Buffer.of(spec)
+                before[spec] = (buf.pending_writes(), buf.pending_reads())
+            if acc.mode == "r" and spec not in written and Buffer.of(spec).failure is not None:
+                failure = Buffer.of(spec).failure
+                raise RuntimeError(f"{task.name} reads {spec}, whose contents come from a task that "
+                                   f"failed: {failure}") from failure
         written.update(a.buffer for a in task.accesses if a.mode == "w")
+    queues: dict[tuple[str, str], Queue] = {}
     compile_ns = 0
     for task in graph.tasks:
-        queue = Device.get(task.device).queue(task.queue)
+        where = (task.device, task.queue)
+        queue = queues.get(where)
+        if queue is None:
+            queue = queues[where] = Device.get(task.device).queue(task.queue)
+        own = queue.signal
         value = queue.reserve()
         waits: dict[Signal, tuple[int, bool]] = {}
-
-        def need(signal: Signal, v: int, check: bool) -> None:
-            if signal is queue.signal:
-                return
-            old = waits.get(signal)
-            if old is None or old[0] < v:
-                waits[signal] = (v, check or (old is not None and old[1]))
-
         for dep in task.deps:
             dq, dv = placed[dep]
-            need(dq.signal, dv, True)
+            if dq.signal is not own:
+                old = waits.get(dq.signal)
+                if old is None or old[0] < dv:
+                    waits[dq.signal] = (dv, True)
         for acc in task.accesses:
             pending_writes, pending_reads = before[acc.buffer]
+            reading = acc.mode == "r"
             for sig, v in pending_writes:
-                need(sig, v, acc.mode == "r")
-            if acc.mode == "w":
+                if sig is not own:
+                    old = waits.get(sig)
+                    if old is None or old[0] < v:
+                        waits[sig] = (v, reading or (old is not None and old[1]))
+            if not reading:
                 for sig, v in pending_reads:
-                    need(sig, v, False)
+                    if sig is not own:
+                        old = waits.get(sig)
+                        if old is None or old[0] < v:
+                            waits[sig] = (v, old is not None and old[1])
         t0 = time.perf_counter_ns()
         run = _runner(task)
         compile_ns += time.perf_counter_ns() - t0
         var_vals = getattr(task.work, "var_vals", None)
-        nbytes = sum(evaluate(a.end - a.start, var_vals) for a in task.accesses)
-        flops = getattr(task.work, "flops", 0)
-        command = Command(value, tuple((s, v, c) for s, (v, c) in waits.items()), run, task.name, task.work.kind,
-                          task.id, nbytes, flops, tuple(sorted(task.deps)))
-        lists.setdefault(queue, []).append(command)
-        placed[task.id] = (queue, value)
-        sub.placed.append((queue.signal, value, task))
+        nbytes = 0
+        for a in task.accesses:
+            span = a.end - a.start
+            nbytes += span if type(span) is int else evaluate(span, var_vals)
+        command = Command(value, tuple([(s, v, c) for s, (v, c) in waits.items()]), run, task.name,
+                          task.work.kind, base_id + task.id, nbytes, getattr(task.work, "flops", 0),
+                          tuple(sorted(base_id + d for d in task.deps)))
+        commands = lists.get(queue)
+        if commands is None:
+            commands = lists[queue] = []
+        commands.append(command)
+        placed.append((queue, value))
+        sub.placed.append((own, value, task))
         sub.final[queue] = value
     for task in graph.tasks:
         queue, value = placed[task.id]
@@ -127,9 +144,8 @@ def _runner(task: Task) -> Optional[Callable[[], None]]:
         arrays = [b.memory for b in buffers]
         extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
 
-        def run_kernel() -> None:
-            with np.errstate(all="ignore"):
-                fn(*arrays, **extra)
+        def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
+            fn(*arrays, **extra)
         return run_kernel
     if isinstance(work, Copy):
         src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)

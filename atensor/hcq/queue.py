@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Callable, Optional
 
+import numpy as np
+
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import Span
@@ -93,6 +95,8 @@ class Queue:
                 "commands_run": self.commands_run}
 
     def _work(self) -> None:
+        # kernels follow IEEE like PyTorch does: inf and nan, no warnings (numpy's error state is per thread)
+        np.seterr(all="ignore")
         last_yield = time.perf_counter_ns()
         while True:
             with self._cond:
