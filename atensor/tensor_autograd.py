@@ -23,8 +23,6 @@ from atensor.graph.gradient import combine_shards, compute_gradient
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops
 
-_MULTI = getattr(Ops, 'MULTI', None)  # multi-device values (graph/multi.py), when present
-
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
 
@@ -130,9 +128,9 @@ def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]
     for n in in_graph:
         if n.op in (Ops.BUFFER, Ops.ASSIGN):
             newest[_storage_key(n)] = n
-    shards = [n.src if n.op is _MULTI else (n,) for n in nodes]
+    shards = [n.src if n.op is Ops.MULTI else (n,) for n in nodes]
     keys = [[_gradient_key(s, in_graph, newest) for s in parts] for parts in shards]
-    leaves = frozenset(k for n, ks in zip(nodes, keys) if n.op is _MULTI and n.arg[0] is None
+    leaves = frozenset(k for n, ks in zip(nodes, keys) if n.op is Ops.MULTI and n.arg[0] is None
                        for k in ks if k is not None)
     grads = compute_gradient(root, seed, {k for ks in keys for k in ks if k is not None}, leaves)
     out: list[Optional[Node]] = []
@@ -142,7 +140,7 @@ def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]
         if all(g is None for g in found):
             out.append(None)
         else:
-            out.append(combine_shards(node, found) if node.op is _MULTI else found[0])
+            out.append(combine_shards(node, found) if node.op is Ops.MULTI else found[0])
     return out
 
 
@@ -257,7 +255,7 @@ class AutogradOps:
         (the gradient graph then recomputes what it needs of the forward)."""
         node = self.node  # type: ignore[attr-defined]
         computed = self._ctx  # type: ignore[attr-defined]
-        parts = node.src if node.op is _MULTI else (node,)
+        parts = node.src if node.op is Ops.MULTI else (node,)
         if computed is not None and all(p.base().op is Ops.BUFFER for p in parts):
             return computed
         return node

@@ -156,7 +156,7 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
     await Tensor.realize(*params)
     steps_per_epoch = len(data.x_train) // batch_size
     total = steps_per_epoch * epochs if max_steps is None else min(max_steps, steps_per_epoch * epochs)
-    opt = optim.Adam(params, lr=lr)
+    opt = optim.Adam(params, lr=lr, fused=True)  # one flat buffer: one gradient, one allreduce
     schedule = optim.OneCycleLR(opt, max_lr=lr, total_steps=max(total, 2), pct_start=0.15)
     order_rng = np.random.default_rng(seed + 1)
     result = Result()

@@ -315,3 +315,30 @@ async def test_batchnorm_and_dropout_on_a_sharded_batch_compute_what_one_device_
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(stats[1][0], stats[0][0], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(stats[1][1], stats[0][1], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_fused_optimizer_updates_views_of_one_flat_buffer_like_pytorch(name):
+    layers = [nn.Linear(3, 4), nn.Linear(4, 2)]
+    params = nn.get_parameters(layers)
+    tparams = [_t(p.numpy()).requires_grad_() for p in params]
+    make = {"sgd": lambda p: optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+            "adamw": lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1, fused=True)}[name]
+    tmake = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+             "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)}[name]
+    opt, topt = make(params), tmake(tparams)
+    assert len(opt.targets) == 1 and opt.targets[0].shape == (3 * 4 + 4 + 4 * 2 + 2,)
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    for _ in range(3):
+        loss = layers[1](layers[0](Tensor(x)).relu()).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(loss).wait()
+        hidden = (_t(x) @ tparams[0].T + tparams[1]).relu()
+        tloss = (hidden @ tparams[2].T + tparams[3]).square().mean()
+        topt.zero_grad()
+        tloss.backward()
+        topt.step()
+        assert loss.item() == pytest.approx(tloss.item(), rel=1e-5)
+    for p, tp in zip(params, tparams):  # the model's own tensors show the updated values
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -27,8 +27,6 @@ from typing import Callable, Optional
 from atensor.dtype import dtypes
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops, ReduceOp
-
-_MULTI = getattr(Ops, 'MULTI', None)  # multi-device values (graph/multi.py), when present
 from atensor.graph.rewrite import Pat, PatternMatcher
 from atensor.graph.semantics import fold_constant
 from atensor.graph.simplify import const_value
@@ -324,6 +322,8 @@ GRADIENT = PatternMatcher([
     _rule(Ops.DETACH, lambda ctx, ret: (None,)),
     _rule(Ops.COPY, lambda ctx, ret: (Node.make(Ops.COPY, ctx.dtype, (ctx,), ret.src[0].device),)),
     _rule(Ops.ASSIGN, _assign_rule),
+    # multi-device: a collective's gradient goes back to every partial's device
+    _rule(Ops.ALLREDUCE, _allreduce_rule),
 ])
 
 
@@ -344,11 +344,11 @@ def seed_roots(root: Node, root_grad: Node) -> list[tuple[Node, Node]]:
     """The single-device roots to start from, each with its gradient. A sharded root starts from
     every shard; a replicated one from its first replica only (all replicas hold the same value,
     so one of them is the function being differentiated; seeding all would count it n times)."""
-    if root.op is not _MULTI:
+    if root.op is not Ops.MULTI:
         return [(root, root_grad)]
     from atensor.graph import multi
     axis, bounds = root.arg
-    if not (root_grad.op is _MULTI and root_grad.arg == root.arg and root_grad.device == root.device):
+    if not (root_grad.op is Ops.MULTI and root_grad.arg == root.arg and root_grad.device == root.device):
         root_grad = multi.reshard(root_grad, root.device, axis, bounds)
     if axis is None:
         return [(root.src[0], root_grad.src[0])]
@@ -365,7 +365,7 @@ def combine_shards(target: Node, grads: list[Optional[Node]]) -> Node:
     parts = [g if g is not None else zeros_like(s) for s, g in zip(target.src, grads)]
     if target.arg[0] is None:
         return multi.allreduce(parts, ReduceOp.SUM)
-    return Node.make(_MULTI, target.dtype, tuple(parts), target.arg)
+    return Node.make(Ops.MULTI, target.dtype, tuple(parts), target.arg)
 
 
 def compute_gradient(root: Node, root_grad: Node, targets: set[Node],

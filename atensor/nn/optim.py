@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from atensor.graph.node import Node
+from atensor.graph.ops import Ops
 from atensor.tensor import Tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
@@ -47,12 +49,49 @@ def _dedup(tensors: Sequence[Tensor]) -> list[Tensor]:
     return list(unique.values())
 
 
+def _fuse(params: list[Tensor]) -> Optional[Tensor]:
+    """One flat tensor that becomes the storage of all `params` (each parameter turns into a view of
+    its slice, holding the same values), or None when they differ in dtype or devices. A replicated
+    parameter set gets one flat buffer per device."""
+    dtype, devices = params[0].dtype, params[0].device
+    if len(params) < 2 or any(p.dtype != dtype or p.device != devices for p in params):
+        return None
+    bounds, start = [], 0
+    for p in params:
+        bounds.append((start, start + p.numel()))
+        start += p.numel()
+
+    def flat_on(device: str, parts: list[Tensor]) -> Tensor:
+        flat = Tensor.empty(start, dtype=dtype, device=device)
+        for part, (a, b) in zip(parts, bounds):
+            flat[a:b].assign(part.reshape(-1))  # lazily: the values move in with the next realize
+        return flat
+
+    if isinstance(devices, tuple):
+        flats = [flat_on(dev, [p.shards[k] for p in params]) for k, dev in enumerate(devices)]
+        flat = Tensor(Node.make(Ops.MULTI, dtype, tuple(f.node for f in flats), (None, None)))
+        for p, (a, b) in zip(params, bounds):
+            views = tuple(f.node.shrink(((a, b),)).reshape(p.shape) for f in flats)
+            p._node = Node.make(Ops.MULTI, dtype, views, (None, None))
+    else:
+        flat = flat_on(devices, params)
+        for p, (a, b) in zip(params, bounds):
+            p._node = flat.node.shrink(((a, b),)).reshape(p.shape)
+    flat.requires_grad = True
+    return flat
+
+
 class Optimizer:
     """Holds the parameters (tensors with `requires_grad`; those left at None are switched on) and
     the buffers (tensors given with `requires_grad=False`, such as batchnorm running statistics),
-    which each step realizes along so their pending assigns never pile up."""
+    which each step realizes along so their pending assigns never pile up.
 
-    def __init__(self, params: Sequence[Tensor], lr: float):
+    `fused=True` moves all parameters into one flat buffer (per device) that they become views of,
+    as tinygrad's FUSE_OPTIM and PyTorch's flat-parameter schemes do: the gradient is then one flat
+    tensor (one allreduce for data parallel training) and the update a few kernels over it instead
+    of a few per parameter."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float, fused: bool = False):
         for t in params:
             if t.requires_grad is None:
                 t.requires_grad = True
@@ -60,6 +99,8 @@ class Optimizer:
         self.buffers = _dedup([t for t in params if not t.requires_grad])
         if not self.params:
             raise ValueError("optimizer got no parameters that require grad")
+        flat = _fuse(self.params) if fused else None
+        self.targets = [flat] if flat is not None else self.params  # what the update runs on
         self.initial_lr = lr
         self._consts: dict[tuple, Tensor] = {}
         self.lr = _scalar(lr, self.params[0])
@@ -77,19 +118,19 @@ class Optimizer:
 
     def zero_grad(self) -> None:
         """Forgets the gradients (the next backward sets them afresh)."""
-        for t in self.params:
+        for t in self.params + self.targets:
             t.grad = None
 
     def schedule_step(self) -> list[Tensor]:
         """Assigns every parameter its update (lazily) and returns all tensors to realize."""
-        missing = [i for i, t in enumerate(self.params) if t.grad is None]
-        if len(missing) == len(self.params):
+        targets = self.targets
+        if all(t.grad is None for t in targets):
             raise RuntimeError("optimizer step without gradients: call loss.backward() first")
-        grads = [t.grad if t.grad is not None else t.zeros_like() for t in self.params]
-        devices = self.params[0].device
+        grads = [t.grad if t.grad is not None else t.zeros_like() for t in targets]
+        devices = targets[0].device
         if not isinstance(devices, tuple):
-            self._update(self.params, grads, lambda t: t)
-            return self.params + self.buffers + self.state
+            self._update(targets, grads, lambda t: t)
+            return targets + self.buffers + self.state
         # replicated parameters: every device updates its own replica from the (allreduced) gradient,
         # built per device on the shards, which is cheaper than pushing each op through MULTI
         for k in range(len(devices)):
@@ -101,8 +142,8 @@ class Optimizer:
                         raise ValueError(f"optimizer tensors on {t.device}, parameters on {devices}")
                     picked[id(t)] = t.shards[k]
                 return picked[id(t)]
-            self._update([on_device(t) for t in self.params], [on_device(g) for g in grads], on_device)
-        return self.params + self.buffers + self.state
+            self._update([on_device(t) for t in targets], [on_device(g) for g in grads], on_device)
+        return targets + self.buffers + self.state
 
     def step(self, *also: Tensor) -> Any:
         """Realizes one update of every parameter, together with `also` (pass the loss: a value that
@@ -123,12 +164,13 @@ class SGD(Optimizer):
     d = d + momentum * b (nesterov) or b; p = p - lr * d."""
 
     def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, dampening: float = 0.0):
-        super().__init__(params, lr)
+                 weight_decay: float = 0.0, nesterov: bool = False, dampening: float = 0.0,
+                 fused: bool = False):
+        super().__init__(params, lr, fused)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov momentum needs momentum > 0 and no dampening")
         self.momentum, self.wd, self.nesterov, self.dampening = momentum, weight_decay, nesterov, dampening
-        self.b = [_state_like(t) for t in self.params] if momentum else []
+        self.b = [_state_like(t) for t in self.targets] if momentum else []
         self.first = _scalar(1.0, self.params[0]) if momentum and dampening else None
         self.state += self.b + ([self.first] if self.first is not None else [])
 
@@ -155,14 +197,15 @@ class Adam(Optimizer):
     decoupled = False
 
     def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: float = 0.0, betas: Optional[tuple[float, float]] = None):
-        super().__init__(params, lr)
+                 eps: float = 1e-8, weight_decay: float = 0.0, betas: Optional[tuple[float, float]] = None,
+                 fused: bool = False):
+        super().__init__(params, lr, fused)
         if betas is not None:
             b1, b2 = betas
         self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
         self.b1_t, self.b2_t = _scalar(1.0, self.params[0]), _scalar(1.0, self.params[0])
-        self.m = [_state_like(t) for t in self.params]
-        self.v = [_state_like(t) for t in self.params]
+        self.m = [_state_like(t) for t in self.targets]
+        self.v = [_state_like(t) for t in self.targets]
         self.state += [self.b1_t, self.b2_t] + self.m + self.v
 
     def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
@@ -191,8 +234,9 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: float = 0.01, betas: Optional[tuple[float, float]] = None):
-        super().__init__(params, lr, b1, b2, eps, weight_decay, betas)
+                 eps: float = 1e-8, weight_decay: float = 0.01, betas: Optional[tuple[float, float]] = None,
+                 fused: bool = False):
+        super().__init__(params, lr, b1, b2, eps, weight_decay, betas, fused)
 
 
 # ---- learning-rate schedules ---------------------------------------------------------------------
