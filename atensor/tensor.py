@@ -287,7 +287,7 @@ def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs
         node = root.view(view)
     roots.append(root)
     buf = Buffer.of(spec)
-    buf.inflight += 1
+    buf.hold(1)
     outputs.append(buf)
     wait_for.append(buf)
     return node
@@ -319,12 +319,12 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None):
     written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses
                                       if a.mode == "w"}]
     for buf in written:
-        buf.inflight += 1
+        buf.hold(1)
     try:
         return _commit_and_execute(result, start)
     finally:
         for buf in written:
-            buf.inflight -= 1
+            buf.hold(-1)
 
 
 def _commit_and_execute(result: sched.Schedule, start: int):

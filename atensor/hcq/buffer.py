@@ -69,6 +69,12 @@ class Buffer:
             if table.get(signal, 0) < value:
                 table[signal] = value
 
+    def hold(self, delta: int) -> None:
+        """Counts realizes that will write this buffer: +1 when one is dispatched (or planned), -1 once
+        its writes are noted. Under the lock: the trio thread and the dispatcher both change it."""
+        with self._lock:
+            self.inflight += delta
+
     def ready(self) -> bool:
         """True when no dispatched work will still write this buffer."""
         return self.inflight == 0 and not self.pending_writes()

@@ -90,7 +90,7 @@ class Dispatcher:
                 if collecting:
                     gc.enable()
                 for buf in job.done_buffers:
-                    buf.inflight -= 1
+                    buf.hold(-1)
             end = time.perf_counter_ns()
             if collector.is_active():
                 collector.record_host(HostSpan(f"schedule+submit job {job.value}", "schedule", start, end))
