@@ -366,7 +366,6 @@ def test_backward_after_reading_the_loss_still_works():
 
 
 # ---- multi-device ------------------------------------------------------------------------------
-needs_sharding = pytest.mark.skipif(not hasattr(Tensor, "shard"), reason="multi-device needs Tensor.shard")
 DEVICES = ("CPU:0", "CPU:1")
 
 
@@ -374,7 +373,6 @@ def _mlp_loss(x, w1, w2):
     return ((x @ w1).relu() @ w2).tanh().mean()
 
 
-@needs_sharding
 @pytest.mark.parametrize("realize_weights", [False, True])
 async def test_data_parallel_gradients_of_replicated_weights_equal_one_device(realize_weights):
     x, w1, w2 = RNG.standard_normal((6, 4)), RNG.standard_normal((4, 5)), RNG.standard_normal((5, 3))
@@ -394,7 +392,6 @@ async def test_data_parallel_gradients_of_replicated_weights_equal_one_device(re
             np.testing.assert_allclose(shard.numpy(), r.grad.numpy(), rtol=1e-9)
 
 
-@needs_sharding
 async def test_gradient_of_a_sharded_tensor_is_sharded_alike():
     x = RNG.standard_normal((5, 3))
     ref = Tensor(x, requires_grad=True)
@@ -407,7 +404,6 @@ async def test_gradient_of_a_sharded_tensor_is_sharded_alike():
     np.testing.assert_allclose(sharded.grad.numpy(), ref.grad.numpy(), rtol=1e-9)
 
 
-@needs_sharding
 @pytest.mark.parametrize("op", ["sum", "mean", "max"])
 async def test_allreduce_gradient_goes_back_to_each_device(op):
     a_np, b_np = np.array([1.0, 5.0, 2.0]), np.array([3.0, 5.0, -1.0])

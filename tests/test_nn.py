@@ -294,7 +294,6 @@ def test_load_state_dict_checks_keys_and_shapes():
     assert net.weight.numpy().tolist() == [[1, 1], [1, 1], [1, 1]]
 
 
-@pytest.mark.skipif(not hasattr(Tensor, "shard"), reason="multi-device needs Tensor.shard")
 async def test_batchnorm_and_dropout_on_a_sharded_batch_compute_what_one_device_does():
     """Batch statistics over a batch split on two devices are allreduced (synchronized batchnorm), and
     the dropout mask comes from the same counters: the result is the single-device one."""

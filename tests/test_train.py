@@ -20,11 +20,8 @@ sys.modules[_spec.name] = train
 _spec.loader.exec_module(train)
 
 DATA = train.load_digits(0)
-needs_sharding = pytest.mark.skipif(not hasattr(train.Tensor, "shard"),
-                                    reason="data parallel needs Tensor.shard")
 
 
-@needs_sharding
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 async def test_same_seed_gives_the_same_losses_on_one_and_two_devices(model):
     one = await train.train(devices=1, max_steps=4, batch_size=64, model=model, progress=False, data=DATA)
@@ -40,7 +37,6 @@ async def test_training_learns_the_digits():
     assert result.accuracy > 0.85
 
 
-@needs_sharding
 async def test_profile_and_save_write_files_pytorch_and_perfetto_open(tmp_path):
     trace, weights = tmp_path / "trace.json", tmp_path / "model.safetensors"
     await train.train(devices=2, max_steps=2, batch_size=64, progress=False, data=DATA, profile=str(trace),
