@@ -79,7 +79,7 @@ class Conv2d:
     def __call__(self, x: Tensor) -> Tensor:
         # Tensor.conv2d reads sliding windows through one raw view, which a sharded tensor does not
         # take; the composition of movement ops below works on any layout
-        if hasattr(Tensor, "conv2d") and not isinstance(x.device, tuple):
+        if not isinstance(x.device, tuple):
             return x.conv2d(self.weight, self.bias, groups=self.groups, stride=self.stride,
                             dilation=self.dilation, padding=self.padding)
         return _conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
@@ -88,7 +88,7 @@ class Conv2d:
 def _conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: tuple[int, int],
             padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> Tensor:
     """Convolution as a sum over kernel offsets of strided windows times the kernel's slice, built
-    from movement ops only (used on sharded tensors, and when Tensor has no conv2d)."""
+    from movement ops only (used on sharded tensors)."""
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
