@@ -11,7 +11,9 @@ Each configuration runs in its own process (BLAS thread limits and devices are p
 - weak scaling, as PyTorch DDP reports it: every device keeps a batch of 256 and one BLAS thread;
   scaling = step time on 2 devices / step time on 1 device (target at most 1.1; DDP: 1/0.93).
 Times are medians over the measured steps after warm-up steps; the machine is shared, so compare
-the ratios measured in the same run, not absolute times across runs.
+the ratios measured in the same run, not absolute times across runs. Multi-threaded BLAS (torch with
+2 threads, atensor on 1 device) suffers most when other processes load the cores: the 1-thread rows
+are the steadier comparison.
 """
 from __future__ import annotations
 
@@ -168,16 +170,18 @@ def main() -> None:
         "torch CPU, 1 thread": measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 1}),
     }
     torch_ms = runs["torch CPU, 2 threads"].get("median_s")
+    torch1_ms = runs["torch CPU, 1 thread"].get("median_s")
     rows = []
     for name, r in runs.items():
         if "error" in r:
-            rows.append([name, "-", "-", f"skipped: {r['error']}"])
+            rows.append([name, "-", "-", "-", f"skipped: {r['error']}"])
             continue
         ratio = f"{r['median_s'] / torch_ms:.2f}x" if torch_ms else "-"
-        rows.append([name, r["median_s"] * 1e3, r["min_s"] * 1e3, ratio])
+        ratio1 = f"{r['median_s'] / torch1_ms:.2f}x" if torch1_ms else "-"
+        rows.append([name, r["median_s"] * 1e3, r["min_s"] * 1e3, ratio, ratio1])
     title = f"training step, flagship MLP {'-'.join(map(str, SIZES))} + Adam, batch 256 (median of {steps})"
     print(table(title,
-                ["configuration", "median ms", "min ms", "vs torch 2 threads"], rows))
+                ["configuration", "median ms", "min ms", "vs torch 2 threads", "vs torch 1 thread"], rows))
     w1 = runs["weak: atensor 1 device x 256, 1 thread"]
     w2 = runs["weak: atensor 2 devices x 256, 1 thread each"]
     scaling = w2["median_s"] / w1["median_s"] if "error" not in w1 and "error" not in w2 else None
