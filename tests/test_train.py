@@ -37,7 +37,7 @@ async def test_training_learns_the_digits():
     assert result.accuracy > 0.85
 
 
-async def test_profile_and_save_write_files_pytorch_and_perfetto_open(tmp_path):
+async def test_profile_and_save_write_a_perfetto_trace_and_weights_pytorch_opens(tmp_path):
     trace, weights = tmp_path / "trace.json", tmp_path / "model.safetensors"
     await train.train(devices=2, max_steps=2, batch_size=64, progress=False, data=DATA, profile=str(trace),
                       save=str(weights))
@@ -46,10 +46,14 @@ async def test_profile_and_save_write_files_pytorch_and_perfetto_open(tmp_path):
     names = {e.get("name", "") for e in events}
     assert any("allreduce" in n.lower() or "copy" in n.lower() for n in names)  # the gradients' collective
     assert trace.with_suffix(".html").read_text().lower().startswith("<!doctype html")
-    safetensors_torch = pytest.importorskip("safetensors.torch")
-    pytest.importorskip("torch")
-    state = safetensors_torch.load_file(str(weights))
+    from safetensors.numpy import load_file
+    state = load_file(str(weights))
     assert state["layers.0.weight"].shape == (256, 64) and state["layers.2.bias"].shape == (10,)
+    try:  # and PyTorch opens it, when installed
+        from safetensors.torch import load_file as torch_load_file
+    except ImportError:
+        return
+    assert tuple(torch_load_file(str(weights))["layers.0.weight"].shape) == (256, 64)
 
 
 def test_main_prints_a_summary(capsys):
