@@ -448,3 +448,13 @@ def test_backward_after_assigning_a_new_value_uses_the_new_graph():
     out.realize().wait()
     out.backward(Tensor([1.0, 1.0]))
     np.testing.assert_allclose(w.grad.numpy(), [2, 4])
+
+
+def test_every_graph_op_has_a_gradient_rule():
+    """The table covers the whole graph: leaves have no sources, STORE and PARAM exist only inside
+    kernels, and a MULTI node is differentiated shard by shard (it is never another node's source)."""
+    from atensor.graph.gradient import GRADIENT
+    from atensor.graph.ops import LEAVES, Ops
+    missing = [op.name for op in Ops if op not in GRADIENT.by_op and op not in LEAVES
+               and op not in (Ops.STORE, Ops.MULTI)]
+    assert missing == []
