@@ -30,7 +30,7 @@ from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.rewrite import Pat, PatternMatcher
 from atensor.graph.semantics import fold_constant
 from atensor.graph.simplify import const_value
-from atensor.graph.view import Shape, View
+from atensor.graph.view import Shape, View, strides_for
 
 Grads = tuple[Optional[Node], ...]
 
@@ -158,6 +158,8 @@ def _undo_view(grad: Node, view: View, src_shape: Shape) -> Node:
     order = sorted(range(len(strides)), key=lambda i: -strides[i])
     grad = grad.permute(tuple(order))
     shape, strides = [shape[i] for i in order], [strides[i] for i in order]
+    if offset == 0 and math.prod(shape) == size and tuple(strides) == strides_for(tuple(shape)):
+        return grad.reshape(tuple(src_shape))  # what is left reads every element once, in order
     # 5. place each element at its stride: from the innermost axis out, pad every row of the
     #    inner "canvas" to the axis's stride, merge the axis into the canvas and drop the padding
     #    after its last row
