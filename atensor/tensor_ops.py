@@ -177,6 +177,10 @@ class TensorOps:
                 dt = dtypes.default_int
             else:
                 dt = x.dtype
+            if isinstance(x.device, str):  # fast path: one cached constant node of the final shape
+                x = x.cast(dt)
+                y = cls(Node.const(other, dt, x.device, x.shape))
+                return (y, x) if reverse else (x, y)
             y = cls.full((), other, dtype=dt, device=x.device)
         else:
             raise TypeError(f"unsupported operand for {op}: Tensor and {type(other).__name__}")

@@ -10,6 +10,7 @@ naming the op and the operands, long before anything is scheduled.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
@@ -59,13 +60,22 @@ class GraphError(ValueError):
     """An op was given operands it cannot combine (shapes, dtypes or devices)."""
 
 
-_interned: weakref.WeakValueDictionary[tuple, Node] = weakref.WeakValueDictionary()
+# the node table: key -> weak reference to the node; an entry goes when its node dies
+_interned: dict[tuple, weakref.KeyedRef] = {}
 _intern_lock = threading.Lock()
 
 
+def _forget(ref: weakref.KeyedRef) -> None:
+    if _interned.get(ref.key) is ref:  # a newer node with the same key may have replaced it
+        del _interned[ref.key]
+
+
 class Node:
-    """An immutable graph vertex. Build with `Node.make`; never mutate."""
-    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "_hash", "__weakref__")
+    """An immutable graph vertex. Build with `Node.make`; never mutate.
+
+    Nodes are interned, so identity is equality: hash and == are object identity (C-level, which
+    matters: every graph pass hashes nodes)."""
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[Node, ...]
@@ -77,28 +87,26 @@ class Node:
     def make(op: Ops, dtype: DType, src: tuple[Node, ...] = (), arg: Any = None) -> Node:
         """The interned node for (op, dtype, src, arg); shape and device are inferred and checked."""
         key = (op, dtype, src, arg)
-        found = _interned.get(key)
-        if found is not None:
-            return found
+        ref = _interned.get(key)
+        if ref is not None:
+            found = ref()
+            if found is not None:
+                return found
         if op is not Ops.MULTI and _on_multi(op, src, arg):  # pushed through MULTI (graph/multi.py)
             from atensor.graph.multi import push
-            found = _interned[key] = push(op, dtype, src, arg)
+            found = push(op, dtype, src, arg)
+            _interned[key] = weakref.KeyedRef(found, _forget, key)
             return found
         node = object.__new__(Node)
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
         node.shape, node.device = _infer(op, dtype, src, arg)
-        node._hash = hash(key)
         with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
-            found = _interned.get(key)
+            ref = _interned.get(key)
+            found = ref() if ref is not None else None
             if found is None:
-                found = _interned[key] = node
+                found = node
+                _interned[key] = weakref.KeyedRef(node, _forget, key)
         return found
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     def __repr__(self) -> str:
         return f"Node({self.op.name}, {self.dtype.name}, shape={self.shape}, arg={self.arg!r}, src={len(self.src)})"
@@ -114,9 +122,10 @@ class Node:
     @staticmethod
     def const(value: Any, dtype: DType, device: str, shape: Shape = ()) -> Node:
         """A constant of `dtype`, broadcast to `shape` through a stride-0 view."""
-        value = _cast_scalar(value, dtype)
-        node = Node.make(Ops.CONST, dtype, (), (value, device))
-        return node.view(View.create(()).reshape((1,) * len(shape)).expand(tuple(shape))) if shape else node
+        try:
+            return _const_node(value, dtype, device, tuple(shape))
+        except TypeError:  # an unhashable device spec: build it uncached
+            return _const_node.__wrapped__(value, dtype, device, tuple(shape))
 
     def alu(self, op: Ops, *others: Node, dtype: DType | None = None) -> Node:
         """An elementwise op on this node and `others` (same shapes, same device)."""
@@ -232,6 +241,13 @@ def toposort(roots: list[Node], stop: Any = None) -> list[Node]:
                 stack.pop()
                 order.append(node)
     return order
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _const_node(value: Any, dtype: DType, device: str, shape: Shape) -> Node:
+    value = _cast_scalar(value, dtype)
+    node = Node.make(Ops.CONST, dtype, (), (value, device))
+    return node.view(View.create(()).reshape((1,) * len(shape)).expand(shape)) if shape else node
 
 
 def _cast_scalar(value: Any, dtype: DType) -> Any:

@@ -6,6 +6,7 @@ from enum import Enum, auto
 
 class Ops(Enum):
     """Every op of the lazy graph. Groups below say how each is scheduled."""
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash is Python code, and hot
     # leaves
     BUFFER = auto()      # arg: (BufferSpec, version); shape (size,)
     CONST = auto()       # arg: (value, device); shape ()
@@ -41,6 +42,7 @@ class Ops(Enum):
 
 
 class ReduceOp(Enum):
+    __hash__ = object.__hash__
     SUM = auto()
     MAX = auto()
     PROD = auto()

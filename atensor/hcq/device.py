@@ -31,9 +31,14 @@ class DeviceError(ValueError):
     """An unknown device name, or data used on a device that does not hold it."""
 
 
+_canonical_cache: dict[str, str] = {}
+
+
 def canonical(name: str) -> str:
     """`"CPU"` -> `"CPU:0"`; raises DeviceError naming what exists for anything else. A tuple or list
     of names (the devices of a sharded tensor) gives a tuple of canonical names."""
+    if type(name) is str and (known := _canonical_cache.get(name)) is not None:
+        return known
     if isinstance(name, Device):
         return name.name
     if isinstance(name, (tuple, list)):
@@ -41,7 +46,8 @@ def canonical(name: str) -> str:
     match = _DEVICE_RE.match(str(name).upper())
     if match is None:
         raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL and NULL:k (k = 0, 1, ...)")
-    return f"{match.group(1)}:{int(match.group(2) or 0)}"
+    result = _canonical_cache[name] = f"{match.group(1)}:{int(match.group(2) or 0)}"
+    return result
 
 
 class Device:

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from atensor.graph.node import Node, toposort
-from atensor.graph.ops import Ops, ReduceOp
+from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
 
@@ -217,8 +217,7 @@ def _elementwise_regions(order: list[Node], skip: set[Node]) -> list[list[Node]]
 
 def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
     """Python source for the kernel `ast` and the globals it needs."""
-    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_target": _target, "_cast": cast_fn,
-                           "_bitcast": bitcast_fn,
+    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_target": _target, "_cast": cast_fn, "_bitcast": bitcast_fn,
                            "_reduce": reduce_fn, "_sum_of_product": _sum_of_product, "_arange": _arange,
                            "ReduceOp": ReduceOp, "_gather": gather_fn, "_scatter": scatter_fn}
     names: dict[Node, str] = {}
@@ -237,9 +236,16 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
 
     order = toposort([ast])
     users: dict[Node, int] = {}
+    non_elementwise_users: set[Node] = set()
     for n in order:
         for src in n.src:
             users[src] = users.get(src, 0) + 1
+            if n.op not in ELEMENTWISE:
+                non_elementwise_users.add(src)
+    # a broadcast constant read only by elementwise ops stays a 0-d array: numpy broadcasts it itself,
+    # and its scalar fast paths are about twice as fast as reading a stride-0 array
+    scalars = {n for n in order if n.op is Ops.VIEW and n.src[0].op is Ops.CONST and n.arg.mask is None
+               and n not in non_elementwise_users}
     # the product under a matmul-shaped reduce is never materialized: einsum reads its operands
     skip = {n.src[0] for n in order if n.op is Ops.REDUCE and _matmul_shaped(n) and users[n.src[0]] == 1}
     # arrays this kernel allocated (ufunc and where results) that nothing else refers to: a ufunc that
@@ -249,6 +255,8 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
 
     def ufunc_call(fn: Any, n: Node) -> str:
         call = f"{const(fn)}({', '.join(names[s] for s in n.src)}"
+        if all(s in scalars for s in n.src):
+            return f"np.broadcast_to({call}), {n.shape!r})"
         if isinstance(fn, np.ufunc) and n.shape:
             fresh.add(n)
             reuse = next((s for s in n.src if s in fresh and users[s] == 1 and s.dtype == n.dtype
@@ -346,7 +354,8 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             last = f"{names.get(value)} = "
             fn = UNARY_FNS.get(value.op) or BINARY_FNS.get(value.op)
             if isinstance(fn, np.ufunc) and value in fresh and users[value] == 1 and value.dtype == n.dtype and \
-                    lines and lines[-1].startswith(last) and lines[-1].endswith(")") and view.size:
+                    lines and \
+                    lines[-1].startswith(last) and lines[-1].endswith(")") and view.size:
                 # the last ufunc writes straight into the target (`out=`): no temporary, no second pass
                 call = lines[-1][len(last):-1].split(", out=")[0]
                 lines[-1] = f"{call}, out=_target({buf}, {view_arg(view)}))"
@@ -361,6 +370,9 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         elif n.op is Ops.ARANGE:
             expr = f"_arange({n.arg[0]!r}, {n.arg[1]!r}, {n.arg[2]}, {const(n.dtype.np)})"
         elif n.op is Ops.VIEW:
+            if n in scalars:
+                names[n] = src[0]
+                continue
             if n.src[0].op is Ops.CONST and n.arg.mask is None:
                 expr = f"np.broadcast_to({src[0]}, {n.shape!r})"
             else:
@@ -375,6 +387,8 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             expr = ufunc_call(BINARY_FNS[n.op], n)
         elif n.op is Ops.WHERE:
             expr = f"np.where({src[0]}, {src[1]}, {src[2]})"
+            if all(s in scalars for s in n.src):
+                expr = f"np.broadcast_to({expr}, {n.shape!r})"
             fresh.add(n) if n.shape else None
         elif n.op is Ops.REDUCE:
             if _matmul_shaped(n):

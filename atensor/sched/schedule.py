@@ -231,26 +231,30 @@ def _is_whole_buffer(node: Node) -> Optional[tuple[BufferSpec, int]]:
 
 
 class _Builder:
+    """Builds the TaskGraph for one set of roots. One topological order of the whole graph drives
+    everything: the points, each point's interior (the nodes its kernel computes, in order), the
+    order of the points, and the kernels' bodies."""
+
     def __init__(self, roots: list[Node]):
         self.roots = roots
         self.graph = TaskGraph()
         self.order = toposort(roots)
         self.position = {n: i for i, n in enumerate(self.order)}
-        self.realized_in: dict[Node, Node] = {}  # point -> node that reads its buffer
         self.buffers: dict[Node, BufferSpec] = {}
         self.offsets: dict[Node, int] = {}  # element offset of a point's value in its buffer, when not 0
         self.planner: Optional[Planner] = None  # the allreduce collectives, when the graph has any
 
     # ---- realization points ---------------------------------------------------------------------
-    def _points(self) -> set[Node]:
+    def _points(self) -> tuple[set[Node], dict[Node, list[Node]]]:
+        """The realization points and, per point, its interior in topological order."""
         points: set[Node] = set(self.roots)
         users: dict[Node, list[Node]] = {}
         for node in self.order:
-            if node.op in (Ops.ASSIGN, Ops.CONTIGUOUS):
+            if node.op is Ops.ASSIGN or node.op is Ops.CONTIGUOUS:
                 points.add(node)
-            if node.op is Ops.COPY and _is_whole_buffer(node.src[0]) is None:
+            elif node.op is Ops.COPY and _is_whole_buffer(node.src[0]) is None:
                 points.add(node.src[0])
-            if node.op is Ops.ALLREDUCE:  # a collective reads its partials from buffers
+            elif node.op is Ops.ALLREDUCE:  # a collective reads its partials from buffers
                 points.add(node)
                 points.update(s for s in node.src if _is_whole_buffer(s) is None)
                 self.planner = self.planner or Planner([], set(), {})
@@ -265,31 +269,42 @@ class _Builder:
                         and into[0].arg.contiguous and not into[0].arg.variables()):
                     points.add(node)
         # a computed node two kernels would both compute becomes a point of its own
-        owners: dict[Node, frozenset[Node]] = {}
+        owners: dict[Node, tuple[Node, ...]] = {}
         for node in reversed(self.order):
             if node in points:
-                owners[node] = frozenset({node})
+                owners[node] = (node,)
                 continue
-            owned = frozenset().union(*(owners[u] for u in users.get(node, ())))
+            node_users = users.get(node, ())
+            if len(node_users) == 1:
+                owned = owners[node_users[0]]
+            else:
+                owned = tuple(dict.fromkeys(o for u in node_users for o in owners[u]))
             if len(owned) > 1 and node.op not in LEAVES and node.op is not Ops.VIEW and \
-                    node.op is not Ops.BUFFER and not (node.op in ELEMENTWISE and node.size <= 1):
+                    not (node.op in ELEMENTWISE and node.size <= 1):
                 points.add(node)
-                owned = frozenset({node})
+                owned = (node,)
             owners[node] = owned
-        return points
+        interiors: dict[Node, list[Node]] = {p: [] for p in points}
+        for node in self.order:
+            if node in points:
+                interiors[node].append(node)
+            else:
+                for owner in owners[node]:
+                    interiors[owner].append(node)
+        return points, interiors
 
-    def _ordered_points(self, points: set[Node]) -> list[Node]:
+    def _ordered_points(self, points: set[Node], interiors: dict[Node, list[Node]]) -> list[Node]:
         """Points in an order where sources come first and readers of a version precede its overwrite."""
         deps: dict[Node, set[Node]] = {p: set() for p in points}
         readers_of: dict[Node, set[Node]] = {}  # version node -> points reading it
         for p in points:
-            for n in self._interior(p, points):
-                if n is not p and n in points:
-                    continue  # another kernel's output: read, not computed here
+            own_storage = p.src[0] if p.op is Ops.ASSIGN else None
+            for n in interiors[p]:
                 for s in n.src:
-                    if s in points and s is not p:
-                        deps[p].add(s)
-                    if s.op in (Ops.BUFFER, Ops.ASSIGN) and not (n is p and p.op is Ops.ASSIGN and s is p.src[0]):
+                    if s in points:
+                        if s is not p:
+                            deps[p].add(s)
+                    if (s.op is Ops.BUFFER or s.op is Ops.ASSIGN) and not (n is p and s is own_storage):
                         readers_of.setdefault(s, set()).add(p)
         for p in points:
             if p.op is Ops.ASSIGN:
@@ -300,9 +315,9 @@ class _Builder:
         state: dict[Node, int] = {}
         position = self.position
         for start in sorted(points, key=position.__getitem__):
-            stack = [(start, iter(sorted(deps[start], key=position.__getitem__)))]
             if start in state:
                 continue
+            stack = [(start, iter(sorted(deps[start], key=position.__getitem__)))]
             state[start] = 1
             while stack:
                 node, it = stack[-1]
@@ -323,17 +338,13 @@ class _Builder:
         self.deps = deps
         return ordered
 
-    def _interior(self, point: Node, points: set[Node]) -> list[Node]:
-        """The nodes one kernel computes for `point`: everything down to other points and leaves."""
-        return toposort([point], stop=lambda n: n is not point and (n in points or n.op in LEAVES))
-
     # ---- building tasks -------------------------------------------------------------------------
     def run(self) -> None:
-        points = self._points()
+        points, interiors = self._points()
         self._check_versions()
         buffers = self.buffers
         planner = self.planner = Planner(self.order, points, self.users) if self.planner else None
-        ordered = self._ordered_points(points)
+        ordered = self._ordered_points(points, interiors)
         if planner is not None:
             ordered = planner.reorder(ordered, self.deps)
         for point in ordered:
@@ -348,14 +359,14 @@ class _Builder:
                 location = planner.location(point)
                 if location is not None and point.op is not Ops.ASSIGN:
                     buffers[point], self.offsets[point] = location
-                    self._emit(point, location[0], points, buffers)
+                    self._emit(point, location[0], points, interiors[point])
                     continue
             if point.op is Ops.ASSIGN:
                 spec = storage_of(point)
             else:
                 spec = BufferSpec(point.device, point.size, point.dtype)
             buffers[point] = spec
-            self._emit(point, spec, points, buffers)
+            self._emit(point, spec, points, interiors[point])
         if planner is not None:
             planner.flush(self)
 
@@ -377,76 +388,85 @@ class _Builder:
                     f"overwritten since (now version {spec.version}); realize the value before assigning "
                     f"to the buffer it reads, or .clone() the input first")
 
-    def _emit(self, point: Node, out: BufferSpec, points: set[Node], buffers: dict[Node, BufferSpec]) -> None:
-        value = point.src[1] if point.op is Ops.ASSIGN else (point.src[0] if point.op in (Ops.CONTIGUOUS, Ops.COPY) else point)
-        target_view = point.arg if point.op is Ops.ASSIGN else _at(View.create(point.shape), self.offsets.get(point, 0))
-        if point.op is Ops.COPY or (point.op is Ops.ASSIGN and value.op is Ops.COPY and value not in points):
+    def _emit(self, point: Node, out: BufferSpec, points: set[Node], interior: list[Node]) -> None:
+        op = point.op
+        value = point.src[1] if op is Ops.ASSIGN else (point.src[0] if op in (Ops.CONTIGUOUS, Ops.COPY) else point)
+        target_view = point.arg if op is Ops.ASSIGN else _at(View.create(point.shape), self.offsets.get(point, 0))
+        buffers = self.buffers
+        if op is Ops.COPY or (op is Ops.ASSIGN and value.op is Ops.COPY and value not in points):
             copy_src = value.src[0] if value.op is Ops.COPY else value
-            if point.op is Ops.COPY or target_view.contiguous:
+            if op is Ops.COPY or target_view.contiguous:
                 self._emit_copy(copy_src, out, target_view.offset,
-                                point.size if point.op is Ops.COPY else target_view.size, buffers)
+                                point.size if op is Ops.COPY else target_view.size)
                 return
         params: dict[BufferSpec, Node] = {}
-        reads: dict[BufferSpec, tuple[int, int]] = {}
+        whole_reads: set[BufferSpec] = set()
+        view_reads: dict[BufferSpec, list[View]] = {}
 
         def param(spec: BufferSpec) -> Node:
-            if spec not in params:
-                params[spec] = Node.make(Ops.PARAM, spec.dtype, (), (len(params), spec.size))
-            return params[spec]
+            found = params.get(spec)
+            if found is None:
+                found = params[spec] = Node.make(Ops.PARAM, spec.dtype, (), (len(params), spec.size))
+            return found
 
         param(out)
-        mapping: dict[Node, Node] = {}
-        own = value if value is point else None  # a plain point computes itself; others read theirs
-        for n in toposort([value], stop=lambda n: n is not own and (n in points or n.op in LEAVES)):
-            if n is own:
-                continue
-            if n in points:
-                spec = buffers[n]
-                offset = self.offsets.get(n, 0)
-                if offset or (n.op is not Ops.ASSIGN and spec.size != n.size):  # an allreduce bucket's slice
-                    window = _at(View.create(n.shape), offset)
-                    mapping[n] = param(spec).view(window)
-                    self._note_read(reads, spec, window)
+        new: dict[Node, Node] = {}
+
+        def mapped(node: Node) -> Node:
+            found = new.get(node)
+            if found is None:  # another point's output, read from its buffer
+                spec = buffers[node]
+                offset = self.offsets.get(node, 0) if self.offsets else 0
+                if offset or (node.op is not Ops.ASSIGN and spec.size != node.size):  # an allreduce bucket's slice
+                    window = _at(View.create(node.shape), offset)
+                    found = new[node] = param(spec).view(window)
+                    view_reads.setdefault(spec, []).append(window)
                 else:
-                    mapping[n] = param(spec) if n.op is Ops.ASSIGN else param(spec).reshape(n.shape)
-                    self._note_read(reads, spec, View.create(n.shape) if n.op is not Ops.ASSIGN else None)
-            elif n.op is Ops.BUFFER:
-                mapping[n] = param(n.arg[0])
-            elif n.op is Ops.ASSIGN:  # an earlier assign in the same chain, realized before this point
-                mapping[n] = param(storage_of(n))
-        body = substitute([value], mapping)[value] if mapping else value
-        for n in toposort([body]):
-            if n.op is Ops.VIEW and n.src[0].op is Ops.PARAM:
-                self._note_read(reads, _spec_of(params, n.src[0]), n.arg)
-            elif n.op is Ops.PARAM:
-                self._note_read(reads, _spec_of(params, n), None)
+                    found = new[node] = param(spec) if node.op is Ops.ASSIGN else param(spec).reshape(node.shape)
+                    whole_reads.add(spec)
+            return found
+
+        for n in interior:
+            if n is point and value is not point:
+                continue  # the assign/contiguous itself is the store, not a computed value
+            if n.op is Ops.BUFFER:
+                new[n] = param(n.arg[0])
+            elif n.op is Ops.VIEW:
+                src = n.src[0]
+                if src.op is Ops.BUFFER:
+                    view_reads.setdefault(src.arg[0], []).append(n.arg)
+                new[n] = mapped(src).view(n.arg)
+            elif n.src:
+                new[n] = Node.make(n.op, n.dtype, tuple([mapped(x) for x in n.src]), n.arg)
+                for x in n.src:
+                    if x.op is Ops.BUFFER:
+                        whole_reads.add(x.arg[0])
+            else:
+                new[n] = n
+        body = mapped(value)
         store_target = param(out).view(target_view)
         ast = Node.make(Ops.STORE, point.dtype, (store_target, body))
         specs = tuple(sorted(params, key=lambda s: params[s].arg[0]))
+        accesses = []
+        for spec in specs:
+            lo, hi = (0, spec.size - 1) if spec in whole_reads else (spec.size, -1)
+            for v in view_reads.get(spec, ()):
+                a, b = v.index_range()
+                lo, hi = sym_min(lo, a), sym_max(hi, b)
+            if hi_of(hi) >= lo_of(lo):
+                accesses.append(Access(spec, "r", lo * spec.dtype.itemsize, (hi + 1) * spec.dtype.itemsize))
         lo, hi = target_view.index_range()
-        accesses = [Access(spec, "r", a * spec.dtype.itemsize, (b + 1) * spec.dtype.itemsize)
-                    for spec, (a, b) in reads.items() if hi_of(b) >= lo_of(a)]
         if hi_of(hi) >= lo_of(lo):
             accesses.append(Access(out, "w", lo * out.dtype.itemsize, (hi + 1) * out.dtype.itemsize))
         # views at bound variables: the kernel and its byte ranges hold the variables, not their values
         ast, var_vals = unbind_ast(ast)
         if var_vals:
             accesses = [Access(a.buffer, a.mode, unbind(a.start, {}), unbind(a.end, {})) for a in accesses]
-        kernel = Kernel(ast, specs, point.device, kernel_name(body), flops=estimate_flops(body), var_vals=var_vals)
-        self.graph.add(kernel, accesses)
+        name, flops = kernel_meta(ast)
+        self.graph.add(Kernel(ast, specs, point.device, name, flops=flops, var_vals=var_vals), accesses)
 
-    @staticmethod
-    def _note_read(reads: dict, spec: BufferSpec, view: Optional[View]) -> None:
-        lo, hi = (0, spec.size - 1) if view is None else view.index_range()
-        if hi_of(hi) < lo_of(lo):
-            return
-        if spec in reads:
-            a, b = reads[spec]
-            lo, hi = sym_min(a, lo), sym_max(b, hi)
-        reads[spec] = (lo, hi)
-
-    def _emit_copy(self, src: Node, dst: BufferSpec, dst_offset: int, size: int,
-                   buffers: dict[Node, BufferSpec]) -> None:
+    def _emit_copy(self, src: Node, dst: BufferSpec, dst_offset: int, size: int) -> None:
+        buffers = self.buffers
         if src in buffers:
             spec, offset = buffers[src], self.offsets.get(src, 0)
         else:
@@ -474,8 +494,16 @@ class _Builder:
                         spec.head = None
 
 
-def _spec_of(params: dict[BufferSpec, Node], param: Node) -> BufferSpec:
-    return next(s for s, p in params.items() if p is param)
+_meta_cache: weakref.WeakKeyDictionary[Node, tuple[str, int]] = weakref.WeakKeyDictionary()
+
+
+def kernel_meta(ast: Node) -> tuple[str, int]:
+    """(name, flops) of a kernel, computed once per kernel structure."""
+    meta = _meta_cache.get(ast)
+    if meta is None:
+        body = ast.src[1]
+        meta = _meta_cache[ast] = (kernel_name(body), estimate_flops(body))
+    return meta
 
 
 def kernel_name(body: Node) -> str:
