@@ -83,10 +83,11 @@ def percentile(values: list[float], q: float) -> float:
 class ServerProcess:
     """examples/serve.py in a child process; `port` once it listens; SIGTERM to stop (graceful)."""
 
-    def __init__(self, mode: str, devices: int, window_ms: float):
+    def __init__(self, mode: str, devices: int, window_ms: float, pipeline: int):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "examples" / "serve.py"), "--port", "0", "--mode", mode,
-               "--devices", str(devices), "--batch-window-ms", str(window_ms)]
+               "--devices", str(devices), "--batch-window-ms", str(window_ms), "--pipeline", str(pipeline),
+               "--warmup-tokens", *(["16", "24"] if mode != "torch" else [])]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT)
         self.port = self._wait_for_port()
 
@@ -137,10 +138,13 @@ async def run_load(port: int, clients: int, seconds: float, warmup: float) -> di
     errors = 0
     start_at = trio.current_time() + warmup
     end_at = start_at + seconds
-    prober = await trio.lowlevel.open_process(
-        [sys.executable, __file__, "--probe", str(port), str(seconds), "0.02"], stdout=subprocess.PIPE)
 
     async def client_loop(c: int) -> None:
+        # requests still out at the end are abandoned (a hang-up): a slow server cannot stretch the run
+        with trio.move_on_at(end_at + 0.5):
+            await _client_requests(c)
+
+    async def _client_requests(c: int) -> None:
         nonlocal sentences_done, errors
         i = 0
         async with serve.EmbedClient("127.0.0.1", port) as client:
@@ -157,14 +161,16 @@ async def run_load(port: int, clients: int, seconds: float, warmup: float) -> di
                 t1 = trio.current_time()
                 if status != 200 or len(body["embeddings"]) != len(sentences):
                     errors += 1
-                elif start_at <= t0 and t1 <= end_at:
+                elif start_at <= t1 <= end_at:  # completed in the window (counted whenever it started)
                     latencies.append(t1 - t0)
                     sentences_done += len(sentences)
 
     async with trio.open_nursery() as nursery:
         for c in range(clients):
             nursery.start_soon(client_loop, c)
-        await trio.sleep(warmup)  # the prober starts its window with the measured one
+        await trio.sleep(warmup)  # the prober's window is the measured one
+        prober = await trio.lowlevel.open_process(
+            [sys.executable, __file__, "--probe", str(port), str(seconds), "0.02"], stdout=subprocess.PIPE)
         output = b""
         async with prober.stdout:
             async for chunk in prober.stdout:
@@ -183,10 +189,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--modes", nargs="+", default=["atensor", "sync", "torch"],
                         choices=["atensor", "sync", "torch"])
-    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per client count")
-    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each measurement")
-    parser.add_argument("--devices", type=int, default=2, help="atensor replicas (CPU:k), one BLAS thread each")
+    parser.add_argument("--duration", type=float, default=6.0, help="measured seconds per client count")
+    parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each measurement")
+    parser.add_argument("--devices", type=int, default=1, help="atensor replicas (CPU:k), one BLAS thread each")
     parser.add_argument("--batch-window-ms", type=float, default=5.0)
+    parser.add_argument("--pipeline", type=int, default=1, help="atensor batches in flight per replica")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:  # the prober child process
@@ -197,7 +204,7 @@ def main() -> None:
     servers: dict[str, ServerProcess] = {}
     try:
         for mode in args.modes:  # all up at once; an idle server costs nothing
-            servers[mode] = ServerProcess(mode, args.devices, args.batch_window_ms)
+            servers[mode] = ServerProcess(mode, args.devices, args.batch_window_ms, args.pipeline)
         for clients in args.clients:  # the modes back to back per point: the machine's load drifts slowly
             for mode in args.modes:
                 row = trio.run(run_load, servers[mode].port, clients, args.duration, args.warmup)

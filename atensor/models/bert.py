@@ -112,8 +112,10 @@ class SentenceTokenizer:
         return SentenceTokenizer(path / "tokenizer.json", BertConfig.from_dir(path).max_seq_length)
 
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
-        """Token ids per sentence, [CLS] and [SEP] included, not truncated (to check the length limit)."""
-        return [e.ids for e in self._tokenizer.encode_batch(list(sentences))]
+        """Token ids per sentence, [CLS] and [SEP] included, not truncated (to check the length limit).
+        One sentence at a time: `encode_batch` hands the work to a thread pool whose threads, when the
+        cores are busy, kept a server's event loop waiting for tens of ms (measured)."""
+        return [self._tokenizer.encode(s).ids for s in sentences]
 
     def pad(self, ids: Sequence[Sequence[int]], multiple: int = 1) -> TokenBatch:
         """Pads id lists to the longest, rounded up to `multiple` (fewer distinct shapes, so fewer kernels
