@@ -185,7 +185,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         if isinstance(self.device, tuple):
             return self._multi_numpy()
         buf = self._ensure_ready("numpy")
-        if buf.spec.device.startswith("NULL"):
+        if buf.device.startswith("NULL"):
             raise RuntimeError(f"{self.device} holds no data (NULL devices run nothing); use a CPU device")
         return np.array(_read(self.node, buf))
 

@@ -22,10 +22,12 @@ from atensor.hcq.signal import Signal
 
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
-    __slots__ = ("spec", "memory", "writes", "reads", "inflight", "failure", "_lock", "__weakref__")
+    __slots__ = ("name", "device", "memory", "writes", "reads", "inflight", "failure", "_lock", "__weakref__")
 
     def __init__(self, spec: BufferSpec):
-        self.spec = spec
+        # the spec owns this Buffer (spec.runtime); a reference back would make a cycle that only the
+        # cyclic collector frees, so the Buffer keeps the spec's description, not the spec
+        self.name, self.device = repr(spec), spec.device
         self.memory: Any = None
         self.writes: dict[Signal, int] = {}
         self.reads: dict[Signal, int] = {}
@@ -34,7 +36,7 @@ class Buffer:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"Buffer({self.spec!r}, writes={self.writes}, reads={self.reads})"
+        return f"Buffer({self.name}, writes={self.writes}, reads={self.reads})"
 
     @staticmethod
     def of(spec: BufferSpec) -> Buffer:
@@ -90,5 +92,5 @@ class Buffer:
     def numpy(self) -> np.ndarray:
         """The memory as a flat numpy array (CPU devices only)."""
         if self.memory is None:
-            raise RuntimeError(f"{self.spec} holds no data yet")
+            raise RuntimeError(f"{self.name} holds no data yet")
         return self.memory

@@ -60,6 +60,8 @@ class Device:
         self.copy = Queue(name, "copy")
         self.bytes_in_use = 0
         self.peak_bytes = 0
+        self._pool: dict[int, list[np.ndarray]] = {}
+        self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -97,10 +99,46 @@ class Device:
         if self.kind == "NULL":
             buf.memory = NullMemory(spec.size)
             return buf
-        buf.memory = data if data is not None else np.empty(spec.size, dtype=spec.dtype.np)
+        if data is not None:
+            buf.memory = data
+            weakref.finalize(spec, self._account, -spec.nbytes)
+        else:
+            raw = self._take(spec.nbytes)
+            buf.memory = raw.view(spec.dtype.np)
+            weakref.finalize(spec, self._release, raw)
         self._account(spec.nbytes)
-        weakref.finalize(spec, self._account, -spec.nbytes)
         return buf
+
+    # A caching allocator: large fresh arrays cost a page fault per 4 KiB on first touch (an output of
+    # 256 MiB pays ~65,000 of them), so memory of a dead buffer is kept per size and handed to the next
+    # buffer of that size. A buffer dies only when no node, task or queued command refers to its spec
+    # (commands keep their specs alive), so memory is never reused under work still running on it.
+    POOL_MIN_BYTES = 1 << 16
+    POOL_MAX_BYTES = 1 << 30
+
+    def _take(self, nbytes: int) -> np.ndarray:
+        if nbytes >= self.POOL_MIN_BYTES:
+            with self._mem_lock:
+                free = self._pool.get(nbytes)
+                if free:
+                    self._pooled_bytes -= nbytes
+                    return free.pop()
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def _release(self, raw: np.ndarray) -> None:
+        nbytes = raw.nbytes
+        self._account(-nbytes)
+        if nbytes >= self.POOL_MIN_BYTES:
+            with self._mem_lock:
+                if self._pooled_bytes + nbytes <= self.POOL_MAX_BYTES:
+                    self._pool.setdefault(nbytes, []).append(raw)
+                    self._pooled_bytes += nbytes
+
+    def empty_cache(self) -> None:
+        """Returns the memory kept for reuse to the system."""
+        with self._mem_lock:
+            self._pool.clear()
+            self._pooled_bytes = 0
 
     def _account(self, delta: int) -> None:
         with self._mem_lock:

@@ -144,8 +144,11 @@ def _runner(task: Task) -> Optional[Callable[[], None]]:
         arrays = [b.memory for b in buffers]
         extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
 
+        specs = work.buffers
+
         def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
             fn(*arrays, **extra)
+        run_kernel.keep_alive = specs  # the memory stays owned until this command is gone (device.py)
         return run_kernel
     if isinstance(work, Copy):
         src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)
@@ -159,5 +162,6 @@ def _runner(task: Task) -> Optional[Callable[[], None]]:
 
         def run_copy() -> None:
             np.copyto(dst_bytes, src_bytes)
+        run_copy.keep_alive = (work.src, work.dst)
         return run_copy
     raise TypeError(f"the executor cannot run {type(work).__name__}")

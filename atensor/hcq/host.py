@@ -95,6 +95,8 @@ class Dispatcher:
             if collector.is_active():
                 collector.record_host(HostSpan(f"schedule+submit job {job.value}", "schedule", start, end))
             self.signal.set(job.value, (start, end), error)
+            job.plan = None  # the graph's nodes; only the handle's submission is still needed
+            del job  # a finished job must not keep its buffers alive while the dispatcher waits
 
 
 dispatcher = Dispatcher()

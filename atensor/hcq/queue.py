@@ -109,6 +109,7 @@ class Queue:
                 if now - last_yield > YIELD_EVERY_NS:
                     time.sleep(0)  # give the GIL back to the event loop
                     last_yield = time.perf_counter_ns()
+            del commands, command  # drop the finished commands now: they keep their buffers' memory alive
             last_yield = time.perf_counter_ns()  # waiting for work released the GIL
 
     def _execute(self, command: Command) -> None:
