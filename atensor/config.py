@@ -9,6 +9,7 @@ through `Context`:
 | z3_timeout_ms | ATENSOR_Z3_TIMEOUT_MS | 2000 | per z3 query of those proofs; a query that times out is a rejection |
 | blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads per kernel |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
+| schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class Settings:
     z3_timeout_ms: int = int(os.environ.get("ATENSOR_Z3_TIMEOUT_MS", "2000"))
     blas_threads: Optional[int] = int(os.environ["ATENSOR_BLAS_THREADS"]) if "ATENSOR_BLAS_THREADS" in os.environ else None
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
+    schedule_cache: bool = bool(int(os.environ.get("ATENSOR_SCHEDULE_CACHE", "1")))
 
 
 settings = Settings()

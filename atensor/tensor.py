@@ -30,7 +30,7 @@ from atensor.hcq.device import Device, canonical
 from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop
 from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
-from atensor.tensor_autograd import AutogradOps, stop_gradient
+from atensor.tensor_autograd import AutogradOps, graphs_needed, stop_gradient
 from atensor.tensor_multi import MultiOps
 from atensor.tensor_conv import ConvOps
 from atensor.tensor_index import IndexOps
@@ -56,11 +56,12 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
     >>> (Tensor([1, 2, 3]) + 1).tolist()
     [2, 3, 4]
     """
-    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "__weakref__")
+    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "_swap", "__weakref__")
 
     def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
                  requires_grad: Optional[bool] = None):
         self.requires_grad, self.grad, self._ctx = requires_grad, None, None
+        self._swap: Optional[tuple[Node, Node]] = None  # set by the dispatcher, see `realize`
         dev = canonical(device or settings.default_device)
         dt = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, Node):
@@ -90,6 +91,11 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
     @property
     def node(self) -> Node:
         """This tensor's graph node; a view of storage follows the storage's newest version."""
+        swap = self._swap
+        if swap is not None:  # a realize of this tensor was prepared: hold its storage from now on
+            self._swap = None
+            if self._node is swap[0]:
+                self._node = swap[1]
         node = self._node
         if node.op is Ops.MULTI:  # a sharded tensor: each shard follows its own storage
             new = Node.make(Ops.MULTI, node.dtype, tuple(_follow_storage(s) for s in node.src), node.arg)
@@ -144,20 +150,16 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         awaitable handle; `await t.realize()` returns `t` once done. Already dispatched when it
         returns: a handle that is never awaited still runs."""
         tensors = (self, *more)
-        roots: list[Node] = []
-        wait_for: list[Buffer] = []
-        outputs: list[Buffer] = []
+        captured: list[tuple[Tensor, Node]] = []
+        keep_graphs = graphs_needed()
         for t in tensors:
             node = t.node
-            if node.op is Ops.MULTI or node.base().op is not Ops.BUFFER:
+            if keep_graphs and (node.op is Ops.MULTI or node.base().op is not Ops.BUFFER):
                 t._ctx = node  # the graph that computes it, so backward() still works after realizing
-            if node.op is Ops.MULTI:  # a sharded tensor: every shard is an output of this realize
-                parts = tuple(_realize_part(s, roots, wait_for, outputs) for s in node.src)
-                t._node = Node.make(Ops.MULTI, node.dtype, parts, node.arg)
-            else:
-                t._node = _realize_part(node, roots, wait_for, outputs)
-        pending = sched.pending_heads() if roots else []
-        job = Job(lambda: _plan(roots, pending) if roots else None, wait_for, outputs)
+            captured.append((t, node))
+        pending = sched.pending_heads()
+        job = Job(None, [], [])
+        job.plan = lambda: _prepare(job, captured, pending)
         return RealizeHandle(dispatcher.submit(job), self)
 
     def _ensure_ready(self, accessor: str) -> Buffer:
@@ -267,6 +269,23 @@ def _follow_storage(node: Node) -> Node:
         if base is not latest:
             return substitute([node], {base: latest})[node]
     return node
+
+
+def _prepare(job: Job, captured: list[tuple[Tensor, Node]], pending: list[Node]):
+    """The part of a realize that runs on the dispatcher thread: an output buffer and an ASSIGN root
+    per computed tensor, then scheduling and submission. `realize()` itself only records what to
+    realize, so realizing 10,000 tensors does not hold the event loop; each tensor takes its storage
+    the next time its node is read (the dispatcher never writes a tensor's node: only its `_swap`)."""
+    roots: list[Node] = []
+    for t, node in captured:
+        if node.op is Ops.MULTI:  # a sharded tensor: every shard is an output of this realize
+            parts = tuple(_realize_part(s, roots, job.wait_for, job.done_buffers) for s in node.src)
+            new = Node.make(Ops.MULTI, node.dtype, parts, node.arg)
+        else:
+            new = _realize_part(node, roots, job.wait_for, job.done_buffers)
+        if new is not node:
+            t._swap = (node, new)
+    return _plan(roots, pending) if roots else None
 
 
 def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer]) -> Node:

@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 _requiring_grad: weakref.WeakSet = weakref.WeakSet()
 
 
+def graphs_needed() -> bool:
+    """True when a realized tensor should keep the graph that computed it for a later `backward()`:
+    some live tensor requires a gradient and gradients are on. Otherwise keeping graphs would only
+    keep memory (and the cyclic collector's work) alive."""
+    return len(_requiring_grad) > 0 and not grad_disabled()
+
+
 class _GradMode:
     """`Tensor.no_grad`: true while gradients are off. Use it as `with Tensor.no_grad:` (or
     `Tensor.no_grad()`, or as a decorator). Results computed inside are detached: no gradient flows

@@ -75,7 +75,7 @@ class Node:
 
     Nodes are interned, so identity is equality: hash and == are object identity (C-level, which
     matters: every graph pass hashes nodes)."""
-    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "realized", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[Node, ...]
@@ -99,6 +99,7 @@ class Node:
             return found
         node = object.__new__(Node)
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+        node.realized = None  # set by the scheduler once the value sits in a buffer (sched/schedule.py)
         node.shape, node.device = _infer(op, dtype, src, arg)
         with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
             ref = _interned.get(key)
@@ -219,27 +220,36 @@ class Node:
 
 
 def toposort(roots: list[Node], stop: Any = None) -> list[Node]:
-    """All nodes reachable from `roots`, each after its sources. Iterative, so 10^5-deep chains work."""
+    """All nodes reachable from `roots`, each after its sources, in depth-first post-order (sources in
+    order). Iterative, so 10^5-deep chains work. `stop(node)` true means: include the node but not
+    what is behind it.
+
+    A node is pushed when first met and emitted when met again on top of the stack, after all that
+    was pushed above it (its sources) has been emitted; duplicate entries of emitted nodes are skipped.
+    This avoids an iterator object per node: every graph pass starts here."""
     order: list[Node] = []
-    seen: set[Node] = set()
+    expanded: set[Node] = set()
+    emitted: set[Node] = set()
     for root in roots:
-        if root in seen:
+        if root in emitted:
             continue
-        stack: list[tuple[Node, Iterator[Node] | None]] = [(root, None)]
-        seen.add(root)
+        stack = [root]
         while stack:
-            node, it = stack[-1]
-            if it is None:
-                it = iter(() if stop is not None and stop(node) else node.src)
-                stack[-1] = (node, it)
-            for child in it:
-                if child not in seen:
-                    seen.add(child)
-                    stack.append((child, None))
-                    break
-            else:
+            node = stack[-1]
+            if node in expanded:
                 stack.pop()
-                order.append(node)
+                if node not in emitted:
+                    emitted.add(node)
+                    order.append(node)
+                continue
+            expanded.add(node)
+            if stop is not None and stop(node):
+                continue
+            src = node.src
+            for i in range(len(src) - 1, -1, -1):
+                child = src[i]
+                if child not in expanded:
+                    stack.append(child)
     return order
 
 

@@ -18,13 +18,13 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 from __future__ import annotations
 
 import collections
-import gc
 import threading
 import time
 from typing import Any, Callable, Generator, Optional
 
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.executor import Submission, execute
+from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -35,7 +35,8 @@ class Job:
     buffers whose pending writes the caller wants to wait for."""
     __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers")
 
-    def __init__(self, plan: Callable[[], Optional[Submission]], wait_for: list[Buffer], done_buffers: list[Buffer]):
+    def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer],
+                 done_buffers: list[Buffer]):
         self.plan, self.wait_for, self.done_buffers = plan, wait_for, done_buffers
         self.value = 0
         self.submission: Optional[Submission] = None
@@ -75,20 +76,14 @@ class Dispatcher:
                 job = self._jobs.popleft()
             error: Optional[BaseException] = None
             start = time.perf_counter_ns()
-            # scheduling allocates many short-lived, acyclic objects; the cyclic collector's passes over
-            # them cost up to half the time of a large schedule, so it pauses while a job is planned
-            collecting = gc.isenabled()
-            if collecting:
-                gc.disable()
             try:
-                job.submission = job.plan()
-                for buf in job.wait_for:
-                    job.extra_waits.extend(buf.pending_writes())
+                with gc_paused():  # see gcpause.py: collections here would stall the event loop
+                    job.submission = job.plan()
+                    for buf in job.wait_for:
+                        job.extra_waits.extend(buf.pending_writes())
             except Exception as exc:  # reported to whoever awaits the job
                 error = exc
             finally:
-                if collecting:
-                    gc.enable()
                 for buf in job.done_buffers:
                     buf.hold(-1)
             end = time.perf_counter_ns()

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import Span
@@ -103,13 +104,14 @@ class Queue:
                 while not self._pending:
                     self._cond.wait()
                 commands = self._pending.popleft()
-            for command in commands:
-                self._execute(command)
-                now = time.perf_counter_ns()
-                if now - last_yield > YIELD_EVERY_NS:
-                    time.sleep(0)  # give the GIL back to the event loop
-                    last_yield = time.perf_counter_ns()
-            del commands, command  # drop the finished commands now: they keep their buffers' memory alive
+            with gc_paused():  # see gcpause.py
+                for command in commands:
+                    self._execute(command)
+                    now = time.perf_counter_ns()
+                    if now - last_yield > YIELD_EVERY_NS:
+                        time.sleep(0)  # give the GIL back to the event loop
+                        last_yield = time.perf_counter_ns()
+                del commands, command  # drop the finished commands now: they keep their buffers' memory alive
             last_yield = time.perf_counter_ns()  # waiting for work released the GIL
 
     def _execute(self, command: Command) -> None:

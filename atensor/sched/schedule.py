@@ -26,10 +26,35 @@ from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
 from atensor.graph.view import View
 from atensor.sched.allreduce import Planner
+from atensor.config import settings
+from atensor.sched import cache
 from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
 
 # realized values: node -> BUFFER view that now holds it; written by `schedule`, read by Tensor
-becomes: weakref.WeakKeyDictionary[Node, Node] = weakref.WeakKeyDictionary()
+class _Becomes:
+    """node -> the BUFFER view that holds its realized value. Kept on the node itself (its `realized`
+    slot, which is not part of its identity): lookups happen for every node of every graph, and a
+    weak-keyed dict costs a Python call each. Lives and dies with the node, like a weak key."""
+
+    @staticmethod
+    def get(node: Node, default: Optional[Node] = None) -> Optional[Node]:
+        found = node.realized
+        return default if found is None else found
+
+    def __contains__(self, node: Node) -> bool:
+        return node.realized is not None
+
+    def __getitem__(self, node: Node) -> Node:
+        found = node.realized
+        if found is None:
+            raise KeyError(node)
+        return found
+
+    def __setitem__(self, node: Node, target: Node) -> None:
+        node.realized = target
+
+
+becomes = _Becomes()
 _becomes_lock = threading.Lock()
 
 
@@ -79,13 +104,6 @@ def storage_of(node: Node) -> BufferSpec:
     if node.op is not Ops.BUFFER:
         raise GraphError(f"{node.op.name} node has no storage")
     return node.arg[0]
-
-
-def resolve_realized(node: Node) -> Node:
-    """`node` with realized parts replaced by the buffers holding them."""
-    with _becomes_lock:
-        mapping = dict(becomes)
-    return substitute([node], mapping)[node] if mapping else node
 
 
 # buffers that may have a pending (lazy, unrealized) assign, see `set_head` and `_flush_along`
@@ -190,29 +208,68 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
         mapping = {n: m for n in original if (m := _realized(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]
-    simplified = simplify(new_roots)
-    final_roots = [simplified[r] for r in new_roots]
-    builder = _Builder([r for r in final_roots if r.op is Ops.ASSIGN])
-    builder.run()
+    if settings.schedule_cache:  # with nothing substituted, `original` is already new_roots' order
+        key = cache.graph_key(toposort(new_roots) if mapping else original)
+    else:
+        key = None
+    template = cache.lookup(key) if key is not None else None
+    if template is not None:
+        check_versions(key.buffer_nodes)
+        graph, realized, outputs = template.instantiate(key)
+    else:
+        simplified = simplify(new_roots)
+        final_roots = [simplified[r] for r in new_roots]
+        builder = _Builder([r for r in final_roots if r.op is Ops.ASSIGN])
+        builder.run()
+        graph = builder.graph
+        # the assigns this graph realizes, named by their nodes before simplification (the ones that
+        # the user's tensors and later graphs hold), in the order their versions are made
+        before: dict[Node, Node] = {}
+        for pre, post in simplified.items():
+            if pre.op is Ops.ASSIGN:
+                before.setdefault(post, pre)
+        realized = [(before.get(p, p), spec) for p, spec in builder.buffers.items() if p.op is Ops.ASSIGN]
+        outputs = [storage_of(r) for r in final_roots]
+        if key is not None:
+            template = cache.Template.capture(graph, key, realized, outputs)
+            if template is not None:
+                cache.store(key, template)
 
     def commit() -> None:
-        builder.record_realized()
-        # the assigns the user holds are the nodes before substitution and simplification
         with _becomes_lock:
+            for node, spec in realized:
+                spec.version += 1
+                becomes[node] = spec.node()
+                if spec.head is node:
+                    spec.head = None
+                    _pending_specs.discard(spec)
+            # the assigns the user holds are the nodes before substitution
             for node in original:
                 if node.op is Ops.ASSIGN and node not in becomes:
-                    final = simplified.get(subbed.get(node, node))
-                    if final is not None and final in becomes:
-                        becomes[node] = becomes[final]
-                        spec = storage_of(final)
+                    done = becomes.get(subbed.get(node, node))
+                    if done is not None:
+                        becomes[node] = done
+                        spec = storage_of(node)
                         if spec.head is node:
                             spec.head = None
-            for root, final in zip(roots, final_roots):
+                            _pending_specs.discard(spec)
+            for root, new_root in zip(roots, new_roots):
                 value = root.src[1]
                 if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
-                        and final in becomes:
-                    becomes[value] = becomes[final].view(root.arg)
-    return Schedule(builder.graph, [storage_of(r) for r in final_roots[:requested]], commit)
+                        and new_root in becomes:
+                    becomes[value] = becomes[new_root].view(root.arg)
+    return Schedule(graph, outputs[:requested], commit)
+
+
+def check_versions(buffer_nodes: list[Node]) -> None:
+    """Raises StaleReadError when a BUFFER node names a version a realized assign has overwritten."""
+    for node in buffer_nodes:
+        spec = node.arg[0]
+        if node.arg[1] < spec.version:
+            raise StaleReadError(
+                f"a lazy value reads version {node.arg[1]} of {spec}, which a realized assign has "
+                f"overwritten since (now version {spec.version}); realize the value before assigning "
+                f"to the buffer it reads, or .clone() the input first")
 
 
 def _at(view: View, offset: int) -> View:
@@ -341,7 +398,7 @@ class _Builder:
     # ---- building tasks -------------------------------------------------------------------------
     def run(self) -> None:
         points, interiors = self._points()
-        self._check_versions()
+        check_versions([n for n in self.order if n.op is Ops.BUFFER])
         buffers = self.buffers
         planner = self.planner = Planner(self.order, points, self.users) if self.planner else None
         ordered = self._ordered_points(points, interiors)
@@ -378,15 +435,6 @@ class _Builder:
         if found is None:
             raise GraphError(f"{node} is neither a realization point nor a contiguous buffer")
         return found
-
-    def _check_versions(self) -> None:
-        for node in self.order:
-            if node.op is Ops.BUFFER and node.arg[1] < node.arg[0].version:
-                spec = node.arg[0]
-                raise StaleReadError(
-                    f"a lazy value reads version {node.arg[1]} of {spec}, which a realized assign has "
-                    f"overwritten since (now version {spec.version}); realize the value before assigning "
-                    f"to the buffer it reads, or .clone() the input first")
 
     def _emit(self, point: Node, out: BufferSpec, points: set[Node], interior: list[Node]) -> None:
         op = point.op
@@ -483,15 +531,6 @@ class _Builder:
                     name=f"copy_{spec.device}_to_{dst.device}_{nbytes}B")
         self.graph.add(work, [Access(spec, "r", offset * itemsize, offset * itemsize + nbytes),
                               Access(dst, "w", dst_offset * itemsize, dst_offset * itemsize + nbytes)])
-
-    def record_realized(self) -> None:
-        with _becomes_lock:
-            for point, spec in self.buffers.items():
-                if point.op is Ops.ASSIGN:
-                    spec.version += 1
-                    becomes[point] = spec.node()
-                    if spec.head is point:
-                        spec.head = None
 
 
 _meta_cache: weakref.WeakKeyDictionary[Node, tuple[str, int]] = weakref.WeakKeyDictionary()

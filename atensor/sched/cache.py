@@ -1,0 +1,165 @@
+"""The schedule cache: a graph with the same structure as one scheduled before reuses its TaskGraph.
+
+Why: scheduling is Python work per node (simplification, realization points, fusion, ordering,
+allreduce lowering), tens of microseconds per kernel; a training step or a server's forward pass
+builds a graph of the same shape again and again, with only its buffers changed. So the scheduler's
+output is kept as a *template* keyed by the graph's structure with its buffers abstracted:
+
+- the key lists every node in topological order as (op, dtype, argument, positions of its sources),
+  except that a BUFFER node is named by the slot its buffer takes (first appearance), with its device,
+  size and dtype. Two graphs with equal keys differ only in which buffers fill the slots;
+- the template holds the tasks with every buffer replaced by a slot (a buffer of the new graph) or a
+  temporary (a fresh buffer per use), the dependency edges, and which assigns the graph realizes, so
+  that versions and realized values are recorded exactly as a fresh schedule would.
+
+Computing a key costs one pass over the graph (a few microseconds per node) against the whole
+scheduler on a miss. Kernel ASTs name buffers by parameter index, not identity, so a template's
+kernels are the compiled ones already. Random numbers draw new counters per call, so graphs with
+`rand` differ in their ARANGE nodes and miss (correctly: their values differ).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any, Optional
+
+from atensor.graph.node import BufferSpec, Node
+from atensor.graph.ops import Ops
+from atensor.sched.taskgraph import Access, Task, TaskGraph
+
+MAX_TEMPLATES = 512
+
+
+@dataclasses.dataclass
+class GraphKey:
+    """A graph's structure with its buffers abstracted, plus what fills the slots this time."""
+    key: tuple
+    leaves: list[BufferSpec]     # slot -> buffer
+    order: list[Node]            # the graph's nodes in topological order
+    buffer_nodes: list[Node]     # the BUFFER nodes, for the version check
+
+
+def graph_key(order: list[Node]) -> GraphKey:
+    """The key of the graph whose nodes are `order` (topological)."""
+    position: dict[Node, int] = {}
+    slots: dict[BufferSpec, int] = {}
+    leaves: list[BufferSpec] = []
+    buffer_nodes: list[Node] = []
+    parts: list[tuple] = []
+    for i, node in enumerate(order):
+        position[node] = i
+        if node.op is Ops.BUFFER:
+            spec = node.arg[0]
+            slot = slots.get(spec)
+            if slot is None:
+                slot = slots[spec] = len(leaves)
+                leaves.append(spec)
+            buffer_nodes.append(node)
+            parts.append((Ops.BUFFER, node.dtype, slot, spec.device, spec.size))
+        else:
+            parts.append((node.op, node.dtype, node.arg, tuple([position[s] for s in node.src])))
+    return GraphKey(tuple(parts), leaves, order, buffer_nodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """A buffer of a template: leaf `index` of the graph ("L") or temporary `index` ("T")."""
+    kind: str
+    index: int
+
+
+@dataclasses.dataclass
+class Template:
+    """A scheduled TaskGraph with buffers as slots; see the module docstring."""
+    tasks: list[tuple[Any, tuple, frozenset[int]]]   # (work with slot refs, accesses with slot refs, deps)
+    temps: list[tuple[str, int, Any]]                # (device, size, dtype) of each temporary buffer
+    realized: list[tuple[int, int]]                  # (position of an ASSIGN in the key's order, its slot)
+    outputs: list[int]                               # slot of each root's storage
+
+    @staticmethod
+    def capture(graph: TaskGraph, key: GraphKey, realized: list[tuple[Node, BufferSpec]],
+                outputs: list[BufferSpec]) -> Optional[Template]:
+        """The template of `graph`; None when it cannot be expressed in slots (nothing is lost)."""
+        slot_of = {spec: Slot("L", i) for i, spec in enumerate(key.leaves)}
+        temps: list[tuple[str, int, Any]] = []
+
+        def ref(spec: BufferSpec) -> Slot:
+            found = slot_of.get(spec)
+            if found is None:
+                found = slot_of[spec] = Slot("T", len(temps))
+                temps.append((spec.device, spec.size, spec.dtype))
+            return found
+
+        tasks = []
+        for task in graph.tasks:
+            work = _map_buffers(task.work, BufferSpec, ref)
+            accesses = tuple((ref(a.buffer), a.mode, a.start, a.end) for a in task.accesses)
+            tasks.append((work, accesses, frozenset(task.deps)))
+        position = {n: i for i, n in enumerate(key.order)}
+        realized_refs = []
+        for node, spec in realized:
+            if node not in position or spec not in slot_of or slot_of[spec].kind != "L":
+                return None
+            realized_refs.append((position[node], slot_of[spec].index))
+        if any(s not in slot_of or slot_of[s].kind != "L" for s in outputs):
+            return None
+        return Template(tasks, temps, realized_refs, [slot_of[s].index for s in outputs])
+
+    def instantiate(self, key: GraphKey) -> tuple[TaskGraph, list[tuple[Node, BufferSpec]], list[BufferSpec]]:
+        """A fresh TaskGraph for the graph `key` describes: its buffers in the slots, new temporaries."""
+        temps = [BufferSpec(device, size, dtype) for device, size, dtype in self.temps]
+        leaves = key.leaves
+
+        def resolve(ref: Slot) -> BufferSpec:
+            return leaves[ref.index] if ref.kind == "L" else temps[ref.index]
+
+        graph = TaskGraph()
+        for i, (work, accesses, deps) in enumerate(self.tasks):
+            real = _map_buffers(work, Slot, resolve)
+            graph.tasks.append(Task(i, real, tuple(Access(resolve(r), m, s, e) for r, m, s, e in accesses),
+                                    set(deps)))
+        realized = [(key.order[pos], leaves[slot]) for pos, slot in self.realized]
+        return graph, realized, [leaves[s] for s in self.outputs]
+
+
+def _map_buffers(work: Any, kind: type, fn: Any) -> Any:
+    """A copy of a work dataclass with every field that is a `kind` (or a tuple holding some) mapped
+    through `fn`: buffers to slots when capturing, slots to buffers when instantiating."""
+    changes = {}
+    for f in dataclasses.fields(work):
+        value = getattr(work, f.name)
+        if isinstance(value, kind):
+            changes[f.name] = fn(value)
+        elif isinstance(value, tuple) and any(isinstance(v, kind) for v in value):
+            changes[f.name] = tuple(fn(v) if isinstance(v, kind) else v for v in value)
+    return dataclasses.replace(work, **changes) if changes else work
+
+
+_templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
+_lock = threading.Lock()
+stats = {"hits": 0, "misses": 0}
+
+
+def lookup(key: GraphKey) -> Optional[Template]:
+    with _lock:
+        found = _templates.get(key.key)
+        if found is not None:
+            _templates.move_to_end(key.key)
+            stats["hits"] += 1
+        else:
+            stats["misses"] += 1
+        return found
+
+
+def store(key: GraphKey, template: Template) -> None:
+    with _lock:
+        _templates[key.key] = template
+        while len(_templates) > MAX_TEMPLATES:
+            _templates.popitem(last=False)
+
+
+def clear() -> None:
+    """Forgets every template (tests use it to compare fresh and cached schedules)."""
+    with _lock:
+        _templates.clear()
