@@ -12,8 +12,8 @@ task while atensor's queues compute, so `/health` and new requests are served me
 - Dynamic batching: requests that arrive within `--batch-window-ms` of the first one waiting (up to
   `--max-batch` sentences) are padded together and computed in one realize; each request gets its rows.
 - `--devices N`: one model replica per `CPU:k`; one batch worker per replica takes the next batch, so
-  batches spread over the devices. On 2 cores one device with one BLAS thread served most (measured):
-  the other core is left to the Python work (HTTP, building and scheduling the next batch's graph).
+  batches spread over the devices. On 2 cores one device served most (measured): its matmuls use
+  both cores, and one batch in flight leaves the GIL to the loop between the Python steps.
 - Kernels for every batch-size bucket are compiled at start (`--warmup-tokens`), and the long-lived
   objects are frozen out of the garbage collector, so neither stalls the loop later.
 - Cancellation: a client that disconnects cancels its handler. A request still queued is dropped
@@ -58,7 +58,7 @@ class ServerConfig:
     mode: str = "atensor"           # atensor | sync | torch (the two baselines)
     pad_multiple: int = 8           # sequence lengths rounded up: fewer distinct kernels to compile
     pipeline: int = 1               # batches in flight per replica
-    blas_threads: Optional[int] = 1  # per matmul; see make_engine
+    blas_threads: Optional[int] = None  # per matmul (None: atensor's default); see make_engine
     warmup_tokens: tuple[int, ...] = ()  # compile the kernels for these lengths before serving
 
 
@@ -423,9 +423,10 @@ def make_engine(config: ServerConfig) -> Any:
     if config.mode == "torch":
         return TorchEngine(256)
     if config.blas_threads:
-        # one BLAS thread per matmul: on a busy machine a second BLAS thread that is not scheduled stalls
-        # every small GEMM of a batch (measured: a 2x16 batch 4-6x slower with 2 threads under load);
-        # the cores are used by replicas instead (--devices 2 on 2 cores)
+        # e.g. one BLAS thread per matmul on a machine busy with other work: a second BLAS thread that is
+        # not scheduled stalls every small GEMM (measured at load average 6 on 2 cores: a 2x16 batch 4-6x
+        # slower with 2 threads); on a quiet machine atensor's default (cores / devices) serves 1.3-1.6x
+        # more
         from threadpoolctl import threadpool_limits
 
         import atensor
@@ -569,9 +570,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--max-request-sentences", type=int, default=64)
     parser.add_argument("--pipeline", type=int, default=1,
                         help="batches in flight per replica (the next builds while one computes)")
+    parser.add_argument("--pad-multiple", type=int, default=8, help="sequence lengths are padded to a multiple")
     parser.add_argument("--warmup-tokens", type=int, nargs="*", default=[16],
                         help="compile the kernels of every batch size for these sentence lengths at startup")
-    parser.add_argument("--blas-threads", type=int, default=1,
+    parser.add_argument("--blas-threads", type=int, default=0,
                         help="BLAS threads per matmul (0: atensor's default)")
     parser.add_argument("--mode", choices=("atensor", "sync", "torch"), default="atensor",
                         help="atensor (batched, awaited), sync (baseline: computed in the handler), torch "
@@ -581,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_sentences=args.max_request_sentences, mode=args.mode,
                           blas_threads=args.blas_threads or None, pipeline=args.pipeline,
-                          warmup_tokens=tuple(args.warmup_tokens))
+                          warmup_tokens=tuple(args.warmup_tokens), pad_multiple=args.pad_multiple)
     sys.setswitchinterval(5e-5)  # the loop thread gets the GIL back from Python-heavy threads sooner (measured)
 
     async def run() -> None:
