@@ -117,16 +117,20 @@ class ServerProcess:
 async def probe_health(port: int, seconds: float, interval: float) -> dict[str, float]:
     serve = _load_example()
     delays: list[float] = []
+    failures = 0
     async with serve.EmbedClient("127.0.0.1", port) as client:
         end = trio.current_time() + seconds
         while trio.current_time() < end:
             start = time.perf_counter()
-            status, _ = await client.request("GET", "/health")
+            try:
+                status, _ = await client.request("GET", "/health")
+            except Exception:  # the server dropped the connection (a stalled loop's timers): a failure
+                status = 0
             delays.append(time.perf_counter() - start)
-            assert status == 200
+            failures += status != 200
             await trio.sleep(interval)
-    return {"probes": len(delays), "worst_ms": max(delays) * 1e3, "p50_ms": percentile(delays, 50) * 1e3,
-            "p99_ms": percentile(delays, 99) * 1e3}
+    return {"probes": len(delays), "failures": failures, "worst_ms": max(delays) * 1e3,
+            "p50_ms": percentile(delays, 50) * 1e3, "p99_ms": percentile(delays, 99) * 1e3}
 
 
 # ---- the load ----------------------------------------------------------------------------------------
@@ -154,9 +158,10 @@ async def run_load(port: int, clients: int, seconds: float, warmup: float) -> di
                 t0 = trio.current_time()
                 try:
                     status, body = await client.request("POST", "/embed", {"sentences": sentences})
-                except (OSError, trio.BrokenResourceError, ValueError) as exc:  # h11 errors are ValueErrors
+                except Exception as exc:  # connection reset, closed mid-response (h11 ProtocolError), ...
                     errors += 1
-                    print(f"    client {c}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    if errors <= 3:
+                        print(f"    client {c}: {type(exc).__name__}: {exc}", file=sys.stderr)
                     continue
                 t1 = trio.current_time()
                 if status != 200 or len(body["embeddings"]) != len(sentences):
@@ -181,7 +186,7 @@ async def run_load(port: int, clients: int, seconds: float, warmup: float) -> di
             "rps": len(latencies) / seconds, "sentences_per_s": sentences_done / seconds,
             "p50_ms": percentile(latencies, 50) * 1e3, "p95_ms": percentile(latencies, 95) * 1e3,
             "p99_ms": percentile(latencies, 99) * 1e3, "health_worst_ms": health["worst_ms"],
-            "health_p99_ms": health["p99_ms"]}
+            "health_p99_ms": health["p99_ms"], "health_failures": health["failures"]}
 
 
 def main() -> None:
@@ -219,12 +224,13 @@ def main() -> None:
         for server in servers.values():
             server.stop()
     rows = [[mode, r["clients"], r["rps"], r["sentences_per_s"], r["p50_ms"], r["p95_ms"], r["p99_ms"],
-             r["health_worst_ms"], r["errors"]] for mode, rs in results.items() for r in rs]
+             r["health_worst_ms"], r["health_p99_ms"], r["errors"] + r["health_failures"]]
+            for mode, rs in results.items() for r in rs]
     print()
     print(table(f"serve_load: {args.duration:g} s per point, batch window {args.batch_window_ms:g} ms, "
                 f"{args.devices} atensor device(s)",
                 ["mode", "clients", "req/s", "sent/s", "p50 ms", "p95 ms", "p99 ms", "/health worst ms",
-                 "errors"],
+                 "/health p99 ms", "errors"],
                 rows))
     verdict = _verdict(results)
     for line in verdict["lines"]:
