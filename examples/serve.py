@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import math
 import signal
@@ -101,12 +102,10 @@ class BatchingEngine:
         self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
         self._collect = trio.Lock()
         self._carry: Optional[_Pending] = None
-        self.forward_passes = 0
-        self.sentences_computed = 0
-        self.abandoned = 0
-        self.busy = 0
+        self.forward_passes = self.sentences_computed = self.abandoned = self.busy = 0
         self.build_s = self.realize_s = 0.0  # summed over batches: graph building, and realize until done
         self.release_per_tick = 4
+        self.by_device: dict[str, int] = {}  # forward passes per replica's device
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         return self.tokenizer.encode(sentences)
@@ -136,16 +135,14 @@ class BatchingEngine:
         return pending.result
 
     async def warmup(self, token_lengths: Sequence[int]) -> None:
-        """Computes one batch of each row bucket (up to max_batch) for each length, so kernels are
-        compiled before serving: compiling holds the GIL for tens of ms, which /health would feel."""
-        model = self.models[0]  # kernels are cached by structure, so one replica warms all
-        for length in token_lengths:
+        """Computes one batch of each row bucket (up to max_batch) for each length on each replica, so
+        kernels are compiled before serving: compiling holds the GIL for tens of ms, which /health would
+        feel. (A kernel names its device's constants, so each replica compiles its own.)"""
+        buckets = sorted({_row_bucket(n) for n in range(1, self.max_batch + 1)})
+        for model, length, rows in itertools.product(self.models, token_lengths, buckets):
             row = [101] + [1000] * max(0, length - 2) + [102]
-            buckets = sorted({_row_bucket(n) for n in range(1, self.max_batch + 1)})
-            for rows in buckets:
-                tokens = model.tokenizer.pad([row] * rows, self.pad_multiple)
-                out = await trio.to_thread.run_sync(model, tokens)
-                await out.realize()
+            out = await trio.to_thread.run_sync(model, model.tokenizer.pad([row] * rows, self.pad_multiple))
+            await out.realize()
 
     async def _first(self) -> _Pending:
         while True:
@@ -207,6 +204,7 @@ class BatchingEngine:
             finally:
                 self.busy -= 1
             self.forward_passes += 1
+            self.by_device[model.device] = self.by_device.get(model.device, 0) + 1
             self.sentences_computed += len(rows)
             result = result[:len(rows)]
             start = 0
@@ -224,7 +222,7 @@ class BatchingEngine:
         return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
                 "abandoned_requests": self.abandoned, "batches_computing": self.busy,
                 "build_s": round(self.build_s, 3), "realize_s": round(self.realize_s, 3),
-                "devices": [m.device for m in self.models]}
+                "devices": [m.device for m in self.models], "forward_passes_by_device": self.by_device}
 
 
 def _row_bucket(rows: int) -> int:
@@ -404,7 +402,8 @@ class EmbedApp:
             return
         # 8 decimals: about float32's precision, and 40% fewer bytes to encode (on the loop) and to send
         rows = np.asarray(vectors, dtype=np.float64).round(8).tolist()
-        await _respond(send, 200, {"embeddings": rows, "model": self.engine.name, "dim": int(vectors.shape[1])})
+        await _respond(send, 200, {"embeddings": rows, "model": self.engine.name,
+                                   "dim": int(vectors.shape[1])})
 
 
 async def _respond(send: Callable[[JSON], Awaitable[None]], status: int, payload: JSON) -> None:
@@ -570,7 +569,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--max-request-sentences", type=int, default=64)
     parser.add_argument("--pipeline", type=int, default=1,
                         help="batches in flight per replica (the next builds while one computes)")
-    parser.add_argument("--pad-multiple", type=int, default=8, help="sequence lengths are padded to a multiple")
+    parser.add_argument("--pad-multiple", type=int, default=8, help="pad sequence lengths to a multiple")
     parser.add_argument("--warmup-tokens", type=int, nargs="*", default=[16],
                         help="compile the kernels of every batch size for these sentence lengths at startup")
     parser.add_argument("--blas-threads", type=int, default=0,
@@ -584,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                           max_request_sentences=args.max_request_sentences, mode=args.mode,
                           blas_threads=args.blas_threads or None, pipeline=args.pipeline,
                           warmup_tokens=tuple(args.warmup_tokens), pad_multiple=args.pad_multiple)
-    sys.setswitchinterval(5e-5)  # the loop thread gets the GIL back from Python-heavy threads sooner (measured)
+    sys.setswitchinterval(5e-5)  # the loop thread gets the GIL back sooner from Python-heavy threads
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:

@@ -212,6 +212,28 @@ async def test_disconnect_while_the_batch_computes_discards_the_rows(server, exp
     np.testing.assert_allclose(body["embeddings"][0], expected["hello world"], atol=1e-5)
 
 
+async def test_two_device_replicas_take_turns(nursery, models, expected):
+    replicas = models + SentenceEncoder.replicas(["CPU:1"])
+    app, port, stop = await start(nursery, replicas, batch_window_ms=20.0)
+    got: dict[str, np.ndarray] = {}
+
+    async def post(sentences: list[str]) -> None:
+        async with EmbedClient("127.0.0.1", port) as client:
+            status, body = await client.request("POST", "/embed", {"sentences": sentences})
+        assert status == 200
+        got.update(zip(sentences, np.array(body["embeddings"])))
+
+    async with trio.open_nursery() as inner:
+        inner.start_soon(post, [LONG] * 32)
+        await wait_until(lambda: app.engine.busy == 1)  # one replica computes: the next batch is the other's
+        for i in range(4):
+            inner.start_soon(post, [f"request {i}"])
+    stop.set()
+    assert set(app.engine.by_device) == {"CPU:0", "CPU:1"}
+    for i in range(4):
+        np.testing.assert_allclose(got[f"request {i}"], expected[f"request {i}"], atol=1e-5)
+
+
 async def test_graceful_shutdown_finishes_in_flight_requests_and_refuses_new_ones(nursery, models):
     app, port, stop = await start(nursery, models)
     outcome: list[int] = []

@@ -211,8 +211,9 @@ class BertEncoder:
     """The BERT encoder: token ids and attention mask in, one hidden state per token out."""
 
     def __init__(self, weights: dict[str, np.ndarray], config: BertConfig, device: str = "CPU"):
-        self.config, self.device = config, device
+        self.config = config
         self.word = Tensor(weights["embeddings.word_embeddings.weight"], device=device)
+        self.device = self.word.device  # the canonical name: "CPU" is "CPU:0"
         self.position = Tensor(weights["embeddings.position_embeddings.weight"], device=device)
         self.token_type = Tensor(weights["embeddings.token_type_embeddings.weight"], device=device)
         self.embed_norm = _layer_norm(weights, "embeddings.LayerNorm", config.layer_norm_eps, device)
