@@ -98,6 +98,9 @@ class Queue:
     def _work(self) -> None:
         # kernels follow IEEE like PyTorch does: inf and nan, no warnings (numpy's error state is per thread)
         np.seterr(all="ignore")
+        # the clock this queue stamps with: the host's perf_counter, read on this thread, so its offset to
+        # the host clock is 0 by construction (a device with its own clock would measure it here)
+        collector.set_clock_offset(self.device, self.kind, 0)
         last_yield = time.perf_counter_ns()
         while True:
             with self._cond:
