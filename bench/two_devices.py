@@ -20,7 +20,7 @@ from common import table, write_results  # noqa: E402
 from atensor import Tensor  # noqa: E402
 
 N = 1 << 22
-ROUNDS = 12
+ROUNDS = 36
 
 
 def workload(device: str) -> Tensor:
