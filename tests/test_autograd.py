@@ -15,21 +15,7 @@ from atensor.graph.node import Node
 from atensor.graph.view import View
 
 
-class _Absent:
-    """Stands in for PyTorch when it is not installed, so the reference functions can be listed."""
-    def __getattr__(self, name):
-        return self
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-
-try:
-    import torch
-except ImportError:  # the comparisons against PyTorch skip; everything else runs
-    torch = _Absent()
-needs_torch = pytest.mark.skipif(isinstance(torch, _Absent),
-                                 reason="PyTorch is the reference here: pip install torch (CPU wheel)")
+from tests.torch_reference import needs_torch, torch
 
 RNG = np.random.default_rng(0)
 
