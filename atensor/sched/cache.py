@@ -116,8 +116,8 @@ class Template:
 
         graph = TaskGraph()
         for i, (work, accesses, deps) in enumerate(self.tasks):
-            real = _map_buffers(work, Slot, resolve)
-            graph.tasks.append(Task(i, real, tuple(Access(resolve(r), m, s, e) for r, m, s, e in accesses),
+            real = _fill_slots(work, resolve)
+            graph.tasks.append(Task(i, real, tuple([Access(resolve(r), m, s, e) for r, m, s, e in accesses]),
                                     set(deps)))
         realized = [(key.order[pos], leaves[slot]) for pos, slot in self.realized]
         return graph, realized, [leaves[s] for s in self.outputs]
@@ -136,6 +136,30 @@ def _map_buffers(work: Any, kind: type, fn: Any) -> Any:
     return dataclasses.replace(work, **changes) if changes else work
 
 
+def _fill_slots(work: Any, resolve: Any) -> Any:
+    """A copy of a template's work with its slots resolved to buffers. The fields that hold slots are
+    found once per work class; the copy skips the dataclass __init__ (this runs once per task of every
+    cached realize)."""
+    cls = type(work)
+    names = _slot_fields.get(cls)
+    if names is None:  # the fields that held buffers when this class of work was captured
+        names = _slot_fields[cls] = tuple(f.name for f in dataclasses.fields(work)
+                                          if _holds_slots(getattr(work, f.name)))
+    real = object.__new__(cls)
+    state = real.__dict__
+    state.update(work.__dict__)
+    for name in names:
+        value = state[name]
+        state[name] = resolve(value) if isinstance(value, Slot) else \
+            tuple([resolve(v) if isinstance(v, Slot) else v for v in value])
+    return real
+
+
+def _holds_slots(value: Any) -> bool:
+    return isinstance(value, Slot) or (isinstance(value, tuple) and any(isinstance(v, Slot) for v in value))
+
+
+_slot_fields: dict[type, tuple[str, ...]] = {}
 _templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
 _lock = threading.Lock()
 stats = {"hits": 0, "misses": 0}
