@@ -26,7 +26,8 @@ from atensor.graph.ops import Ops
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
 
-_requiring_grad: weakref.WeakSet = weakref.WeakSet()
+# tensors with requires_grad=True, by id: a WeakSet would compare tensors with ==, which is lazy
+_requiring_grad: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def graphs_needed() -> bool:
@@ -203,9 +204,9 @@ class AutogradOps:
         old = getattr(self, "_requires_grad", None)
         self._requires_grad = value  # type: ignore[attr-defined]
         if value:
-            _requiring_grad.add(self)
+            _requiring_grad[id(self)] = self
         elif old:
-            _requiring_grad.discard(self)
+            _requiring_grad.pop(id(self), None)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Sets `requires_grad` in place and returns this tensor."""
@@ -249,7 +250,7 @@ class AutogradOps:
         from atensor.tensor import Tensor
         if grad_disabled():
             raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
-        targets = [t for t in list(_requiring_grad) if t is not self]
+        targets = [t for t in list(_requiring_grad.values()) if t is not self]
         grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
         for t, grad in zip(targets, grads):
             if grad is not None:

@@ -444,3 +444,12 @@ def test_every_graph_op_has_a_gradient_rule():
     missing = [op.name for op in Ops if op not in GRADIENT.by_op and op not in LEAVES
                and op not in (Ops.STORE, Ops.MULTI)]
     assert missing == []
+
+
+def test_requires_grad_can_be_turned_off_again():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    w.requires_grad = False  # the registry of tensors needing gradients must not compare tensors with ==
+    assert w.requires_grad is False
+    v = Tensor([3.0], requires_grad=True)
+    (v * 2).sum().backward()
+    assert v.grad.tolist() == [2.0] and w.grad is None
