@@ -10,6 +10,7 @@ through `Context`:
 | blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads per kernel |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
+| allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class Settings:
     blas_threads: Optional[int] = int(os.environ["ATENSOR_BLAS_THREADS"]) if "ATENSOR_BLAS_THREADS" in os.environ else None
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
     schedule_cache: bool = bool(int(os.environ.get("ATENSOR_SCHEDULE_CACHE", "1")))
+    allreduce_bucket_bytes: int = int(os.environ.get("ATENSOR_BUCKET_BYTES", str(25 << 20)))
 
 
 settings = Settings()

@@ -311,7 +311,8 @@ class Planner:
     built (`flush_before`), so every collective whose partials are ready by then shares the bucket.
     """
 
-    def __init__(self, order: list[Node], points: set[Node], users: dict[Node, list[Node]]):
+    def __init__(self, order: list[Node], points: set[Node], users: dict[Node, list[Node]],
+                 bucket_bytes: int = 25 << 20):
         self.collectives: dict[tuple, Collective] = {}
         self.of: dict[Node, Collective] = {}
         for node in order:
@@ -326,12 +327,25 @@ class Planner:
         self.locations: dict[Node, Location] = {}
         self.direct: set[Node] = set()
         self.pending: set[Node] = set()
-        buckets: dict[tuple, list[Collective]] = {}
+        # buckets by (devices, dtype, op), each capped at `bucket_bytes` and filled in the order the
+        # collectives' partials are computed: a bucket whose collectives are all ready is lowered at
+        # once (`defer`), so its copies run while the kernels of later partials (the backward of earlier
+        # layers) still compute, as DDP overlaps its gradient buckets
+        open_buckets: dict[tuple, list[Collective]] = {}
+        self.buckets: list[list[Collective]] = []
         for coll in self.collectives.values():
             first = coll.partials[0]
             devices = tuple(p.device for p in coll.partials)
-            buckets.setdefault((devices, first.dtype) + coll.arg, []).append(coll)
-        self.buckets = list(buckets.values())
+            key = (devices, first.dtype) + coll.arg
+            bucket = open_buckets.get(key)
+            if bucket is not None and \
+                    (sum(c.size for c in bucket) + coll.size) * first.dtype.itemsize > bucket_bytes:
+                bucket = None
+            if bucket is None:
+                bucket = open_buckets[key] = []
+                self.buckets.append(bucket)
+            bucket.append(coll)
+        self.bucket_of = {coll: bucket for bucket in self.buckets for coll in bucket}
         for bucket in self.buckets:
             self._place(bucket, points, users)
 
@@ -381,13 +395,34 @@ class Planner:
         """Where a partial's kernel should write it (a slice of an input bucket), if planned."""
         return self.locations.get(point)
 
-    def defer(self, node: Node) -> Location:
-        """Notes an ALLREDUCE point as built later; returns where its result will be."""
+    def defer(self, node: Node, builder: object = None) -> Location:
+        """Notes an ALLREDUCE point as built later; returns where its result will be. When that makes
+        every collective of its bucket ready, and the bucket is not the only one, the bucket is
+        lowered now (`builder` given), so it overlaps the work still to come."""
         self.pending.add(node)
         coll = self.of[node]
         out = coll.outputs[node.arg.index]
         assert out is not None
+        bucket = self.bucket_of[coll]
+        if builder is not None and len(self.buckets) > 1 and not coll.done:
+            ready = {self.of[m] for m in self.pending}
+            if all(c in ready or c.done for c in bucket):
+                self._lower_bucket(bucket, ready, builder)
         return out
+
+    def _lower_bucket(self, bucket: list[Collective], ready: set[Collective], builder: object) -> None:
+        run: list[tuple[Collective, list[Location]]] = []
+        for coll in bucket:
+            if coll not in ready or coll.done:
+                continue
+            coll.done = True
+            inputs = [builder.location_of(p) for p in coll.partials]  # type: ignore[attr-defined]
+            if run and not _continues(run[-1], coll, inputs):
+                _lower_run(builder.graph, run)  # type: ignore[attr-defined]
+                run = []
+            run.append((coll, inputs))
+        if run:
+            _lower_run(builder.graph, run)  # type: ignore[attr-defined]
 
     def writes_directly(self, point: Node) -> bool:
         """True for a realize output that an allreduce writes itself (nothing left to build)."""
@@ -405,18 +440,7 @@ class Planner:
         ready = {self.of[m] for m in self.pending}
         self.pending.clear()
         for bucket in self.buckets:
-            run: list[tuple[Collective, list[Location]]] = []
-            for coll in bucket:
-                if coll not in ready or coll.done:
-                    continue
-                coll.done = True
-                inputs = [builder.location_of(p) for p in coll.partials]  # type: ignore[attr-defined]
-                if run and not _continues(run[-1], coll, inputs):
-                    _lower_run(builder.graph, run)  # type: ignore[attr-defined]
-                    run = []
-                run.append((coll, inputs))
-            if run:
-                _lower_run(builder.graph, run)  # type: ignore[attr-defined]
+            self._lower_bucket(bucket, ready, builder)
 
 
 def _continues(last: tuple[Collective, list[Location]], coll: Collective, inputs: list[Location]) -> bool:

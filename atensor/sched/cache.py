@@ -40,8 +40,9 @@ class GraphKey:
     buffer_nodes: list[Node]     # the BUFFER nodes, for the version check
 
 
-def graph_key(order: list[Node]) -> GraphKey:
-    """The key of the graph whose nodes are `order` (topological)."""
+def graph_key(order: list[Node], settings: tuple = ()) -> GraphKey:
+    """The key of the graph whose nodes are `order` (topological), under the scheduler `settings` that
+    change what a graph schedules to (the allreduce bucket cap)."""
     position: dict[Node, int] = {}
     slots: dict[BufferSpec, int] = {}
     leaves: list[BufferSpec] = []
@@ -59,6 +60,7 @@ def graph_key(order: list[Node]) -> GraphKey:
             parts.append((Ops.BUFFER, node.dtype, slot, spec.device, spec.size))
         else:
             parts.append((node.op, node.dtype, node.arg, tuple([position[s] for s in node.src])))
+    parts.append(settings)
     return GraphKey(tuple(parts), leaves, order, buffer_nodes)
 
 

@@ -209,7 +209,7 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]
     if settings.schedule_cache:  # with nothing substituted, `original` is already new_roots' order
-        key = cache.graph_key(toposort(new_roots) if mapping else original)
+        key = cache.graph_key(toposort(new_roots) if mapping else original, (settings.allreduce_bucket_bytes,))
     else:
         key = None
     template = cache.lookup(key) if key is not None else None
@@ -400,15 +400,17 @@ class _Builder:
         points, interiors = self._points()
         check_versions([n for n in self.order if n.op is Ops.BUFFER])
         buffers = self.buffers
-        planner = self.planner = Planner(self.order, points, self.users) if self.planner else None
         ordered = self._ordered_points(points, interiors)
-        if planner is not None:
-            ordered = planner.reorder(ordered, self.deps)
+        planner = None
+        if self.planner is not None:
+            ordered = Planner.reorder(ordered, self.deps)
+            # collectives are found in emission order, so buckets fill in the order partials are ready
+            planner = self.planner = Planner(ordered, points, self.users, settings.allreduce_bucket_bytes)
         for point in ordered:
             if planner is not None:  # allreduces: lowered late, so that ready ones share a bucket
                 planner.flush_before(self.deps[point], self)
                 if point.op is Ops.ALLREDUCE:
-                    buffers[point], self.offsets[point] = planner.defer(point)
+                    buffers[point], self.offsets[point] = planner.defer(point, self)
                     continue
                 if planner.writes_directly(point):
                     buffers[point] = storage_of(point)
