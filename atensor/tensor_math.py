@@ -18,21 +18,12 @@ import numpy as np
 from atensor.dtype import dtypes, least_upper_float
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.tensor_ops import TensorOps, _axis, _sum_dtype
+from atensor.graph.semantics import reduce_identity
 
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
 
 _BLOCK = 32
-
-
-def _identity(op: ReduceOp, dt) -> Any:
-    if op is ReduceOp.SUM:
-        return False if dt == dtypes.bool else 0
-    if op is ReduceOp.PROD:
-        return True if dt == dtypes.bool else 1
-    if dt == dtypes.bool:
-        return False
-    return int(np.iinfo(dt.np).min) if dtypes.is_int(dt) else -math.inf
 
 
 class MathOps:
@@ -122,6 +113,8 @@ class MathOps:
         if max is not None:
             out = out.minimum(max)
         return out
+
+    clip = clamp  # tinygrad's name
 
     def lerp(self, end: Any, weight: Any) -> Tensor:
         """self + (end - self) * weight."""
@@ -246,7 +239,7 @@ def _cum_last(x: Tensor, op: ReduceOp) -> Tensor:
         return _cum_small(x, op)
     blocks = -(-n // _BLOCK)
     pad = blocks * _BLOCK - n
-    identity = _identity(op, x.dtype)
+    identity = reduce_identity(op, x.dtype)
     padded = TensorOps.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)], identity) if pad else x
     tiles = padded.reshape(*x.shape[:-1], blocks, _BLOCK)
     inside = _cum_small(tiles, op)  # within each block
@@ -273,5 +266,5 @@ def _cum_small(x: Tensor, op: ReduceOp) -> Tensor:
     j = cls.arange(n, device=x.device).reshape(1, n)
     keep = i <= j                                      # (i, j): element i counts toward output j
     grid = x.unsqueeze(-1).expand(*x.shape, n)         # (..., i, j)
-    filled = keep.where(grid, grid._const_like(_identity(op, x.dtype)))
+    filled = keep.where(grid, grid._const_like(reduce_identity(op, x.dtype)))
     return filled._reduce(op, -2, keepdim=False)

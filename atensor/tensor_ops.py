@@ -339,18 +339,6 @@ class TensorOps:
     def relu(self) -> Tensor:
         return self.maximum(0)
 
-    def clip(self, min_: Optional[Scalar] = None, max_: Optional[Scalar] = None) -> Tensor:
-        """Values limited to [min_, max_]."""
-        if min_ is None and max_ is None:
-            raise ValueError("clip needs at least one of min_ and max_")
-        out = self
-        if min_ is not None:
-            out = out.maximum(min_)
-        if max_ is not None:
-            out = out.minimum(max_)
-        return out
-
-    clamp = clip
 
     def where(self, x: Any, y: Any) -> Tensor:
         """`x` where this (bool) tensor is true, else `y`; all three broadcast."""
