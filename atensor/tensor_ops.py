@@ -556,7 +556,7 @@ class TensorOps:
         kw = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k != kw:
             raise GraphError(f"matmul: shapes {x.shape} and {w.shape} do not align ({k} != {kw})")
-        a, b = x._operands(w, "matmul") if False else (x, w)
+        a, b = x, w
         dt = least_upper_dtype(a.dtype, b.dtype)
         a, b = a.cast(dt), b.cast(dt)
         if b.ndim == 1:
