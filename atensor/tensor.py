@@ -27,7 +27,7 @@ from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, canonical
-from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop
+from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop, recording
 from atensor.hcq.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, graphs_needed, stop_gradient
@@ -159,6 +159,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
             captured.append((t, node))
         pending = sched.pending_heads()
         job = Job(None, [], [])
+        job.record = recording.get()
         job.plan = lambda: _prepare(job, captured, pending)
         return RealizeHandle(dispatcher.submit(job), self)
 
@@ -285,7 +286,7 @@ def _prepare(job: Job, captured: list[tuple[Tensor, Node]], pending: list[Node])
             new = _realize_part(node, roots, job.wait_for, job.done_buffers)
         if new is not node:
             t._swap = (node, new)
-    return _plan(roots, pending) if roots else None
+    return _plan(roots, pending, job.record) if roots else None
 
 
 def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer]) -> Node:
@@ -330,9 +331,11 @@ def _read(node: Node, buf: Buffer) -> np.ndarray:
     raise RuntimeError(f"unexpected node {node.op} under a realized tensor")
 
 
-def _plan(roots: list[Node], pending: Optional[list[Node]] = None):
+def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[list] = None):
     start = time.perf_counter_ns()
     result = sched.schedule(roots, pending)
+    if record is not None:  # atensor.jit is capturing this call: keep what it ran
+        record.append(result)
     # buffers this graph writes count as in flight until their writes are noted by execute(), so a
     # sync accessor never reads one between commit (new version visible) and submission
     written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses

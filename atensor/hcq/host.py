@@ -18,6 +18,7 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 from __future__ import annotations
 
 import collections
+import contextvars
 import threading
 import time
 from typing import Any, Callable, Generator, Optional
@@ -30,10 +31,16 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
 
+# While atensor.jit captures a call, the list its realizes record their schedules into (jit.py).
+# A context variable, so only the capturing trio task (and the tasks it starts) records.
+recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
+
+
 class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
-    buffers whose pending writes the caller wants to wait for."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers")
+    buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
+    schedule the job ran (see jit.py)."""
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record")
 
     def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
@@ -41,6 +48,7 @@ class Job:
         self.value = 0
         self.submission: Optional[Submission] = None
         self.extra_waits: list[tuple[Signal, int]] = []
+        self.record: Optional[list] = None
 
 
 class Dispatcher:
@@ -212,4 +220,4 @@ def in_trio_loop() -> bool:
         return False
 
 
-__all__ = ["Dispatcher", "Job", "RealizeHandle", "dispatcher", "in_trio_loop", "SignalFailed"]
+__all__ = ["Dispatcher", "Job", "RealizeHandle", "dispatcher", "in_trio_loop", "recording", "SignalFailed"]

@@ -87,6 +87,8 @@ class Schedule:
     graph: TaskGraph
     outputs: list[BufferSpec]
     _commit: Optional[Callable[[], None]] = None
+    assigned: tuple[BufferSpec, ...] = ()   # the buffers whose version the commit advances, in order
+    key: Optional[tuple] = None             # the graph's structure (sched/cache.py), when computed
 
     def commit(self) -> None:
         """Records what this graph realizes: each assigned buffer's next version, and which lazy
@@ -258,7 +260,8 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
                 if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
                         and new_root in becomes:
                     becomes[value] = becomes[new_root].view(root.arg)
-    return Schedule(graph, outputs[:requested], commit)
+    return Schedule(graph, outputs[:requested], commit, tuple(spec for _, spec in realized),
+                    key.key if key is not None else None)
 
 
 def check_versions(buffer_nodes: list[Node]) -> None:

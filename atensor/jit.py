@@ -1,0 +1,335 @@
+"""`atensor.jit`: capture a step function's task graphs once, then replay them on new inputs.
+
+Why: a training step or a server's forward pass builds the same graph on every call. Building it
+(forward, backward and optimizer in Python), scheduling it and looking it up in the schedule cache
+costs milliseconds of Python per call, often more than the kernels themselves. A jitted function
+runs normally on its first call (which may differ: lazy initial values get realized); the second
+call is *captured*: every realize it issues records the TaskGraph it ran; the third runs normally
+again and must build the same graphs (verified). From the fourth call on the function is not called
+at all: the captured graphs are submitted again, with the new arguments' buffers in place of the
+captured ones. What tinygrad's TinyJit does, with these rules:
+
+- Arguments: tensors (at any depth of tuples, lists and dicts) are the inputs, realized first when
+  they are lazy (each call, as a realize of their own); any other argument
+  must be hashable and is part of the key. A new key (other shapes, dtypes, devices, lazy structure
+  of an input, or other plain arguments) is captured afresh, up to `max_programs` keys.
+- State: buffers that existed before the call (parameters, optimizer state, constants) are the
+  captured ones: updates by `assign` land in them on every replay, exactly as in the function.
+- Results: the function returns tensors (or tuples/lists/dicts of them, or None); they are realized
+  by the call. Buffers the call made for its results are fresh on every replay, so results of
+  earlier calls keep their values. Tensors the function leaves elsewhere (`.grad`, attributes)
+  belong to the captured call.
+- What is replayed is what was realized: Python side effects, non-tensor return values and
+  `await`s of other things run only while capturing. A function whose graph differs from call to
+  call (random numbers drawn inside it, Python numbers that change) cannot be replayed: the
+  verifying call detects it and `JitError` says so.
+- A replay is ordered like any realize: after work already issued, before work issued later. Lazy
+  assigns still pending on the buffers a replay touches (a learning-rate schedule's new rate, say)
+  are realized first, as a separate realize, so they take effect as they would without the jit.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional
+
+from atensor.graph.node import BufferSpec, Node, toposort
+from atensor.graph.ops import Ops
+from atensor.graph.rewrite import substitute
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.executor import Submission, execute
+from atensor.hcq.host import Job, RealizeHandle, dispatcher, recording
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
+from atensor.sched import cache
+from atensor.sched import schedule as sched
+from atensor.sched.taskgraph import Access, Task, TaskGraph
+from atensor.tensor import Tensor
+
+
+class JitError(RuntimeError):
+    """A jitted function cannot be replayed (its graph changes between calls, or its results are
+    not tensors); the message says which and what to do."""
+
+
+# ---- arguments and results as flat lists of tensors -------------------------------------------------
+def _flatten(value: Any, tensors: list[Tensor]) -> Any:
+    """A hashable description of `value` with each tensor replaced by its index in `tensors`."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return ("T", len(tensors) - 1)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_flatten(v, tensors) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _flatten(v, tensors)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        raise JitError(f"atensor.jit: an argument of type {type(value).__name__} is neither a Tensor nor "
+                       f"hashable; pass data as Tensors (Tensor(array)), other values as numbers, strings or tuples") from None
+    return ("V", value)
+
+
+def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
+    kind, body = shape
+    if kind == "T":
+        return tensors[body]
+    if kind == "V":
+        return body
+    if kind == "dict":
+        return {k: _unflatten(v, tensors) for k, v in body}
+    items = [_unflatten(v, tensors) for v in body]
+    return tuple(items) if kind == "tuple" else items
+
+
+def _is_stored(node: Node) -> bool:
+    """True when `node` only views realized buffers (no computation, no pending assign)."""
+    return all(n.op in (Ops.BUFFER, Ops.VIEW, Ops.MULTI) for n in toposort([node]))
+
+
+def _leaves(node: Node) -> list[Node]:
+    return [n for n in toposort([node]) if n.op is Ops.BUFFER]
+
+
+# ---- a captured call ----------------------------------------------------------------------------------
+@dataclass
+class _Record:
+    """One captured realize: its tasks, which of them touch a substituted buffer, the buffers whose
+    version it advances."""
+    tasks: list[Task]
+    touched: list[bool]
+    assigned: tuple[BufferSpec, ...]
+
+    def instantiate(self, mapping: dict[BufferSpec, BufferSpec]) -> TaskGraph:
+        """The TaskGraph with the substituted buffers; tasks that touch none are reused as they are."""
+        graph = TaskGraph()
+        get = mapping.get
+        for task, touched in zip(self.tasks, self.touched):
+            if touched:
+                work = cache._map_buffers(task.work, BufferSpec, lambda s: get(s, s))
+                accesses = tuple([Access(get(a.buffer, a.buffer), a.mode, a.start, a.end) for a in task.accesses])
+                task = Task(task.id, work, accesses, task.deps)
+            graph.tasks.append(task)
+        return graph
+
+
+@dataclass
+class _Program:
+    """What replaying one key needs."""
+    records: list[_Record]
+    inputs: list[BufferSpec]          # the captured call's input buffers, in argument order
+    fresh: list[BufferSpec]           # the result buffers the captured call made: new per replay
+    results: list[Node]               # the returned tensors' nodes (views of their buffers)
+    result_shape: Any                 # how to rebuild the return value from them
+    written: frozenset[BufferSpec]    # every buffer a replay writes (captured names)
+    accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
+    keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
+    verified: bool = False
+
+    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], list[Buffer]]:
+        """Submits the captured graphs with `inputs` and fresh result buffers; returns the job, the
+        result tensors and the buffers held in flight until the job is planned."""
+        mapping = dict(zip(self.inputs, inputs))
+        for spec in self.fresh:
+            mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
+        swap = {}
+        for node in self.results:
+            for leaf in _leaves(node):
+                new = mapping.get(leaf.arg[0])
+                if new is not None:
+                    swap[leaf] = Node.make(Ops.BUFFER, leaf.dtype, (), (new, leaf.arg[1]))
+        done = substitute(self.results, swap) if swap else {}
+        tensors = [Tensor(done.get(n, n)) for n in self.results]
+        held = [Buffer.of(mapping.get(s, s)) for s in self.written]
+        for buf in held:
+            buf.hold(1)
+        job = Job(None, [], held)
+        records = self.records
+        job.plan = lambda: _run_records(records, mapping)
+        return job, tensors, held
+
+
+def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
+                   written: frozenset[BufferSpec] = frozenset()) -> Optional[RealizeHandle]:
+    """Realizes the lazy assigns still pending (all of them, or those on a buffer in `accessed` or
+    reading one in `written`); None when there are none."""
+    heads = sched.pending_heads()
+    if accessed is not None:
+        heads = [h for h in heads if sched.storage_of(h) in accessed or not written.isdisjoint(sched._specs_read(h))]
+    if not heads:
+        return None
+    tensors = [Tensor(h) for h in heads]
+    return tensors[0].realize(*tensors[1:])
+
+
+async def _flush_all_pending() -> None:
+    """Realizes every pending lazy assign, each on its own: one that cannot be realized (it reads an
+    overwritten version, or its kernel fails) is left to raise where its own code realizes it."""
+    for head in sched.pending_heads():
+        try:
+            await Tensor(head).realize()
+        except Exception:  # noqa: BLE001 - not this call's error; see the docstring
+            pass
+
+
+def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
+    """On the dispatcher thread: each captured graph's commit (version counts), then its submission."""
+    start = time.perf_counter_ns()
+    total = Submission()
+    count = 0
+    for record in records:
+        graph = record.instantiate(mapping)
+        with sched._becomes_lock:
+            for spec in record.assigned:
+                mapping.get(spec, spec).version += 1
+        sub = execute(graph)
+        total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
+        total.placed.extend(sub.placed)
+        count += len(graph.tasks)
+    if collector.is_active():
+        collector.record_host(HostSpan(f"replay {count} tasks", "schedule", start, time.perf_counter_ns()))
+    return total
+
+
+def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: list[Node], result_shape: Any,
+             first_uid: int) -> _Program:
+    """The program of a captured call: `records` are the schedules it ran, `first_uid` the first buffer
+    id made during it (so the buffers results live in can be told from the state they read)."""
+    input_set = set(inputs)
+    fresh: list[BufferSpec] = []
+    for node in results:
+        for leaf in _leaves(node):
+            spec = leaf.arg[0]
+            if spec.uid >= first_uid and spec not in input_set and spec not in fresh:
+                fresh.append(spec)
+    substituted = input_set | set(fresh)
+    kept: list[_Record] = []
+    written: set[BufferSpec] = set()
+    accessed: set[BufferSpec] = set()
+    for rec in records:
+        tasks = list(rec.graph.tasks)
+        touched = [any(a.buffer in substituted for a in t.accesses) or
+                   any(s in substituted for s in getattr(t.work, "buffers", ())) for t in tasks]
+        written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
+        accessed.update(a.buffer for t in tasks for a in t.accesses)
+        kept.append(_Record(tasks, touched, tuple(rec.assigned)))
+    return _Program(kept, inputs, fresh, results, result_shape, frozenset(written), frozenset(accessed),
+                    [r.key for r in records])
+
+
+# ---- the decorator ----------------------------------------------------------------------------------------
+class Jit:
+    """A jitted async function; see the module docstring. `await step(*args)` returns the function's
+    result with every tensor realized."""
+
+    def __init__(self, fn: Callable[..., Awaitable[Any]], max_programs: int = 32):
+        self.fn = fn
+        self.max_programs = max_programs
+        self._programs: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
+        self._calls: dict[tuple, int] = {}
+        self._capturing: set[tuple] = set()
+        self.stats = {"calls": 0, "replays": 0, "captures": 0}
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a jitted method binds like a function
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def reset(self) -> None:
+        """Forgets every captured program (the next calls capture again)."""
+        self._programs.clear()
+        self._calls.clear()
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.stats["calls"] += 1
+        tensors: list[Tensor] = []
+        shape = _flatten((args, kwargs), tensors)
+        lazy = [t for t in tensors if not _is_stored(t.node)]
+        if lazy:  # inputs are buffers: a lazy one is realized first, as its own realize
+            await Tensor.realize(*lazy)
+        nodes = [t.node for t in tensors]
+        key = (shape, tuple(cache.graph_key(toposort([n])).key for n in nodes))
+        program = self._programs.get(key)
+        if program is not None and program.verified:
+            flush = _flush_pending(program.accessed, program.written)
+            if flush is not None:  # lazy assigns issued before this call happen before it
+                await flush
+            leaves = [_leaves(t.node) for t in tensors]
+            for group in leaves:
+                sched.check_versions(group)
+            self._programs.move_to_end(key)
+            self.stats["replays"] += 1
+            job, results, _ = program.replay([leaf.arg[0] for group in leaves for leaf in group])
+            await RealizeHandle(dispatcher.submit(job), None)
+            return _unflatten(program.result_shape, results)
+        calls = self._calls.get(key, 0)
+        self._calls[key] = calls + 1
+        if calls == 0 or key in self._capturing:
+            return await self._run(args, kwargs)
+        await _flush_all_pending()  # so that the recorded graphs hold only the function's own work
+        if program is None:
+            inputs = [leaf.arg[0] for t in tensors for leaf in _leaves(t.node)]
+            return await self._capture(key, args, kwargs, inputs)
+        result, keys = await self._run(args, kwargs, verify=True)
+        if keys != program.keys:
+            del self._programs[key]
+            raise JitError(
+                f"atensor.jit: {getattr(self.fn, '__name__', 'the function')} built different graphs on two "
+                f"calls with the same arguments ({len(program.keys)} realizes, then {len(keys)}), so it cannot "
+                f"be replayed. Random numbers drawn inside it, or Python numbers that change between calls, "
+                f"do this: pass such values in as tensors, or do not jit the function")
+        program.verified = True
+        return result
+
+    async def _run(self, args: tuple, kwargs: dict, verify: bool = False) -> Any:
+        """Calls the function and realizes its tensor results; with `verify`, also returns the graph
+        structure of each realize it issued."""
+        records: Optional[list] = [] if verify else None
+        token = recording.set(records) if verify else None
+        try:
+            result = await self.fn(*args, **kwargs)
+            outs: list[Tensor] = []
+            _flatten(result, outs)
+            if outs:
+                await Tensor.realize(*outs)
+        finally:
+            if token is not None:
+                recording.reset(token)
+        if verify:
+            return result, [r.key for r in records]
+        return result
+
+    async def _capture(self, key: tuple, args: tuple, kwargs: dict, inputs: list[BufferSpec]) -> Any:
+        first_uid = BufferSpec._next_uid + 1
+        records: list[sched.Schedule] = []
+        self._capturing.add(key)
+        token = recording.set(records)
+        try:
+            result = await self.fn(*args, **kwargs)
+            outs: list[Tensor] = []
+            result_shape = _flatten(result, outs)
+            if outs:
+                await Tensor.realize(*outs)
+        finally:
+            recording.reset(token)
+            self._capturing.discard(key)
+        program = _program(records, inputs, [t.node for t in outs], result_shape, first_uid)
+        self._programs[key] = program
+        self.stats["captures"] += 1
+        while len(self._programs) > self.max_programs:
+            self._programs.popitem(last=False)
+        return result
+
+
+def jit(fn: Optional[Callable[..., Awaitable[Any]]] = None, *, max_programs: int = 32) -> Any:
+    """Decorates an async function of tensors so that, after two normal calls, its realizes are
+    replayed instead of rebuilt: `@atensor.jit async def step(x, y): ...; return loss`."""
+    if fn is None:
+        return lambda f: Jit(f, max_programs)
+    return Jit(fn, max_programs)
+
+
+TinyJit = Jit  # tinygrad's name, for ported code
+
+__all__ = ["Jit", "JitError", "TinyJit", "jit"]

@@ -1,0 +1,196 @@
+"""atensor.jit: capture a step once, replay it. A replayed call gives what the plain function gives
+(numpy and the un-jitted function are the references), without calling the function."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trio
+
+import atensor
+from atensor import Tensor, nn
+from atensor.nn import optim
+
+
+def _data(seed: int, shape: tuple[int, ...] = (4, 3)) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+async def test_replays_after_capture_and_verify_without_calling_the_function():
+    calls = 0
+
+    @atensor.jit
+    async def f(x: Tensor, y: Tensor) -> Tensor:
+        nonlocal calls
+        calls += 1
+        return (x * 2 + y).relu().sum(axis=1)
+
+    for i in range(6):
+        x, y = _data(i), _data(100 + i)
+        out = await f(Tensor(x), Tensor(y))
+        np.testing.assert_allclose(out.numpy(), np.maximum(x * 2 + y, 0).sum(1), rtol=1e-6)
+    assert calls == 3  # the first call, the captured one, the verifying one
+    assert f.stats == {"calls": 6, "replays": 3, "captures": 1}
+
+
+async def test_results_of_earlier_calls_keep_their_values():
+    @atensor.jit
+    async def f(x: Tensor) -> tuple[Tensor, dict]:
+        return x + 1, {"double": x * 2, "label": "ok"}
+
+    results = [await f(Tensor(_data(i))) for i in range(6)]
+    for i, (plus, extra) in enumerate(results):
+        np.testing.assert_allclose(plus.numpy(), _data(i) + 1)
+        np.testing.assert_allclose(extra["double"].numpy(), _data(i) * 2)
+        assert extra["label"] == "ok"
+
+
+async def test_other_shapes_and_plain_arguments_capture_separately():
+    @atensor.jit
+    async def f(x: Tensor, scale: float) -> Tensor:
+        return x * scale
+
+    for i in range(24):  # six keys, four calls each
+        shape, scale = [(2, 3), (5,)][i % 2], [0.5, 3.0, -1.0][i % 3]
+        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose((await f(Tensor(x), scale)).numpy(), x * scale, rtol=1e-6)
+    assert f.stats["captures"] == 6 and f.stats["replays"] == 6
+
+
+async def test_state_updated_by_assign_persists_across_replays():
+    acc = Tensor(np.zeros(3, dtype=np.float32))
+
+    @atensor.jit
+    async def add(x: Tensor) -> Tensor:
+        acc.assign(acc + x)
+        await acc.realize()
+        return acc * 1
+
+    total = np.zeros(3, dtype=np.float32)
+    for i in range(7):
+        x = _data(i, (3,))
+        total += x
+        out = await add(Tensor(x))
+        np.testing.assert_allclose(out.numpy(), total, rtol=1e-6)
+    np.testing.assert_allclose(acc.numpy(), total, rtol=1e-6)
+    assert add.stats["replays"] == 4
+
+
+async def test_a_lazy_assign_before_the_call_takes_effect_first():
+    scale = Tensor(np.ones(1, dtype=np.float32))
+
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        return x * scale
+
+    x = _data(0, (3,))
+    for i in range(6):
+        scale.assign(Tensor(np.array([float(i)], dtype=np.float32)))  # left lazy, as an LR schedule does
+        np.testing.assert_allclose((await f(Tensor(x))).numpy(), x * i, rtol=1e-6)
+    assert f.stats["replays"] == 3
+
+
+async def test_random_numbers_inside_are_refused_with_a_clear_error():
+    @atensor.jit
+    async def noisy(x: Tensor) -> Tensor:
+        return x + Tensor.rand(*x.shape)
+
+    x = Tensor(_data(0))
+    await noisy(x)
+    await noisy(x)
+    with pytest.raises(atensor.JitError, match="different graphs.*Random numbers"):
+        await noisy(x)
+
+
+async def test_an_unhashable_plain_argument_is_refused():
+    @atensor.jit
+    async def f(x: Tensor, other: np.ndarray) -> Tensor:
+        return x + Tensor(other)
+
+    with pytest.raises(atensor.JitError, match="ndarray is neither a Tensor nor hashable"):
+        await f(Tensor(_data(0)), _data(1))
+
+
+async def test_concurrent_calls_each_get_their_own_values():
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        return (x @ x.T).sum(axis=0)
+
+    for i in range(4):  # capture and verify first
+        await f(Tensor(_data(i, (16, 16))))
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        out = await f(Tensor(_data(i, (16, 16))))
+        got[i] = out.numpy()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(10):
+            nursery.start_soon(one, i)
+    for i in range(10):
+        x = _data(i, (16, 16))
+        np.testing.assert_allclose(got[i], (x @ x.T).sum(0), rtol=1e-5)
+
+
+async def test_an_error_inside_a_replayed_kernel_surfaces_and_the_next_call_works():
+    @atensor.jit
+    async def power(x: Tensor, y: Tensor) -> Tensor:
+        return x ** y
+
+    x = Tensor(np.array([2, 3], dtype=np.int32))
+    for _ in range(4):
+        assert (await power(x, Tensor(np.array([1, 2], dtype=np.int32)))).tolist() == [2, 9]
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
+        await power(x, Tensor(np.array([-1, 2], dtype=np.int32)))
+    assert (await power(x, Tensor(np.array([2, 1], dtype=np.int32)))).tolist() == [4, 3]
+    assert power.stats["replays"] == 3
+
+
+class _MLP:
+    def __init__(self) -> None:
+        self.layers = [nn.Linear(12, 16), nn.Linear(16, 5)]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.layers[1](self.layers[0](x).relu())
+
+
+async def _train(devices: tuple[str, ...], use_jit: bool, fused: bool, steps: int = 7) -> list[float]:
+    Tensor.manual_seed(3)
+    net = _MLP()
+    params = nn.get_parameters(net)
+    if len(devices) > 1:
+        for p in params:
+            p.shard_(devices)
+    await Tensor.realize(*params)
+    opt = optim.Adam(params, lr=0.05, fused=fused)
+    lr = optim.OneCycleLR(opt, max_lr=0.05, total_steps=steps + 1)
+
+    async def step(x: Tensor, y: Tensor) -> Tensor:
+        loss = nn.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        await opt.step(loss)
+        return loss
+
+    run = atensor.jit(step) if use_jit else step
+    rng = np.random.default_rng(0)
+    losses = []
+    with Tensor.train():
+        for _ in range(steps):
+            x = rng.standard_normal((8, 12)).astype(np.float32)
+            y = rng.integers(0, 5, 8).astype(np.int32)
+            xt, yt = Tensor(x, device=devices[0]), Tensor(y, device=devices[0])
+            if len(devices) > 1:
+                xt, yt = xt.shard(devices, axis=0), yt.shard(devices, axis=0)
+            losses.append((await run(xt, yt)).item())
+            lr.step()
+    if use_jit:
+        assert run.stats["replays"] == steps - 3
+    return losses
+
+
+@pytest.mark.parametrize("devices,fused", [(("CPU:0",), False), (("CPU:0",), True), (("CPU:0", "CPU:1"), True)])
+async def test_a_jitted_training_step_gives_the_losses_of_the_plain_one(devices, fused):
+    plain = await _train(devices, use_jit=False, fused=fused)
+    jitted = await _train(devices, use_jit=True, fused=fused)
+    np.testing.assert_allclose(jitted, plain, rtol=1e-6)
+    assert plain[-1] < plain[0]
