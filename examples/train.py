@@ -10,7 +10,9 @@ is split on axis 0 (`shard(devices, axis=0)`), every device runs the forward and
 its part, and the gradient of each replicated weight is the sum of the devices' gradients: an
 allreduce, which atensor's autograd puts into the graph and the scheduler lowers to copies and
 reduce kernels that overlap the rest of the backward. The whole step (forward, backward,
-allreduces, Adam update) is one task graph and one `await`, and the event loop stays free.
+allreduces, Adam update) is one task graph and one `await`, and the event loop stays free. The step
+is an `atensor.jit` function: its task graph is captured once and replayed on every later batch, so
+Python builds and schedules it only in the first steps (`--no-jit` builds it every step).
 
 The same seed gives the same losses on 1 device and on N (tests/test_train.py checks it): the
 initialization comes from atensor's counter-based generator, and the batch order from numpy's.
@@ -141,8 +143,9 @@ async def evaluate(model, x: np.ndarray, y: np.ndarray, devices: tuple[str, ...]
 async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: float = 0.01,
                 model: str = "mlp", seed: int = 0, max_steps: Optional[int] = None,
                 profile: Optional[str] = None, save: Optional[str] = None, progress: bool = True,
-                data: Optional[Digits] = None) -> Result:
-    """Trains `model` on the digits on `devices` CPU devices; returns the losses and the accuracy."""
+                data: Optional[Digits] = None, jit: bool = True) -> Result:
+    """Trains `model` on the digits on `devices` CPU devices; returns the losses and the accuracy.
+    `jit=False` builds and schedules every step's graph instead of replaying the captured one."""
     names = tuple(f"CPU:{k}" for k in range(devices))
     data = data or load_digits(seed)
     if batch_size % devices:
@@ -166,6 +169,18 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
     step = 0
     if profiler is not None:
         profiler.__enter__()
+    async def train_step(x: Tensor, y: Tensor) -> Tensor:
+        # the mean over the global batch, with a constant divisor: its gradient is then a constant that
+        # every device makes for itself (a data-dependent divisor, as the default "mean" with
+        # ignore_index has, would be computed on one device and sent)
+        loss = nn.cross_entropy(net(x), y, reduction="sum") / batch_size
+        opt.zero_grad()
+        loss.backward()
+        await opt.step(loss)  # forward, backward, allreduces and update: one task graph
+        return loss
+
+    # from the fourth step on, the step's captured task graphs are replayed: no graph building
+    run_step = atensor.jit(train_step) if jit else train_step
     try:
         with Tensor.train():
             for epoch in range(epochs):
@@ -174,14 +189,7 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
                     if step >= total:
                         break
                     idx = order[i * batch_size:(i + 1) * batch_size]
-                    x, y = _on(data.x_train[idx], names), _on(data.y_train[idx], names)
-                    # the mean over the global batch, with a constant divisor: its gradient is then a
-                    # constant that every device makes for itself (a data-dependent divisor, as the
-                    # default "mean" with ignore_index has, would be computed on one device and sent)
-                    loss = nn.cross_entropy(net(x), y, reduction="sum") / batch_size
-                    opt.zero_grad()
-                    loss.backward()
-                    await opt.step(loss)  # forward, backward, allreduces and update: one task graph
+                    loss = await run_step(_on(data.x_train[idx], names), _on(data.y_train[idx], names))
                     schedule.step()
                     step += 1
                     result.losses.append(loss.item())
@@ -215,9 +223,10 @@ def main(argv: Optional[list[str]] = None) -> Result:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", metavar="TRACE.json", help="write a Perfetto trace and an HTML timeline")
     parser.add_argument("--save", metavar="MODEL.safetensors", help="write the trained weights")
+    parser.add_argument("--no-jit", action="store_true", help="build every step's graph (no capture/replay)")
     args = parser.parse_args(argv)
     result = trio.run(lambda: train(args.devices, args.epochs, args.batch, args.lr, args.model, args.seed,
-                                    profile=args.profile, save=args.save))
+                                    profile=args.profile, save=args.save, jit=not args.no_jit))
     print(f"{len(result.losses)} steps in {result.seconds:.1f} s "
           f"({result.samples_per_second:,.0f} samples/s) "
           f"on {args.devices} device(s); final loss {result.losses[-1]:.4f}; "
