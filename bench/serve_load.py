@@ -87,7 +87,7 @@ class ServerProcess:
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "examples" / "serve.py"), "--port", "0", "--mode", mode,
                "--devices", str(devices), "--batch-window-ms", str(window_ms), "--pipeline", str(pipeline),
-               "--warmup-tokens", *(["16", "24"] if mode != "torch" else [])]
+               "--warmup-tokens", *(["10", "14", "18"] if mode != "torch" else [])]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT)
         self.port = self._wait_for_port()
 

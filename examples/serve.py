@@ -135,14 +135,24 @@ class BatchingEngine:
         return pending.result
 
     async def warmup(self, token_lengths: Sequence[int]) -> None:
-        """Computes one batch of each row bucket (up to max_batch) for each length on each replica, so
-        kernels are compiled before serving: compiling holds the GIL for tens of ms, which /health would
-        feel. (A kernel names its device's constants, so each replica compiles its own.)"""
-        buckets = sorted({_row_bucket(n) for n in range(1, self.max_batch + 1)})
-        for model, length, rows in itertools.product(self.models, token_lengths, buckets):
+        """Computes one batch of each shape that batches of 1 to max_batch sentences of each of these
+        lengths pack into, on each replica, so kernels are compiled and schedules cached before serving:
+        compiling holds the GIL for tens of ms, which /health would feel. (A kernel names its device's
+        constants, so each replica compiles its own.)"""
+        shapes: dict[tuple[int, ...], Any] = {}
+        for length, count in itertools.product(token_lengths, range(1, self.max_batch + 1)):
             row = [101] + [1000] * max(0, length - 2) + [102]
-            out = await trio.to_thread.run_sync(model, model.tokenizer.pad([row] * rows, self.pad_multiple))
+            tokens = self._tokens([row] * count)
+            shapes.setdefault(tokens.shape + tokens.pooling.shape if tokens.packed else tokens.shape, tokens)
+        for model, tokens in itertools.product(self.models, shapes.values()):
+            out = await trio.to_thread.run_sync(model, tokens)
             await out.realize()
+
+    def _tokens(self, rows: list[list[int]]) -> Any:
+        """The batch's token arrays: sentences packed several to a row (only a row's end is padding,
+        so a batch of short sentences with one long one does not compute mostly padding), with the row
+        count rounded to a bucket so that a server meets a few dozen shapes, each compiled once."""
+        return self.tokenizer.pack(rows, _row_bucket)
 
     async def _first(self) -> _Pending:
         while True:
@@ -183,17 +193,14 @@ class BatchingEngine:
             rows = [r for p in batch for r in p.ids]
             self.busy += 1
             try:
-                # rows padded up to a bucket too (with [CLS] [SEP] rows whose output is dropped): a server
-                # then meets a few dozen shapes, each compiled once, instead of one per batch
-                filler = [rows[0][:1] + rows[0][-1:]] * (_row_bucket(len(rows)) - len(rows))
-                tokens = model.tokenizer.pad(rows + filler, self.pad_multiple)
+                tokens = self._tokens(rows)
                 # building the graph is Python work: done off the loop thread, so the loop stays free
                 started = time.perf_counter()
                 out = await trio.to_thread.run_sync(model, tokens)
                 built = time.perf_counter()
                 with trio.CancelScope(shield=True):  # the batch's other requests need it
                     await out.realize()
-                result = out.numpy()
+                result = tokens.select(out.numpy())
                 self.build_s += built - started
                 self.realize_s += time.perf_counter() - built
             except Exception as exc:  # a server bug, not bad input: each request of the batch gets it
@@ -206,7 +213,6 @@ class BatchingEngine:
             self.forward_passes += 1
             self.by_device[model.device] = self.by_device.get(model.device, 0) + 1
             self.sentences_computed += len(rows)
-            result = result[:len(rows)]
             start = 0
             with trio.CancelScope(shield=True):
                 for i, p in enumerate(batch):
