@@ -5,7 +5,8 @@ on 1 and 2 devices against PyTorch CPU and tinygrad CPU, and weak scaling.
 
 Each configuration runs in its own process (BLAS thread limits and devices are per process):
 - `atensor 1 dev` / `atensor 2 dev`: batch 256 (split 128 + 128 on 2 devices), BLAS threads as
-  atensor sets them (the cores divided among the devices in use);
+  atensor sets them (the cores divided among the devices in use); the step is an `atensor.jit`
+  function as in examples/train.py (captured, then replayed), and the `no jit` rows rebuild it;
 - `torch`: the same model, batch and optimizer, `torch.set_num_threads(2)` (the machine's cores);
 - `tinygrad`: the same, with TinyJit (how tinygrad trains), when tinygrad is installed and works;
 - weak scaling, as PyTorch DDP reports it: every device keeps a batch of 256 and one BLAS thread;
@@ -40,10 +41,11 @@ def _data(batch: int):
     return rng.random((batch, 64), dtype=np.float32), rng.integers(0, 10, size=batch).astype(np.int32)
 
 
-def run_atensor(devices: int, batch: int, steps: int) -> list[float]:
+def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[float]:
     import trio
     sys.path.insert(0, str(HERE.parent / "examples"))
     import train
+    import atensor
     from atensor import Tensor, nn
     from atensor.nn import optim
     names = tuple(f"CPU:{k}" for k in range(devices))
@@ -57,16 +59,21 @@ def run_atensor(devices: int, batch: int, steps: int) -> list[float]:
     opt = optim.Adam(params, lr=1e-3, fused=True)  # as examples/train.py
     times: list[float] = []
 
+    async def step(x: Tensor, y: Tensor) -> Tensor:
+        loss = nn.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        await opt.step(loss)
+        return loss
+    run = atensor.jit(step) if jit else step
+
     async def loop() -> None:
         await Tensor.realize(*params)
         with Tensor.train():
             for _ in range(WARMUP + steps):
                 start = time.perf_counter()
-                x, y = train._on(x_np, names), train._on(y_np, names)
-                loss = nn.cross_entropy(net(x), y)
-                opt.zero_grad()
-                loss.backward()
-                await opt.step(loss)
+                loss = await run(train._on(x_np, names), train._on(y_np, names))
+                loss.item()
                 times.append(time.perf_counter() - start)
     trio.run(loop)
     return times[WARMUP:]
@@ -132,7 +139,7 @@ def run_tinygrad(batch: int, steps: int) -> list[float]:
 def worker(config: dict) -> dict:
     kind = config["kind"]
     if kind == "atensor":
-        times = run_atensor(config["devices"], config["batch"], config["steps"])
+        times = run_atensor(config["devices"], config["batch"], config["steps"], config.get("jit", True))
     elif kind == "torch":
         times = run_torch(config["batch"], config["steps"], config["threads"])
     else:
@@ -161,6 +168,10 @@ def main() -> None:
     runs = {
         "atensor, 1 device": measure({"kind": "atensor", "devices": 1, "batch": 256, "steps": steps}),
         "atensor, 2 devices": measure({"kind": "atensor", "devices": 2, "batch": 256, "steps": steps}),
+        "atensor, 1 device, no jit": measure({"kind": "atensor", "devices": 1, "batch": 256, "steps": steps,
+                                              "jit": False}),
+        "atensor, 2 devices, no jit": measure({"kind": "atensor", "devices": 2, "batch": 256, "steps": steps,
+                                               "jit": False}),
         "torch CPU, 2 threads": measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 2}),
         "tinygrad CPU (TinyJit)": measure({"kind": "tinygrad", "batch": 256, "steps": steps}),
         "weak: atensor 1 device x 256, 1 thread": measure(

@@ -31,7 +31,7 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
 
-# While atensor.jit captures a call, the list its realizes record their schedules into (jit.py).
+# While atensor.jit captures a call, the list its realizes record their schedules into (replay.py).
 # A context variable, so only the capturing trio task (and the tasks it starts) records.
 recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
 
@@ -39,7 +39,7 @@ recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("aten
 class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
-    schedule the job ran (see jit.py)."""
+    schedule the job ran (see replay.py)."""
     __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record")
 
     def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer],

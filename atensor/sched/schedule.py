@@ -119,6 +119,17 @@ def set_head(spec: BufferSpec, head: Node) -> None:
         _pending_specs.add(spec)
 
 
+def settle_head(spec: BufferSpec) -> None:
+    """Counts `spec`'s pending assign as realized when a replayed graph (replay.py) has written the
+    version it makes: the assign's target is the version before the buffer's current one."""
+    with _becomes_lock:
+        head = spec.head
+        if head is not None and head.src[0].op is Ops.BUFFER and head.src[0].arg[1] == spec.version - 1:
+            becomes[head] = spec.node()
+            spec.head = None
+            _pending_specs.discard(spec)
+
+
 def pending_heads() -> list[Node]:
     """The newest lazy version of every buffer that has one, in no particular order. A realize takes
     this snapshot when it is issued (program order), and `schedule` realizes along every pending

@@ -9,8 +9,8 @@ again and must build the same graphs (verified). From the fourth call on the fun
 at all: the captured graphs are submitted again, with the new arguments' buffers in place of the
 captured ones. What tinygrad's TinyJit does, with these rules:
 
-- Arguments: tensors (at any depth of tuples, lists and dicts) are the inputs, realized first when
-  they are lazy (each call, as a realize of their own); any other argument
+- Arguments: tensors (at any depth of tuples, lists and dicts) are the inputs; a lazy one (a batch
+  sharded over devices, say) is computed by the replay from the buffers it reads; any other argument
   must be hashable and is part of the key. A new key (other shapes, dtypes, devices, lazy structure
   of an input, or other plain arguments) is captured afresh, up to `max_programs` keys.
 - State: buffers that existed before the call (parameters, optimizer state, constants) are the
@@ -30,6 +30,7 @@ captured ones. What tinygrad's TinyJit does, with these rules:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.hcq.buffer import Buffer
-from atensor.hcq.executor import Submission, execute
+from atensor.hcq.executor import _UNSET, Submission, execute
 from atensor.hcq.host import Job, RealizeHandle, dispatcher, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -101,6 +102,10 @@ class _Record:
     tasks: list[Task]
     touched: list[bool]
     assigned: tuple[BufferSpec, ...]
+    runners: list = dataclasses.field(default_factory=list)  # per task: its callable, kept (executor.py)
+
+    def __post_init__(self) -> None:
+        self.runners = [None if touched else _UNSET for touched in self.touched]
 
     def instantiate(self, mapping: dict[BufferSpec, BufferSpec]) -> TaskGraph:
         """The TaskGraph with the substituted buffers; tasks that touch none are reused as they are."""
@@ -128,9 +133,9 @@ class _Program:
     keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
     verified: bool = False
 
-    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], list[Buffer]]:
-        """Submits the captured graphs with `inputs` and fresh result buffers; returns the job, the
-        result tensors and the buffers held in flight until the job is planned."""
+    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor]]:
+        """The job that runs the captured graphs with `inputs` and fresh result buffers, and the result
+        tensors (realized once the job is done)."""
         mapping = dict(zip(self.inputs, inputs))
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
@@ -147,8 +152,8 @@ class _Program:
             buf.hold(1)
         job = Job(None, [], held)
         records = self.records
-        job.plan = lambda: _run_records(records, mapping)
-        return job, tensors, held
+        job.plan = lambda: _run_records(records, mapping, inputs)
+        return job, tensors
 
 
 def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
@@ -164,18 +169,23 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
     return tensors[0].realize(*tensors[1:])
 
 
-async def _flush_all_pending() -> None:
-    """Realizes every pending lazy assign, each on its own: one that cannot be realized (it reads an
-    overwritten version, or its kernel fails) is left to raise where its own code realizes it."""
+async def _flush_all_pending(keep: set[Node]) -> None:
+    """Realizes every pending lazy assign but those in `keep`, each on its own: one that cannot be
+    realized (it reads an overwritten version, or its kernel fails) is left to raise where its own
+    code realizes it."""
     for head in sched.pending_heads():
+        if head in keep:
+            continue
         try:
             await Tensor(head).realize()
         except Exception:  # noqa: BLE001 - not this call's error; see the docstring
             pass
 
 
-def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
-    """On the dispatcher thread: each captured graph's commit (version counts), then its submission."""
+def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
+                 inputs: list[BufferSpec]) -> Submission:
+    """On the dispatcher thread: each captured graph's commit (version counts), then its submission;
+    a lazy input's pending assign, computed by the replay, then counts as realized."""
     start = time.perf_counter_ns()
     total = Submission()
     count = 0
@@ -184,10 +194,13 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec]) 
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
-        sub = execute(graph)
+        sub = execute(graph, record.runners)
         total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
         total.placed.extend(sub.placed)
         count += len(graph.tasks)
+    for spec in inputs:
+        if spec.head is not None:
+            sched.settle_head(spec)
     if collector.is_active():
         collector.record_host(HostSpan(f"replay {count} tasks", "schedule", start, time.perf_counter_ns()))
     return total
@@ -245,9 +258,6 @@ class Jit:
         self.stats["calls"] += 1
         tensors: list[Tensor] = []
         shape = _flatten((args, kwargs), tensors)
-        lazy = [t for t in tensors if not _is_stored(t.node)]
-        if lazy:  # inputs are buffers: a lazy one is realized first, as its own realize
-            await Tensor.realize(*lazy)
         nodes = [t.node for t in tensors]
         key = (shape, tuple(cache.graph_key(toposort([n])).key for n in nodes))
         program = self._programs.get(key)
@@ -255,71 +265,72 @@ class Jit:
             flush = _flush_pending(program.accessed, program.written)
             if flush is not None:  # lazy assigns issued before this call happen before it
                 await flush
-            leaves = [_leaves(t.node) for t in tensors]
-            for group in leaves:
-                sched.check_versions(group)
+                if any(t.node is not n for t, n in zip(tensors, nodes)):  # an input was one of them
+                    self.stats["calls"] -= 1
+                    return await self(*args, **kwargs)
+            leaves = [leaf for n in nodes for leaf in _leaves(n)]
+            sched.check_versions(leaves)
             self._programs.move_to_end(key)
             self.stats["replays"] += 1
-            job, results, _ = program.replay([leaf.arg[0] for group in leaves for leaf in group])
+            job, results = program.replay([leaf.arg[0] for leaf in leaves])
             await RealizeHandle(dispatcher.submit(job), None)
             return _unflatten(program.result_shape, results)
         calls = self._calls.get(key, 0)
         self._calls[key] = calls + 1
         if calls == 0 or key in self._capturing:
-            return await self._run(args, kwargs)
-        await _flush_all_pending()  # so that the recorded graphs hold only the function's own work
+            return await self._run(tensors, args, kwargs, None)
+        # the recorded graphs must hold only this call's work: lazy assigns issued before it (other
+        # than the inputs' own) are realized first
+        await _flush_all_pending(keep={n for node in nodes for n in toposort([node]) if n.op is Ops.ASSIGN})
+        records: list[sched.Schedule] = []
         if program is None:
-            inputs = [leaf.arg[0] for t in tensors for leaf in _leaves(t.node)]
-            return await self._capture(key, args, kwargs, inputs)
-        result, keys = await self._run(args, kwargs, verify=True)
-        if keys != program.keys:
+            inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
+            first_uid = BufferSpec._next_uid + 1
+            self._capturing.add(key)
+            try:
+                result, outs, result_shape = await self._run(tensors, args, kwargs, records)
+            finally:
+                self._capturing.discard(key)
+            self._programs[key] = _program(records, inputs, [t.node for t in outs], result_shape, first_uid)
+            self.stats["captures"] += 1
+            while len(self._programs) > self.max_programs:
+                self._programs.popitem(last=False)
+            return result
+        result, _, _ = await self._run(tensors, args, kwargs, records)
+        if [r.key for r in records] != program.keys:
             del self._programs[key]
             raise JitError(
                 f"atensor.jit: {getattr(self.fn, '__name__', 'the function')} built different graphs on two "
-                f"calls with the same arguments ({len(program.keys)} realizes, then {len(keys)}), so it cannot "
-                f"be replayed. Random numbers drawn inside it, or Python numbers that change between calls, "
-                f"do this: pass such values in as tensors, or do not jit the function")
+                f"calls with the same arguments ({len(program.keys)} realizes, then {len(records)}), so it "
+                f"cannot be replayed. Random numbers drawn inside it, or Python numbers that change between "
+                f"calls, do this: pass such values in as tensors, or do not jit the function")
         program.verified = True
         return result
 
-    async def _run(self, args: tuple, kwargs: dict, verify: bool = False) -> Any:
-        """Calls the function and realizes its tensor results; with `verify`, also returns the graph
-        structure of each realize it issued."""
-        records: Optional[list] = [] if verify else None
-        token = recording.set(records) if verify else None
-        try:
+    async def _run(self, tensors: list[Tensor], args: tuple, kwargs: dict, records: Optional[list]) -> Any:
+        """Calls the function and realizes its tensor results. With `records` (capturing), the
+        schedules of every realize are appended to it, lazy inputs are realized first (so that a
+        replay computes them too), and (result, result tensors, result shape) is returned."""
+        if records is None:
             result = await self.fn(*args, **kwargs)
             outs: list[Tensor] = []
             _flatten(result, outs)
             if outs:
                 await Tensor.realize(*outs)
-        finally:
-            if token is not None:
-                recording.reset(token)
-        if verify:
-            return result, [r.key for r in records]
-        return result
-
-    async def _capture(self, key: tuple, args: tuple, kwargs: dict, inputs: list[BufferSpec]) -> Any:
-        first_uid = BufferSpec._next_uid + 1
-        records: list[sched.Schedule] = []
-        self._capturing.add(key)
+            return result
         token = recording.set(records)
         try:
+            lazy = [t for t in tensors if not _is_stored(t.node)]
+            if lazy:
+                await Tensor.realize(*lazy)
             result = await self.fn(*args, **kwargs)
-            outs: list[Tensor] = []
+            outs = []
             result_shape = _flatten(result, outs)
             if outs:
                 await Tensor.realize(*outs)
         finally:
             recording.reset(token)
-            self._capturing.discard(key)
-        program = _program(records, inputs, [t.node for t in outs], result_shape, first_uid)
-        self._programs[key] = program
-        self.stats["captures"] += 1
-        while len(self._programs) > self.max_programs:
-            self._programs.popitem(last=False)
-        return result
+        return result, outs, result_shape
 
 
 def jit(fn: Optional[Callable[..., Awaitable[Any]]] = None, *, max_programs: int = 32) -> Any:
