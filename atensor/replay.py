@@ -30,7 +30,6 @@ captured ones. What tinygrad's TinyJit does, with these rules:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -40,7 +39,8 @@ from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.hcq.buffer import Buffer
-from atensor.hcq.executor import _UNSET, Submission, execute
+from atensor.hcq.executor import Submission
+from atensor.hcq.replayplan import ReplayPlan
 from atensor.hcq.host import Job, RealizeHandle, dispatcher, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -102,10 +102,7 @@ class _Record:
     tasks: list[Task]
     touched: list[bool]
     assigned: tuple[BufferSpec, ...]
-    runners: list = dataclasses.field(default_factory=list)  # per task: its callable, kept (executor.py)
-
-    def __post_init__(self) -> None:
-        self.runners = [None if touched else _UNSET for touched in self.touched]
+    plan: Optional[ReplayPlan] = None  # made on the first replay (on the dispatcher thread)
 
     def instantiate(self, mapping: dict[BufferSpec, BufferSpec]) -> TaskGraph:
         """The TaskGraph with the substituted buffers; tasks that touch none are reused as they are."""
@@ -194,7 +191,9 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
-        sub = execute(graph, record.runners)
+        if record.plan is None:
+            record.plan = ReplayPlan(record.tasks, record.touched)
+        sub = record.plan.submit(graph.tasks, mapping)
         total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
         total.placed.extend(sub.placed)
         count += len(graph.tasks)

@@ -52,17 +52,19 @@ class Submission:
 _next_task_id = 0
 
 
-_UNSET = object()
-
-
-def execute(graph: TaskGraph, runners: Optional[list] = None) -> Submission:
-    """Plans and submits `graph`; returns what to await. Runs on the dispatcher thread. `runners`, one
-    slot per task, caches each task's callable across submissions of the same tasks (replay.py): a slot
-    holding `_UNSET` is filled, a slot holding None is computed afresh every time."""
-    sub = Submission()
+def take_task_ids(count: int) -> int:
+    """The first of `count` new task ids. Ids are unique per process, so a profile never confuses two
+    realizes; only the dispatcher thread plans, so no lock."""
     global _next_task_id
-    base_id = _next_task_id  # task ids are unique per process, so a profile never confuses two realizes
-    _next_task_id += len(graph.tasks)
+    base = _next_task_id
+    _next_task_id += count
+    return base
+
+
+def execute(graph: TaskGraph) -> Submission:
+    """Plans and submits `graph`; returns what to await. Runs on the dispatcher thread."""
+    sub = Submission()
+    base_id = take_task_ids(len(graph.tasks))
     lists: dict[Queue, list[Command]] = {}
     placed: list[tuple[Queue, int]] = []
     before: dict[BufferSpec, tuple[list, list]] = {}
@@ -108,14 +110,9 @@ def execute(graph: TaskGraph, runners: Optional[list] = None) -> Submission:
                         old = waits.get(sig)
                         if old is None or old[0] < v:
                             waits[sig] = (v, old is not None and old[1])
-        run = runners[task.id] if runners is not None else None
-        if run is None or run is _UNSET:
-            t0 = time.perf_counter_ns()
-            fresh = _runner(task)
-            compile_ns += time.perf_counter_ns() - t0
-            if run is _UNSET:
-                runners[task.id] = fresh
-            run = fresh
+        t0 = time.perf_counter_ns()
+        run = _runner(task)
+        compile_ns += time.perf_counter_ns() - t0
         var_vals = getattr(task.work, "var_vals", None)
         nbytes = 0
         for a in task.accesses:

@@ -1,0 +1,141 @@
+"""A captured TaskGraph lowered once, submitted many times (atensor.jit's replays).
+
+Why: `execute` plans a graph from scratch: the queue of every task, its place in that queue, which
+tasks of other queues it waits for, its size, its callable, which buffers to tell about its work.
+For a graph that is submitted again and again with a few buffers swapped (jit inputs and results),
+all of that is the same every time except three things, which `submit` computes:
+
+- the signal values: each queue's values are reserved as one block, so a task's value is the block's
+  base plus its fixed place in the queue's list (waits between tasks of the graph likewise);
+- the waits on work still pending from earlier realizes, from each buffer's pending writers and
+  readers, exactly as `execute` finds them;
+- the callables of tasks that touch a swapped buffer (the others are kept).
+
+Each buffer is told only of the last write and the last read per queue, which is all it keeps.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from atensor.graph.node import BufferSpec
+from atensor.graph.symbolic import evaluate
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.device import Device
+from atensor.hcq.executor import Submission, _runner, take_task_ids
+from atensor.hcq.queue import Command, Queue
+from atensor.sched.taskgraph import Task
+
+
+class ReplayPlan:
+    """`tasks` (a captured graph's, in order) lowered once; `swapped[i]` says task i touches a buffer
+    that `submit`'s mapping replaces."""
+
+    def __init__(self, tasks: list[Task], swapped: list[bool]):
+        self.queues: list[Queue] = []
+        queue_index: dict[Queue, int] = {}
+        self.buffers: list[BufferSpec] = []
+        buffer_index: dict[BufferSpec, int] = {}
+        self.task_queue: list[int] = []
+        self.task_pos: list[int] = []
+        self.waits_inside: list[tuple[tuple[int, int], ...]] = []   # (queue, place) of the newest dep per other queue
+        self.accesses: list[tuple[tuple[int, bool], ...]] = []      # (buffer, reading)
+        self.static: list[tuple[str, str, int, int, tuple[int, ...]]] = []
+        self.read_first: list[tuple[int, str]] = []                 # buffers read before written: (buffer, task name)
+        counts: list[int] = []
+        written: set[int] = set()
+        last: dict[tuple[int, int, bool], int] = {}                 # (buffer, queue, write) -> place
+        for task in tasks:
+            queue = Device.get(task.device).queue(task.queue)
+            qi = queue_index.get(queue)
+            if qi is None:
+                qi = queue_index[queue] = len(self.queues)
+                self.queues.append(queue)
+                counts.append(0)
+            pos = counts[qi]
+            counts[qi] += 1
+            self.task_queue.append(qi)
+            self.task_pos.append(pos)
+            newest: dict[int, int] = {}
+            for dep in task.deps:
+                dq = self.task_queue[dep]
+                if dq != qi and newest.get(dq, -1) < self.task_pos[dep]:
+                    newest[dq] = self.task_pos[dep]
+            self.waits_inside.append(tuple(newest.items()))
+            accesses = []
+            nbytes = 0
+            var_vals = getattr(task.work, "var_vals", None)
+            for acc in task.accesses:
+                bi = buffer_index.get(acc.buffer)
+                if bi is None:
+                    bi = buffer_index[acc.buffer] = len(self.buffers)
+                    self.buffers.append(acc.buffer)
+                reading = acc.mode == "r"
+                if reading and bi not in written:
+                    self.read_first.append((bi, task.name))
+                accesses.append((bi, reading))
+                last[(bi, qi, not reading)] = pos
+                span = acc.end - acc.start
+                nbytes += span if type(span) is int else evaluate(span, var_vals)
+            written.update(bi for bi, reading in accesses if not reading)
+            self.accesses.append(tuple(accesses))
+            self.static.append((task.name, task.work.kind, nbytes, getattr(task.work, "flops", 0),
+                                tuple(sorted(task.deps))))
+        self.counts = counts
+        self.notes = [(bi, qi, pos, write) for (bi, qi, write), pos in last.items()]
+        self.runners: list[Optional[Callable[[], None]]] = [None] * len(tasks)
+        self.keep_runner = [not s for s in swapped]
+
+    def submit(self, tasks: list[Task], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
+        """Puts `tasks` (the captured ones, with swapped buffers where `mapping` says) on the queues."""
+        specs = [mapping.get(s, s) for s in self.buffers]
+        bufs = [Buffer.of(s) for s in specs]
+        for bi, name in self.read_first:
+            failure = bufs[bi].failure
+            if failure is not None:
+                raise RuntimeError(f"{name} reads {specs[bi]}, whose contents come from a task that "
+                                   f"failed: {failure}") from failure
+        before = [(b.pending_writes(), b.pending_reads()) for b in bufs]
+        bases = []
+        for queue, count in zip(self.queues, self.counts):
+            bases.append(queue._reserved)
+            queue._reserved += count
+        signals = [q.signal for q in self.queues]
+        base_id = take_task_ids(len(tasks))
+        lists: list[list[Command]] = [[] for _ in self.queues]
+        sub = Submission()
+        for i, task in enumerate(tasks):
+            qi = self.task_queue[i]
+            own = signals[qi]
+            value = bases[qi] + self.task_pos[i] + 1
+            waits: dict = {}
+            for dq, dpos in self.waits_inside[i]:
+                waits[signals[dq]] = (bases[dq] + dpos + 1, True)
+            for bi, reading in self.accesses[i]:
+                pending_writes, pending_reads = before[bi]
+                for sig, v in pending_writes:
+                    if sig is not own:
+                        old = waits.get(sig)
+                        if old is None or old[0] < v:
+                            waits[sig] = (v, reading or (old is not None and old[1]))
+                if not reading:
+                    for sig, v in pending_reads:
+                        if sig is not own:
+                            old = waits.get(sig)
+                            if old is None or old[0] < v:
+                                waits[sig] = (v, old is not None and old[1])
+            run = self.runners[i]
+            if run is None:
+                run = _runner(task)
+                if self.keep_runner[i]:
+                    self.runners[i] = run
+            name, kind, nbytes, flops, deps = self.static[i]
+            lists[qi].append(Command(value, tuple([(s, v, c) for s, (v, c) in waits.items()]), run, name, kind,
+                                     base_id + i, nbytes, flops, tuple([base_id + d for d in deps])))
+            sub.placed.append((own, value, task))
+        for bi, qi, pos, write in self.notes:
+            bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
+        for qi, queue in enumerate(self.queues):
+            if self.counts[qi]:
+                sub.final[queue] = bases[qi] + self.counts[qi]
+                queue.submit(lists[qi])
+        return sub
