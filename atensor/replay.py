@@ -12,7 +12,8 @@ captured ones. What tinygrad's TinyJit does, with these rules:
 - Arguments: tensors (at any depth of tuples, lists and dicts) are the inputs; a lazy one (a batch
   sharded over devices, say) is computed by the replay from the buffers it reads; any other argument
   must be hashable and is part of the key. A new key (other shapes, dtypes, devices, lazy structure
-  of an input, or other plain arguments) is captured afresh, up to `max_programs` keys.
+  of an input, other plain arguments, training mode or no_grad) is captured afresh, up to
+  `max_programs` keys.
 - State: buffers that existed before the call (parameters, optimizer state, constants) are the
   captured ones: updates by `assign` land in them on every replay, exactly as in the function.
 - Results: the function returns tensors (or tuples/lists/dicts of them, or None); they are realized
@@ -258,7 +259,8 @@ class Jit:
         tensors: list[Tensor] = []
         shape = _flatten((args, kwargs), tensors)
         nodes = [t.node for t in tensors]
-        key = (shape, tuple(cache.graph_key(toposort([n])).key for n in nodes))
+        key = (shape, tuple(cache.graph_key(toposort([n])).key for n in nodes), Tensor.training,
+               bool(Tensor.no_grad))
         program = self._programs.get(key)
         if program is not None and program.verified:
             flush = _flush_pending(program.accessed, program.written)

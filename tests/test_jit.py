@@ -194,3 +194,31 @@ async def test_a_jitted_training_step_gives_the_losses_of_the_plain_one(devices,
     jitted = await _train(devices, use_jit=True, fused=fused)
     np.testing.assert_allclose(jitted, plain, rtol=1e-6)
     assert plain[-1] < plain[0]
+
+
+async def test_training_mode_is_part_of_the_key():
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        return x * 2 if Tensor.training else x + 1
+
+    x = _data(0)
+    for _ in range(4):
+        with Tensor.train():
+            np.testing.assert_allclose((await f(Tensor(x))).numpy(), x * 2)
+        np.testing.assert_allclose((await f(Tensor(x))).numpy(), x + 1)
+    assert f.stats["replays"] == 2 and f.stats["captures"] == 2
+
+
+async def test_a_jitted_method_binds_to_its_instance():
+    class Scaler:
+        def __init__(self, k: float) -> None:
+            self.k = Tensor(np.array([k], dtype=np.float32))
+
+        @atensor.jit
+        async def __call__(self, x: Tensor) -> Tensor:
+            return x * self.k
+
+    x = _data(1, (3,))
+    scaler = Scaler(3.0)
+    for _ in range(5):
+        np.testing.assert_allclose((await scaler(Tensor(x))).numpy(), x * 3, rtol=1e-6)
