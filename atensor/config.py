@@ -11,6 +11,7 @@ through `Context`:
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
+| malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (hcq/numpy_plans.py); 0: malloc's defaults |
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class Settings:
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
     schedule_cache: bool = bool(int(os.environ.get("ATENSOR_SCHEDULE_CACHE", "1")))
     allreduce_bucket_bytes: int = int(os.environ.get("ATENSOR_BUCKET_BYTES", str(25 << 20)))
+    malloc_keep_bytes: int = int(os.environ.get("ATENSOR_MALLOC_KEEP", str(128 << 20)))
 
 
 settings = Settings()

@@ -1,18 +1,19 @@
-"""The numpy kernel backend: renders each fused kernel once into a Python function over numpy.
+"""The numpy backend: renders each fused kernel once into a Python function over numpy.
 
 A kernel AST (STORE of an expression over PARAM loads) becomes straight-line code, one numpy call per
 node, compiled with `compile`/`exec` and cached by the AST itself (interned, so structurally equal
-kernels share one function). Views are numpy strides (`as_strided`), never copies, except a padded
-view, which needs its zeros somewhere. A reduce of a product whose operands are broadcast along
-different axes is a matmul in disguise and goes to `np.einsum(optimize=True)`, which calls BLAS.
+kernels share one function). Views are numpy strides, never copies, except a padded view, which needs
+its zeros somewhere. A reduce of a product whose operands are broadcast along different axes is a
+matmul in disguise and goes to one np.matmul (BLAS). Whatever depends only on shapes and strides (how
+to read a view, how to lay out a matmul) is decided here, at render time, into the plan objects of
+numpy_plans.py that the generated code calls.
 
-Generated code reads like this (E_add_exp_4096):
+Generated code reads like this (E_add_exp_4096; K12 is a Window's read, K13 np.exp, K15 np.add):
 
-    def E_add_exp_4096(b0, b1):
-        v1 = _view(b1, V0)
-        v2 = u_EXP(v1)
-        v3 = np.add(v2, C0)
-        _store(b0, V1, v3)
+    def E_add_exp_4096(b0, b1, var_vals=None):
+        v1 = K12(b1)
+        v2 = K13(v1)
+        K15(v2, K14, out=K16(b0))
 """
 from __future__ import annotations
 
@@ -21,21 +22,23 @@ import threading
 from typing import Any, Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from atensor.graph.node import Node, toposort
+from atensor.config import settings
+from atensor.dtype import dtypes
 from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
+from atensor.hcq import numpy_plans
+from atensor.hcq.numpy_plans import Contraction, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
 _cache_lock = threading.Lock()
 compile_count = 0
+_malloc_tuned = False
 
 
-def _strided(flat: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
-    item = flat.itemsize
-    return as_strided(flat[offset:], shape, tuple(s * item for s in strides))
+_strided = numpy_plans.strided
 
 
 def _view(x: np.ndarray, view: View) -> np.ndarray:
@@ -147,6 +150,33 @@ def _matmul_shaped(node: Node) -> bool:
     return all(broadcast) and node.src[0].size >= 64
 
 
+def _quiet_cast(source: np.dtype, dest: np.dtype) -> bool:
+    """True when numpy's astype from `source` to `dest` can raise no float warning (overflow, invalid
+    value), so the kernel calls it without the errstate context _cast pays ~2 us for."""
+    if source.kind == "b" or np.can_cast(source, dest, "safe"):
+        return True
+    if source.kind in "iu":  # integers wrap silently; any integer fits float32's range
+        return dest.kind in "iub" or (dest.kind == "f" and dest.itemsize >= 4)
+    return False
+
+
+def _reduce_call(n: Node, src: str, const: Callable[[Any], str]) -> str:
+    """The call for a reduce that is not a contraction: the ufunc's own reduce (np.sum and np.max add
+    a layer of Python), and a max along a short last axis as numpy_plans.max_last."""
+    op, axes = n.arg
+    npdt, shape = n.dtype.np, n.src[0].shape
+    plain = npdt.kind in "iuf" and n.dtype not in (dtypes.float16, dtypes.bfloat16)
+    if plain and op is ReduceOp.MAX and math.prod(shape) > 0:
+        last = len(shape) - 1
+        if axes == (last,) and last > 0 and shape[last] <= 32 and math.prod(shape) >= 512:
+            perm = (last,) + tuple(range(last))
+            return f"_max_last({src}, {perm!r}, {n.shape!r})"
+        return f"np.maximum.reduce({src}, axis={axes!r}, keepdims=True)"
+    if plain and op is ReduceOp.SUM:
+        return f"np.add.reduce({src}, axis={axes!r}, keepdims=True, dtype={const(npdt)})"
+    return f"_reduce(ReduceOp.{op.name}, {src}, {axes!r}, {const(n.dtype)})"
+
+
 def _arange(start: Any, step: Any, size: int, dtype: np.dtype) -> np.ndarray:
     return (start + step * np.arange(size, dtype=np.float64 if dtype.kind == "f" else np.int64)).astype(dtype)
 
@@ -219,9 +249,11 @@ def _elementwise_regions(order: list[Node], skip: set[Node]) -> list[list[Node]]
 
 def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
     """Python source for the kernel `ast` and the globals it needs."""
-    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_target": _target, "_cast": cast_fn, "_bitcast": bitcast_fn,
+    env: dict[str, Any] = {"np": np, "_view": _view, "_store": _store, "_target": _target,
+                           "_cast": cast_fn, "_bitcast": bitcast_fn,
                            "_reduce": reduce_fn, "_sum_of_product": _sum_of_product, "_arange": _arange,
-                           "ReduceOp": ReduceOp, "_gather": gather_fn, "_scatter": scatter_fn}
+                           "ReduceOp": ReduceOp, "_gather": gather_fn, "_scatter": scatter_fn,
+                           "_where": numpy_plans.where, "_max_last": numpy_plans.max_last}
     names: dict[Node, str] = {}
     lines: list[str] = []
     params = sorted((n for n in toposort([ast]) if n.op is Ops.PARAM), key=lambda n: n.arg[0])
@@ -236,6 +268,15 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         """A view constant; one at a symbolic offset is evaluated with the call's variable values."""
         return f"{const(view)}.evaluate(var_vals)" if view.variables() else const(view)
 
+    def read(src: str, view: View) -> str:
+        """`src` seen through `view`: a Window planned now for a concrete view."""
+        return f"_view({src}, {view_arg(view)})" if view.variables() else f"{const(Window(view).read)}({src})"
+
+    def window_target(buf: str, view: View) -> str:
+        if view.variables():
+            return f"_target({buf}, {view_arg(view)})"
+        return f"{const(Window(view).target)}({buf})"
+
     order = toposort([ast])
     users: dict[Node, int] = {}
     non_elementwise_users: set[Node] = set()
@@ -244,12 +285,48 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             users[src] = users.get(src, 0) + 1
             if n.op not in ELEMENTWISE:
                 non_elementwise_users.add(src)
-    # a broadcast constant read only by elementwise ops stays a 0-d array: numpy broadcasts it itself,
-    # and its scalar fast paths are about twice as fast as reading a stride-0 array
-    scalars = {n for n in order if n.op is Ops.VIEW and n.src[0].op is Ops.CONST and n.arg.mask is None
-               and n not in non_elementwise_users}
     # the product under a matmul-shaped reduce is never materialized: einsum reads its operands
     skip = {n.src[0] for n in order if n.op is Ops.REDUCE and _matmul_shaped(n) and users[n.src[0]] == 1}
+    # a broadcast constant, or a broadcast of any one-element value (a step count, a scale computed in
+    # the kernel), read only by elementwise ops stays a 0-d array: numpy broadcasts it itself, and its
+    # scalar fast paths are about twice as fast as reading a stride-0 array
+    matmul_operands = {s for m in skip for s in m.src}
+    scalars = {n for n in order if n.op is Ops.VIEW and n.arg.mask is None and n not in non_elementwise_users
+               and (n.src[0].op is Ops.CONST or (math.prod(n.src[0].shape) == 1 and not n.arg.variables()
+                                                 and n not in matmul_operands))}
+    # plans that read a view's source directly, so the view itself is not rendered when nothing else
+    # reads it: a matmul-shaped reduce (one np.matmul on the unbroadcast operands) and x + pad(y)
+    # (an add into the padded region only; concatenations are sums of such pads)
+    contractions: dict[Node, Contraction] = {}
+    pad_adds: dict[Node, tuple[Node, Node]] = {}  # ADD -> (the other operand, the padded view)
+    for n in order:
+        if n.op is Ops.REDUCE and _matmul_shaped(n):
+            a, b = n.src[0].src
+            plan = Contraction(a.arg, b.arg, n.arg[1], n.dtype.np)
+            if plan.usable:
+                contractions[n] = plan
+        elif n.op is Ops.ADD and n.shape:
+            for pad, other in (n.src, n.src[::-1]):
+                if pad.op is Ops.VIEW and pad.arg.mask is not None and not pad.arg.variables() and \
+                        users[pad] == 1 and pad.shape == n.shape and pad.dtype == other.dtype == n.dtype:
+                    pad_adds[n] = (other, pad)
+                    break
+
+    def reads(n: Node) -> tuple[Node, ...]:
+        if n in skip:
+            return ()
+        if n in contractions:
+            return tuple(s.src[0] for s in n.src[0].src)
+        if n in pad_adds:
+            return pad_adds[n][0], pad_adds[n][1].src[0]
+        return n.src
+    live: set[Node] = set()
+    stack = [ast]
+    while stack:
+        n = stack.pop()
+        if n not in live:
+            live.add(n)
+            stack.extend(reads(n))
     # arrays this kernel allocated (ufunc and where results) that nothing else refers to: a ufunc that
     # is their only reader writes its result into them (`out=`), saving an allocation and a pass over
     # cold memory per elementwise op
@@ -267,7 +344,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
                 return f"{call}, out={names[reuse]})"
         return call + ")"
 
-    regions = _elementwise_regions(order, skip)
+    regions = _elementwise_regions(order, skip | pad_adds.keys())
     region_start = {r[0]: r for r in regions}
     in_region = {n for r in regions for n in r}
     if regions:  # hoistable inputs of a region's nodes move before the region's first node
@@ -309,8 +386,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         sl = f"[{', '.join(index)}]"
 
         def _unsliced(s: Node) -> bool:  # a 0-d value (a constant kept as a scalar) broadcasts by itself
-            return not s.shape or (s.op is Ops.VIEW and not s.src[0].shape
-                                   and names[s] == names.get(s.src[0]))
+            return not s.shape or s in scalars
         body: list[str] = []
         local: dict[Node, str] = {}
         temp: set[Node] = set()
@@ -319,7 +395,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             target = f"{names[m]}{sl}" if m in outputs else None
             local[m] = f"c{len(local)}"
             if m.op is Ops.WHERE or m.op is Ops.CAST:
-                expr = f"np.where({', '.join(args)})" if m.op is Ops.WHERE else \
+                expr = f"_where({', '.join(args)})" if m.op is Ops.WHERE else \
                     f"_cast({args[0]}, {const(m.dtype)})"
                 body.append(f"{target} = {expr}" if target else f"{local[m]} = {expr}")
                 if target:
@@ -346,10 +422,10 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             if n in region_start:
                 emit_region(region_start[n])
             continue
-        if n in skip:
-            continue
         if n.op is Ops.PARAM:
             names[n] = f"b{n.arg[0]}"
+            continue
+        if n in skip or n not in live:
             continue
         if n.op is Ops.STORE:
             target = n.src[0]
@@ -357,14 +433,17 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             buf, value = names[target.src[0] if target.op is Ops.VIEW else target], n.src[1]
             last = f"{names.get(value)} = "
             fn = UNARY_FNS.get(value.op) or BINARY_FNS.get(value.op)
-            if isinstance(fn, np.ufunc) and value in fresh and users[value] == 1 and value.dtype == n.dtype and \
-                    lines and \
+            if isinstance(fn, np.ufunc) and value in fresh and users[value] == 1 and \
+                    value.dtype == n.dtype and lines and value not in pad_adds and \
                     lines[-1].startswith(last) and lines[-1].endswith(")") and view.size:
                 # the last ufunc writes straight into the target (`out=`): no temporary, no second pass
                 call = lines[-1][len(last):-1].split(", out=")[0]
-                lines[-1] = f"{call}, out=_target({buf}, {view_arg(view)}))"
+                lines[-1] = f"{call}, out={window_target(buf, view)})"
                 continue
-            lines.append(f"_store({buf}, {view_arg(view)}, {names[value]})")
+            if view.variables():
+                lines.append(f"_store({buf}, {view_arg(view)}, {names[value]})")
+            else:
+                lines.append(f"{const(Window(view).store)}({buf}, {names[value]})")
             continue
         out = f"v{len(names)}"
         names[n] = out
@@ -374,32 +453,44 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         elif n.op is Ops.ARANGE:
             expr = f"_arange({n.arg[0]!r}, {n.arg[1]!r}, {n.arg[2]}, {const(n.dtype.np)})"
         elif n.op is Ops.VIEW:
-            if n in scalars:
+            if n in scalars and n.src[0].op is Ops.CONST:
                 names[n] = src[0]
                 continue
-            if n.src[0].op is Ops.CONST and n.arg.mask is None:
+            if n in scalars:
+                expr = f"{src[0]}.reshape(())"
+            elif n.src[0].op is Ops.CONST and n.arg.mask is None:
                 expr = f"np.broadcast_to({src[0]}, {n.shape!r})"
             else:
-                expr = f"_view({src[0]}, {view_arg(n.arg)})"
+                expr = read(src[0], n.arg)
+                fresh.add(n) if n.arg.mask is not None else None  # a padded view is a new array
         elif n.op in UNARY_FNS:
             expr = ufunc_call(UNARY_FNS[n.op], n)
         elif n.op is Ops.CAST:
-            expr = f"_cast({src[0]}, {const(n.dtype)})"
+            expr = f"{src[0]}.astype({const(n.dtype.np)})" if _quiet_cast(n.src[0].dtype.np, n.dtype.np) \
+                else f"_cast({src[0]}, {const(n.dtype)})"
         elif n.op is Ops.BITCAST:
             expr = f"_bitcast({src[0]}, {const(n.dtype)})"
+        elif n in pad_adds:
+            other, pad = pad_adds[n]
+            in_place = other in fresh and users[other] == 1 and other.shape == n.shape
+            expr = f"{const(Window(pad.arg).add_into)}({names[other]}, {names[pad.src[0]]}, {in_place})"
+            fresh.add(n)
         elif n.op in BINARY_FNS:
             expr = ufunc_call(BINARY_FNS[n.op], n)
         elif n.op is Ops.WHERE:
-            expr = f"np.where({src[0]}, {src[1]}, {src[2]})"
+            expr = f"_where({src[0]}, {src[1]}, {src[2]})"
             if all(s in scalars for s in n.src):
                 expr = f"np.broadcast_to({expr}, {n.shape!r})"
             fresh.add(n) if n.shape else None
         elif n.op is Ops.REDUCE:
-            if _matmul_shaped(n):
+            if n in contractions:
+                a, b = (names[s.src[0]] for s in n.src[0].src)
+                expr = f"{const(contractions[n])}({a}, {b})"
+            elif _matmul_shaped(n):
                 a, b = (names[s] for s in n.src[0].src)
                 expr = f"_sum_of_product({a}, {b}, {n.arg[1]!r}, {const(n.dtype.np)})"
             else:
-                expr = f"_reduce(ReduceOp.{n.arg[0].name}, {src[0]}, {n.arg[1]!r}, {const(n.dtype)})"
+                expr = _reduce_call(n, src[0], const)
         elif n.op is Ops.GATHER:
             expr = f"_gather({src[0]}, {src[1]})"
         elif n.op is Ops.SCATTER:
@@ -416,7 +507,10 @@ def compile_kernel(ast: Node, name: str) -> Callable[..., None]:
     fn = _cache.get(ast)
     if fn is not None:
         return fn
-    global compile_count
+    global compile_count, _malloc_tuned
+    if not _malloc_tuned:  # once, before the first kernel allocates (numpy_plans.keep_freed_memory)
+        _malloc_tuned = True
+        numpy_plans.keep_freed_memory(settings.malloc_keep_bytes)
     source, env = render(ast, _identifier(name))
     code = compile(source, f"<atensor kernel {name}>", "exec")
     exec(code, env)

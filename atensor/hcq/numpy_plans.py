@@ -1,0 +1,214 @@
+"""Work the numpy backend does once, when it renders a kernel, instead of on every call.
+
+A kernel of the flagship MLP's training step runs in tens of microseconds, so the Python around each
+numpy call matters as much as the call: `as_strided` costs ~6 us where the `np.ndarray` constructor
+costs ~1 us, deciding whether a view is a reshape costs ~2 us of View properties, planning a matmul
+(squeeze, transposes, reshapes) ~25 us. The shapes and strides of every view are known when the
+kernel is rendered, so each decision is taken there and stored in a small plan object the generated
+code calls:
+
+- `Window`: one concrete view read from (or written into) a flat source: a reshape, a strided window
+  or a zero-padded copy.
+- `Contraction`: a matmul-shaped reduce, sum(a * b, axes) over two broadcast views, as one np.matmul
+  on the views' sources: the broadcast (stride-0) axes are dropped from the views themselves, so the
+  operands go to BLAS without an intermediate broadcast array.
+- `add_window`: x + pad(y) as an in-place add into the padded region (a concatenation, e.g. the
+  gradients of parameters packed in one buffer, is a sum of such pads).
+
+And two numpy calls that are far slower than they need be:
+- `where`: np.where branches per element; on a random condition (ReLU's backward) it runs ~7x
+  slower than a branch-free select of the bits, (x ^ y) & mask ^ y, which is exact for every dtype.
+- `max_last`: np.maximum.reduce along a short last axis (a softmax over 10 classes) costs ~100 ns per
+  row; reducing the transposed copy along its first axis is elementwise and ~4x faster.
+Views with symbolic offsets have no concrete plan; the backend renders them the general way.
+
+And one process setting (`keep_freed_memory`): every numpy call allocates its result, and glibc
+malloc serves an array over 128 KiB with a fresh mmap and, once two such arrays are freed, returns
+the heap's top to the OS: each 256 KiB temporary then costs ~100 us of page faults, more than the
+arithmetic. Raising malloc's mmap and trim thresholds keeps freed memory for the next kernel (up to
+`settings.malloc_keep_bytes`): measured 1.6x on the MLP's backward kernel.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import sys
+from typing import Optional
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from atensor.graph.view import View
+
+_SAME_SIZE_INT = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
+WHERE_MIN_SIZE = 1024  # below this np.where's single call beats the select's four
+
+
+def strided(flat: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """The window of the contiguous 1-D `flat` at element `offset` with element `strides`; no copy."""
+    item = flat.itemsize
+    byte_strides = tuple(s * item for s in strides)
+    try:  # the constructor checks the window lies inside `flat`, and is ~6x cheaper than as_strided
+        return np.ndarray(shape, flat.dtype, flat, offset * item, byte_strides)
+    except (TypeError, ValueError):  # not a buffer numpy can wrap (e.g. read-only): the general way
+        return as_strided(flat[offset:], shape, byte_strides)
+
+
+class Window:
+    """How to read a concrete `view` of a source array (any array, read in row-major order)."""
+    __slots__ = ("view", "shape", "size", "reshape", "offset", "strides", "pad", "inner")
+
+    def __init__(self, view: View):
+        assert not view.variables(), "a symbolic view has no concrete window"
+        self.view, self.shape, self.size = view, view.shape, view.size
+        self.reshape = view.mask is None and view.offset == 0 and view.contiguous
+        self.offset, self.strides = view.offset, view.strides
+        self.pad: Optional[tuple[slice, ...]] = None  # the valid region of a padded view
+        self.inner: Optional[View] = None  # the unpadded view of that region
+        if view.mask is not None and not any(b >= e for b, e in view.mask):
+            self.pad = tuple(slice(b, e) for b, e in view.mask)
+            self.inner = View(view.shape, view.strides, view.offset, None).shrink(view.mask)
+
+    def read(self, x: np.ndarray) -> np.ndarray:
+        """`x` seen through the view, without copying unless padded (or `x` is not C-contiguous)."""
+        if self.reshape and x.size == self.size:
+            return x.reshape(self.shape)  # numpy copies only when x's strides cannot say it
+        if self.size == 0:
+            return np.empty(self.shape, dtype=x.dtype)
+        flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
+        if self.view.mask is None:
+            return strided(flat, self.offset, self.shape, self.strides)
+        out = np.zeros(self.shape, dtype=x.dtype)
+        if self.inner is not None:
+            out[self.pad] = strided(flat, self.inner.offset, self.inner.shape, self.inner.strides)
+        return out
+
+    def target(self, buf: np.ndarray) -> np.ndarray:
+        """The writable window of the flat `buf` (a store target: never padded)."""
+        if self.view.contiguous:
+            return buf[self.offset:self.offset + self.size].reshape(self.shape)
+        return strided(buf, self.offset, self.shape, self.strides)
+
+    def store(self, buf: np.ndarray, value: np.ndarray) -> None:
+        """Writes `value` (broadcast, cast) into the window of the flat `buf`."""
+        if self.size:
+            np.copyto(self.target(buf), value, casting="unsafe")
+
+    def add_into(self, x: np.ndarray, source: np.ndarray, in_place: bool) -> np.ndarray:
+        """x + (`source` seen through this padded view): the region outside the padding is left as x
+        (x + 0 there, except that -0.0 stays -0.0), the valid region gets the source added in place.
+        `x` itself is written when `in_place` (a temporary only this add reads)."""
+        out = x if in_place and x.shape == self.shape else np.array(np.broadcast_to(x, self.shape))
+        if self.inner is not None:
+            flat = np.ascontiguousarray(source).reshape(-1)
+            region = out[self.pad]
+            np.add(region, strided(flat, self.inner.offset, self.inner.shape, self.inner.strides), out=region)
+        return out
+
+
+class Contraction:
+    """sum(a * b, axes) with keepdims, where a and b are the broadcast views `a_view`, `b_view` of two
+    sources: one np.matmul (a BLAS gemm per batch element). Axes in both operands that are kept are
+    batch axes, those only in one are the rows (a) or columns (b), those in both that are reduced are
+    the inner axis. `usable` is False for a one-sided sum (an axis reduced in only one operand), which
+    the backend leaves to einsum."""
+
+    def __init__(self, a_view: View, b_view: View, axes: tuple[int, ...], dtype: np.dtype):
+        shape = a_view.shape
+        ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
+        rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
+        in_a, in_b = set(ra), set(rb)
+        inner = [i for i in ra if i in in_b and i in axes]
+        batch = [i for i in ra if i in in_b and i not in axes]
+        rows = [i for i in ra if i not in in_b]
+        cols = [i for i in rb if i not in in_a]
+        self.usable = not any(i in axes for i in rows + cols) and not a_view.variables() \
+            and not b_view.variables() and a_view.mask is None and b_view.mask is None
+        if not self.usable:
+            return
+        batch_shape = tuple(shape[i] for i in batch)
+        m, k, n = (math.prod(shape[i] for i in group) for group in (rows, inner, cols))
+        self.a = Window(_select(a_view, batch + rows + inner))
+        self.b = Window(_select(b_view, batch + inner + cols))
+        self.a_shape, self.b_shape = batch_shape + (m, k), batch_shape + (k, n)
+        self.result_shape = batch_shape + tuple(shape[i] for i in rows + cols)
+        order = batch + rows + cols
+        out_axes = sorted(order)
+        self.perm = None if order == out_axes else tuple(order.index(i) for i in out_axes)
+        present = in_a | in_b
+        self.keep = tuple(1 if (i in axes or i not in present) else shape[i] for i in range(len(shape)))
+        full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
+        self.full = None if full == self.keep else full
+        self.dtype = dtype
+
+    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The contraction of the sources `x` (of a_view) and `y` (of b_view)."""
+        left = blasable(self.a.read(x).reshape(self.a_shape))
+        right = blasable(self.b.read(y).reshape(self.b_shape))
+        result = np.matmul(left, right).reshape(self.result_shape)
+        if self.perm is not None:
+            result = result.transpose(self.perm)
+        if result.dtype != self.dtype:
+            result = result.astype(self.dtype)
+        result = result.reshape(self.keep)
+        return result if self.full is None else np.broadcast_to(result, self.full)
+
+
+def _select(view: View, axes: list[int]) -> View:
+    """`view` restricted to `axes` (in that order); the others are broadcast or size 1, so dropping
+    them reads the same elements."""
+    return View(tuple(view.shape[i] for i in axes), tuple(view.strides[i] for i in axes), view.offset, None)
+
+
+def blasable(x: np.ndarray) -> np.ndarray:
+    """`x`, copied to C order unless each matrix in it already has one unit stride (BLAS's condition;
+    numpy falls back to a slow loop otherwise)."""
+    rows, cols = x.shape[-2:]
+    s_row, s_col = x.strides[-2:]
+    item = x.itemsize
+    unit_col = s_col == item and s_row >= cols * item
+    unit_row = s_row == item and s_col >= rows * item
+    if unit_col or unit_row or rows * cols <= 1:
+        return x
+    return np.ascontiguousarray(x)
+
+
+def where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """np.where(cond, x, y), branch-free for large arrays: the bits of x where cond, else those of y.
+    x and y are arrays of cond's shape or 0-d (as the operands of an elementwise node are)."""
+    it = _SAME_SIZE_INT.get(x.dtype.itemsize)
+    if cond.dtype != np.bool_ or x.dtype != y.dtype or it is None or cond.size < WHERE_MIN_SIZE \
+            or x.shape not in ((), cond.shape) or y.shape not in ((), cond.shape):
+        return np.where(cond, x, y)
+    mask = np.negative(cond.view(np.int8), dtype=it)  # all ones where cond, else zeros
+    yb = y.view(it)
+    np.bitwise_and(mask, np.bitwise_xor(x.view(it), yb), out=mask)
+    return np.bitwise_xor(mask, yb, out=mask).view(x.dtype)
+
+
+def max_last(x: np.ndarray, perm: tuple[int, ...], keep: tuple[int, ...]) -> np.ndarray:
+    """The max over the last axis of `x` (keepdims: `keep`), from a copy with that axis first
+    (`perm`): one elementwise np.maximum per element of the short axis instead of a loop per row."""
+    return np.maximum.reduce(np.ascontiguousarray(x.transpose(perm)), axis=0).reshape(keep)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+_MMAP_THRESHOLD_MAX = 32 << 20  # glibc refuses more on 64-bit hosts
+
+
+def keep_freed_memory(keep_bytes: int) -> bool:
+    """Asks glibc malloc to keep up to `keep_bytes` of freed memory, and to take arrays up to
+    min(keep_bytes, 32 MiB) from that reusable heap instead of a fresh mmap. Process-wide; 0 or a
+    libc other than glibc leaves malloc alone. True when the thresholds were set."""
+    if keep_bytes <= 0 or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    keep = min(keep_bytes, 2**31 - 1)
+    return bool(mallopt(_M_MMAP_THRESHOLD, min(keep, _MMAP_THRESHOLD_MAX))) and \
+        bool(mallopt(_M_TRIM_THRESHOLD, keep))
