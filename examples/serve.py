@@ -10,12 +10,18 @@ the model's graph is built off the loop thread, and `await model(batch).realize(
 task while atensor's queues compute, so `/health` and new requests are served meanwhile.
 
 - Dynamic batching: requests that arrive within `--batch-window-ms` of the first one waiting (up to
-  `--max-batch` sentences) are padded together and computed in one realize; each request gets its rows.
+  `--max-batch` sentences) are computed in one realize; each request gets its rows. The batch's
+  sentences are packed several to a row (SentenceTokenizer.pack: each attends only to itself), so a
+  batch computes ~75% real tokens where padding every sentence to the longest computed ~55%.
+- Each replica's forward pass is an `atensor.jit` function: a batch shape met before is replayed from
+  its captured task graph instead of being built and scheduled again (`--no-jit` builds every batch,
+  off the loop thread). Replies are JSON-encoded in a worker thread: the loop only does HTTP.
 - `--devices N`: one model replica per `CPU:k`; one batch worker per replica takes the next batch, so
   batches spread over the devices. On 2 cores one device served most (measured): its matmuls use
   both cores, and one batch in flight leaves the GIL to the loop between the Python steps.
-- Kernels for every batch-size bucket are compiled at start (`--warmup-tokens`), and the long-lived
-  objects are frozen out of the garbage collector, so neither stalls the loop later.
+- Kernels and captured graphs for the shapes that batches of the `--warmup-tokens` lengths pack into
+  are made at start, and the long-lived objects are frozen out of the garbage collector, so neither
+  stalls the loop later. `--stall-report-ms` prints where the loop was during each longer stall.
 - Cancellation: a client that disconnects cancels its handler. A request still queued is dropped
   before it is batched; one whose batch is computing lets the batch finish (the other requests need
   it, and atensor never leaves a half-written buffer) and its rows are discarded.
@@ -43,6 +49,8 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 import numpy as np
 import trio
 
+import atensor
+
 JSON = dict[str, Any]
 
 
@@ -61,6 +69,8 @@ class ServerConfig:
     pipeline: int = 1               # batches in flight per replica
     blas_threads: Optional[int] = None  # per matmul (None: atensor's default); see make_engine
     warmup_tokens: tuple[int, ...] = ()  # compile the kernels for these lengths before serving
+    jit: bool = True                # replay each batch shape's captured graph (atensor.jit)
+    stall_report_ms: float = 0.0    # > 0: report event loop stalls longer than this (StallWatch)
 
 
 class BadRequest(Exception):
@@ -79,6 +89,7 @@ class _Pending:
     arrived: float
     done: trio.Event = field(default_factory=trio.Event)
     result: Optional[np.ndarray] = None
+    body: Optional[bytes] = None  # the JSON reply, encoded off the loop thread
     error: Optional[BaseException] = None
     abandoned: bool = False
 
@@ -92,8 +103,12 @@ class BatchingEngine:
     """
 
     def __init__(self, models: Sequence[Any], window_s: float, max_batch: int, pad_multiple: int = 8,
-                 pipeline: int = 1):
+                 pipeline: int = 1, jit: bool = True):
         self.models, self.window_s, self.max_batch = list(models), window_s, max_batch
+        # per replica, the forward pass as an atensor.jit function: a batch shape seen three times (the
+        # warm-up does that) is replayed from its captured task graph, not rebuilt and scheduled
+        self.forwards = {id(m): atensor.jit(_forward_in_thread(m), max_programs=128) if jit else None
+                         for m in self.models}
         self.pipeline = pipeline  # batches in flight per replica: the next one builds while one computes
         self.pad_multiple = pad_multiple
         self.tokenizer = self.models[0].tokenizer
@@ -103,7 +118,7 @@ class BatchingEngine:
         self._collect = trio.Lock()
         self._carry: Optional[_Pending] = None
         self.forward_passes = self.sentences_computed = self.abandoned = self.busy = 0
-        self.build_s = self.realize_s = 0.0  # summed over batches: graph building, and realize until done
+        self.forward_s = 0.0  # summed over batches: from the inputs' tensors to the realized result
         self.release_per_tick = 4
         self.by_device: dict[str, int] = {}  # forward passes per replica's device
 
@@ -121,6 +136,17 @@ class BatchingEngine:
     async def embed(self, ids: list[list[int]]) -> np.ndarray:
         """Queues one request's token ids and waits for its rows. Cancelled while queued: the request is
         dropped; cancelled while its batch computes: the batch finishes and these rows are discarded."""
+        result = (await self._queued(ids)).result
+        assert result is not None
+        return result
+
+    async def embed_reply(self, ids: list[list[int]]) -> bytes:
+        """`embed`, as the encoded JSON body of POST /embed's reply."""
+        body = (await self._queued(ids)).body
+        assert body is not None
+        return body
+
+    async def _queued(self, ids: list[list[int]]) -> _Pending:
         pending = _Pending(ids, trio.current_time())
         self._send.send_nowait(pending)
         try:
@@ -131,8 +157,7 @@ class BatchingEngine:
             raise
         if pending.error is not None:
             raise pending.error
-        assert pending.result is not None
-        return pending.result
+        return pending
 
     async def warmup(self, token_lengths: Sequence[int]) -> None:
         """Computes one batch of each shape that batches of 1 to max_batch sentences of each of these
@@ -145,8 +170,17 @@ class BatchingEngine:
             tokens = self._tokens([row] * count)
             shapes.setdefault(tokens.shape + tokens.pooling.shape if tokens.packed else tokens.shape, tokens)
         for model, tokens in itertools.product(self.models, shapes.values()):
-            out = await trio.to_thread.run_sync(model, tokens)
-            await out.realize()
+            for _ in range(3 if self.forwards[id(model)] is not None else 1):  # run, capture, verify
+                await self._forward(model, tokens)
+
+    async def _forward(self, model: Any, tokens: Any) -> Any:
+        """The batch's realized (rows, dim) output: a replayed graph, or one built off the loop thread."""
+        forward = self.forwards[id(model)]
+        if forward is not None:
+            return await forward(*model.inputs(tokens))
+        out = await trio.to_thread.run_sync(model, tokens)  # building a graph is Python work: off the loop
+        await out.realize()
+        return out
 
     def _tokens(self, rows: list[list[int]]) -> Any:
         """The batch's token arrays: sentences packed several to a row (only a row's end is padding,
@@ -194,15 +228,11 @@ class BatchingEngine:
             self.busy += 1
             try:
                 tokens = self._tokens(rows)
-                # building the graph is Python work: done off the loop thread, so the loop stays free
                 started = time.perf_counter()
-                out = await trio.to_thread.run_sync(model, tokens)
-                built = time.perf_counter()
                 with trio.CancelScope(shield=True):  # the batch's other requests need it
-                    await out.realize()
+                    out = await self._forward(model, tokens)
                 result = tokens.select(out.numpy())
-                self.build_s += built - started
-                self.realize_s += time.perf_counter() - built
+                self.forward_s += time.perf_counter() - started
             except Exception as exc:  # a server bug, not bad input: each request of the batch gets it
                 for p in batch:
                     p.error = exc
@@ -214,21 +244,34 @@ class BatchingEngine:
             self.by_device[model.device] = self.by_device.get(model.device, 0) + 1
             self.sentences_computed += len(rows)
             start = 0
+            for p in batch:
+                p.result = result[start:start + len(p.ids)]
+                start += len(p.ids)
             with trio.CancelScope(shield=True):
-                for i, p in enumerate(batch):
-                    p.result = result[start:start + len(p.ids)]
-                    start += len(p.ids)
+                # JSON encoding (float formatting) is ~1 ms per reply: in a thread, so the loop only sends
+                bodies = await trio.to_thread.run_sync(
+                    lambda: [reply_body(p.result, self.name) for p in batch])  # type: ignore[arg-type]
+                for i, (p, body) in enumerate(zip(batch, bodies)):
+                    p.body = body
                     p.done.set()
                     if i % self.release_per_tick == self.release_per_tick - 1:
-                        # a few replies per scheduler tick: each costs the loop about a millisecond (JSON,
-                        # HTTP), and a large batch's replies in one tick would keep /health waiting
+                        # a few replies per scheduler tick: each still costs the loop its HTTP work, and a
+                        # large batch's replies in one tick would keep /health waiting
                         await trio.sleep(0)
 
     def stats(self) -> JSON:
         return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
                 "abandoned_requests": self.abandoned, "batches_computing": self.busy,
-                "build_s": round(self.build_s, 3), "realize_s": round(self.realize_s, 3),
+                "forward_s": round(self.forward_s, 3),
                 "devices": [m.device for m in self.models], "forward_passes_by_device": self.by_device}
+
+
+def _forward_in_thread(model: Any) -> Callable[..., Awaitable[Any]]:
+    async def forward(*inputs: Any) -> Any:
+        # the graph is built off the loop thread; atensor.jit realizes it (and records it) on the loop
+        return await trio.to_thread.run_sync(model.forward, *inputs)
+    forward.__name__ = f"forward_{model.device.replace(':', '_')}"
+    return forward
 
 
 def _row_bucket(rows: int) -> int:
@@ -250,6 +293,9 @@ class SyncEngine(BatchingEngine):
         self.forward_passes += 1
         self.sentences_computed += len(ids)
         return out.numpy()[:len(ids)]
+
+    async def embed_reply(self, ids: list[list[int]]) -> bytes:
+        return reply_body(await self.embed(ids), self.name)
 
 
 class TorchEngine:
@@ -398,22 +444,29 @@ class EmbedApp:
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(watch_disconnect)
                 if isinstance(self.engine, TorchEngine):
-                    vectors = await self.engine.embed_sentences(sentences)
+                    body = reply_body(await self.engine.embed_sentences(sentences), self.engine.name)
                 else:
-                    vectors = await self.engine.embed(ids)
+                    body = await self.engine.embed_reply(ids)
                 nursery.cancel_scope.cancel()
         finally:
             self.in_flight -= 1
         if disconnected:
             return
-        # 8 decimals: about float32's precision, and 40% fewer bytes to encode (on the loop) and to send
-        rows = np.asarray(vectors, dtype=np.float64).round(8).tolist()
-        await _respond(send, 200, {"embeddings": rows, "model": self.engine.name,
-                                   "dim": int(vectors.shape[1])})
+        await _respond_body(send, 200, body)
+
+
+def reply_body(vectors: np.ndarray, model: str) -> bytes:
+    """POST /embed's JSON reply. 8 decimals: about float32's precision, and 40% fewer bytes to encode and
+    to send."""
+    rows = np.asarray(vectors, dtype=np.float64).round(8).tolist()
+    return json.dumps({"embeddings": rows, "model": model, "dim": int(vectors.shape[1])}).encode()
 
 
 async def _respond(send: Callable[[JSON], Awaitable[None]], status: int, payload: JSON) -> None:
-    body = json.dumps(payload).encode()
+    await _respond_body(send, status, json.dumps(payload).encode())
+
+
+async def _respond_body(send: Callable[[JSON], Awaitable[None]], status: int, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
@@ -440,7 +493,8 @@ def make_engine(config: ServerConfig) -> Any:
     devices = [f"CPU:{k}" for k in range(config.devices)] if config.mode == "atensor" else ["CPU:0"]
     models = SentenceEncoder.replicas(devices)
     cls = BatchingEngine if config.mode == "atensor" else SyncEngine
-    return cls(models, config.batch_window_ms / 1000, config.max_batch, config.pad_multiple, config.pipeline)
+    return cls(models, config.batch_window_ms / 1000, config.max_batch, config.pad_multiple, config.pipeline,
+               config.jit)
 
 
 async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[trio.Event] = None,
@@ -472,6 +526,8 @@ async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[
             await engine.warmup(config.warmup_tokens)
         _tune_gc()
         await nursery.start(engine.run)
+        if config.stall_report_ms:
+            nursery.start_soon(StallWatch(config.stall_report_ms / 1000).run)
         if handle_signals:
             nursery.start_soon(_on_signals, stop)
         binds = await nursery.start(http)
@@ -486,6 +542,48 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+class StallWatch:
+    """Diagnostics (`--stall-report-ms`): where the event loop thread was when it missed its 1 ms tick
+    for longer than `threshold_s`. A watcher thread samples the loop thread's stack (and the top frame
+    of every other thread) once a tick is late, and prints one report per stall to stderr when the loop
+    is back: a long Python step on the loop shows in its stack; a loop waiting for the GIL shows the
+    thread that held it."""
+
+    def __init__(self, threshold_s: float):
+        self.threshold_s = threshold_s
+        self.tick = time.perf_counter()
+        self.stalls = 0
+
+    async def run(self) -> None:
+        import threading
+        loop_thread = threading.get_ident()
+        threading.Thread(target=self._watch, args=(loop_thread,), name="stall-watch", daemon=True).start()
+        while True:
+            self.tick = time.perf_counter()
+            await trio.sleep(0.001)
+
+    def _watch(self, loop_thread: int) -> None:
+        import threading
+        import traceback
+        sample: Optional[str] = None
+        while True:
+            time.sleep(0.002)
+            late = time.perf_counter() - self.tick
+            if late > self.threshold_s and sample is None:
+                frames = sys._current_frames()
+                names = {t.ident: t.name for t in threading.enumerate()}
+                loop = "".join(traceback.format_list(traceback.extract_stack(frames[loop_thread])[-6:]))
+                others = [f"  [{names.get(i, i)}] " + " <- ".join(
+                    f"{e.name} ({e.filename.rsplit('/', 1)[-1]}:{e.lineno})"
+                    for e in reversed(traceback.extract_stack(f)[-4:]))
+                    for i, f in frames.items() if i not in (loop_thread, threading.get_ident())]
+                sample = f"loop thread at {late * 1e3:.1f} ms:\n{loop}other threads:\n" + "\n".join(others)
+            elif late <= self.threshold_s and sample is not None:
+                self.stalls += 1
+                print(f"serve: event loop stall #{self.stalls}; {sample}", file=sys.stderr, flush=True)
+                sample = None
 
 
 async def _on_signals(stop: trio.Event) -> None:
@@ -575,11 +673,16 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--max-request-sentences", type=int, default=64)
     parser.add_argument("--pipeline", type=int, default=1,
                         help="batches in flight per replica (the next builds while one computes)")
-    parser.add_argument("--pad-multiple", type=int, default=8, help="pad sequence lengths to a multiple")
-    parser.add_argument("--warmup-tokens", type=int, nargs="*", default=[16],
+    parser.add_argument("--pad-multiple", type=int, default=8,
+                        help="--mode sync: pad sequence lengths to a multiple")
+    parser.add_argument("--warmup-tokens", type=int, nargs="*", default=[10, 14, 18],
                         help="compile the kernels of every batch size for these sentence lengths at startup")
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="BLAS threads per matmul (0: atensor's default)")
+    parser.add_argument("--no-jit", action="store_true",
+                        help="build and schedule every batch's graph (no atensor.jit capture and replay)")
+    parser.add_argument("--stall-report-ms", type=float, default=0.0,
+                        help="diagnostics: print where the event loop was during each stall longer than this")
     parser.add_argument("--mode", choices=("atensor", "sync", "torch"), default="atensor",
                         help="atensor (batched, awaited), sync (baseline: computed in the handler), torch "
                              "(baseline: sentence-transformers in trio.to_thread.run_sync)")
@@ -588,7 +691,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_sentences=args.max_request_sentences, mode=args.mode,
                           blas_threads=args.blas_threads or None, pipeline=args.pipeline,
-                          warmup_tokens=tuple(args.warmup_tokens), pad_multiple=args.pad_multiple)
+                          warmup_tokens=tuple(args.warmup_tokens), pad_multiple=args.pad_multiple,
+                          jit=not args.no_jit, stall_report_ms=args.stall_report_ms)
     sys.setswitchinterval(5e-5)  # the loop thread gets the GIL back sooner from Python-heavy threads
 
     async def run() -> None:

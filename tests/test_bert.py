@@ -97,3 +97,17 @@ def first_two(model) -> np.ndarray:
 async def test_aencode_awaits_the_realize_from_trio(model, first_two):
     vectors = await model.aencode(SENTENCES[:2])
     np.testing.assert_allclose(vectors, first_two, atol=1e-6)
+
+
+def test_packed_batch_gives_the_padded_batchs_embeddings(model, reference):
+    """Several sentences per row (SentenceTokenizer.pack: per-sentence positions, attention kept inside
+    each sentence, pooling per sentence) computes the same embeddings as one padded row per sentence."""
+    tokenizer = model.tokenizer
+    ids = [tokenizer.encode([s])[0][:model.max_seq_length] for s in SENTENCES[:6]] * 3
+    packed = tokenizer.pack(ids)
+    assert packed.shape[0] < len(ids)  # short sentences share rows
+    got = packed.select(model(packed).numpy())
+    want = model(tokenizer.pad(ids)).numpy()
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    want_reference = reference.encode(SENTENCES[:6], batch_size=6)
+    assert (cosine(got[:6], want_reference) >= 0.9999).all()

@@ -247,7 +247,8 @@ def _gelu(x: Tensor) -> Tensor:
     # The 0.5 is folded into the polynomial's coefficients: 21 elementwise passes over (B, L, 4H).
     ax = x.maximum(-x)
     t = (ax * (0.3275911 / math.sqrt(2)) + 1.0).reciprocal()
-    c1, c2, c3, c4, c5 = (0.5 * c for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
+    c1, c2, c3, c4, c5 = (0.5 * c for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
+                                            1.061405429))
     half_poly = t * (c1 + t * (c2 + t * (c3 + t * (c4 + t * c5))))
     return x.maximum(0.0) - ax * half_poly * (x * x * -0.5).exp()
 
@@ -306,7 +307,8 @@ class BertEncoder:
         self.device = self.word.device  # the canonical name: "CPU" is "CPU:0"
         # every token has token type 0: its embedding is folded into the position table (one add fewer)
         positions = weights["embeddings.position_embeddings.weight"]
-        self.position = Tensor(positions + weights["embeddings.token_type_embeddings.weight"][0], device=device)
+        token_type = weights["embeddings.token_type_embeddings.weight"][0]
+        self.position = Tensor(positions + token_type, device=device)
         self.embed_norm = _layer_norm(weights, "embeddings.LayerNorm", config.layer_norm_eps, device)
         self.layers = [_EncoderLayer(weights, f"encoder.layer.{i}", config, device)
                        for i in range(config.num_layers)]
@@ -379,17 +381,25 @@ class SentenceEncoder:
         """The lazy (B, dim) embeddings of a tokenized batch: mean of the kept tokens' hidden states,
         divided by its L2 norm. A packed batch gives (B * K, dim), K sentences per row: pass the
         result's array through `batch.select` for the sentences' rows."""
-        device = self.device
-        mask = Tensor(batch.attention_mask, device=device)
+        return self.forward(*self.inputs(batch))
+
+    def inputs(self, batch: TokenBatch) -> list[Tensor]:
+        """The batch's arrays as tensors on the model's device, in `forward`'s argument order."""
+        arrays = [batch.input_ids, batch.attention_mask]
         if batch.packed:
-            b, length = batch.shape
-            hidden = self.encoder(Tensor(batch.input_ids, device=device), mask,
-                                  Tensor(batch.position_ids, device=device),
-                                  Tensor(batch.attention_bias, device=device))
+            arrays += [batch.position_ids, batch.attention_bias, batch.pooling]
+        return [Tensor(a, device=self.device) for a in arrays]
+
+    def forward(self, input_ids: Tensor, mask: Tensor, position_ids: Optional[Tensor] = None,
+                attention_bias: Optional[Tensor] = None, pooling: Optional[Tensor] = None) -> Tensor:
+        """`__call__` on tensors (the packed batch's three more arrays, or none): what `atensor.jit`
+        captures in a server, so that a batch's graph is replayed instead of rebuilt."""
+        if pooling is not None:
+            hidden = self.encoder(input_ids, mask, position_ids, attention_bias)
             # (B, K, L) @ (B, L, H): the mean of each sentence's tokens; empty slots are 0
-            pooled = (Tensor(batch.pooling, device=device) @ hidden).reshape(-1, self.dim)
+            pooled = (pooling @ hidden).reshape(-1, self.dim)
         else:
-            hidden = self.encoder(Tensor(batch.input_ids, device=device), mask)
+            hidden = self.encoder(input_ids, mask)
             kept = mask.reshape(*mask.shape, 1)
             pooled = (hidden * kept).sum(1) / kept.sum(1).maximum(1e-9)
         norm = (pooled * pooled).sum(-1, keepdim=True).sqrt().maximum(1e-12)
