@@ -227,3 +227,19 @@ def test_casts_without_errstate_convert_as_numpy_does():
 def test_keeping_freed_memory_can_be_turned_off():
     assert keep_freed_memory(0) is False
     assert keep_freed_memory(128 << 20) in (True, False)  # False off glibc
+
+
+def test_a_one_sided_sum_of_broadcast_operands_renders_through_einsum():
+    a, b = rand(6, 1, 5), rand(1, 4, 1)
+    got = (Tensor(a).expand(6, 4, 5) * Tensor(b).expand(6, 4, 5)).sum((1, 2)).numpy()
+    np.testing.assert_allclose(got, (a * b).sum((1, 2)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_matmul_of_a_window_at_a_variable_offset_matches_numpy():
+    from atensor.graph.symbolic import Variable
+    s = Variable("start", 0, 24)
+    x, w = rand(32, 16), rand(16, 12)
+    tx, tw = Tensor(x), Tensor(w)
+    for start in (0, 5):
+        rows = tx.shrink(((s.bind(start), s.bind(start) + 8), None))  # an 8-row window at `start`
+        np.testing.assert_allclose((rows @ tw).numpy(), x[start:start + 8] @ w, rtol=1e-5, atol=1e-5)

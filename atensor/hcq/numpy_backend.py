@@ -177,6 +177,9 @@ def _reduce_call(n: Node, src: str, const: Callable[[Any], str]) -> str:
     return f"_reduce(ReduceOp.{op.name}, {src}, {axes!r}, {const(n.dtype)})"
 
 
+ARANGE_CONST_MAX = 4096  # a smaller arange is computed at render time and kept with the kernel
+
+
 def _arange(start: Any, step: Any, size: int, dtype: np.dtype) -> np.ndarray:
     return (start + step * np.arange(size, dtype=np.float64 if dtype.kind == "f" else np.int64)).astype(dtype)
 
@@ -312,9 +315,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
                     pad_adds[n] = (other, pad)
                     break
 
-    def reads(n: Node) -> tuple[Node, ...]:
-        if n in skip:
-            return ()
+    def reads(n: Node) -> tuple[Node, ...]:  # what rendering `n` reads (a skipped product: its reduce)
         if n in contractions:
             return tuple(s.src[0] for s in n.src[0].src)
         if n in pad_adds:
@@ -450,6 +451,10 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         src = [names.get(s, "") for s in n.src]
         if n.op is Ops.CONST:
             expr = const(np.array(n.arg[0], dtype=n.dtype.np))
+        elif n.op is Ops.ARANGE and n.arg[2] <= ARANGE_CONST_MAX:  # made once (no kernel writes it)
+            made = _arange(n.arg[0], n.arg[1], n.arg[2], n.dtype.np)
+            made.flags.writeable = False
+            expr = const(made)
         elif n.op is Ops.ARANGE:
             expr = f"_arange({n.arg[0]!r}, {n.arg[1]!r}, {n.arg[2]}, {const(n.dtype.np)})"
         elif n.op is Ops.VIEW:
