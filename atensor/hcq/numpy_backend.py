@@ -320,6 +320,8 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             return tuple(s.src[0] for s in n.src[0].src)
         if n in pad_adds:
             return pad_adds[n][0], pad_adds[n][1].src[0]
+        if n.op is Ops.STORE and n.src[0].op is Ops.VIEW:  # the target is written, not read
+            return n.src[0].src[0], n.src[1]
         return n.src
     live: set[Node] = set()
     stack = [ast]
