@@ -263,6 +263,7 @@ class BatchingEngine:
         return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
                 "abandoned_requests": self.abandoned, "batches_computing": self.busy,
                 "forward_s": round(self.forward_s, 3),
+                "jit": {m.device: dict(f.stats) for m in self.models if (f := self.forwards[id(m)]) is not None},
                 "devices": [m.device for m in self.models], "forward_passes_by_device": self.by_device}
 
 
