@@ -126,17 +126,7 @@ def _contract(sa: np.ndarray, ra: list[int], sb: np.ndarray, rb: list[int],
     return result, out_axes
 
 
-def _blasable(x: np.ndarray) -> np.ndarray:
-    """`x`, copied to C order unless each matrix in it already has one unit stride (BLAS's condition;
-    numpy falls back to a slow loop otherwise)."""
-    rows, cols = x.shape[-2:]
-    s_row, s_col = x.strides[-2:]
-    item = x.itemsize
-    unit_col = s_col == item and s_row >= cols * item
-    unit_row = s_row == item and s_col >= rows * item
-    if unit_col or unit_row or rows * cols <= 1:
-        return x
-    return np.ascontiguousarray(x)
+_blasable = numpy_plans.blasable
 
 
 def _matmul_shaped(node: Node) -> bool:
