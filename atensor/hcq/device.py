@@ -17,6 +17,7 @@ import numpy as np
 
 from atensor.config import settings
 from atensor.graph.node import BufferSpec
+from atensor.hcq import blas
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.queue import Queue
 from atensor.profiler import collector
@@ -168,12 +169,6 @@ def devices() -> list[Device]:
 
 
 def _limit_blas_threads() -> None:
-    """BLAS threads per kernel: the cores divided among the CPU devices in use, so two devices running
-    matmuls at once do not oversubscribe the cores."""
-    cpus = sum(1 for name in _registry if name.startswith("CPU"))
-    threads = settings.blas_threads or max(1, (os.cpu_count() or 1) // max(1, cpus))
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return
-    threadpool_limits(limits=threads, user_api="blas")
+    """Each CPU device's share of the cores for BLAS (hcq/blas.py), so two devices running products at
+    once do not oversubscribe the cores."""
+    blas.set_share(sum(1 for name in _registry if name.startswith("CPU")))

@@ -17,6 +17,7 @@ import numpy as np
 
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
+from atensor.hcq import blas
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, DeviceError
 from atensor.hcq.numpy_backend import compile_kernel
@@ -152,8 +153,11 @@ def _runner(task: Task) -> Optional[Callable[[], None]]:
         extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
 
         specs = work.buffers
+        threads = blas.threads_for(work.flops)
+        use_threads = blas.use
 
         def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
+            use_threads(threads)
             fn(*arrays, **extra)
         run_kernel.keep_alive = specs  # the memory stays owned until this command is gone (device.py)
         return run_kernel
