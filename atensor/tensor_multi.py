@@ -93,6 +93,38 @@ class MultiOps:
         return [self._new(s) for s in multi.shards(self.node)]
 
     @classmethod
+    def from_shards(cls, parts: Sequence[Tensor], axis: Optional[int] = None) -> Tensor:
+        """One sharded tensor from one single-device tensor per device, without copying: the parts are
+        its shards, concatenated along `axis` (`axis=None`: the parts are replicas of one value, so
+        they must have one shape). What jax's `make_array_from_single_device_arrays` does; a batch
+        whose parts are made on their devices (from numpy, say) needs no copies to be sharded.
+
+        >>> a, b = Tensor([[1.0], [2.0]], device="CPU:0"), Tensor([[3.0]], device="CPU:1")
+        >>> Tensor.from_shards([a, b], axis=0).sum(axis=0).tolist()
+        [6.0]
+        """
+        nodes = [p.node for p in parts]
+        if not nodes or any(n.op is Ops.MULTI for n in nodes):
+            raise GraphError("from_shards takes one single-device tensor per device")
+        devices = [n.device for n in nodes]
+        if len(set(devices)) != len(devices):
+            raise GraphError(f"from_shards needs the parts on distinct devices, got {tuple(devices)}")
+        if len({n.dtype for n in nodes}) != 1:
+            raise GraphError(f"from_shards: the parts have different dtypes {tuple(n.dtype.name for n in nodes)}")
+        shape = nodes[0].shape
+        if axis is None:
+            if any(n.shape != shape for n in nodes):
+                raise GraphError(f"from_shards: replicas must have one shape, got {[n.shape for n in nodes]}")
+        else:
+            if not 0 <= axis < len(shape):
+                raise IndexError(f"from_shards: axis {axis} is out of range for parts of shape {shape}")
+            rest = shape[:axis] + shape[axis + 1:]
+            if any(len(n.shape) != len(shape) or n.shape[:axis] + n.shape[axis + 1:] != rest for n in nodes):
+                raise GraphError(f"from_shards: parts must agree on every axis but {axis}, got "
+                                 f"{[n.shape for n in nodes]}")
+        return cls(multi.make(nodes, axis))  # type: ignore[call-arg]
+
+    @classmethod
     def allreduce(cls, parts: Sequence[Tensor], op: str = "sum", algorithm: str = "auto") -> Tensor:
         """Combines one tensor per device (same shapes, distinct devices) with `op` ("sum", "max",
         "prod" or "mean") into a tensor replicated on all of them: one collective, lowered by the

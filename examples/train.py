@@ -102,9 +102,12 @@ class Result:
 
 
 def _on(x: np.ndarray, devices: tuple[str, ...]) -> Tensor:
-    """A batch on the devices: split on axis 0 when there are several."""
-    t = Tensor(x, device=devices[0])
-    return t.shard(devices, axis=0) if len(devices) > 1 else t
+    """A batch on the devices: split on axis 0 when there are several, each part made on its device
+    (as `Tensor(x).shard(devices, axis=0)` would compute, without the copies)."""
+    if len(devices) == 1:
+        return Tensor(x, device=devices[0])
+    return Tensor.from_shards([Tensor(part, device=d) for part, d in zip(np.array_split(x, len(devices)), devices)],
+                              axis=0)
 
 
 class Progress:

@@ -241,3 +241,26 @@ def test_random_and_arange_on_devices_are_replicated():
     for shard in r.shards:
         check(shard, ref)
     check(Tensor.arange(6, device=devs).shard(devs, 0) * 2, np.arange(6) * 2)
+
+
+async def test_from_shards_makes_one_sharded_tensor_without_copies():
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    parts = [Tensor(a[:3], device="CPU:0"), Tensor(a[3:], device="CPU:1")]
+    t = Tensor.from_shards(parts, axis=0)
+    assert t.shape == (4, 3) and t.device == ("CPU:0", "CPU:1") and t.shard_bounds == ((0, 3), (3, 4))
+    out = (t * 2).sum(axis=0)
+    await out.realize()
+    np.testing.assert_allclose(out.numpy(), (a * 2).sum(0))
+    np.testing.assert_allclose(t.numpy(), a)
+    replicated = Tensor.from_shards([Tensor(a, device="CPU:0"), Tensor(a, device="CPU:1")])
+    assert replicated.shard_axis is None
+    np.testing.assert_allclose(replicated.numpy(), a)
+
+
+def test_from_shards_refuses_parts_that_do_not_fit():
+    with pytest.raises(GraphError, match="distinct devices"):
+        Tensor.from_shards([Tensor([1.0]), Tensor([2.0])], axis=0)
+    with pytest.raises(GraphError, match="agree on every axis but 0"):
+        Tensor.from_shards([Tensor([[1.0, 2.0]], device="CPU:0"), Tensor([[1.0]], device="CPU:1")], axis=0)
+    with pytest.raises(GraphError, match="replicas must have one shape"):
+        Tensor.from_shards([Tensor([1.0, 2.0], device="CPU:0"), Tensor([1.0], device="CPU:1")])
