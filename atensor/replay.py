@@ -47,7 +47,7 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
 from atensor.sched import schedule as sched
-from atensor.sched.taskgraph import Access, Task, TaskGraph
+from atensor.sched.taskgraph import Task
 from atensor.tensor import Tensor
 
 
@@ -105,17 +105,31 @@ class _Record:
     assigned: tuple[BufferSpec, ...]
     plan: Optional[ReplayPlan] = None  # made on the first replay (on the dispatcher thread)
 
-    def instantiate(self, mapping: dict[BufferSpec, BufferSpec]) -> TaskGraph:
-        """The TaskGraph with the substituted buffers; tasks that touch none are reused as they are."""
-        graph = TaskGraph()
+    def works(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Any]:
+        """Each task's work, with the substituted buffers where it touches them."""
         get = mapping.get
-        for task, touched in zip(self.tasks, self.touched):
-            if touched:
-                work = cache._map_buffers(task.work, BufferSpec, lambda s: get(s, s))
-                accesses = tuple([Access(get(a.buffer, a.buffer), a.mode, a.start, a.end) for a in task.accesses])
-                task = Task(task.id, work, accesses, task.deps)
-            graph.tasks.append(task)
-        return graph
+        return [_remap(task.work, get) if touched else task.work for task, touched in zip(self.tasks, self.touched)]
+
+
+def _remap(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec]) -> Any:
+    """A copy of a Kernel or Copy with its buffers passed through `get` (the fields that hold buffers
+    are found once per class; the copy skips the dataclass __init__, as sched/cache.py's does)."""
+    cls = type(work)
+    names = _buffer_fields.get(cls)
+    if names is None:
+        names = _buffer_fields[cls] = tuple(
+            name for name, value in vars(work).items()
+            if isinstance(value, BufferSpec) or (isinstance(value, tuple) and value and isinstance(value[0], BufferSpec)))
+    new = object.__new__(cls)
+    state = new.__dict__
+    state.update(work.__dict__)
+    for name in names:
+        value = state[name]
+        state[name] = get(value, value) if isinstance(value, BufferSpec) else tuple([get(v, v) for v in value])
+    return new
+
+
+_buffer_fields: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass
@@ -131,9 +145,9 @@ class _Program:
     keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
     verified: bool = False
 
-    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor]]:
-        """The job that runs the captured graphs with `inputs` and fresh result buffers, and the result
-        tensors (realized once the job is done)."""
+    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], list[BufferSpec]]:
+        """The job that runs the captured graphs with `inputs` and fresh result buffers, the result
+        tensors (realized once the job is done) and the buffers the job writes."""
         mapping = dict(zip(self.inputs, inputs))
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
@@ -145,13 +159,10 @@ class _Program:
                     swap[leaf] = Node.make(Ops.BUFFER, leaf.dtype, (), (new, leaf.arg[1]))
         done = substitute(self.results, swap) if swap else {}
         tensors = [Tensor(done.get(n, n)) for n in self.results]
-        held = [Buffer.of(mapping.get(s, s)) for s in self.written]
-        for buf in held:
-            buf.hold(1)
-        job = Job(None, [], held)
+        job = Job(None, [], [])
         records = self.records
         job.plan = lambda: _run_records(records, mapping, inputs)
-        return job, tensors
+        return job, tensors, [mapping.get(spec, spec) for spec in self.written]
 
 
 def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
@@ -188,16 +199,16 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     total = Submission()
     count = 0
     for record in records:
-        graph = record.instantiate(mapping)
+        works = record.works(mapping)
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
         if record.plan is None:
             record.plan = ReplayPlan(record.tasks, record.touched)
-        sub = record.plan.submit(graph.tasks, mapping)
+        sub = record.plan.submit(works, mapping)
         total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
         total.placed.extend(sub.placed)
-        count += len(graph.tasks)
+        count += len(works)
     for spec in inputs:
         if spec.head is not None:
             sched.settle_head(spec)
@@ -273,8 +284,15 @@ class Jit:
             sched.check_versions(leaves)
             self._programs.move_to_end(key)
             self.stats["replays"] += 1
-            job, results = program.replay([leaf.arg[0] for leaf in leaves])
-            await RealizeHandle(dispatcher.submit(job), None)
+            job, results, written = program.replay([leaf.arg[0] for leaf in leaves])
+            if not dispatcher.run_inline(job):  # submitting a replay costs less than a thread hand-off
+                # queued behind other work: its buffers count as in flight until it is planned, so a
+                # sync accessor does not read them meanwhile
+                job.done_buffers = [Buffer.of(spec) for spec in written]
+                for buf in job.done_buffers:
+                    buf.hold(1)
+                dispatcher.submit(job)
+            await RealizeHandle(job, None)
             return _unflatten(program.result_shape, results)
         calls = self._calls.get(key, 0)
         self._calls[key] = calls + 1

@@ -20,6 +20,9 @@ from atensor.graph.node import BufferSpec
 from atensor.hcq.signal import Signal
 
 
+_NOTHING: tuple[list, list] = ([], [])
+
+
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
     __slots__ = ("name", "device", "memory", "writes", "reads", "inflight", "failure", "_lock", "__weakref__")
@@ -62,6 +65,12 @@ class Buffer:
         with self._lock:
             self.reads = {s: v for s, v in self.reads.items() if not s.reached(v)}
             return list(self.reads.items())
+
+    def pending(self) -> tuple[list[tuple[Signal, int]], list[tuple[Signal, int]]]:
+        """(pending_writes(), pending_reads()) in one pass: what a plan snapshots per buffer."""
+        if not self.writes and not self.reads:
+            return _NOTHING
+        return self.pending_writes(), self.pending_reads()
 
     def note(self, signal: Signal, value: int, write: bool) -> None:
         with self._lock:

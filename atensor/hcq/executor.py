@@ -112,7 +112,7 @@ def execute(graph: TaskGraph) -> Submission:
                         if old is None or old[0] < v:
                             waits[sig] = (v, old is not None and old[1])
         t0 = time.perf_counter_ns()
-        run = _runner(task)
+        run = _runner(task.work)
         compile_ns += time.perf_counter_ns() - t0
         var_vals = getattr(task.work, "var_vals", None)
         nbytes = 0
@@ -141,8 +141,8 @@ def execute(graph: TaskGraph) -> Submission:
     return sub
 
 
-def _runner(task: Task) -> Optional[Callable[[], None]]:
-    work = task.work
+def _runner(work: object) -> Optional[Callable[[], None]]:
+    """The callable a queue runs for `work` (a Kernel or a Copy); None on NULL devices."""
     if isinstance(work, Kernel):
         device = Device.get(work.device)
         buffers = [device.allocate(spec) for spec in work.buffers]

@@ -59,6 +59,7 @@ class Dispatcher:
         self._jobs: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._issued = 0
+        self._busy = False  # a job is being planned (here or inline); guarded by _cond
         self._thread: Optional[threading.Thread] = None
 
     def submit(self, job: Job) -> Job:
@@ -76,12 +77,34 @@ class Dispatcher:
         with self._cond:
             return {"queued_jobs": len(self._jobs), "issued": self._issued, "dispatched": self.signal.value}
 
+    def run_inline(self, job: Job) -> bool:
+        """Plans `job` on the calling thread when nothing is queued or being planned (so program order
+        holds) and returns True; False when the job must go through `submit`. For cheap plans (a jit
+        replay): the caller then waits for the queues only, without a wake-up for the dispatch.
+        Errors of the plan are raised here."""
+        with self._cond:
+            if self._jobs or self._busy:
+                return False
+            self._busy = True
+        try:
+            with gc_paused():
+                job.submission = job.plan()
+        finally:
+            for buf in job.done_buffers:
+                buf.hold(-1)
+            job.plan = None
+            with self._cond:
+                self._busy = False
+                self._cond.notify()
+        return True
+
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs:
+                while not self._jobs or self._busy:
                     self._cond.wait()
                 job = self._jobs.popleft()
+                self._busy = True
             error: Optional[BaseException] = None
             start = time.perf_counter_ns()
             try:
@@ -100,6 +123,8 @@ class Dispatcher:
             self.signal.set(job.value, (start, end), error)
             job.plan = None  # the graph's nodes; only the handle's submission is still needed
             del job  # a finished job must not keep its buffers alive while the dispatcher waits
+            with self._cond:
+                self._busy = False
 
 
 dispatcher = Dispatcher()

@@ -15,7 +15,7 @@ Each buffer is told only of the last write and the last read per queue, which is
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
@@ -23,6 +23,7 @@ from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.hcq.executor import Submission, _runner, take_task_ids
 from atensor.hcq.queue import Command, Queue
+from atensor.hcq.signal import Signal
 from atensor.sched.taskgraph import Task
 
 
@@ -83,10 +84,11 @@ class ReplayPlan:
         self.counts = counts
         self.notes = [(bi, qi, pos, write) for (bi, qi, write), pos in last.items()]
         self.runners: list[Optional[Callable[[], None]]] = [None] * len(tasks)
+        self.tasks = tasks
         self.keep_runner = [not s for s in swapped]
 
-    def submit(self, tasks: list[Task], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
-        """Puts `tasks` (the captured ones, with swapped buffers where `mapping` says) on the queues."""
+    def submit(self, works: list[Any], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
+        """Puts the tasks on the queues; `works` are their works with the buffers `mapping` swaps."""
         specs = [mapping.get(s, s) for s in self.buffers]
         bufs = [Buffer.of(s) for s in specs]
         for bi, name in self.read_first:
@@ -94,48 +96,61 @@ class ReplayPlan:
             if failure is not None:
                 raise RuntimeError(f"{name} reads {specs[bi]}, whose contents come from a task that "
                                    f"failed: {failure}") from failure
-        before = [(b.pending_writes(), b.pending_reads()) for b in bufs]
+        before = [b.pending() for b in bufs]
+        quiet = not any(w or r for w, r in before)  # nothing pending: only the graph's own waits
         bases = []
         for queue, count in zip(self.queues, self.counts):
             bases.append(queue._reserved)
             queue._reserved += count
         signals = [q.signal for q in self.queues]
-        base_id = take_task_ids(len(tasks))
+        base_id = take_task_ids(len(works))
         lists: list[list[Command]] = [[] for _ in self.queues]
-        sub = Submission()
-        for i, task in enumerate(tasks):
+        placed = []
+        runners, keep = self.runners, self.keep_runner
+        for i, work in enumerate(works):
             qi = self.task_queue[i]
             own = signals[qi]
             value = bases[qi] + self.task_pos[i] + 1
-            waits: dict = {}
-            for dq, dpos in self.waits_inside[i]:
-                waits[signals[dq]] = (bases[dq] + dpos + 1, True)
-            for bi, reading in self.accesses[i]:
-                pending_writes, pending_reads = before[bi]
-                for sig, v in pending_writes:
-                    if sig is not own:
-                        old = waits.get(sig)
-                        if old is None or old[0] < v:
-                            waits[sig] = (v, reading or (old is not None and old[1]))
-                if not reading:
-                    for sig, v in pending_reads:
-                        if sig is not own:
-                            old = waits.get(sig)
-                            if old is None or old[0] < v:
-                                waits[sig] = (v, old is not None and old[1])
-            run = self.runners[i]
+            if quiet:
+                waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in self.waits_inside[i]])
+            else:
+                waits = self._waits(i, own, signals, bases, before)
+            run = runners[i]
             if run is None:
-                run = _runner(task)
-                if self.keep_runner[i]:
-                    self.runners[i] = run
+                run = _runner(work)
+                if keep[i]:
+                    runners[i] = run
             name, kind, nbytes, flops, deps = self.static[i]
-            lists[qi].append(Command(value, tuple([(s, v, c) for s, (v, c) in waits.items()]), run, name, kind,
-                                     base_id + i, nbytes, flops, tuple([base_id + d for d in deps])))
-            sub.placed.append((own, value, task))
+            lists[qi].append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
+                                     tuple([base_id + d for d in deps])))
+            placed.append((own, value, self.tasks[i]))
         for bi, qi, pos, write in self.notes:
             bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
+        sub = Submission(placed=placed)
         for qi, queue in enumerate(self.queues):
             if self.counts[qi]:
                 sub.final[queue] = bases[qi] + self.counts[qi]
                 queue.submit(lists[qi])
         return sub
+
+    def _waits(self, i: int, own: Signal, signals: list[Signal], bases: list[int],
+               before: list[tuple[list, list]]) -> tuple:
+        """Task i's waits: on the graph's tasks of other queues, and on work still pending on its
+        buffers (reads wait for pending writes; writes also for pending reads), as `execute` finds."""
+        waits: dict = {}
+        for dq, dpos in self.waits_inside[i]:
+            waits[signals[dq]] = (bases[dq] + dpos + 1, True)
+        for bi, reading in self.accesses[i]:
+            pending_writes, pending_reads = before[bi]
+            for sig, v in pending_writes:
+                if sig is not own:
+                    old = waits.get(sig)
+                    if old is None or old[0] < v:
+                        waits[sig] = (v, reading or (old is not None and old[1]))
+            if not reading:
+                for sig, v in pending_reads:
+                    if sig is not own:
+                        old = waits.get(sig)
+                        if old is None or old[0] < v:
+                            waits[sig] = (v, old is not None and old[1])
+        return tuple([(s, v, c) for s, (v, c) in waits.items()])
