@@ -40,6 +40,7 @@ import gc
 import itertools
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -67,7 +68,7 @@ class ServerConfig:
     mode: str = "atensor"           # atensor | sync | torch (the two baselines)
     pad_multiple: int = 8           # sequence lengths rounded up: fewer distinct kernels to compile
     pipeline: int = 1               # batches in flight per replica
-    blas_threads: Optional[int] = None  # per matmul (None: atensor's default); see make_engine
+    blas_threads: Optional[int] = None  # per big matmul (None: all cores but one); see make_engine
     warmup_tokens: tuple[int, ...] = ()  # compile the kernels for these lengths before serving
     jit: bool = True                # replay each batch shape's captured graph (atensor.jit)
     stall_report_ms: float = 0.0    # > 0: report event loop stalls longer than this (StallWatch)
@@ -481,16 +482,13 @@ def make_engine(config: ServerConfig) -> Any:
     from atensor.models.bert import SentenceEncoder
     if config.mode == "torch":
         return TorchEngine(256)
-    if config.blas_threads:
-        # e.g. one BLAS thread per matmul on a machine busy with other work: a second BLAS thread that is
-        # not scheduled stalls every small GEMM (measured at load average 6 on 2 cores: a 2x16 batch 4-6x
-        # slower with 2 threads); on a quiet machine atensor's default (cores / devices) serves 1.3-1.6x
-        # more
-        from threadpoolctl import threadpool_limits
-
+    if config.mode == "atensor":
+        # the model's matmuls leave one core to the event loop: with every core in a matmul, the loop
+        # thread waits for the scheduler to give it a core, and /health with it (measured on 2 cores,
+        # bench/serve_load.py: two BLAS threads served 1.1x more sentences/s at 32 clients but kept
+        # /health waiting up to 50-60 ms, one thread 17-18 ms)
         import atensor
-        atensor.settings.blas_threads = config.blas_threads
-        threadpool_limits(limits=config.blas_threads, user_api="blas")
+        atensor.settings.blas_threads = config.blas_threads or max(1, (os.cpu_count() or 1) - 1)
     devices = [f"CPU:{k}" for k in range(config.devices)] if config.mode == "atensor" else ["CPU:0"]
     models = SentenceEncoder.replicas(devices)
     cls = BatchingEngine if config.mode == "atensor" else SyncEngine
@@ -679,7 +677,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--warmup-tokens", type=int, nargs="*", default=[10, 14, 18],
                         help="compile the kernels of every batch size for these sentence lengths at startup")
     parser.add_argument("--blas-threads", type=int, default=0,
-                        help="BLAS threads per matmul (0: atensor's default)")
+                        help="BLAS threads of a big matmul (0: all cores but one, left to the event loop)")
     parser.add_argument("--no-jit", action="store_true",
                         help="build and schedule every batch's graph (no atensor.jit capture and replay)")
     parser.add_argument("--stall-report-ms", type=float, default=0.0,
