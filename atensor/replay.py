@@ -70,7 +70,8 @@ def _flatten(value: Any, tensors: list[Tensor]) -> Any:
         hash(value)
     except TypeError:
         raise JitError(f"atensor.jit: an argument of type {type(value).__name__} is neither a Tensor nor "
-                       f"hashable; pass data as Tensors (Tensor(array)), other values as numbers, strings or tuples") from None
+                       f"hashable; pass data as Tensors (Tensor(array)), other values as numbers, strings or "
+                       f"tuples") from None
     return ("V", value)
 
 
@@ -108,7 +109,8 @@ class _Record:
     def works(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Any]:
         """Each task's work, with the substituted buffers where it touches them."""
         get = mapping.get
-        return [_remap(task.work, get) if touched else task.work for task, touched in zip(self.tasks, self.touched)]
+        return [_remap(task.work, get) if touched else task.work
+                for task, touched in zip(self.tasks, self.touched)]
 
 
 def _remap(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec]) -> Any:
@@ -119,13 +121,17 @@ def _remap(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec]) -> An
     if names is None:
         names = _buffer_fields[cls] = tuple(
             name for name, value in vars(work).items()
-            if isinstance(value, BufferSpec) or (isinstance(value, tuple) and value and isinstance(value[0], BufferSpec)))
+            if isinstance(value, BufferSpec)
+            or (isinstance(value, tuple) and value and isinstance(value[0], BufferSpec)))
     new = object.__new__(cls)
     state = new.__dict__
     state.update(work.__dict__)
     for name in names:
         value = state[name]
-        state[name] = get(value, value) if isinstance(value, BufferSpec) else tuple([get(v, v) for v in value])
+        if isinstance(value, BufferSpec):
+            state[name] = get(value, value)
+        else:
+            state[name] = tuple([get(v, v) for v in value])
     return new
 
 
@@ -171,7 +177,8 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
     reading one in `written`); None when there are none."""
     heads = sched.pending_heads()
     if accessed is not None:
-        heads = [h for h in heads if sched.storage_of(h) in accessed or not written.isdisjoint(sched._specs_read(h))]
+        heads = [h for h in heads
+                 if sched.storage_of(h) in accessed or not written.isdisjoint(sched.specs_read(h))]
     if not heads:
         return None
     tensors = [Tensor(h) for h in heads]

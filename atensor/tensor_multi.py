@@ -110,7 +110,8 @@ class MultiOps:
         if len(set(devices)) != len(devices):
             raise GraphError(f"from_shards needs the parts on distinct devices, got {tuple(devices)}")
         if len({n.dtype for n in nodes}) != 1:
-            raise GraphError(f"from_shards: the parts have different dtypes {tuple(n.dtype.name for n in nodes)}")
+            raise GraphError(f"from_shards: the parts have different dtypes "
+                             f"{tuple(n.dtype.name for n in nodes)}")
         shape = nodes[0].shape
         if axis is None:
             if any(n.shape != shape for n in nodes):

@@ -106,8 +106,8 @@ def _on(x: np.ndarray, devices: tuple[str, ...]) -> Tensor:
     (as `Tensor(x).shard(devices, axis=0)` would compute, without the copies)."""
     if len(devices) == 1:
         return Tensor(x, device=devices[0])
-    return Tensor.from_shards([Tensor(part, device=d) for part, d in zip(np.array_split(x, len(devices)), devices)],
-                              axis=0)
+    parts = np.array_split(x, len(devices))
+    return Tensor.from_shards([Tensor(part, device=d) for part, d in zip(parts, devices)], axis=0)
 
 
 class Progress:

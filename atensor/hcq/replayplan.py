@@ -38,10 +38,11 @@ class ReplayPlan:
         buffer_index: dict[BufferSpec, int] = {}
         self.task_queue: list[int] = []
         self.task_pos: list[int] = []
-        self.waits_inside: list[tuple[tuple[int, int], ...]] = []   # (queue, place) of the newest dep per other queue
+        # per task: (queue, place) of its newest dependency on each other queue
+        self.waits_inside: list[tuple[tuple[int, int], ...]] = []
         self.accesses: list[tuple[tuple[int, bool], ...]] = []      # (buffer, reading)
         self.static: list[tuple[str, str, int, int, tuple[int, ...]]] = []
-        self.read_first: list[tuple[int, str]] = []                 # buffers read before written: (buffer, task name)
+        self.read_first: list[tuple[int, str]] = []  # (buffer, task name): read before the graph writes it
         counts: list[int] = []
         written: set[int] = set()
         last: dict[tuple[int, int, bool], int] = {}                 # (buffer, queue, write) -> place
@@ -82,6 +83,9 @@ class ReplayPlan:
             self.static.append((task.name, task.work.kind, nbytes, getattr(task.work, "flops", 0),
                                 tuple(sorted(task.deps))))
         self.counts = counts
+        self.by_queue: list[list[int]] = [[] for _ in self.queues]
+        for i, qi in enumerate(self.task_queue):
+            self.by_queue[qi].append(i)
         self.notes = [(bi, qi, pos, write) for (bi, qi, write), pos in last.items()]
         self.runners: list[Optional[Callable[[], None]]] = [None] * len(tasks)
         self.tasks = tasks
@@ -104,33 +108,35 @@ class ReplayPlan:
             queue._reserved += count
         signals = [q.signal for q in self.queues]
         base_id = take_task_ids(len(works))
-        lists: list[list[Command]] = [[] for _ in self.queues]
-        placed = []
+        placed: list = [None] * len(works)
         runners, keep = self.runners, self.keep_runner
-        for i, work in enumerate(works):
-            qi = self.task_queue[i]
+        sub = Submission(placed=placed)
+        # queue by queue, each list handed over as soon as it is built: the first device starts while
+        # the next one's list is made (waits across queues are by value, so the order is free)
+        for qi, members in enumerate(self.by_queue):
             own = signals[qi]
-            value = bases[qi] + self.task_pos[i] + 1
-            if quiet:
-                waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in self.waits_inside[i]])
-            else:
-                waits = self._waits(i, own, signals, bases, before)
-            run = runners[i]
-            if run is None:
-                run = _runner(work)
-                if keep[i]:
-                    runners[i] = run
-            name, kind, nbytes, flops, deps = self.static[i]
-            lists[qi].append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
-                                     tuple([base_id + d for d in deps])))
-            placed.append((own, value, self.tasks[i]))
+            commands = []
+            for i in members:
+                value = bases[qi] + self.task_pos[i] + 1
+                if quiet:
+                    waits = tuple([(signals[dq], bases[dq] + dpos + 1, True)
+                                   for dq, dpos in self.waits_inside[i]])
+                else:
+                    waits = self._waits(i, own, signals, bases, before)
+                run = runners[i]
+                if run is None:
+                    run = _runner(works[i])
+                    if keep[i]:
+                        runners[i] = run
+                name, kind, nbytes, flops, deps = self.static[i]
+                commands.append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
+                                        tuple([base_id + d for d in deps])))
+                placed[i] = (own, value, self.tasks[i])
+            queue = self.queues[qi]
+            sub.final[queue] = bases[qi] + self.counts[qi]
+            queue.submit(commands)
         for bi, qi, pos, write in self.notes:
             bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
-        sub = Submission(placed=placed)
-        for qi, queue in enumerate(self.queues):
-            if self.counts[qi]:
-                sub.final[queue] = bases[qi] + self.counts[qi]
-                queue.submit(lists[qi])
         return sub
 
     def _waits(self, i: int, own: Signal, signals: list[Signal], bases: list[int],

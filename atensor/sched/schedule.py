@@ -165,7 +165,7 @@ def _flush_along(roots: list[Node], pending: list[Node]) -> list[Node]:
         # a candidate that already reads an overwritten version cannot be helped: it is left to
         # raise StaleReadError when it is realized itself, not in this unrelated realize
         keep = [h for h in candidates
-                if written.isdisjoint(_specs_read(h)) or _reads_any(h, overwritten, in_graph) is not True]
+                if written.isdisjoint(specs_read(h)) or _reads_any(h, overwritten, in_graph) is not True]
         if len(keep) == len(candidates):
             break
         for head in candidates:
@@ -179,7 +179,7 @@ def _flush_along(roots: list[Node], pending: list[Node]) -> list[Node]:
 _specs_cache: weakref.WeakKeyDictionary[Node, frozenset[BufferSpec]] = weakref.WeakKeyDictionary()
 
 
-def _specs_read(head: Node) -> frozenset[BufferSpec]:
+def specs_read(head: Node) -> frozenset[BufferSpec]:
     """Every buffer under `head` (cached: a node's graph never changes), a cheap first filter."""
     found = _specs_cache.get(head)
     if found is None:
