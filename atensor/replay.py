@@ -51,6 +51,11 @@ from atensor.sched.taskgraph import Task
 from atensor.tensor import Tensor
 
 
+# replays of at most this many tasks are planned on the calling (event loop) thread: ~15-20 us a task,
+# so at most a few ms of loop time
+INLINE_MAX_TASKS = 200
+
+
 class JitError(RuntimeError):
     """A jitted function cannot be replayed (its graph changes between calls, or its results are
     not tensors); the message says which and what to do."""
@@ -147,6 +152,7 @@ class _Program:
     results: list[Node]               # the returned tensors' nodes (views of their buffers)
     result_shape: Any                 # how to rebuild the return value from them
     written: frozenset[BufferSpec]    # every buffer a replay writes (captured names)
+    tasks: int                        # tasks per replay, all records together
     accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
     keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
     verified: bool = False
@@ -246,8 +252,8 @@ def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: l
         written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
         accessed.update(a.buffer for t in tasks for a in t.accesses)
         kept.append(_Record(tasks, touched, tuple(rec.assigned)))
-    return _Program(kept, inputs, fresh, results, result_shape, frozenset(written), frozenset(accessed),
-                    [r.key for r in records])
+    return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
+                    sum(len(r.tasks) for r in kept), frozenset(accessed), [r.key for r in records])
 
 
 # ---- the decorator ----------------------------------------------------------------------------------------
@@ -292,7 +298,9 @@ class Jit:
             self._programs.move_to_end(key)
             self.stats["replays"] += 1
             job, results, written = program.replay([leaf.arg[0] for leaf in leaves])
-            if not dispatcher.run_inline(job):  # submitting a replay costs less than a thread hand-off
+            # a small replay is submitted from this thread (it costs less than the hand-off to the
+            # dispatcher and back); a big one would stall the event loop, so it goes to the dispatcher
+            if program.tasks > INLINE_MAX_TASKS or not dispatcher.run_inline(job):
                 # queued behind other work: its buffers count as in flight until it is planned, so a
                 # sync accessor does not read them meanwhile
                 job.done_buffers = [Buffer.of(spec) for spec in written]

@@ -258,3 +258,18 @@ async def test_the_event_loop_keeps_ticking_while_replays_run():
     np.testing.assert_allclose(out.numpy(), np.exp(np.maximum(x @ w_np, 0) @ w_np * 0.001).sum(0), rtol=1e-4)
     # a blocked loop would show a gap as long as a whole replay; allow generous noise
     assert max(gaps) < max(0.25, elapsed / 3), (max(gaps), elapsed)
+
+
+async def test_a_big_replay_goes_through_the_dispatcher_and_gives_the_same_values():
+    from atensor.replay import INLINE_MAX_TASKS
+
+    @atensor.jit
+    async def many(x: Tensor) -> list[Tensor]:
+        return [(x * (i + 1)).contiguous().sum() for i in range(INLINE_MAX_TASKS + 20)]
+
+    for seed in range(5):
+        x = _data(seed, (8,))
+        out = await many(Tensor(x))
+        np.testing.assert_allclose([o.item() for o in out], [(x * (i + 1)).sum() for i in range(len(out))],
+                                   rtol=1e-5)
+    assert many.stats["replays"] == 2
