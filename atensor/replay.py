@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Callable, Generator, Optional
 
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
@@ -42,7 +43,7 @@ from atensor.graph.rewrite import substitute
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.executor import Submission
 from atensor.hcq.replayplan import ReplayPlan
-from atensor.hcq.host import Job, RealizeHandle, dispatcher, recording
+from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
@@ -191,19 +192,6 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
     return tensors[0].realize(*tensors[1:])
 
 
-async def _flush_all_pending(keep: set[Node]) -> None:
-    """Realizes every pending lazy assign but those in `keep`, each on its own: one that cannot be
-    realized (it reads an overwritten version, or its kernel fails) is left to raise where its own
-    code realizes it."""
-    for head in sched.pending_heads():
-        if head in keep:
-            continue
-        try:
-            await Tensor(head).realize()
-        except Exception:  # noqa: BLE001 - not this call's error; see the docstring
-            pass
-
-
 def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
                  inputs: list[BufferSpec]) -> Submission:
     """On the dispatcher thread: each captured graph's commit (version counts), then its submission;
@@ -257,17 +245,33 @@ def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: l
 
 
 # ---- the decorator ----------------------------------------------------------------------------------------
-class Jit:
-    """A jitted async function; see the module docstring. `await step(*args)` returns the function's
-    result with every tensor realized."""
+_WAIT, _CALL, _DONE = "wait", "call", "done"  # what the steps of a call ask their driver (Jit._steps)
 
-    def __init__(self, fn: Callable[..., Awaitable[Any]], max_programs: int = 32):
+
+def _advance(steps: Generator[tuple[str, Any], Any, Any], value: Any,
+             error: Optional[BaseException]) -> tuple[str, Any]:
+    """The next request of `steps` after sending it `value` (or throwing `error` into it); (_DONE,
+    result) once it has returned."""
+    try:
+        return steps.send(value) if error is None else steps.throw(error)
+    except StopIteration as done:
+        return _DONE, done.value
+
+
+class Jit:
+    """A jitted function; see the module docstring. For an `async def`, `await step(*args)` returns the
+    function's result with every tensor realized; a plain `def` (as with tinygrad's TinyJit) is called
+    as `step(*args)` outside an event loop and blocks until its results are realized."""
+
+    def __init__(self, fn: Callable[..., Any], max_programs: int = 32):
         self.fn = fn
         self.max_programs = max_programs
+        self.is_async = inspect.iscoroutinefunction(fn)
         self._programs: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
         self._calls: dict[tuple, int] = {}
         self._capturing: set[tuple] = set()
         self.stats = {"calls": 0, "replays": 0, "captures": 0}
+        self._name = getattr(fn, "__name__", "the function")
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a jitted method binds like a function
@@ -278,7 +282,48 @@ class Jit:
         self._programs.clear()
         self._calls.clear()
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return self._drive_async(args, kwargs)
+        if in_trio_loop():
+            raise RuntimeError(f"atensor.jit: {self._name} is a plain function, and calling it would block "
+                               f"the running trio event loop until its results are realized; jit an "
+                               f"`async def` instead and await it")
+        return self._drive_sync(args, kwargs)
+
+    async def _drive_async(self, args: tuple, kwargs: dict) -> Any:
+        steps, value, error = self._steps(args, kwargs), None, None
+        while (step := _advance(steps, value, error))[0] is not _DONE:
+            value, error = None, None
+            try:
+                value = await step[1] if step[0] is _WAIT else await self.fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the steps (their cleanup runs)
+                error = exc
+        return step[1]
+
+    def _drive_sync(self, args: tuple, kwargs: dict) -> Any:
+        steps, value, error = self._steps(args, kwargs), None, None
+        while (step := _advance(steps, value, error))[0] is not _DONE:
+            value, error = None, None
+            try:
+                value = step[1].wait() if step[0] is _WAIT else self._call_plain(args, kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the steps (their cleanup runs)
+                error = exc
+        return step[1]
+
+    def _call_plain(self, args: tuple, kwargs: dict) -> Any:
+        value = self.fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never run: no "never awaited" warning
+            raise JitError(f"atensor.jit: {self._name} returned an awaitable; declare it `async def` so that "
+                           f"the jit awaits it")
+        return value
+
+    def _steps(self, args: tuple, kwargs: dict) -> Generator[tuple[str, Any], Any, Any]:
+        """One call, as a generator that yields (_WAIT, realize handle) when it must wait and (_CALL,
+        None) when the function must be called (it is sent the function's return value); its return
+        value is the call's. The drivers above run it awaiting (async) or blocking (plain)."""
         self.stats["calls"] += 1
         tensors: list[Tensor] = []
         shape = _flatten((args, kwargs), tensors)
@@ -289,10 +334,10 @@ class Jit:
         if program is not None and program.verified:
             flush = _flush_pending(program.accessed, program.written)
             if flush is not None:  # lazy assigns issued before this call happen before it
-                await flush
+                yield _WAIT, flush
                 if any(t.node is not n for t, n in zip(tensors, nodes)):  # an input was one of them
                     self.stats["calls"] -= 1
-                    return await self(*args, **kwargs)
+                    return (yield from self._steps(args, kwargs))
             leaves = [leaf for n in nodes for leaf in _leaves(n)]
             sched.check_versions(leaves)
             self._programs.move_to_end(key)
@@ -307,22 +352,30 @@ class Jit:
                 for buf in job.done_buffers:
                     buf.hold(1)
                 dispatcher.submit(job)
-            await RealizeHandle(job, None)
+            yield _WAIT, RealizeHandle(job, None)
             return _unflatten(program.result_shape, results)
         calls = self._calls.get(key, 0)
         self._calls[key] = calls + 1
         if calls == 0 or key in self._capturing:
-            return await self._run(tensors, args, kwargs, None)
+            result, _, _ = yield from self._run(tensors, None)
+            return result
         # the recorded graphs must hold only this call's work: lazy assigns issued before it (other
-        # than the inputs' own) are realized first
-        await _flush_all_pending(keep={n for node in nodes for n in toposort([node]) if n.op is Ops.ASSIGN})
+        # than the inputs' own) are realized first, each on its own: one that cannot be realized (it
+        # reads an overwritten version, or its kernel fails) is left to raise where its code realizes it
+        keep = {n for node in nodes for n in toposort([node]) if n.op is Ops.ASSIGN}
+        for head in sched.pending_heads():
+            if head not in keep:
+                try:
+                    yield _WAIT, Tensor(head).realize()
+                except Exception:  # noqa: BLE001 - not this call's error; see above
+                    pass
         records: list[sched.Schedule] = []
         if program is None:
             inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
             first_uid = BufferSpec._next_uid + 1
             self._capturing.add(key)
             try:
-                result, outs, result_shape = await self._run(tensors, args, kwargs, records)
+                result, outs, result_shape = yield from self._run(tensors, records)
             finally:
                 self._capturing.discard(key)
             self._programs[key] = _program(records, inputs, [t.node for t in outs], result_shape, first_uid)
@@ -330,46 +383,42 @@ class Jit:
             while len(self._programs) > self.max_programs:
                 self._programs.popitem(last=False)
             return result
-        result, _, _ = await self._run(tensors, args, kwargs, records)
+        result, _, _ = yield from self._run(tensors, records)
         if [r.key for r in records] != program.keys:
             del self._programs[key]
             raise JitError(
-                f"atensor.jit: {getattr(self.fn, '__name__', 'the function')} built different graphs on two "
+                f"atensor.jit: {self._name} built different graphs on two "
                 f"calls with the same arguments ({len(program.keys)} realizes, then {len(records)}), so it "
                 f"cannot be replayed. Random numbers drawn inside it, or Python numbers that change between "
                 f"calls, do this: pass such values in as tensors, or do not jit the function")
         program.verified = True
         return result
 
-    async def _run(self, tensors: list[Tensor], args: tuple, kwargs: dict, records: Optional[list]) -> Any:
-        """Calls the function and realizes its tensor results. With `records` (capturing), the
-        schedules of every realize are appended to it, lazy inputs are realized first (so that a
-        replay computes them too), and (result, result tensors, result shape) is returned."""
-        if records is None:
-            result = await self.fn(*args, **kwargs)
-            outs: list[Tensor] = []
-            _flatten(result, outs)
-            if outs:
-                await Tensor.realize(*outs)
-            return result
-        token = recording.set(records)
+    def _run(self, tensors: list[Tensor], records: Optional[list]) -> Generator[tuple[str, Any], Any, tuple]:
+        """Steps that call the function and realize its tensor results: (result, result tensors,
+        result shape). With `records` (capturing), the schedules of every realize are appended to it,
+        and lazy inputs are realized first, so that a replay computes them too."""
+        token = recording.set(records) if records is not None else None
         try:
-            lazy = [t for t in tensors if not _is_stored(t.node)]
-            if lazy:
-                await Tensor.realize(*lazy)
-            result = await self.fn(*args, **kwargs)
-            outs = []
+            if records is not None:
+                lazy = [t for t in tensors if not _is_stored(t.node)]
+                if lazy:
+                    yield _WAIT, lazy[0].realize(*lazy[1:])
+            result = yield _CALL, None
+            outs: list[Tensor] = []
             result_shape = _flatten(result, outs)
             if outs:
-                await Tensor.realize(*outs)
+                yield _WAIT, outs[0].realize(*outs[1:])
         finally:
-            recording.reset(token)
+            if token is not None:
+                recording.reset(token)
         return result, outs, result_shape
 
 
-def jit(fn: Optional[Callable[..., Awaitable[Any]]] = None, *, max_programs: int = 32) -> Any:
-    """Decorates an async function of tensors so that, after two normal calls, its realizes are
-    replayed instead of rebuilt: `@atensor.jit async def step(x, y): ...; return loss`."""
+def jit(fn: Optional[Callable[..., Any]] = None, *, max_programs: int = 32) -> Any:
+    """Decorates a function of tensors so that, after two normal calls, its realizes are replayed
+    instead of rebuilt: `@atensor.jit async def step(x, y): ...; return loss` (or a plain `def`, called
+    outside an event loop)."""
     if fn is None:
         return lambda f: Jit(f, max_programs)
     return Jit(fn, max_programs)

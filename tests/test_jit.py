@@ -273,3 +273,54 @@ async def test_a_big_replay_goes_through_the_dispatcher_and_gives_the_same_value
         np.testing.assert_allclose([o.item() for o in out], [(x * (i + 1)).sum() for i in range(len(out))],
                                    rtol=1e-5)
     assert many.stats["replays"] == 2
+
+
+def test_a_plain_function_is_jitted_as_tinygrad_does_outside_an_event_loop():
+    calls = []
+
+    @atensor.TinyJit
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        calls.append(1)
+        return (x @ y).relu()
+
+    for i in range(6):
+        x, y = _data(i, (4, 3)), _data(10 + i, (3, 5))
+        np.testing.assert_allclose(f(Tensor(x), Tensor(y)).numpy(), np.maximum(x @ y, 0), rtol=1e-5, atol=1e-6)
+    assert len(calls) == 3 and f.stats["replays"] == 3
+
+
+async def test_a_plain_jitted_function_refuses_to_block_the_event_loop():
+    @atensor.jit
+    def f(x: Tensor) -> Tensor:
+        return x + 1
+
+    with pytest.raises(RuntimeError, match="would block the running trio event loop.*async def"):
+        f(Tensor(_data(0)))
+
+
+def test_a_plain_function_that_returns_an_awaitable_is_refused():
+    async def inner(x: Tensor) -> Tensor:
+        return x
+
+    f = atensor.jit(lambda x: inner(x))
+    with pytest.raises(atensor.JitError, match="returned an awaitable; declare it `async def`"):
+        f(Tensor(_data(0)))
+
+
+async def test_cancelling_a_replay_leaves_the_next_calls_correct():
+    w = Tensor(_data(3, (256, 256)))
+
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        return (x @ w @ w @ w).sum(axis=0)
+
+    x = _data(4, (256, 256))
+    w_np = _data(3, (256, 256))
+    expected = (x @ w_np @ w_np @ w_np).sum(0)
+    for _ in range(3):
+        await f(Tensor(x))
+    with trio.move_on_after(0.0001):  # cancels the wait for the replay; its work still runs
+        await f(Tensor(x))
+    out = await f(Tensor(x))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=2e-3)
+    assert f.stats["replays"] == 2
