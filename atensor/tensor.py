@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from atensor.config import settings
-from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from atensor.dtype import DType, dtypes, to_dtype
 from atensor.graph.node import BufferSpec, GraphError, Node
-from atensor.graph.ops import Ops, ReduceOp
+from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer

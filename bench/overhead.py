@@ -4,7 +4,8 @@
 
 atensor: one realize of N independent tiny kernels (x_i + 1) and one of a chain of N dependent ones
 ((x + 1).contiguous() repeated), on NULL (nothing runs: pure scheduling, planning and queue cost) and
-on CPU; the time from `realize()` to completion divided by N. Graph building is reported apart.
+on CPU; the time from `realize()` to completion divided by N. Graph building is reported apart. Also
+a chain of 50 kernels in an `atensor.jit` function, replayed (no graph building, no scheduling).
 Peers in the same run: tinygrad's eager realize per kernel and TinyJit replay per kernel for the same
 chain, and Dask's threaded scheduler per task for a chain of delayed adds. A peer that is not
 installed is skipped with a note.
@@ -43,6 +44,27 @@ def atensor_chain(device: str, n: int) -> tuple[float, float]:
     x.realize().wait()
     done = time.perf_counter()
     return (built - start) / n * 1e6, (done - built) / n * 1e6
+
+
+def atensor_jit_chain(device: str, n: int, steps: int = 50) -> float:
+    """us per kernel of a jitted function of `steps` chained kernels, replayed: tinygrad's TinyJit case."""
+    import atensor
+
+    @atensor.jit
+    def step(t: Tensor) -> Tensor:
+        for _ in range(steps):
+            t = (t + 1).contiguous()
+        return t
+
+    y = Tensor.zeros(16, device=device).contiguous()
+    for _ in range(4):  # first call, capture, verify
+        y = step(y)
+    reps = max(1, min(n, 2000) // steps)
+    start = time.perf_counter()
+    for _ in range(reps):
+        y = step(y)
+    y.realize().wait()
+    return (time.perf_counter() - start) / (reps * steps) * 1e6
 
 
 def tinygrad_chain(n: int) -> dict:
@@ -120,6 +142,9 @@ def main() -> None:
                                                        "cached_realize_us_per_task": realize_hit}
             rows.append((f"atensor {device}", f"{kind}, first schedule", realize, build))
             rows.append((f"atensor {device}", f"{kind}, schedule cached", realize_hit, build_hit))
+        jit = atensor_jit_chain(device, n)
+        results["atensor"][f"{device}_jit_chain"] = {"replay_us_per_kernel": jit}
+        rows.append((f"atensor {device}", "chain, atensor.jit replay", jit, "-"))
     tg = tinygrad_chain(n)
     results["tinygrad"] = tg
     if "note" in tg:
@@ -140,6 +165,8 @@ def main() -> None:
     if "chain_us_per_task" in dk:
         print(f"\ndask chain / atensor NULL chain (cached): {dk['chain_us_per_task'] / ref:.2f}x")
     if "jit_us_per_kernel" in tg:
+        print(f"tinygrad TinyJit / atensor.jit replay (CPU chain): "
+              f"{tg['jit_us_per_kernel'] / results['atensor']['CPU_jit_chain']['replay_us_per_kernel']:.2f}x")
         print(f"tinygrad TinyJit / atensor NULL chain: {tg['jit_us_per_kernel'] / ref:.2f}x; "
               f"tinygrad eager / atensor CPU chain: "
               f"{tg['eager_us_per_kernel'] / results['atensor']['CPU_chain']['cached_realize_us_per_task']:.2f}x")

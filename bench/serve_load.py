@@ -22,7 +22,6 @@ import importlib.util
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

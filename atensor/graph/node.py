@@ -14,8 +14,7 @@ import functools
 import math
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY

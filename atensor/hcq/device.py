@@ -6,7 +6,6 @@ and hold no data: they exist to test scheduling and to measure atensor's own ove
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -15,7 +14,6 @@ from typing import Optional
 
 import numpy as np
 
-from atensor.config import settings
 from atensor.graph.node import BufferSpec
 from atensor.hcq import blas
 from atensor.hcq.buffer import Buffer
@@ -161,6 +159,12 @@ class NullMemory:
 
     def __init__(self, size: int):
         self.size = size
+
+
+def all_idle() -> bool:
+    """True when every queue of every device has run every command planned for it: then no buffer
+    has work pending. Exact when called by the planning thread (only it reserves signal values)."""
+    return all(q.signal.value >= q._reserved for d in list(_registry.values()) for q in (d.compute, d.copy))
 
 
 def devices() -> list[Device]:

@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Generator, Optional
 
 from atensor.hcq.buffer import Buffer
-from atensor.hcq.executor import Submission, execute
+from atensor.hcq.executor import Submission
 from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector

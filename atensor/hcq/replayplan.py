@@ -20,11 +20,19 @@ from typing import Any, Callable, Optional
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.hcq.buffer import Buffer
-from atensor.hcq.device import Device
+from atensor.hcq.device import Device, all_idle
 from atensor.hcq.executor import Submission, _runner, take_task_ids
 from atensor.hcq.queue import Command, Queue
 from atensor.hcq.signal import Signal
+from atensor.profiler import collector
 from atensor.sched.taskgraph import Task
+
+
+def _nothing_to_run() -> None:
+    """Kept in place of a task that runs nothing (NULL devices), so it is not looked up again."""
+
+
+_NOTHING_TO_RUN = _nothing_to_run
 
 
 class ReplayPlan:
@@ -100,8 +108,11 @@ class ReplayPlan:
             if failure is not None:
                 raise RuntimeError(f"{name} reads {specs[bi]}, whose contents come from a task that "
                                    f"failed: {failure}") from failure
-        before = [b.pending() for b in bufs]
-        quiet = not any(w or r for w, r in before)  # nothing pending: only the graph's own waits
+        if all_idle():  # the common case between steps: nothing can be pending, no snapshot to take
+            before, quiet = [], True
+        else:
+            before = [b.pending() for b in bufs]
+            quiet = not any(w or r for w, r in before)  # nothing pending: only the graph's own waits
         bases = []
         for queue, count in zip(self.queues, self.counts):
             bases.append(queue._reserved)
@@ -109,6 +120,7 @@ class ReplayPlan:
         signals = [q.signal for q in self.queues]
         base_id = take_task_ids(len(works))
         placed: list = [None] * len(works)
+        profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         runners, keep = self.runners, self.keep_runner
         sub = Submission(placed=placed)
         # queue by queue, each list handed over as soon as it is built: the first device starts while
@@ -127,10 +139,12 @@ class ReplayPlan:
                 if run is None:
                     run = _runner(works[i])
                     if keep[i]:
-                        runners[i] = run
+                        runners[i] = _NOTHING_TO_RUN if run is None else run
+                if run is _NOTHING_TO_RUN:
+                    run = None
                 name, kind, nbytes, flops, deps = self.static[i]
                 commands.append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
-                                        tuple([base_id + d for d in deps])))
+                                        tuple([base_id + d for d in deps]) if profiling else ()))
                 placed[i] = (own, value, self.tasks[i])
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
