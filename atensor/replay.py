@@ -268,7 +268,7 @@ class Jit:
         self.max_programs = max_programs
         self.is_async = inspect.iscoroutinefunction(fn)
         self._programs: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
-        self._calls: dict[tuple, int] = {}
+        self._calls: collections.OrderedDict[tuple, int] = collections.OrderedDict()  # per key, LRU
         self._capturing: set[tuple] = set()
         self.stats = {"calls": 0, "replays": 0, "captures": 0}
         self._name = getattr(fn, "__name__", "the function")
@@ -354,8 +354,10 @@ class Jit:
                 dispatcher.submit(job)
             yield _WAIT, RealizeHandle(job, None)
             return _unflatten(program.result_shape, results)
-        calls = self._calls.get(key, 0)
+        calls = self._calls.pop(key, 0)
         self._calls[key] = calls + 1
+        while len(self._calls) > 4 * self.max_programs:  # keys seen once or twice are not kept forever
+            self._calls.popitem(last=False)
         if calls == 0 or key in self._capturing:
             result, _, _ = yield from self._run(tensors, None)
             return result

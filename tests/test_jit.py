@@ -324,3 +324,14 @@ async def test_cancelling_a_replay_leaves_the_next_calls_correct():
     out = await f(Tensor(x))
     np.testing.assert_allclose(out.numpy(), expected, rtol=2e-3)
     assert f.stats["replays"] == 2
+
+
+async def test_many_distinct_keys_keep_bounded_state():
+    @atensor.jit(max_programs=2)
+    async def f(x: Tensor, k: float) -> Tensor:
+        return x * k
+
+    x = _data(0, (3,))
+    for i in range(40):  # a new plain argument every call: never replayed, always right
+        np.testing.assert_allclose((await f(Tensor(x), float(i))).numpy(), x * i, rtol=1e-6)
+    assert len(f._programs) <= 2 and len(f._calls) <= 8 and f.stats["replays"] == 0
