@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import trio
+from hypothesis import given, strategies as st
 
 import atensor
 from atensor import Tensor, nn
@@ -335,3 +336,35 @@ async def test_many_distinct_keys_keep_bounded_state():
     for i in range(40):  # a new plain argument every call: never replayed, always right
         np.testing.assert_allclose((await f(Tensor(x), float(i))).numpy(), x * i, rtol=1e-6)
     assert len(f._programs) <= 2 and len(f._calls) <= 8 and f.stats["replays"] == 0
+
+
+_CHAIN = {
+    "neg": (lambda t: -t, np.negative), "relu": (lambda t: t.relu(), lambda a: np.maximum(a, 0)),
+    "tanh": (lambda t: t.tanh(), np.tanh), "sq": (lambda t: t * t, lambda a: a * a),
+    "add1": (lambda t: t + 1, lambda a: a + np.float32(1)), "T": (lambda t: t.T, lambda a: a.T),
+    "flip0": (lambda t: t.flip(0), lambda a: np.flip(a, 0)), "step": (lambda t: t[::-2], lambda a: a[::-2]),
+    "mulx": (None, None),  # multiplies by the second input: a jit input that is not the first
+}
+
+
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple),
+       ops=st.lists(st.sampled_from(sorted(_CHAIN)), min_size=1, max_size=6),
+       reduce_axis=st.one_of(st.none(), st.integers(0, 2)), seed=st.integers(0, 2**16))
+def test_replays_of_random_op_chains_match_numpy(shape, ops, reduce_axis, seed):
+    @atensor.jit
+    def chain(t: Tensor, k: Tensor) -> Tensor:
+        for name in ops:
+            t = t * k.reshape(()) if name == "mulx" else _CHAIN[name][0](t)
+        return t.sum(reduce_axis) if reduce_axis is not None and reduce_axis < t.ndim else t
+
+    rng = np.random.default_rng(seed)
+    for _ in range(5):  # run, capture, verify, then two replays with new data
+        a = rng.standard_normal(shape).astype(np.float32)
+        k = rng.standard_normal(1).astype(np.float32)
+        ref = a
+        for name in ops:
+            ref = ref * k[0] if name == "mulx" else _CHAIN[name][1](ref)
+        if reduce_axis is not None and reduce_axis < ref.ndim:
+            ref = ref.sum(axis=reduce_axis)
+        np.testing.assert_allclose(chain(Tensor(a), Tensor(k)).numpy(), ref, rtol=1e-4, atol=1e-4)
+    assert chain.stats["replays"] == 2
