@@ -53,6 +53,24 @@ class Submission:
 _next_task_id = 0
 
 
+def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: list,
+                     pending_reads: list) -> None:
+    """Adds to `waits` (signal -> (value, check)) the work still pending on a buffer that a task on the
+    queue of `own` reads (`reading`) or writes: a read waits for pending writes (and fails with them);
+    a write also waits for pending reads. Work on the task's own queue is ordered already."""
+    for sig, v in pending_writes:
+        if sig is not own:
+            old = waits.get(sig)
+            if old is None or old[0] < v:
+                waits[sig] = (v, reading or (old is not None and old[1]))
+    if not reading:
+        for sig, v in pending_reads:
+            if sig is not own:
+                old = waits.get(sig)
+                if old is None or old[0] < v:
+                    waits[sig] = (v, old is not None and old[1])
+
+
 def take_task_ids(count: int) -> int:
     """The first of `count` new task ids. Ids are unique per process, so a profile never confuses two
     realizes; only the dispatcher thread plans, so no lock."""
@@ -98,19 +116,7 @@ def execute(graph: TaskGraph) -> Submission:
                 if old is None or old[0] < dv:
                     waits[dq.signal] = (dv, True)
         for acc in task.accesses:
-            pending_writes, pending_reads = before[acc.buffer]
-            reading = acc.mode == "r"
-            for sig, v in pending_writes:
-                if sig is not own:
-                    old = waits.get(sig)
-                    if old is None or old[0] < v:
-                        waits[sig] = (v, reading or (old is not None and old[1]))
-            if not reading:
-                for sig, v in pending_reads:
-                    if sig is not own:
-                        old = waits.get(sig)
-                        if old is None or old[0] < v:
-                            waits[sig] = (v, old is not None and old[1])
+            wait_for_pending(waits, own, acc.mode == "r", *before[acc.buffer])
         t0 = time.perf_counter_ns()
         run = _runner(task.work)
         compile_ns += time.perf_counter_ns() - t0

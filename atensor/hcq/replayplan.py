@@ -21,7 +21,7 @@ from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, all_idle
-from atensor.hcq.executor import Submission, _runner, take_task_ids
+from atensor.hcq.executor import Submission, _runner, take_task_ids, wait_for_pending
 from atensor.hcq.queue import Command, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
@@ -161,16 +161,5 @@ class ReplayPlan:
         for dq, dpos in self.waits_inside[i]:
             waits[signals[dq]] = (bases[dq] + dpos + 1, True)
         for bi, reading in self.accesses[i]:
-            pending_writes, pending_reads = before[bi]
-            for sig, v in pending_writes:
-                if sig is not own:
-                    old = waits.get(sig)
-                    if old is None or old[0] < v:
-                        waits[sig] = (v, reading or (old is not None and old[1]))
-            if not reading:
-                for sig, v in pending_reads:
-                    if sig is not own:
-                        old = waits.get(sig)
-                        if old is None or old[0] < v:
-                            waits[sig] = (v, old is not None and old[1])
+            wait_for_pending(waits, own, reading, *before[bi])
         return tuple([(s, v, c) for s, (v, c) in waits.items()])
