@@ -48,7 +48,7 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
 from atensor.sched import schedule as sched
-from atensor.sched.taskgraph import Task
+from atensor.graph.taskgraph import Task
 from atensor.tensor import Tensor
 
 

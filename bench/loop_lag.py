@@ -22,30 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import table, write_results  # noqa: E402
 
 from atensor import Tensor  # noqa: E402
+from atensor.profiler import ticking  # noqa: E402
 
 TINY = 10_000
 
 
 async def measure(work: Callable[[], Awaitable[None]]) -> tuple[float, float, int]:
-    gaps: list[float] = []
-    done = trio.Event()
-
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            await trio.sleep(0.001)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        await trio.sleep(0.02)
+    async with ticking(settle=0.02) as lag:
         start = time.perf_counter()
         await work()
         elapsed = time.perf_counter() - start
-        done.set()
-    return elapsed, max(gaps), len(gaps)
+    return elapsed, lag.worst, lag.ticks
 
 
 def big_inputs() -> list[np.ndarray]:

@@ -145,20 +145,16 @@ def main() -> None:
         jit = atensor_jit_chain(device, n)
         results["atensor"][f"{device}_jit_chain"] = {"replay_us_per_kernel": jit}
         rows.append((f"atensor {device}", "chain, atensor.jit replay", jit, "-"))
-    tg = tinygrad_chain(n)
-    results["tinygrad"] = tg
-    if "note" in tg:
-        rows.append(("tinygrad CPU", tg["note"], "-", "-"))
-    else:
-        rows.append(("tinygrad CPU", "chain, eager realize", tg["eager_us_per_kernel"], "-"))
-        rows.append(("tinygrad CPU", "chain, TinyJit replay", tg["jit_us_per_kernel"], "-"))
-    dk = dask_chain(n)
-    results["dask"] = dk
-    if "note" in dk:
-        rows.append(("dask threads", dk["note"], "-", "-"))
-    else:
-        rows.append(("dask threads", "chain", dk["chain_us_per_task"], "-"))
-        rows.append(("dask threads", "independent", dk["independent_us_per_task"], "-"))
+    tg, dk = tinygrad_chain(n), dask_chain(n)
+    results["tinygrad"], results["dask"] = tg, dk
+    peers = (("tinygrad CPU", tg, (("chain, eager realize", "eager_us_per_kernel"),
+                                   ("chain, TinyJit replay", "jit_us_per_kernel"))),
+             ("dask threads", dk, (("chain", "chain_us_per_task"), ("independent", "independent_us_per_task"))))
+    for system, found, entries in peers:
+        if "note" in found:  # not installed, or failed here
+            rows.append((system, found["note"], "-", "-"))
+        else:
+            rows.extend((system, label, found[key], "-") for label, key in entries)
     print(table(f"per-task overhead, {n} tasks (us per task; lower is better)",
                 ["system", "workload", "us/task", "graph build us/task"], rows))
     ref = results["atensor"]["NULL_chain"]["cached_realize_us_per_task"]

@@ -33,7 +33,7 @@ from atensor.sched import boundscheck, prove  # noqa: E402
 from atensor.sched.boundscheck import IndexedLoad, check_indexed_load, check_kernel  # noqa: E402
 from atensor.sched.racecheck import check_race_free  # noqa: E402
 from atensor.sched.schedule import schedule  # noqa: E402
-from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph  # noqa: E402
+from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph  # noqa: E402
 
 REPEAT = 7
 f32, i32 = dtypes.float32, dtypes.int32

@@ -11,27 +11,15 @@ import pytest
 import trio
 
 from atensor import NotRealizedError, Tensor
-
-
-async def _ticker(stop: trio.Event, gaps: list[float]) -> None:
-    last = time.perf_counter()
-    while not stop.is_set():
-        await trio.sleep(0.001)
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
+from atensor.profiler import ticking
 
 
 async def _realize_with_ticker(*tensors: Tensor) -> tuple[float, list[float]]:
-    stop, gaps = trio.Event(), []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_ticker, stop, gaps)
-        await trio.sleep(0.01)
+    async with ticking() as lag:
         start = time.perf_counter()
         await Tensor.realize(*tensors)
         elapsed = time.perf_counter() - start
-        stop.set()
-    return elapsed, gaps
+    return elapsed, lag.gaps
 
 
 async def test_event_loop_keeps_ticking_during_a_long_realize_of_big_kernels():

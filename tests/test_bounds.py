@@ -236,7 +236,7 @@ def test_registered_indexed_loads_are_checked_inside_kernels(monkeypatch):
 
 def test_a_copy_past_the_end_of_its_buffer_is_rejected():
     from atensor.graph.node import BufferSpec
-    from atensor.sched.taskgraph import Access, Copy, TaskGraph
+    from atensor.graph.taskgraph import Access, Copy, TaskGraph
     src, dst = BufferSpec("CPU", 8, f32), BufferSpec("CPU", 4, f32)
     graph = TaskGraph()
     graph.add(Copy(src, dst, 16, 0, 16), [Access(src, "r", 16, 32), Access(dst, "w", 0, 16)])

@@ -1,7 +1,6 @@
 """Every op of the first API slice against numpy, plus property tests over random shapes and chains."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

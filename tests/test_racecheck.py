@@ -23,8 +23,8 @@ from atensor.graph.view import View
 from atensor.sched import prove
 from atensor.sched.racecheck import check_race_free
 from atensor.sched.schedule import schedule
-from atensor.sched.taskgraph import Access, Copy, RaceError, TaskGraph
-from atensor.sched.taskgraph import check_race_free as check_from_taskgraph
+from atensor.graph.taskgraph import Access, Copy, RaceError, TaskGraph
+from atensor.graph.taskgraph import check_race_free as check_from_taskgraph
 
 
 def reference_races(graph: TaskGraph, edges) -> bool:

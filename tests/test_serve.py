@@ -146,15 +146,18 @@ async def test_concurrent_requests_are_batched_into_fewer_forward_passes(server,
         np.testing.assert_allclose(results[i], expected[f"request {i}"], atol=1e-5)
 
 
+async def _big_request(port: int, done: trio.Event) -> None:
+    """A 32-sentence request (a batch that computes for a while); sets `done` when answered."""
+    async with EmbedClient("127.0.0.1", port) as client:
+        status, _ = await client.request("POST", "/embed", {"sentences": [LONG] * 32})
+    assert status == 200
+    done.set()
+
+
 async def test_health_is_answered_while_a_large_batch_computes(server):
     app, port = server
     big_done = trio.Event()
-
-    async def big() -> None:
-        async with EmbedClient("127.0.0.1", port) as client:
-            status, _ = await client.request("POST", "/embed", {"sentences": [LONG] * 32})
-        assert status == 200
-        big_done.set()
+    big = partial(_big_request, port, big_done)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(big)
@@ -168,12 +171,7 @@ async def test_health_is_answered_while_a_large_batch_computes(server):
 async def test_client_disconnect_does_not_break_later_requests(server, expected):
     app, port = server
     big_done = trio.Event()
-
-    async def big() -> None:
-        async with EmbedClient("127.0.0.1", port) as client:
-            status, _ = await client.request("POST", "/embed", {"sentences": [LONG] * 32})
-        assert status == 200
-        big_done.set()
+    big = partial(_big_request, port, big_done)
 
     async def post_then_hang_up(sentences: list[str]) -> None:
         stream = await trio.open_tcp_stream("127.0.0.1", port)

@@ -13,7 +13,7 @@ from atensor.graph.symbolic import SymbolicError, Sym, Variable, evaluate, unbin
 from atensor.graph.view import View
 from atensor.hcq import numpy_backend
 from atensor.sched.schedule import schedule
-from atensor.sched.taskgraph import Kernel
+from atensor.graph.taskgraph import Kernel
 
 
 # ---- the expressions ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from atensor.hcq.queue import Command, DependencyFailed, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-from atensor.sched.taskgraph import Copy, Kernel, Task, TaskGraph
+from atensor.graph.taskgraph import Copy, Kernel, Task, TaskGraph
 
 
 @dataclass

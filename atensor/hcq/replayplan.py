@@ -25,7 +25,7 @@ from atensor.hcq.executor import Submission, _runner, take_task_ids, wait_for_pe
 from atensor.hcq.queue import Command, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
-from atensor.sched.taskgraph import Task
+from atensor.graph.taskgraph import Task
 
 
 def _nothing_to_run() -> None:

@@ -4,7 +4,8 @@
 # it turns each stamp into a Span (events.py) and hands it to the collector (collector.py).
 # Everything else here reads those events after the fact: timeline.py maps them onto one clock,
 # chrome.py writes Perfetto/Chrome JSON, html.py a self-contained timeline page, summary.py the
-# tables, cli.py `python -m atensor.profiler trace.json`.
+# tables, cli.py `python -m atensor.profiler trace.json`. loop.py's `ticking()` measures how long the
+# event loop itself was held (the longest gap of a 1 ms ticker).
 #
 # This package imports nothing from the rest of atensor (DESIGN.md: profiler knows nothing of
 # tensors), so it can be tested, and used on saved traces, on its own.
@@ -25,6 +26,7 @@ from .collector import (
     record_span,
     set_clock_offset,
 )
+from .loop import LoopLag, ticking
 from .events import HOST_CATEGORIES, SPAN_KINDS, HostSpan, MemoryEvent, Span
 from .summary import CriticalPath, CriticalStep, HostStats, KernelStats, ProfileStats, QueueStats
 
@@ -36,6 +38,7 @@ __all__ = [
     "HostSpan",
     "HostStats",
     "KernelStats",
+    "LoopLag",
     "MemoryEvent",
     "Profile",
     "ProfileStats",
@@ -47,4 +50,5 @@ __all__ = [
     "record_memory",
     "record_span",
     "set_clock_offset",
+    "ticking",
 ]

@@ -58,7 +58,7 @@ from atensor.dtype import DType, dtypes
 from atensor.graph.node import BufferSpec, GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.view import View
-from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
+from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
 
 ALLREDUCE_KIND = "allreduce"  # the `kind` of every allreduce step: the profiler colours them apart
 _BINARY = {ReduceOp.SUM: Ops.ADD, ReduceOp.MAX: Ops.MAX, ReduceOp.PROD: Ops.MUL}

@@ -36,7 +36,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.symbolic import SymbolicError, hi_of, lo_of
 from atensor.graph.view import View
 from atensor.sched.prove import ProofTimeout, Symbols, find_counterexample, z3mod
-from atensor.sched.taskgraph import Copy, Kernel, TaskGraph
+from atensor.graph.taskgraph import Copy, Kernel, TaskGraph
 
 
 class BoundsError(AssertionError):

@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
-from atensor.sched.taskgraph import Access, Task, TaskGraph
+from atensor.graph.taskgraph import Access, Task, TaskGraph
 
 MAX_TEMPLATES = 512
 

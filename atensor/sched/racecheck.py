@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import SymbolicError, evaluate, is_symbolic, variables_of
 from atensor.sched.prove import ProofTimeout, Symbols, find_counterexample
-from atensor.sched.taskgraph import Access, RaceError, TaskGraph
+from atensor.graph.taskgraph import Access, RaceError, TaskGraph
 
 
 class _Reach:

@@ -28,7 +28,7 @@ from atensor.graph.view import View
 from atensor.sched.allreduce import Planner
 from atensor.config import settings
 from atensor.sched import cache
-from atensor.sched.taskgraph import Access, Copy, Kernel, TaskGraph
+from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
 
 # realized values: node -> BUFFER view that now holds it; written by `schedule`, read by Tensor
 class _Becomes:

@@ -132,3 +132,17 @@ def test_repr_says_what_was_collected():
         record_span(span(1))
     assert repr(prof) == "<Profile done: 1 spans, 0 host spans, 0 memory samples>"
     assert "new" in repr(Profile())
+
+
+async def test_the_loop_ticker_sees_a_blocked_loop_and_not_a_free_one():
+    import time
+
+    import trio
+
+    from atensor.profiler import ticking
+    async with ticking() as free:
+        await trio.sleep(0.05)
+    async with ticking() as blocked:
+        time.sleep(0.08)  # holds the loop: one gap as long as the block
+    assert free.ticks > 10 and free.worst < 0.06
+    assert blocked.worst >= 0.08

@@ -12,6 +12,10 @@ Edges to work still pending from *earlier* realizes are not in the graph: that w
 queues already, and hcq/ orders the new tasks after it through each buffer's pending writers and
 readers (timeline signal values), so one graph never has to know about another.
 
+It lives in graph/ because it is the contract between two layers that may not import each other
+upward: sched/ builds it, hcq/ runs it (DESIGN.md: hcq imports graph and profiler only). It names
+devices and queues by string; it knows nothing of their runtimes.
+
 Invariant: `tasks` is in a topological order (every edge goes from an earlier to a later task).
 """
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""How long the event loop was held: a 1 ms ticker beside the code under watch.
+
+    async with ticking() as lag:
+        await work()
+    print(lag.worst, lag.ticks)
+
+A task that sleeps 1 ms in a loop records the time between its wake-ups. A loop that is never held
+shows gaps near 1 ms; a loop blocked by a synchronous call, a stop-the-world garbage collection or
+a thread that keeps the GIL shows one gap as long as the block. This is the measure atensor's
+concurrency model is judged by (DESIGN.md: the loop's longest gap stays bounded), used by the tests,
+bench/loop_lag.py and examples/quickstart.py. It needs trio, nothing of atensor.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import trio
+
+
+@dataclass
+class LoopLag:
+    """The gaps (seconds) between the ticker's wake-ups."""
+    gaps: list[float] = field(default_factory=list)
+
+    @property
+    def worst(self) -> float:
+        """The longest gap: how long the loop was held at most (0 before the first tick)."""
+        return max(self.gaps, default=0.0)
+
+    @property
+    def ticks(self) -> int:
+        return len(self.gaps)
+
+
+@contextlib.asynccontextmanager
+async def ticking(interval: float = 0.001, settle: float = 0.01) -> AsyncIterator[LoopLag]:
+    """Ticks every `interval` seconds while the block runs (after `settle` seconds of ticking, so the
+    ticker is running when the block starts); yields the LoopLag the gaps go into."""
+    lag, stop = LoopLag(), trio.Event()
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await trio.sleep(interval)
+            now = time.perf_counter()
+            lag.gaps.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await trio.sleep(settle)
+        try:
+            yield lag
+        finally:
+            stop.set()
