@@ -13,6 +13,7 @@ through `Context`:
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
 | malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (hcq/numpy_plans.py); 0: malloc's defaults |
+| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (hcq/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Settings:
     schedule_cache: bool = bool(int(os.environ.get("ATENSOR_SCHEDULE_CACHE", "1")))
     allreduce_bucket_bytes: int = int(os.environ.get("ATENSOR_BUCKET_BYTES", str(25 << 20)))
     malloc_keep_bytes: int = int(os.environ.get("ATENSOR_MALLOC_KEEP", str(128 << 20)))
+    native: str = os.environ.get("ATENSOR_NATIVE", "jit")
 
 
 settings = Settings()

@@ -37,10 +37,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Optional
 
+import trio
+
+from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
+from atensor.hcq import native
 from atensor.hcq.buffer import Buffer
+from atensor.hcq.device import Device
 from atensor.hcq.executor import Submission
 from atensor.hcq.replayplan import ReplayPlan
 from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop, recording
@@ -48,7 +53,7 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
 from atensor.sched import schedule as sched
-from atensor.graph.taskgraph import Task
+from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor import Tensor
 
 
@@ -176,6 +181,34 @@ class _Program:
         records = self.records
         job.plan = lambda: _run_records(records, mapping, inputs)
         return job, tensors, [mapping.get(spec, spec) for spec in self.written]
+
+
+class _InThread:
+    """A blocking call as a step the drivers wait on: awaited, it runs in a worker thread (the event
+    loop stays free); waited on by the blocking driver, it runs on the caller's thread."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return trio.to_thread.run_sync(self.fn).__await__()
+
+    def wait(self) -> Any:
+        return self.fn()
+
+
+def _native_candidates(records: list[_Record]) -> list[tuple[Node, str]]:
+    """The CPU kernels of a captured program not compiled yet, when jit kernels are compiled."""
+    if settings.native != "jit":
+        return []
+    found = []
+    for record in records:
+        for task in record.tasks:
+            work = task.work
+            if isinstance(work, Kernel) and not work.var_vals and native.lookup(work.ast) is None \
+                    and Device.get(work.device).kind == "CPU":
+                found.append((work.ast, work.name))
+    return found
 
 
 def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
@@ -394,6 +427,9 @@ class Jit:
                 f"cannot be replayed. Random numbers drawn inside it, or Python numbers that change between "
                 f"calls, do this: pass such values in as tensors, or do not jit the function")
         program.verified = True
+        kernels = _native_candidates(program.records)
+        if kernels:  # replays run these compiled (hcq/native.py); the compiler runs off the loop
+            yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
 
     def _run(self, tensors: list[Tensor], records: Optional[list]) -> Generator[tuple[str, Any], Any, tuple]:

@@ -25,7 +25,8 @@ _NOTHING: tuple[list, list] = ([], [])
 
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
-    __slots__ = ("name", "device", "memory", "writes", "reads", "inflight", "failure", "_lock", "__weakref__")
+    __slots__ = ("name", "device", "memory", "writes", "reads", "inflight", "failure", "_lock", "_address",
+                 "__weakref__")
 
     def __init__(self, spec: BufferSpec):
         # the spec owns this Buffer (spec.runtime); a reference back would make a cycle that only the
@@ -37,6 +38,7 @@ class Buffer:
         self.inflight = 0  # realizes dispatched that will write this buffer but are not yet planned
         self.failure: Optional[BaseException] = None  # the error of the write its contents came from
         self._lock = threading.Lock()
+        self._address = 0
 
     def __repr__(self) -> str:
         return f"Buffer({self.name}, writes={self.writes}, reads={self.reads})"
@@ -97,6 +99,14 @@ class Buffer:
             if err is not None:
                 return err
         return self.failure
+
+    def address(self) -> int:
+        """The address of the memory's first element (what a native kernel is passed); the memory of a
+        buffer never moves once allocated, so it is read once."""
+        address = self._address
+        if not address:
+            address = self._address = self.memory.__array_interface__["data"][0]
+        return address
 
     def numpy(self) -> np.ndarray:
         """The memory as a flat numpy array (CPU devices only)."""

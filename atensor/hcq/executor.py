@@ -9,6 +9,7 @@ is planned; after planning, the buffers remember this graph's tasks in turn.
 """
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -17,9 +18,11 @@ import numpy as np
 
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
+from atensor.config import settings
 from atensor.hcq import blas
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, DeviceError
+from atensor.hcq import native
 from atensor.hcq.numpy_backend import compile_kernel
 from atensor.hcq.queue import Command, DependencyFailed, Queue
 from atensor.hcq.signal import Signal
@@ -154,13 +157,27 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
         buffers = [device.allocate(spec) for spec in work.buffers]
         if device.kind == "NULL":
             return None
-        fn = compile_kernel(work.ast, work.name)
-        arrays = [b.memory for b in buffers]
-        extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
-
         specs = work.buffers
         threads = blas.threads_for(work.flops)
         use_threads = blas.use
+        mode = settings.native
+        compiled = None if work.var_vals or mode == "0" else native.lookup(work.ast)
+        if compiled is None and mode == "all" and not work.var_vals:
+            native.prepare([(work.ast, work.name)])
+            compiled = native.lookup(work.ast)
+        if compiled is not None:
+            call, block = compiled.fn, compiled.pointers([b.address() for b in buffers])
+
+            def run_native() -> None:  # one foreign call: the GIL is released for the whole kernel
+                use_threads(threads)
+                call(block)
+            run_native.keep_alive = specs  # the addresses in `block` stay valid while this lives
+            run_native.native = (ctypes.cast(call, ctypes.c_void_p).value, block)
+            run_native.threads = threads
+            return run_native
+        fn = compile_kernel(work.ast, work.name)
+        arrays = [b.memory for b in buffers]
+        extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
 
         def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
             use_threads(threads)

@@ -107,6 +107,21 @@ class Window:
         return out
 
 
+def contraction_groups(a_view: View, b_view: View, axes: tuple[int, ...]) -> tuple[list[int], ...]:
+    """The axes of sum(a * b, axes), a and b broadcast views, as (batch, rows, inner, cols): axes in
+    both operands that are kept, only in a, in both and reduced, only in b (axes in neither, or of
+    size 1, in none)."""
+    shape = a_view.shape
+    ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
+    rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
+    in_a, in_b = set(ra), set(rb)
+    batch = [i for i in ra if i in in_b and i not in axes]
+    rows = [i for i in ra if i not in in_b]
+    inner = [i for i in ra if i in in_b and i in axes]
+    cols = [i for i in rb if i not in in_a]
+    return batch, rows, inner, cols
+
+
 class Contraction:
     """sum(a * b, axes) with keepdims, where a and b are the broadcast views `a_view`, `b_view` of two
     sources: one np.matmul (a BLAS gemm per batch element). Axes in both operands that are kept are
@@ -116,13 +131,7 @@ class Contraction:
 
     def __init__(self, a_view: View, b_view: View, axes: tuple[int, ...], dtype: np.dtype):
         shape = a_view.shape
-        ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
-        rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
-        in_a, in_b = set(ra), set(rb)
-        inner = [i for i in ra if i in in_b and i in axes]
-        batch = [i for i in ra if i in in_b and i not in axes]
-        rows = [i for i in ra if i not in in_b]
-        cols = [i for i in rb if i not in in_a]
+        batch, rows, inner, cols = contraction_groups(a_view, b_view, axes)
         self.usable = not any(i in axes for i in rows + cols) and not a_view.variables() \
             and not b_view.variables() and a_view.mask is None and b_view.mask is None
         if not self.usable:
@@ -136,7 +145,7 @@ class Contraction:
         order = batch + rows + cols
         out_axes = sorted(order)
         self.perm = None if order == out_axes else tuple(order.index(i) for i in out_axes)
-        present = in_a | in_b
+        present = set(batch + rows + inner + cols)
         self.keep = tuple(1 if (i in axes or i not in present) else shape[i] for i in range(len(shape)))
         full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
         self.full = None if full == self.keep else full

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
+from atensor.hcq import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, all_idle
 from atensor.hcq.executor import Submission, _runner, take_task_ids, wait_for_pending
@@ -98,6 +99,13 @@ class ReplayPlan:
         self.runners: list[Optional[Callable[[], None]]] = [None] * len(tasks)
         self.tasks = tasks
         self.keep_runner = [not s for s in swapped]
+        # a task another queue waits for ends a batch of native kernels (its value is published as
+        # soon as it is done); a task that waits for another queue starts one
+        self.ends_batch = [False] * len(tasks)
+        for i, waits in enumerate(self.waits_inside):
+            for dq, dpos in waits:
+                self.ends_batch[self.by_queue[dq][dpos]] = True
+        self.batches: dict[tuple[int, ...], Callable[[], None]] = {}  # kept batches of kept runners
 
     def submit(self, works: list[Any], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
         """Puts the tasks on the queues; `works` are their works with the buffers `mapping` swaps."""
@@ -121,37 +129,73 @@ class ReplayPlan:
         base_id = take_task_ids(len(works))
         placed: list = [None] * len(works)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
-        runners, keep = self.runners, self.keep_runner
         sub = Submission(placed=placed)
         # queue by queue, each list handed over as soon as it is built: the first device starts while
         # the next one's list is made (waits across queues are by value, so the order is free)
+        batching = quiet and not profiling
         for qi, members in enumerate(self.by_queue):
             own = signals[qi]
             commands = []
+            group: list[tuple[int, Callable[[], None]]] = []  # native kernels run as one command
             for i in members:
+                run = self._run_of(i, works)
+                if batching:
+                    if getattr(run, "native", None) is not None and run.threads == 1:
+                        if group and self.waits_inside[i]:
+                            self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
+                        group.append((i, run))
+                        if self.ends_batch[i]:
+                            self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
+                        continue
+                    self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
                 value = bases[qi] + self.task_pos[i] + 1
                 if quiet:
                     waits = tuple([(signals[dq], bases[dq] + dpos + 1, True)
                                    for dq, dpos in self.waits_inside[i]])
                 else:
                     waits = self._waits(i, own, signals, bases, before)
-                run = runners[i]
-                if run is None:
-                    run = _runner(works[i])
-                    if keep[i]:
-                        runners[i] = _NOTHING_TO_RUN if run is None else run
-                if run is _NOTHING_TO_RUN:
-                    run = None
                 name, kind, nbytes, flops, deps = self.static[i]
                 commands.append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
                                         tuple([base_id + d for d in deps]) if profiling else ()))
                 placed[i] = (own, value, self.tasks[i])
+            self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
             queue.submit(commands)
         for bi, qi, pos, write in self.notes:
             bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
         return sub
+
+    def _run_of(self, i: int, works: list[Any]) -> Optional[Callable[[], None]]:
+        run = self.runners[i]
+        if run is None:
+            run = _runner(works[i])
+            if self.keep_runner[i]:
+                self.runners[i] = _NOTHING_TO_RUN if run is None else run
+        return None if run is _NOTHING_TO_RUN else run
+
+    def _flush(self, group: list[tuple[int, Callable[[], None]]], commands: list[Command], base: int,
+               base_id: int, signals: list[Signal], bases: list[int], placed: list, own: Signal) -> None:
+        """The native kernels of `group` ((task, runner) pairs) as one command; empties it."""
+        if not group:
+            return
+        tasks = [i for i, _ in group]
+        first, last = tasks[0], tasks[-1]
+        key = tuple(tasks)
+        run = self.batches.get(key)
+        if run is None:
+            run = group[0][1] if len(group) == 1 else native.batch([r for _, r in group])
+            if all(self.keep_runner[i] for i in tasks):
+                self.batches[key] = run
+        waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in self.waits_inside[first]])
+        value = base + self.task_pos[last] + 1
+        name = self.static[first][0] if len(group) == 1 else f"{len(group)} kernels from {self.static[first][0]}"
+        nbytes = sum(self.static[i][2] for i in tasks)
+        flops = sum(self.static[i][3] for i in tasks)
+        commands.append(Command(value, waits, run, name, "kernel", base_id + first, nbytes, flops, ()))
+        for i in tasks:
+            placed[i] = (own, value, self.tasks[i])
+        group.clear()
 
     def _waits(self, i: int, own: Signal, signals: list[Signal], bases: list[int],
                before: list[tuple[list, list]]) -> tuple:

@@ -1,0 +1,562 @@
+"""Renders a kernel AST into one C function, for the native (compiled) tier of the CPU backend.
+
+Why C: a numpy kernel is a Python function that holds the GIL between its numpy calls, so two CPU
+devices, each a thread, take turns instead of running at once (bench/threads.py measures it). A C
+kernel is one foreign call for the whole kernel; ctypes releases the GIL for its duration.
+
+How a kernel is lowered. Nodes are computed in loop nests over their shapes:
+- an elementwise node is an expression inside the nest of whatever reads it (a local variable
+  each, so a value read twice in one nest is computed once);
+- a REDUCE is materialized into a temporary array: its nest runs over the source's shape and
+  accumulates (float sums in double);
+- a REDUCE of a product of two broadcast views (a matmul in disguise) is one BLAS gemm per batch
+  element into a temporary laid out [batch, rows, cols], read back through strides;
+- a VIEW reads a PARAM buffer, a materialized array, a constant or an arange through its strides,
+  offset and mask (a masked-out element reads 0); the computed source of a view is materialized
+  first, in row-major order, as numpy's backend reads it;
+- the STORE nest writes the value through the target view.
+Anything this file does not know (symbolic views, gather/scatter, threefry, bitcast, half floats,
+integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
+graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
+integers, NaN-propagating max, wrapping integer arithmetic.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from atensor.dtype import DType, dtypes
+from atensor.graph.node import Node, toposort
+from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
+from atensor.graph.semantics import reduce_identity
+from atensor.graph.view import View, strides_for
+from atensor.hcq.numpy_plans import contraction_groups
+
+
+class Unsupported(Exception):
+    """The kernel uses something the C renderer does not lower; it stays a numpy kernel."""
+
+
+CTYPES = {dtypes.bool: "uint8_t", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.int16: "int16_t",
+          dtypes.uint16: "uint16_t", dtypes.int32: "int32_t", dtypes.uint32: "uint32_t",
+          dtypes.int64: "int64_t", dtypes.uint64: "uint64_t", dtypes.float32: "float",
+          dtypes.float64: "double"}
+UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", "int64_t": "uint64_t"}
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#ifdef ATENSOR_ILP64
+typedef long long blasint;
+#else
+typedef int blasint;
+#endif
+typedef void (*sgemm_t)(int, int, int, blasint, blasint, blasint, float, const float *, blasint,
+                        const float *, blasint, float, float *, blasint);
+typedef void (*dgemm_t)(int, int, int, blasint, blasint, blasint, double, const double *, blasint,
+                        const double *, blasint, double, double *, blasint);
+static sgemm_t at_sgemm;
+static dgemm_t at_dgemm;
+void atensor_set_blas(void *s, void *d) { at_sgemm = (sgemm_t)s; at_dgemm = (dgemm_t)d; }
+typedef void (*at_kernel_t)(void **);
+void atensor_run_batch(long long n, void **fns, void **blocks) {
+  for (long long i = 0; i < n; i++) ((at_kernel_t)fns[i])((void **)blocks[i]);
+}
+#define AT_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+#define AT_IMAX(a, b) ((a) > (b) ? (a) : (b))
+static inline int64_t at_idiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return (int64_t)(0 - (uint64_t)a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+  return q;
+}
+static inline int64_t at_imod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline uint64_t at_udiv(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
+static inline uint64_t at_umod(uint64_t a, uint64_t b) { return b == 0 ? 0 : a % b; }
+static inline float at_fmodf(float a, float b) {
+  float r = fmodf(a, b);
+  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysignf(0.0f, b);
+  return r;
+}
+static inline double at_fmod(double a, double b) {
+  double r = fmod(a, b);
+  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0, b);
+  return r;
+}
+"""
+
+_UNARY_F = {Ops.SQRT: "sqrt", Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos",
+            Ops.TANH: "tanh", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.TRUNC: "trunc"}
+_CMP = {Ops.CMPLT: "<", Ops.CMPEQ: "==", Ops.CMPNE: "!="}
+_BITS = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
+
+
+def _ctype(dtype: DType) -> str:
+    found = CTYPES.get(dtype)
+    if found is None:
+        raise Unsupported(f"dtype {dtype}")
+    return found
+
+
+def _literal(value: Any, dtype: DType) -> str:
+    """A C constant of `dtype` for the Python scalar `value`."""
+    ct = _ctype(dtype)
+    if dtype.kind == "f":
+        value = float(value)
+        if math.isnan(value):
+            return f"(({ct})NAN)"
+        if math.isinf(value):
+            return f"(({ct})({'-' if value < 0 else ''}INFINITY))"
+        return f"(({ct}){value!r})"
+    if dtype.kind == "b":
+        return "1" if value else "0"
+    value = int(value)
+    return f"(({ct}){value}ULL)" if dtype.kind == "u" else f"(({ct})({value}LL))" if value != -2**63 \
+        else f"(({ct})(-9223372036854775807LL - 1))"
+
+
+def _concrete(view: View) -> None:
+    if view.variables():
+        raise Unsupported("a view at a symbolic offset")
+
+
+class _Nest:
+    """One loop nest under construction: its index variable per axis and its body's statements."""
+
+    def __init__(self, renderer: CRenderer, index: list[str]):
+        self.r, self.index, self.stmts = renderer, index, []
+        self.local: dict[Node, str] = {}
+
+    def value(self, n: Node) -> str:
+        """A C expression for `n` at this nest's index (`n` has the nest's shape)."""
+        found = self.local.get(n)
+        if found is not None:
+            return found
+        expr = self.r.expression(n, self.index, self)
+        if n.op in (Ops.CONST,) or expr.isidentifier():
+            return expr
+        name = self.r.fresh("v")
+        self.stmts.append(f"{_ctype(n.dtype)} {name} = {expr};")
+        self.local[n] = name
+        return name
+
+
+class CRenderer:
+    """Lowers one kernel AST (a STORE) to the C source of `void name(void **bufs)`."""
+
+    def __init__(self, ast: Node, name: str, blas: bool):
+        if ast.op is not Ops.STORE:
+            raise Unsupported(f"a kernel rooted at {ast.op}")
+        self.ast, self.name, self.blas = ast, name, blas
+        self.order = toposort([ast])
+        self.counter = 0
+        self.lines: list[str] = []
+        self.temps: list[str] = []
+        # materialized node -> (array name, element strides per axis)
+        self.arrays: dict[Node, tuple[str, tuple[int, ...]]] = {}
+        self.params: dict[Node, str] = {}
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    # ---- reading values ---------------------------------------------------------------------------
+    def expression(self, n: Node, index: list[str], nest: _Nest) -> str:
+        op = n.op
+        if n in self.arrays:
+            name, strides = self.arrays[n]
+            return f"{name}[{_offset(0, strides, n.shape, index)}]"
+        if op is Ops.PARAM:
+            return f"{self.params[n]}[{index[0] if n.shape and n.shape[0] != 1 else '0'}]"
+        if op is Ops.CONST:
+            return _literal(n.arg[0], n.dtype)
+        if op is Ops.ARANGE:
+            return self._arange(n, index[0] if n.shape[0] != 1 else "0")
+        if op is Ops.VIEW:
+            return self._view(n, index)
+        ct = _ctype(n.dtype)
+        srcs = [nest.value(s) for s in n.src]
+        if op is Ops.CAST:
+            return self._cast(srcs[0], n.src[0].dtype, n.dtype)
+        if op is Ops.WHERE:
+            return f"({srcs[0]} ? {srcs[1]} : {srcs[2]})"
+        if any(s.dtype != n.src[0].dtype for s in n.src):
+            raise Unsupported(f"{op} on mixed dtypes")
+        if op in UNARY:
+            return self._unary(op, srcs[0], n.dtype, ct)
+        if op in BINARY:
+            return self._binary(op, srcs[0], srcs[1], n.src[0].dtype, ct)
+        raise Unsupported(f"op {op}")
+
+    def _arange(self, n: Node, position: str) -> str:
+        start, step = n.arg[0], n.arg[1]
+        ct = _ctype(n.dtype)
+        if n.dtype.kind == "f":
+            return f"(({ct})((double){float(start)!r} + (double){float(step)!r} * (double)({position})))"
+        return f"(({ct})((int64_t)({int(start)}LL) + (int64_t)({int(step)}LL) * (int64_t)({position})))"
+
+    def _view(self, n: Node, index: list[str]) -> str:
+        view: View = n.arg
+        _concrete(view)
+        src = n.src[0]
+        flat = _offset(view.offset, view.strides, view.shape, index)
+        if src.op is Ops.CONST:
+            read = _literal(src.arg[0], src.dtype)
+        elif src.op is Ops.ARANGE:
+            read = self._arange(src, flat)
+        elif src.op is Ops.PARAM:
+            read = f"{self.params[src]}[{flat}]"
+        else:
+            name, strides = self.arrays[src]
+            if strides != strides_for(src.shape):
+                raise Unsupported("a view of a strided temporary")  # materialize() copies these
+            read = f"{name}[{flat}]"
+        if view.mask is None:
+            return read
+        conds = [f"({b} <= {i} && {i} < {e})" for (b, e), s, i in zip(view.mask, view.shape, index)
+                 if not (b == 0 and e == s)]
+        if any(b >= e for b, e in view.mask):
+            return _literal(0, n.dtype)
+        if not conds:
+            return read
+        return f"(({' && '.join(conds)}) ? {read} : {_literal(0, n.dtype)})"
+
+    @staticmethod
+    def _cast(x: str, src: DType, dst: DType) -> str:
+        ct = _ctype(dst)
+        _ctype(src)
+        if dst == dtypes.bool:
+            return f"(uint8_t)({x} != 0)"
+        return f"(({ct})({x}))"
+
+    @staticmethod
+    def _unary(op: Ops, x: str, dtype: DType, ct: str) -> str:
+        if dtype.kind == "f":
+            suffix = "f" if dtype == dtypes.float32 else ""
+            if op in _UNARY_F:
+                return f"{_UNARY_F[op]}{suffix}({x})"
+            if op is Ops.NEG:
+                return f"(-{x})"
+            if op is Ops.RECIP:
+                return f"(({ct})1 / {x})"
+            raise Unsupported(f"{op} on floats")
+        if op is Ops.NOT:
+            return f"(uint8_t)(!{x})" if dtype.kind == "b" else f"(({ct})~{x})"
+        if op is Ops.TRUNC:
+            return x
+        if op is Ops.NEG and dtype.kind in "iu":
+            return f"(({ct})(0 - ({UNSIGNED.get(ct, ct)}){x}))"
+        raise Unsupported(f"{op} on {dtype}")
+
+    @staticmethod
+    def _binary(op: Ops, a: str, b: str, dtype: DType, ct: str) -> str:
+        if op in _CMP:
+            return f"(uint8_t)({a} {_CMP[op]} {b})"
+        kind = dtype.kind
+        if kind == "f":
+            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+                return f"({a} {'+-*/'[(Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV).index(op)]} {b})"
+            if op is Ops.MAX:
+                return f"AT_FMAX({a}, {b})"
+            if op is Ops.POW:
+                return f"pow{'f' if dtype == dtypes.float32 else ''}({a}, {b})"
+            if op is Ops.MOD:
+                return f"at_fmod{'f' if dtype == dtypes.float32 else ''}({a}, {b})"
+            raise Unsupported(f"{op} on floats")
+        if kind == "b":
+            if op in (Ops.ADD, Ops.OR, Ops.MAX):
+                return f"(uint8_t)({a} | {b})"
+            if op in (Ops.MUL, Ops.AND):
+                return f"(uint8_t)({a} & {b})"
+            if op is Ops.XOR:
+                return f"(uint8_t)({a} ^ {b})"
+            raise Unsupported(f"{op} on bool")
+        unsigned = UNSIGNED.get(ct, ct)
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL):
+            sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
+            return f"(({ct})(({unsigned}){a} {sym} ({unsigned}){b}))"
+        if op in _BITS:
+            return f"(({ct})({a} {_BITS[op]} {b}))"
+        if op is Ops.MAX:
+            return f"AT_IMAX({a}, {b})"
+        if op in (Ops.IDIV, Ops.MOD):
+            fn = ("at_idiv" if op is Ops.IDIV else "at_imod") if kind == "i" else \
+                ("at_udiv" if op is Ops.IDIV else "at_umod")
+            wide = "int64_t" if kind == "i" else "uint64_t"
+            return f"(({ct}){fn}(({wide}){a}, ({wide}){b}))"
+        raise Unsupported(f"{op} on {dtype}")
+
+    # ---- loop nests ---------------------------------------------------------------------------------
+    def _loops(self, shape: tuple[int, ...], axes: list[int], index: list[str], depth: int) -> tuple[list[str], int]:
+        """`for` lines over `axes` of `shape` (size-1 axes are index 0, no loop)."""
+        opened = []
+        for a in axes:
+            if shape[a] == 1:
+                index[a] = "0"
+                continue
+            var = self.fresh("i")
+            index[a] = var
+            opened.append("  " * depth + f"for (int64_t {var} = 0; {var} < {shape[a]}; {var}++) {{")
+            depth += 1
+        return opened, depth
+
+    def _emit_nest(self, shape: tuple[int, ...], body: Callable[[_Nest], list[str]]) -> None:
+        """A full nest over `shape` whose innermost statements `body` gives."""
+        index = ["0"] * len(shape)
+        opened, depth = self._loops(shape, list(range(len(shape))), index, 1)
+        nest = _Nest(self, index)
+        tail = body(nest)
+        self.lines.extend(opened)
+        self.lines.extend("  " * depth + s for s in nest.stmts + tail)
+        self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
+
+    def _temp(self, n: Node, ct: str, size: int) -> str:
+        name = self.fresh("t")
+        self.lines.append(f"  {ct} *{name} = ({ct} *)malloc({max(size, 1)} * sizeof({ct}));")
+        self.temps.append(name)
+        return name
+
+    def materialize(self, n: Node) -> None:
+        """Computes `n` into a temporary (row-major unless a gemm lays it out otherwise)."""
+        if n.op is Ops.REDUCE:
+            if self.blas and self._gemm(n):
+                return
+            self._reduce(n)
+            return
+        self._row_major(n)
+
+    def _row_major(self, n: Node) -> None:
+        """`n` computed (or, already materialized at other strides, copied) into a row-major temporary."""
+        name = self._temp(n, _ctype(n.dtype), n.size)
+        strides = strides_for(n.shape)
+
+        def body(nest: _Nest) -> list[str]:
+            return [f"{name}[{_offset(0, strides, n.shape, nest.index)}] = {nest.value(n)};"]
+        self._emit_nest(n.shape, body)
+        self.arrays[n] = (name, strides)
+
+    def _reduce(self, n: Node) -> None:
+        op, axes = n.arg
+        src = n.src[0]
+        ct = _ctype(n.dtype)
+        _ctype(src.dtype)
+        if n.dtype != src.dtype:
+            raise Unsupported("a reduce that changes dtype")
+        kind = n.dtype.kind
+        acc_t = "double" if kind == "f" and op is not ReduceOp.MAX else \
+            ("uint64_t" if kind in "iu" and op is not ReduceOp.MAX else ct)
+        init = _literal(reduce_identity(op, n.dtype), n.dtype)
+
+        def combine(acc: str, v: str) -> str:
+            if op is ReduceOp.MAX:
+                return f"{acc} = {'AT_FMAX' if kind == 'f' else 'AT_IMAX'}({acc}, {v});"
+            if kind == "b":
+                return f"{acc} = {acc} {'|' if op is ReduceOp.SUM else '&'} {v};"
+            cast = f"({acc_t})" if kind in "iuf" else ""
+            return f"{acc} {'+' if op is ReduceOp.SUM else '*'}= {cast}{v};"
+        out_name = self._temp(n, ct, n.size)
+        out_strides = strides_for(n.shape)
+        shape = src.shape
+        kept = [a for a in range(len(shape)) if a not in axes]
+        reduced = [a for a in range(len(shape)) if a in axes]
+        index = ["0"] * len(shape)
+        out_index = lambda: _offset(0, out_strides, n.shape, [("0" if a in axes else index[a])
+                                                                for a in range(len(shape))])
+        if reduced and all(a > max(kept, default=-1) for a in reduced):
+            # inner reduction: a register accumulator per output element
+            opened, depth = self._loops(shape, kept, index, 1)
+            self.lines.extend(opened)
+            acc = self.fresh("acc")
+            self.lines.append("  " * depth + f"{acc_t} {acc} = ({acc_t}){init};")
+            inner, d2 = self._loops(shape, reduced, index, depth)
+            nest = _Nest(self, index)
+            v = nest.value(src)
+            self.lines.extend(inner)
+            self.lines.extend("  " * d2 + s for s in nest.stmts + [combine(acc, v)])
+            self.lines.extend("  " * d + "}" for d in range(d2 - 1, depth - 1, -1))
+            self.lines.append("  " * depth + f"{out_name}[{out_index()}] = ({ct}){acc};")
+            self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
+        else:
+            # any other order: accumulate into an array in the source's row-major order
+            acc = out_name if acc_t == ct else self._temp(n, acc_t, n.size)
+            self.lines.append(f"  for (int64_t j = 0; j < {n.size}; j++) {acc}[j] = ({acc_t}){init};")
+            opened, depth = self._loops(shape, list(range(len(shape))), index, 1)
+            nest = _Nest(self, index)
+            v = nest.value(src)
+            self.lines.extend(opened)
+            self.lines.extend("  " * depth + s for s in nest.stmts + [combine(f"{acc}[{out_index()}]", v)])
+            self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
+            if acc != out_name:
+                self.lines.append(f"  for (int64_t j = 0; j < {n.size}; j++) {out_name}[j] = ({ct}){acc}[j];")
+        self.arrays[n] = (out_name, out_strides)
+
+    def _gemm(self, n: Node) -> bool:
+        """A SUM over a product of two broadcast views as BLAS gemms; False when it does not fit."""
+        op, axes = n.arg
+        prod = n.src[0]
+        if op is not ReduceOp.SUM or prod.op is not Ops.MUL or n.dtype not in (dtypes.float32, dtypes.float64):
+            return False
+        a, b = prod.src
+        if any(x.op is not Ops.VIEW or x.arg.mask is not None or x.arg.variables() or x.dtype != n.dtype
+               or x.src[0].op in (Ops.CONST, Ops.ARANGE) for x in (a, b)):
+            return False
+        va, vb = a.arg, b.arg
+        shape = va.shape
+        batch, rows, inner, cols = contraction_groups(va, vb, axes)
+        if any(i in axes for i in rows + cols):
+            return False
+        m, k, nn = (math.prod(shape[i] for i in g) for g in (rows, inner, cols))
+        if m * k * nn == 0:
+            return False
+        sa_m, sa_k = _merged(va, rows), _merged(va, inner)
+        sb_k, sb_n = _merged(vb, inner), _merged(vb, cols)
+        if None in (sa_m, sa_k, sb_k, sb_n):
+            return False
+        la, lb = _blas_layout(m, k, sa_m, sa_k), _blas_layout(k, nn, sb_k, sb_n)
+        if la is None or lb is None:
+            return False
+        for x in (a, b):
+            if x.src[0].op is not Ops.PARAM and x.src[0] not in self.arrays:
+                return False
+        ct = _ctype(n.dtype)
+        size = math.prod(shape[i] for i in batch) * m * nn
+        out = self._temp(n, ct, size)
+        ptr = lambda x: self.params[x.src[0]] if x.src[0].op is Ops.PARAM else self.arrays[x.src[0]][0]
+        for x in (a, b):
+            if x.src[0].op is not Ops.PARAM and self.arrays[x.src[0]][1] != strides_for(x.src[0].shape):
+                return False
+        index = ["0"] * len(shape)
+        opened, depth = self._loops(shape, batch, index, 1)
+        off_a = _offset(va.offset, va.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
+        off_b = _offset(vb.offset, vb.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
+        batch_strides = strides_for(tuple(shape[i] for i in batch))
+        off_c = " + ".join([f"{index[i]} * {s * m * nn}" for i, s in zip(batch, batch_strides)
+                            if shape[i] != 1] or ["0"])
+        fn = "at_sgemm" if n.dtype == dtypes.float32 else "at_dgemm"
+        self.lines.extend(opened)
+        self.lines.append("  " * depth + f"{fn}({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, "
+                          f"{ptr(a)} + ({off_a}), {la[1]}, {ptr(b)} + ({off_b}), {lb[1]}, 0, "
+                          f"{out} + ({off_c}), {nn});")
+        self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
+        # element strides of the [batch, rows, cols] result along each axis of n's shape
+        strides = [0] * len(shape)
+        layout = batch + rows + cols
+        layout_strides = strides_for(tuple(shape[i] for i in layout))
+        for i, s in zip(layout, layout_strides):
+            strides[i] = s
+        self.arrays[n] = (out, tuple(strides))
+        return True
+
+    # ---- the function -------------------------------------------------------------------------------
+    def render(self) -> str:
+        params = sorted((n for n in self.order if n.op is Ops.PARAM), key=lambda n: n.arg[0])
+        for p in params:
+            self.params[p] = f"b{p.arg[0]}"
+        header = [f"void {self.name}(void **bufs) {{"]
+        header += [f"  {_ctype(p.dtype)} *restrict b{p.arg[0]} = ({_ctype(p.dtype)} *)bufs[{p.arg[0]}];"
+                   for p in params]
+        need: set[Node] = set()
+        for n in self.order:
+            if n.op in (Ops.GATHER, Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
+                raise Unsupported(f"op {n.op}")
+            _ctype(n.dtype)
+            if n.op is Ops.REDUCE:
+                need.add(n)
+            elif n.op is Ops.VIEW and n is not self.ast.src[0]:
+                _concrete(n.arg)
+                if n.src[0].op not in (Ops.PARAM, Ops.CONST, Ops.ARANGE):
+                    need.add(n.src[0])
+        for n in self.order:
+            if n in need:
+                if n.op is Ops.VIEW:
+                    raise Unsupported("a view of a view")
+                self.materialize(n)
+                name, strides = self.arrays[n]
+                if strides != strides_for(n.shape) and any(u.op is Ops.VIEW and u.src[0] is n for u in self.order):
+                    self._row_major(n)
+        self._store()
+        body = header + self.lines + [f"  free({t});" for t in self.temps] + ["}"]
+        return "\n".join(body) + "\n"
+
+    def _reads_elsewhere(self, value: Node, param: Node, view: View) -> bool:
+        return _reads_at(value, param, view, self.arrays, set())
+
+    def _store(self) -> None:
+        target, value = self.ast.src
+        if target.op is Ops.VIEW:
+            view, param = target.arg, target.src[0]
+        else:
+            view, param = View.create(target.shape), target
+        _concrete(view)
+        if view.mask is not None or param.op is not Ops.PARAM:
+            raise Unsupported("a masked store")
+        ct = _ctype(param.dtype)
+        buf = self.params[param]
+        if self._reads_elsewhere(value, param, view) and value not in self.arrays:
+            self.materialize(value)  # `t[1:] = t[:-1]`: every read happens before the first write
+
+        def body(nest: _Nest) -> list[str]:
+            v = nest.value(value)
+            if value.dtype != param.dtype:
+                v = self._cast(v, value.dtype, param.dtype)
+            return [f"{buf}[{_offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
+        self._emit_nest(value.shape, body)
+
+
+def _reads_at(n: Node, param: Node, view: View, arrays: dict, seen: set) -> bool:
+    """True when the nest computing `n` reads `param` other than at the element `view` writes."""
+    if n in seen or n in arrays:
+        return False
+    seen.add(n)
+    if n is param:
+        return view.strides != strides_for(view.shape) or view.offset != 0 or n.shape != view.shape
+    if n.op is Ops.VIEW and n.src[0] is param:
+        return n.arg != view
+    return any(_reads_at(s, param, view, arrays, seen) for s in n.src)
+
+
+def _offset(base: Any, strides: tuple[int, ...], shape: tuple[int, ...], index: list[str]) -> str:
+    terms = [str(base)] if base else []
+    for st, s, i in zip(strides, shape, index):
+        if st == 0 or s == 1 or i == "0":
+            continue
+        terms.append(i if st == 1 else f"{i} * {st}")
+    return " + ".join(terms) or "0"
+
+
+def _merged(view: View, group: list[int]) -> int | None:
+    """The one stride that walks `group`'s axes of `view` as a single row-major axis; None when
+    their strides do not chain (an empty group walks nothing: stride 0)."""
+    if not group:
+        return 0
+    for x, y in zip(group, group[1:]):
+        if view.strides[x] != view.strides[y] * view.shape[y]:
+            return None
+    return view.strides[group[-1]]
+
+
+def _blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int] | None:
+    """(transpose flag, leading dimension) for a rows x cols matrix at these strides, or None."""
+    if s_row < 0 or s_col < 0:
+        return None
+    if cols == 1 or s_col == 1:
+        ld = s_row if rows > 1 else max(cols, 1)
+        return (CBLAS_NO_TRANS, ld) if ld >= max(cols, 1) else None
+    if rows == 1 or s_row == 1:
+        ld = s_col if cols > 1 else max(rows, 1)
+        return (CBLAS_TRANS, ld) if ld >= max(rows, 1) else None
+    return None
+
+
+def render_c(ast: Node, name: str, blas: bool = True) -> str:
+    """C source of `void name(void **bufs)` computing the kernel `ast`; raises Unsupported."""
+    return CRenderer(ast, name, blas).render()

@@ -1,0 +1,210 @@
+"""The native tier of the CPU backend: kernels compiled to machine code with the system C compiler.
+
+`prepare(asts)` renders each kernel with c_render.py, compiles all of them with one `cc` call into a
+shared library (kept in a cache directory, keyed by the source, the compiler and the flags, so a
+second run loads it at once), and registers each loaded function under its AST. `lookup(ast)` then
+gives the `NativeKernel` that executor.py runs instead of the numpy function: one ctypes call, which
+releases the GIL for the whole kernel, so kernels of different CPU devices run at the same time.
+
+When it is used (`settings.native`, ATENSOR_NATIVE):
+- "jit" (default): the kernels of `atensor.jit` replays, compiled once when the function is captured;
+  everything else stays on numpy (a one-off kernel would wait longer for the compiler than it runs);
+- "all": every kernel, compiled on first use (the test suite runs this way in one job, to hold the
+  C kernels to the numpy ones);
+- "0": never.
+A kernel the renderer does not lower, a machine without a compiler or a compile error leaves the
+kernels on numpy; `status()` says which and why.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterable, Optional
+
+from atensor.graph.node import Node
+from atensor.hcq.c_render import PRELUDE, Unsupported, render_c
+
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off", "-std=c11")
+_lock = threading.Lock()
+_kernels: dict[Node, "NativeKernel"] = {}
+_refused: dict[Node, str] = {}
+_libraries: list[ctypes.CDLL] = []  # loaded libraries stay loaded (their functions are registered)
+_blas: Optional[tuple[int, int, bool]] = None
+_blas_bound = False
+_compiler: Optional[str] = None
+_compiler_checked = False
+last_error = ""
+compiled = 0
+
+
+_batch_runner: Optional[ctypes._CFuncPtr] = None
+
+
+def batch(runs: list) -> Optional[callable]:
+    """One callable that runs the native runners `runs` (executor.py's, each with a `.native` of
+    (function address, argument block)) in order, in one foreign call: the queue's Python overhead
+    and GIL hand-off once for all of them, as a CUDA graph launches many kernels at once."""
+    if _batch_runner is None:
+        return None
+    count = len(runs)
+    fns = (ctypes.c_void_p * count)(*[r.native[0] for r in runs])
+    blocks = (ctypes.c_void_p * count)(*[ctypes.addressof(r.native[1]) for r in runs])
+    keep = [r.native[1] for r in runs] + [r.keep_alive for r in runs]
+    call = _batch_runner
+
+    def run_batch() -> None:
+        call(count, fns, blocks)
+    run_batch.keep_alive = keep
+    return run_batch
+
+
+class NativeKernel:
+    """A compiled kernel: `__call__(pointers)` takes a ctypes array of the buffers' addresses."""
+    __slots__ = ("name", "fn", "source")
+
+    def __init__(self, name: str, fn: ctypes._CFuncPtr, source: str):
+        self.name, self.fn, self.source = name, fn, source
+
+    def pointers(self, addresses: list[int]) -> ctypes.Array:
+        """The argument block for buffers at these addresses (built once per runner)."""
+        return (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+
+
+def compiler() -> Optional[str]:
+    """The C compiler's path ($CC, cc, gcc or clang), or None."""
+    global _compiler, _compiler_checked
+    if not _compiler_checked:
+        _compiler_checked = True
+        for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+            if name and shutil.which(name):
+                _compiler = shutil.which(name)
+                break
+    return _compiler
+
+
+def _bind_blas() -> Optional[tuple[int, int, bool]]:
+    """Addresses of the gemm functions of the BLAS numpy uses (found through threadpoolctl), and
+    whether it takes 64-bit integers; None when there is no such BLAS."""
+    global _blas, _blas_bound
+    if _blas_bound:
+        return _blas
+    _blas_bound = True
+    try:
+        from threadpoolctl import ThreadpoolController
+        controllers = ThreadpoolController().select(user_api="blas").lib_controllers
+    except Exception:  # noqa: BLE001 - no threadpoolctl or no BLAS it knows: kernels without gemm
+        return None
+    for lib in controllers:
+        getter = getattr(lib, "_get_symbol", None)
+        if getter is None or getattr(lib, "internal_api", "") != "openblas":
+            continue
+        s, d = getter("cblas_sgemm"), getter("cblas_dgemm")
+        if s is not None and d is not None:
+            ilp64 = "64_" in os.path.basename(str(getattr(lib, "filepath", "")))
+            _blas = (ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value, ilp64)
+            return _blas
+    return None
+
+
+def cache_dir() -> Path:
+    """Where compiled libraries are kept ($ATENSOR_CACHE, else $XDG_CACHE_HOME/atensor, else ~/.cache)."""
+    root = os.environ.get("ATENSOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "atensor")
+    return Path(root) / "native"
+
+
+def lookup(ast: Node) -> Optional[NativeKernel]:
+    """The compiled kernel of `ast`, if one is registered."""
+    return _kernels.get(ast)
+
+
+def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
+    """Compiles the (ast, name) kernels not compiled yet, in one compiler call; returns how many were
+    added. Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
+    worker thread, not the event loop."""
+    global last_error, compiled
+    cc = compiler()
+    if cc is None:
+        last_error = "no C compiler (cc, gcc or clang) on PATH"
+        return 0
+    blas = _bind_blas()
+    todo: dict[Node, tuple[str, str]] = {}
+    with _lock:
+        for ast, name in kernels:
+            if ast in _kernels or ast in _refused or ast in todo:
+                continue
+            symbol = f"k{len(todo)}_{''.join(c if c.isalnum() else '_' for c in name)}"[:120]
+            try:
+                todo[ast] = (symbol, render_c(ast, symbol, blas=blas is not None))
+            except Unsupported as why:
+                _refused[ast] = str(why)
+    if not todo:
+        return 0
+    source = PRELUDE + "\n".join(src for _, src in todo.values())
+    defines = ("-DATENSOR_ILP64",) if blas is not None and blas[2] else ()
+    key = hashlib.sha256("\0".join((source, cc, *FLAGS, *defines, _cpu_key())).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{key}.so"
+    if not path.exists():
+        try:
+            _compile(cc, source, path, defines)
+        except (OSError, subprocess.SubprocessError) as exc:
+            last_error = f"compile failed: {exc}"
+            with _lock:
+                for ast in todo:
+                    _refused[ast] = last_error
+            return 0
+    lib = ctypes.CDLL(str(path))
+    global _batch_runner
+    if _batch_runner is None:
+        runner = lib.atensor_run_batch
+        runner.argtypes, runner.restype = [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p], None
+        _batch_runner = runner
+    if blas is not None:
+        lib.atensor_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]))
+    with _lock:
+        _libraries.append(lib)
+        for ast, (symbol, src) in todo.items():
+            fn = getattr(lib, symbol)
+            fn.argtypes, fn.restype = [ctypes.c_void_p], None
+            _kernels[ast] = NativeKernel(symbol, fn, src)
+        compiled += len(todo)
+    return len(todo)
+
+
+def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="atensor-cc-") as tmp:
+        c_file = Path(tmp) / "kernels.c"
+        c_file.write_text(source)
+        out = Path(tmp) / "kernels.so"
+        proc = subprocess.run([cc, *FLAGS, *defines, "-o", str(out), str(c_file), "-lm"],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise subprocess.SubprocessError(proc.stderr.strip()[-2000:])
+        os.replace(out, path)  # atomic: a concurrent process sees the whole library or none
+
+
+def _cpu_key() -> str:
+    """-march=native code is only valid on this kind of CPU: the cache key includes its flags."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def status() -> dict[str, object]:
+    """How many kernels are native, how many were refused and the reasons, the last error."""
+    reasons: dict[str, int] = {}
+    for why in _refused.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    return {"compiler": compiler(), "native": len(_kernels), "refused": reasons, "last_error": last_error}
