@@ -119,13 +119,22 @@ def test_zero_size_tensors():
     assert (Tensor(x) + 1).numpy().shape == (0, 3)
 
 
-def test_unsupported_kernels_fall_back_to_numpy():
+def test_gather_reads_in_range_indices_and_zero_outside():
     src = np.arange(10, dtype=np.float32)
     idx = np.array([3, 1, 9, 0], dtype=np.int32)
-    got = Tensor(src).gather(0, Tensor(idx))
-    assert got.tolist() == src[idx].tolist()
+    assert Tensor(src).gather(0, Tensor(idx)).tolist() == src[idx].tolist()
+    table = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
+    rows = np.array([[6, 0], [2, 2]], dtype=np.int32)
+    np.testing.assert_allclose((Tensor(table)[Tensor(rows)] * 2).numpy(), table[rows] * 2)
+    assert not any("GATHER" in why for why in native.status()["refused"])
+
+
+def test_unsupported_kernels_fall_back_to_numpy():
+    base = Tensor(np.zeros(5, dtype=np.float32))
+    got = base.scatter(0, Tensor(np.array([1, 3], dtype=np.int32)), Tensor(np.array([2.0, 4.0], dtype=np.float32)))
+    assert got.tolist() == [0.0, 2.0, 0.0, 4.0, 0.0]
     refused = native.status()["refused"]
-    assert any("GATHER" in why for why in refused), refused
+    assert any("SCATTER" in why for why in refused), refused
 
 
 def test_renderer_refuses_what_it_does_not_lower():

@@ -15,7 +15,7 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
   offset and mask (a masked-out element reads 0); the computed source of a view is materialized
   first, in row-major order, as numpy's backend reads it;
 - the STORE nest writes the value through the target view.
-Anything this file does not know (symbolic views, gather/scatter, threefry, bitcast, half floats,
+Anything this file does not know (symbolic views, scatter, threefry, bitcast, half floats,
 integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
 graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
 integers, NaN-propagating max, wrapping integer arithmetic.
@@ -183,6 +183,11 @@ class CRenderer:
             return self._arange(n, index[0] if n.shape[0] != 1 else "0")
         if op is Ops.VIEW:
             return self._view(n, index)
+        if op is Ops.GATHER:
+            source, size = n.src[0], n.src[0].shape[0]
+            at = f"(int64_t)({nest.value(n.src[1])})"
+            read = self.expression(source, [at], nest)  # a leaf or an array: read at any position
+            return f"(({at} >= 0 && {at} < {size}) ? {read} : {_literal(0, n.dtype)})"
         ct = _ctype(n.dtype)
         srcs = [nest.value(s) for s in n.src]
         if op is Ops.CAST:
@@ -466,20 +471,20 @@ class CRenderer:
                    for p in params]
         need: set[Node] = set()
         for n in self.order:
-            if n.op in (Ops.GATHER, Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
+            if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
                 raise Unsupported(f"op {n.op}")
             _ctype(n.dtype)
             if n.op is Ops.REDUCE:
                 need.add(n)
+            elif n.op is Ops.GATHER and not _readable_anywhere(n.src[0]):
+                need.add(n.src[0])
             elif n.op is Ops.VIEW and n is not self.ast.src[0]:
                 _concrete(n.arg)
                 if n.src[0].op not in (Ops.PARAM, Ops.CONST, Ops.ARANGE):
                     need.add(n.src[0])
         for n in self.order:
             if n in need:
-                if n.op is Ops.VIEW:
-                    raise Unsupported("a view of a view")
-                self.materialize(n)
+                self.materialize(n)  # a view of a view: the inner one is copied out first
                 name, strides = self.arrays[n]
                 if strides != strides_for(n.shape) and any(u.op is Ops.VIEW and u.src[0] is n for u in self.order):
                     self._row_major(n)
@@ -510,6 +515,11 @@ class CRenderer:
                 v = self._cast(v, value.dtype, param.dtype)
             return [f"{buf}[{_offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
         self._emit_nest(value.shape, body)
+
+
+def _readable_anywhere(n: Node) -> bool:
+    """A node whose value at any position is a load (a buffer, or a view of a leaf), not a computation."""
+    return n.op is Ops.PARAM or (n.op is Ops.VIEW and n.src[0].op in (Ops.PARAM, Ops.CONST, Ops.ARANGE))
 
 
 def _reads_at(n: Node, param: Node, view: View, arrays: dict, seen: set) -> bool:
