@@ -9,7 +9,6 @@ is planned; after planning, the buffers remember this graph's tasks in turn.
 """
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -154,10 +153,12 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
     """The callable a queue runs for `work` (a Kernel or a Copy); None on NULL devices."""
     if isinstance(work, Kernel):
         device = Device.get(work.device)
-        buffers = [device.allocate(spec) for spec in work.buffers]
+        specs = work.buffers
+        # a buffer seen before has its memory already (the common case in replays)
+        buffers = [b if (b := spec.runtime) is not None and b.memory is not None else device.allocate(spec)
+                   for spec in specs]
         if device.kind == "NULL":
             return None
-        specs = work.buffers
         threads = blas.threads_for(work.flops)
         use_threads = blas.use
         mode = settings.native
@@ -172,7 +173,7 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
                 use_threads(threads)
                 call(block)
             run_native.keep_alive = specs  # the addresses in `block` stay valid while this lives
-            run_native.native = (ctypes.cast(call, ctypes.c_void_p).value, block)
+            run_native.native = (compiled.address, block)
             run_native.threads = threads
             return run_native
         fn = compile_kernel(work.ast, work.name)

@@ -66,10 +66,11 @@ def batch(runs: list) -> Optional[callable]:
 
 class NativeKernel:
     """A compiled kernel: `__call__(pointers)` takes a ctypes array of the buffers' addresses."""
-    __slots__ = ("name", "fn", "source")
+    __slots__ = ("name", "fn", "source", "address")
 
     def __init__(self, name: str, fn: ctypes._CFuncPtr, source: str):
         self.name, self.fn, self.source = name, fn, source
+        self.address: int = ctypes.cast(fn, ctypes.c_void_p).value  # what a batch calls
 
     def pointers(self, addresses: list[int]) -> ctypes.Array:
         """The argument block for buffers at these addresses (built once per runner)."""
