@@ -186,3 +186,27 @@ async def test_native_kernels_leave_the_event_loop_free():
         await y.realize()
     await trio.sleep(0)
     assert lag.worst < 0.25, lag
+
+
+def test_a_compile_error_leaves_the_kernels_on_numpy(monkeypatch):
+    monkeypatch.setattr(native, "FLAGS", native.FLAGS + ("-fno-such-flag-atensor",))
+    x = np.arange(7, dtype=np.float32)
+    got = (Tensor(x) * 3 - 1).exp2().tolist()  # a kernel no other test makes
+    np.testing.assert_allclose(got, np.exp2(x * 3 - 1), rtol=1e-6)
+    status = native.status()
+    assert "compile failed" in status["last_error"] and "no-such-flag" in status["last_error"]
+
+
+def test_a_kernel_is_compiled_once_and_its_library_reused_from_the_disk_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
+    compiles = []
+    real = native._compile
+    monkeypatch.setattr(native, "_compile", lambda *a: (compiles.append(a), real(*a)))
+    x = Tensor(np.ones((3, 11), dtype=np.float32))
+    for _ in range(3):
+        assert ((x + 2) * x).sum(1).tolist() == [33.0] * 3
+    assert len(compiles) == 1 and len(list((tmp_path / "native").glob("*.so"))) == 1
+    # a new process (here: a cleared registry) finds the library on disk and does not compile again
+    monkeypatch.setattr(native, "_kernels", {})
+    assert ((x + 2) * x).sum(1).tolist() == [33.0] * 3
+    assert len(compiles) == 1

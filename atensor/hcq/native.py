@@ -18,6 +18,7 @@ kernels on numpy; `status()` says which and why.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -114,10 +115,18 @@ def _bind_blas() -> Optional[tuple[int, int, bool]]:
 
 
 def cache_dir() -> Path:
-    """Where compiled libraries are kept ($ATENSOR_CACHE, else $XDG_CACHE_HOME/atensor, else ~/.cache)."""
+    """Where compiled libraries are kept ($ATENSOR_CACHE, else $XDG_CACHE_HOME/atensor, else ~/.cache;
+    a temporary directory when that cannot be written)."""
     root = os.environ.get("ATENSOR_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "atensor")
-    return Path(root) / "native"
+    path = Path(root) / "native"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"atensor-native-{os.getuid() if hasattr(os, 'getuid') else 0}"
 
 
 def lookup(ast: Node) -> Optional[NativeKernel]:
@@ -160,7 +169,14 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
                 for ast in todo:
                     _refused[ast] = last_error
             return 0
-    lib = ctypes.CDLL(str(path))
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:  # a library this machine cannot load (another libc, say): numpy it is
+        last_error = f"loading {path} failed: {exc}"
+        with _lock:
+            for ast in todo:
+                _refused[ast] = last_error
+        return 0
     global _batch_runner
     if _batch_runner is None:
         runner = lib.atensor_run_batch
@@ -191,6 +207,7 @@ def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...]) -> None
         os.replace(out, path)  # atomic: a concurrent process sees the whole library or none
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_key() -> str:
     """-march=native code is only valid on this kind of CPU: the cache key includes its flags."""
     try:
