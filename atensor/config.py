@@ -13,6 +13,7 @@ through `Context`:
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
 | malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (hcq/numpy_plans.py); 0: malloc's defaults |
+| worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (hcq/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Settings:
     allreduce_bucket_bytes: int = int(os.environ.get("ATENSOR_BUCKET_BYTES", str(25 << 20)))
     malloc_keep_bytes: int = int(os.environ.get("ATENSOR_MALLOC_KEEP", str(128 << 20)))
     native: str = os.environ.get("ATENSOR_NATIVE", "jit")
+    worker_nice: int = int(os.environ.get("ATENSOR_WORKER_NICE", "0"))
 
 
 settings = Settings()

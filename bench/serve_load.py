@@ -82,10 +82,11 @@ def percentile(values: list[float], q: float) -> float:
 class ServerProcess:
     """examples/serve.py in a child process; `port` once it listens; SIGTERM to stop (graceful)."""
 
-    def __init__(self, mode: str, devices: int, window_ms: float, pipeline: int):
+    def __init__(self, mode: str, devices: int, window_ms: float, pipeline: int, worker_nice: int = 0):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "examples" / "serve.py"), "--port", "0", "--mode", mode,
                "--devices", str(devices), "--batch-window-ms", str(window_ms), "--pipeline", str(pipeline),
+               "--worker-nice", str(worker_nice),
                "--warmup-tokens", *(["10", "14", "18"] if mode != "torch" else [])]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT)
         self.port = self._wait_for_port()
@@ -200,6 +201,8 @@ def main() -> None:
                         help="atensor replicas (CPU:k), one BLAS thread each")
     parser.add_argument("--batch-window-ms", type=float, default=5.0)
     parser.add_argument("--pipeline", type=int, default=1, help="atensor batches in flight per replica")
+    parser.add_argument("--worker-nice", type=int, default=0,
+                        help="OS niceness of the atensor server's worker threads (examples/serve.py)")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:  # the prober child process
@@ -210,7 +213,8 @@ def main() -> None:
     servers: dict[str, ServerProcess] = {}
     try:
         for mode in args.modes:  # all up at once; an idle server costs nothing
-            servers[mode] = ServerProcess(mode, args.devices, args.batch_window_ms, args.pipeline)
+            servers[mode] = ServerProcess(mode, args.devices, args.batch_window_ms, args.pipeline,
+                                          args.worker_nice)
         for clients in args.clients:  # the modes back to back per point: the machine's load drifts slowly
             for mode in args.modes:
                 row = trio.run(run_load, servers[mode].port, clients, args.duration, args.warmup)

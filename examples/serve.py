@@ -74,6 +74,7 @@ class ServerConfig:
     pad_multiple: int = 8           # sequence lengths rounded up: fewer distinct kernels to compile
     pipeline: int = 1               # batches in flight per replica
     blas_threads: Optional[int] = None  # per big matmul (None: all cores but one); see make_engine
+    worker_nice: int = 0            # > 0: atensor's worker threads yield a core to the event loop's thread
     warmup_tokens: tuple[int, ...] = ()  # compile the kernels for these lengths before serving
     jit: bool = True                # replay each batch shape's captured graph (atensor.jit)
     stall_report_ms: float = 0.0    # > 0: report event loop stalls longer than this (StallWatch)
@@ -465,6 +466,7 @@ def make_engine(config: ServerConfig) -> Any:
         # /health waiting up to 50-60 ms, one thread 17-18 ms)
         import atensor
         atensor.settings.blas_threads = config.blas_threads or max(1, (os.cpu_count() or 1) - 1)
+        atensor.settings.worker_nice = config.worker_nice
     devices = [f"CPU:{k}" for k in range(config.devices)] if config.mode == "atensor" else ["CPU:0"]
     models = SentenceEncoder.replicas(devices)
     cls = BatchingEngine if config.mode == "atensor" else SyncEngine
@@ -546,6 +548,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="compile the kernels of every batch size for these sentence lengths at startup")
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="BLAS threads of a big matmul (0: all cores but one, left to the event loop)")
+    parser.add_argument("--worker-nice", type=int, default=0,
+                        help="OS niceness of atensor's worker threads (Linux): the event loop's thread gets a "
+                             "core before them on a busy machine (0: same priority)")
     parser.add_argument("--no-jit", action="store_true",
                         help="build and schedule every batch's graph (no atensor.jit capture and replay)")
     parser.add_argument("--stall-report-ms", type=float, default=0.0,
@@ -559,7 +564,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                           max_request_sentences=args.max_request_sentences, mode=args.mode,
                           blas_threads=args.blas_threads or None, pipeline=args.pipeline,
                           warmup_tokens=tuple(args.warmup_tokens), pad_multiple=args.pad_multiple,
-                          jit=not args.no_jit, stall_report_ms=args.stall_report_ms)
+                          jit=not args.no_jit, stall_report_ms=args.stall_report_ms,
+                          worker_nice=args.worker_nice)
     sys.setswitchinterval(5e-5)  # the loop thread gets the GIL back sooner from Python-heavy threads
 
     async def run() -> None:

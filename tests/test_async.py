@@ -2,6 +2,7 @@
 kernels, cancellation, and sync accessors inside and outside a loop."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -215,3 +216,19 @@ def test_null_device_schedules_and_runs_nothing():
     y.realize().wait()
     with pytest.raises(RuntimeError, match="NULL"):
         y.numpy()
+
+
+def test_worker_threads_take_the_configured_niceness():
+    """ATENSOR_WORKER_NICE lowers the OS priority of atensor's worker threads (not the caller's)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("per-thread priorities are Linux's")
+    code = ("import os, threading; from atensor import Tensor\n"
+            "assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]\n"
+            "nice = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threading.enumerate()}\n"
+            "print(nice['atensor-CPU:0-compute'], nice['atensor-dispatch'], nice['MainThread'])\n")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "ATENSOR_WORKER_NICE": "7"})
+    assert out.returncode == 0, out.stderr
+    compute, dispatch, main = map(int, out.stdout.split())
+    assert compute == dispatch == min(19, base + 7) and main == base

@@ -23,9 +23,11 @@ import threading
 import time
 from typing import Any, Callable, Generator, Optional
 
+from atensor.config import settings
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.executor import Submission
 from atensor.hcq.gcpause import gc_paused
+from atensor.hcq.queue import lower_priority
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -99,6 +101,7 @@ class Dispatcher:
         return True
 
     def _work(self) -> None:
+        lower_priority(settings.worker_nice)
         while True:
             with self._cond:
                 while not self._jobs or self._busy:

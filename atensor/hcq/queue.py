@@ -23,12 +23,15 @@ and publishes its value as failed.
 from __future__ import annotations
 
 import collections
+import os
+import sys
 import threading
 import time
 from typing import Callable, Optional
 
 import numpy as np
 
+from atensor.config import settings
 from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
@@ -54,6 +57,20 @@ class Command:
 
 
 YIELD_EVERY_NS = 500_000
+
+
+def lower_priority(nice: int) -> None:
+    """Gives the calling worker thread a lower OS scheduling priority (`nice` more; Linux, where a
+    thread has a priority of its own), so that on a busy machine the event loop's thread gets a core
+    first: the loop waits for no kernel. Not possible here: a no-op."""
+    if nice <= 0 or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+        return
+    try:
+        # relative to the process's main thread (a thread inherits its creator's niceness on Linux)
+        base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, base + nice))
+    except OSError:
+        pass
 
 
 class Queue:
@@ -96,6 +113,7 @@ class Queue:
                 "commands_run": self.commands_run}
 
     def _work(self) -> None:
+        lower_priority(settings.worker_nice)
         # kernels follow IEEE like PyTorch does: inf and nan, no warnings (numpy's error state is per thread)
         np.seterr(all="ignore")
         # the clock this queue stamps with: the host's perf_counter, read on this thread, so its offset to
