@@ -210,3 +210,205 @@ def test_a_kernel_is_compiled_once_and_its_library_reused_from_the_disk_cache(mo
     monkeypatch.setattr(native, "_kernels", {})
     assert ((x + 2) * x).sum(1).tolist() == [33.0] * 3
     assert len(compiles) == 1
+
+
+# ---- adversarial semantics: each test holds the C kernels to numpy itself ------------------------------
+# (every distinct kernel costs one compile of ~0.1 s, so related checks share a kernel where they can)
+
+def _same(t: Tensor, ref: np.ndarray) -> None:
+    """Exact equality, dtype included (integers and bools; floats where the kernel does no arithmetic)."""
+    got = t.numpy()
+    assert got.dtype == ref.dtype and got.shape == ref.shape, (got.dtype, got.shape, ref.dtype, ref.shape)
+    np.testing.assert_array_equal(got, ref)
+
+
+def _near(t: Tensor, ref: np.ndarray) -> None:
+    got = t.numpy()
+    assert got.shape == np.shape(ref), (got.shape, np.shape(ref))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_float_to_integer_casts_truncate_and_wrap_negative_values_into_unsigned_types():
+    """C leaves a negative float cast to an unsigned type undefined (AVX-512 saturates -129.0 to
+    4294967295); numpy goes through a signed integer and wraps (4294967167): the C kernels must too."""
+    x = np.array([-129.0, -2.5, -1.0, -0.5, -0.0, 0.7, 1.9, 127.9, 200.5, 300.0, 65535.0], dtype=np.float32)
+    for dt in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+               dtypes.int64, dtypes.uint64, dtypes.bool):
+        _same(Tensor(x).cast(dt), x.astype(dt.np))
+    wide = np.array([-1e10, -3.0, 3e9, 1.8e19, np.nan], dtype=np.float64)
+    _same(Tensor(wide).cast(dtypes.uint64)[:4], wide[:4].astype(np.uint64))
+    _same(Tensor(wide).cast(dtypes.bool), wide.astype(bool))
+
+
+def test_integer_and_bool_casts_narrow_widen_and_convert_exactly():
+    ints = np.array([-2**31, -300, -129, -1, 0, 1, 127, 128, 255, 256, 70000, 2**31 - 1], dtype=np.int64)
+    for dt in (dtypes.int8, dtypes.uint8, dtypes.uint32, dtypes.float32, dtypes.bool):
+        _same(Tensor(ints).cast(dt), ints.astype(dt.np))
+    flags = np.array([True, False, True])
+    _same(Tensor(flags).cast(dtypes.float32) * 3 - 1, flags.astype(np.float32) * 3 - 1)
+    big = np.array([0, 1, 2**31, 2**32 - 1], dtype=np.uint32)
+    _same(Tensor(big).cast(dtypes.float64), big.astype(np.float64))
+    huge = np.array([0, 2**63, 2**64 - 1, 12345678901234567890], dtype=np.uint64)
+    _same(Tensor(huge) + 2**63, huge + np.uint64(2**63))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64])
+def test_integer_arithmetic_wraps_at_every_width(dtype):
+    """uint16 * uint16 promotes to (signed) int in C, where 65535 * 65535 overflows: undefined."""
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.max, info.max, info.max // 2 + 3, 7, 0], dtype=dtype)
+    b = np.array([info.max, info.max, info.min, 3, info.max, info.max], dtype=dtype)
+    with np.errstate(over="ignore"):
+        want = (a * b + (a - b) * np.array(3, dtype)) - (np.array(0, dtype) - a)
+    _same(Tensor(a) * Tensor(b) + (Tensor(a) - Tensor(b)) * 3 - (-Tensor(a)), want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int64, np.uint8, np.uint32])
+def test_integer_floor_division_and_modulo_with_negative_and_zero_divisors(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([-7, 7, -7, 7, 0, -1, 5, info.min, info.max, info.min], dtype=np.int64)
+    b = np.array([2, -2, -2, 2, 0, 0, 3, -1, -1, 7], dtype=np.int64)
+    a, b = a.astype(dtype), b.astype(dtype)  # unsigned: the negative ones wrap
+    with np.errstate(all="ignore"):
+        want = np.stack([np.floor_divide(a, b), np.remainder(a, b)])
+    _same(Tensor.stack(Tensor(a) // Tensor(b), Tensor(a) % Tensor(b)), want)
+
+
+def test_min_max_sum_reductions_over_non_adjacent_axes_with_nan_and_integer_extremes():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x[1, 2, 3] = np.nan
+    x[0, 0, :] = np.nan
+    _same(Tensor(x).max((0, 2)), x.max((0, 2)))
+    _same(Tensor(x).min((0, 2), keepdim=True), x.min((0, 2), keepdims=True))
+    i = rng.integers(-100, 100, (2, 3, 4, 5)).astype(np.int32)
+    i[1, 1, 1, 1], i[0, 2, 3, 4] = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    _same(Tensor(i).max((1, 3)), i.max((1, 3)))
+    _same(Tensor(i).min((0, 3), keepdim=True), i.min((0, 3), keepdims=True))
+    big = (i.astype(np.int64) * 2**56).transpose(3, 1, 0, 2)
+    _same(Tensor(i).cast(dtypes.int64).mul(2**56).permute(3, 1, 0, 2).sum((0, 3)), big.sum((0, 3)))
+    u = rng.integers(0, 255, (4, 6)).astype(np.uint8)
+    _same(Tensor(u).min(0), u.min(0))
+    _near(Tensor(x).flip(1).sum((0, 2), keepdim=True), np.flip(x, 1).sum((0, 2), keepdims=True))
+
+
+def test_prod_any_all_and_reductions_of_empty_axes():
+    rng = np.random.default_rng(4)
+    x = (rng.random((3, 4, 2)) + 0.5).astype(np.float32)
+    _near(Tensor(x).prod((0, 2)), x.prod((0, 2)))
+    flags = rng.random((3, 4, 5)) > 0.7
+    _same(Tensor(flags).any((0, 2), keepdim=True), flags.any((0, 2), keepdims=True))
+    _same(Tensor(flags).all(1), flags.all(1))
+    empty = np.zeros((0, 3), dtype=np.float32)
+    _same(Tensor(empty).max(0), np.full(3, -np.inf, dtype=np.float32))
+    _same(Tensor(empty).prod(0), np.ones(3, dtype=np.float32))
+    _same(Tensor(np.zeros((2, 0), bool)).any(1), np.zeros(2, bool))
+    _same(Tensor(np.zeros((2, 0), bool)).all(1), np.ones(2, bool))
+    _same(Tensor(np.zeros((2, 0), np.int32)).max(1), np.full(2, np.iinfo(np.int32).min, np.int32))
+    _same((Tensor(x)[:, 2:2] * 2).sum(1), np.zeros((3, 2), np.float32))
+
+
+def test_a_reduced_axis_that_both_gemm_operands_broadcast_multiplies_the_sum():
+    """sum over (r, k) of a[i, k] * b[k] broadcast along r is r * (a @ b): not one gemm over k."""
+    a = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    b = np.random.default_rng(6).standard_normal((4, 2)).astype(np.float32)
+    left = Tensor(a).reshape(3, 1, 4, 1).expand(3, 5, 4, 2)
+    right = Tensor(b).reshape(1, 1, 4, 2).expand(3, 5, 4, 2)
+    _near((left * right).sum((1, 2)), 5 * (a @ b))
+
+
+def test_matmuls_of_flipped_padded_strided_broadcast_and_float64_operands():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    y = rng.standard_normal((6, 5)).astype(np.float32)
+    _near(Tensor(x).flip((0, 1)) @ Tensor(y).flip(0), x[::-1, ::-1] @ y[::-1])
+    _near(Tensor(x[:, :4]).pad(((1, 0), (1, 1))) @ Tensor(y), np.pad(x[:, :4], ((1, 0), (1, 1))) @ y)
+    _near(Tensor(x)[::2, ::2] @ Tensor(y)[::2, 1::2], x[::2, ::2] @ y[::2, 1::2])
+    _near(Tensor(x.astype(np.float64)) @ Tensor(y.astype(np.float64)), x.astype(np.float64) @ y)
+    a = rng.standard_normal((2, 1, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((1, 3, 4, 2)).astype(np.float32)
+    _near(Tensor(a).flip(0) @ Tensor(b).flip(1), a[::-1] @ b[:, ::-1])
+    z = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    w = np.arange(16, dtype=np.float32).reshape(8, 2)
+    _near(Tensor(z).permute(1, 0, 2).reshape(3, 8) @ Tensor(w), z.transpose(1, 0, 2).reshape(3, 8) @ w)
+    _near(((Tensor(x) * 2 + 1) @ Tensor(y).exp())[1:3, ::-1] + 1, ((x * 2 + 1) @ np.exp(y))[1:3, ::-1] + 1)
+    ints = (x * 5).astype(np.int32), (y * 5).astype(np.int32)
+    _same(Tensor(ints[0]) @ Tensor(ints[1]), ints[0] @ ints[1])
+
+
+def test_in_place_writes_through_overlapping_views_read_every_value_first():
+    def written(data: np.ndarray, write) -> np.ndarray:
+        t = Tensor(data.copy())
+        write(t)
+        return t.numpy()
+    a = np.arange(8, dtype=np.float32)
+    perm = np.array([2, 0, 1, 7, 3, 6, 5, 4], dtype=np.int32)
+
+    def shift(t): t[1:] = t[:-1]
+    def steps(t): t[::2] = t[1::2]
+    def reverse(t): t[::-1] = t
+    def permute(t): t.assign(t[Tensor(perm)])  # a gather reads its source anywhere
+    def permute_add(t): t.assign(t.gather(0, Tensor(perm)) + t)
+    np.testing.assert_array_equal(written(a, shift), np.concatenate([a[:1], a[:-1]]))
+    np.testing.assert_array_equal(written(a, steps), np.where(np.arange(8) % 2 == 0, a + 1, a))
+    np.testing.assert_array_equal(written(a, reverse), a[::-1])
+    np.testing.assert_array_equal(written(a, permute), a[perm])
+    np.testing.assert_array_equal(written(a, permute_add), a[perm] + a)
+    m = np.arange(9, dtype=np.int32).reshape(3, 3)
+
+    def transpose(t): t.assign(t.T)
+    def diagonal(t): t[1:, 1:] = t[:-1, :-1] * 10
+    np.testing.assert_array_equal(written(m, transpose), m.T)
+    want = m.copy()
+    want[1:, 1:] = m[:-1, :-1] * 10
+    np.testing.assert_array_equal(written(m, diagonal), want)
+
+
+def test_gathers_give_zero_out_of_range_and_read_flipped_padded_and_computed_sources():
+    src = np.arange(5, dtype=np.float32) + 1
+    idx = np.array([-1, 5, 2, 100, -100, 4], dtype=np.int64)
+    valid = (idx >= 0) & (idx < 5)
+    _same(Tensor(src).gather(0, Tensor(idx)), np.where(valid, src[np.clip(idx, 0, 4)], 0).astype(np.float32))
+    _same(Tensor(src).flip(0).gather(0, Tensor(np.array([0, 4, 2], np.int32))), src[::-1][[0, 4, 2]])
+    padded = np.pad(src, (2, 1))
+    at = np.array([0, 2, 7, 6], np.int32)
+    _same(Tensor(src).pad(((2, 1),)).gather(0, Tensor(at)), padded[at])
+    t2 = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _same(Tensor(t2).sum(0).gather(0, Tensor(np.array([3, 0, 9], np.int32))),
+          np.array([t2.sum(0)[3], t2.sum(0)[0], 0], np.float32))
+
+
+def test_integer_arange_with_a_float_start_or_step_truncates_each_value():
+    """arange(0.5, 5, 1.5, dtype=int32) is 0, 2, 3 (each float value truncated, as PyTorch), not
+    start and step truncated first (0, 1, 2; a step of 0.7 would become 0)."""
+    _same(Tensor.arange(0.5, 5, 1.5, dtype=dtypes.int32) + 0, np.array([0, 2, 3], np.int32))
+    values = np.trunc(-2.5 + 0.7 * np.arange(8)).astype(np.int32)
+    _same(Tensor.arange(-2.5, 3, 0.7, dtype=dtypes.int32).flip(0) * 1, values[::-1])
+    _near(Tensor.arange(1.0, -1.0, -0.3) * 1, np.arange(1.0, -1.0, -0.3).astype(np.float32))
+
+
+def test_scalars_and_extreme_constants():
+    _same(Tensor(np.float32(3.5)) * 2 + 1, np.array(8.0, np.float32))
+    _same(Tensor(np.int32(-7)) // 2, np.array(-4, np.int32))
+    i64 = np.array([-2**63, 2**63 - 1, 0, -1], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        _same((Tensor(i64) + (-2**63)) - (2**63 - 1), (i64 + np.int64(-2**63)) - np.int64(2**63 - 1))
+    ones = np.ones(4, np.float32)
+    with np.errstate(over="ignore"):
+        want = np.stack([ones * np.float32(1e38) * np.float32(10), ones * np.float32(1e-45),
+                         np.maximum(ones, -np.inf), ones + np.nan])
+    got = Tensor.stack(Tensor(ones) * 1e38 * 10, Tensor(ones) * 1e-45, Tensor(ones).maximum(float("-inf")),
+                       Tensor(ones) + float("nan"))
+    _same(got, want)
+
+
+def test_softmax_logsumexp_and_layernorm_chains():
+    x = np.random.default_rng(8).standard_normal((3, 4, 5)).astype(np.float32)
+    e = np.exp(x - x.max(1, keepdims=True))
+    _near(Tensor(x).softmax(1), e / e.sum(1, keepdims=True))
+    _near(Tensor(x).logsumexp((0, 2)), np.log(np.exp(x).sum((0, 2))))
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    t = Tensor(x)
+    _near((t - t.mean(-1, keepdim=True)) / (t.var(-1, keepdim=True, correction=0) + 1e-5).sqrt(),
+          (x - mu) / np.sqrt(var + 1e-5))

@@ -18,7 +18,8 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
 Anything this file does not know (symbolic views, scatter, threefry, bitcast, half floats,
 integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
 graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
-integers, NaN-propagating max, wrapping integer arithmetic.
+integers, NaN-propagating max, wrapping integer arithmetic, and numpy's float-to-integer casts (a
+negative value wraps into an unsigned type, where C leaves the conversion undefined).
 """
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ CTYPES = {dtypes.bool: "uint8_t", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t"
           dtypes.uint16: "uint16_t", dtypes.int32: "int32_t", dtypes.uint32: "uint32_t",
           dtypes.int64: "int64_t", dtypes.uint64: "uint64_t", dtypes.float32: "float",
           dtypes.float64: "double"}
-UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", "int64_t": "uint64_t"}
 
 PRELUDE = r"""
 #include <stdint.h>
@@ -205,8 +205,11 @@ class CRenderer:
     def _arange(self, n: Node, position: str) -> str:
         start, step = n.arg[0], n.arg[1]
         ct = _ctype(n.dtype)
-        if n.dtype.kind == "f":
-            return f"(({ct})((double){float(start)!r} + (double){float(step)!r} * (double)({position})))"
+        if n.dtype.kind == "f" or start != int(start) or step != int(step):
+            # an integer arange with a fractional start or step is computed in double and each value
+            # truncated, as the numpy backend does (arange(0.5, 5, 1.5, dtype=int32) is 0, 2, 3)
+            value = f"((double){float(start)!r} + (double){float(step)!r} * (double)({position}))"
+            return f"(({ct}){value})" if n.dtype.kind == "f" else self._cast(value, dtypes.float64, n.dtype)
         return f"(({ct})((int64_t)({int(start)}LL) + (int64_t)({int(step)}LL) * (int64_t)({position})))"
 
     def _view(self, n: Node, index: list[str]) -> str:
@@ -241,6 +244,12 @@ class CRenderer:
         _ctype(src)
         if dst == dtypes.bool:
             return f"(uint8_t)({x} != 0)"
+        if src.kind == "f" and (dst.itemsize < 4 or dst.kind == "u"):
+            # numpy's conversion: through a signed integer, so a negative value wraps into an unsigned
+            # type (-129.0 -> uint32 4294967167) where C leaves it undefined (AVX-512 saturates)
+            if dst == dtypes.uint64:
+                return f"(({x}) < 0 ? (uint64_t)(int64_t)({x}) : (uint64_t)({x}))"
+            return f"(({ct})(int{32 if dst.itemsize < 4 else 64}_t)({x}))"
         return f"(({ct})({x}))"
 
     @staticmethod
@@ -259,7 +268,7 @@ class CRenderer:
         if op is Ops.TRUNC:
             return x
         if op is Ops.NEG and dtype.kind in "iu":
-            return f"(({ct})(0 - ({UNSIGNED.get(ct, ct)}){x}))"
+            return f"(({ct})(0 - ({'uint64_t' if dtype.itemsize == 8 else 'uint32_t'}){x}))"
         raise Unsupported(f"{op} on {dtype}")
 
     @staticmethod
@@ -285,7 +294,9 @@ class CRenderer:
             if op is Ops.XOR:
                 return f"(uint8_t)({a} ^ {b})"
             raise Unsupported(f"{op} on bool")
-        unsigned = UNSIGNED.get(ct, ct)
+        # wrapping arithmetic in unsigned int at least: uint16_t * uint16_t would promote to (signed)
+        # int and overflow, which C leaves undefined
+        unsigned = "uint64_t" if dtype.itemsize == 8 else "uint32_t"
         if op in (Ops.ADD, Ops.SUB, Ops.MUL):
             sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
             return f"(({ct})(({unsigned}){a} {sym} ({unsigned}){b}))"
@@ -417,8 +428,8 @@ class CRenderer:
         va, vb = a.arg, b.arg
         shape = va.shape
         batch, rows, inner, cols = contraction_groups(va, vb, axes)
-        if any(i in axes for i in rows + cols):
-            return False
+        if any(i in axes for i in rows + cols) or any(shape[i] != 1 and i not in inner for i in axes):
+            return False  # a reduced axis that both operands broadcast multiplies the sum: not a gemm
         m, k, nn = (math.prod(shape[i] for i in g) for g in (rows, inner, cols))
         if m * k * nn == 0:
             return False
@@ -531,6 +542,8 @@ def _reads_at(n: Node, param: Node, view: View, arrays: dict, seen: set) -> bool
         return view.strides != strides_for(view.shape) or view.offset != 0 or n.shape != view.shape
     if n.op is Ops.VIEW and n.src[0] is param:
         return n.arg != view
+    if n.op is Ops.GATHER and n.src[0] not in arrays and any(x is param for x in toposort([n.src[0]])):
+        return True  # a gather reads its source at any position
     return any(_reads_at(s, param, view, arrays, seen) for s in n.src)
 
 
