@@ -10,7 +10,8 @@ Each configuration runs in its own process (BLAS thread limits and devices are p
 - `torch`: the same model, batch and optimizer, `torch.set_num_threads(2)` (the machine's cores);
 - `tinygrad`: the same, with TinyJit (how tinygrad trains), when tinygrad is installed and works;
 - weak scaling, as PyTorch DDP reports it: every device keeps a batch of 256 and one BLAS thread;
-  scaling = step time on 2 devices / step time on 1 device (target at most 1.1; DDP: 1/0.93).
+  scaling = step time on 2 devices / step time on 1 device (target at most 1.1; DDP: 1/0.93);
+  measured twice: with the replayed kernels compiled to C (the default) and on numpy (ATENSOR_NATIVE=0).
 Times are medians over the measured steps after warm-up steps; the machine is shared, so compare
 the ratios measured in the same run, not absolute times across runs. Multi-threaded BLAS (torch with
 2 threads, atensor on 1 device) suffers most when other processes load the cores: the 1-thread rows
@@ -181,6 +182,13 @@ def main() -> None:
         "weak: atensor 2 devices x 256, 1 thread each": measure(
             {"kind": "atensor", "devices": 2, "batch": 512, "steps": steps}, {"ATENSOR_BLAS_THREADS": "1"}),
         "torch CPU, 1 thread": measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 1}),
+        # the same jitted steps with the replayed kernels on numpy instead of compiled to C
+        "weak: 1 device x 256, 1 thread, numpy kernels": measure(
+            {"kind": "atensor", "devices": 1, "batch": 256, "steps": steps},
+            {"ATENSOR_BLAS_THREADS": "1", "ATENSOR_NATIVE": "0"}),
+        "weak: 2 devices x 256, 1 thread each, numpy kernels": measure(
+            {"kind": "atensor", "devices": 2, "batch": 512, "steps": steps},
+            {"ATENSOR_BLAS_THREADS": "1", "ATENSOR_NATIVE": "0"}),
     }
     torch_ms = runs["torch CPU, 2 threads"].get("median_s")
     torch1_ms = runs["torch CPU, 1 thread"].get("median_s")
@@ -201,10 +209,17 @@ def main() -> None:
     if scaling is not None:
         print(f"\nweak scaling (step time, 2 devices / 1 device, 256 per device, 1 BLAS thread each): "
               f"{scaling:.2f} (target <= 1.1; efficiency {100 / scaling:.0f}%)")
+    w2n = runs["weak: 2 devices x 256, 1 thread each, numpy kernels"]
+    one_numpy = runs["weak: 1 device x 256, 1 thread, numpy kernels"]
+    numpy_scaling = w2n["median_s"] / one_numpy["median_s"] if "error" not in w2n and "error" not in one_numpy \
+        else None
+    if numpy_scaling is not None:
+        print(f"the same with the kernels on numpy (ATENSOR_NATIVE=0): {numpy_scaling:.2f}")
     one, two = runs["atensor, 1 device"], runs["atensor, 2 devices"]
     if "error" not in one and torch_ms:
         print(f"atensor 1 device / torch (2 threads): {one['median_s'] / torch_ms:.2f} (target <= 1)")
     path = write_results("train_step", {"steps": steps, "runs": runs, "weak_scaling": scaling,
+                                        "weak_scaling_numpy_kernels": numpy_scaling,
                                         "atensor_1dev_over_torch": one.get("median_s", 0) / torch_ms
                                         if torch_ms and "error" not in one else None,
                                         "atensor_2dev_over_1dev": two.get("median_s", 0) / one["median_s"]
