@@ -259,7 +259,10 @@ class TensorOps:
 
     def minimum(self, x: Any) -> Tensor:
         a, b = self._operands(x, "minimum")
-        return (a < b).where(a, b)
+        pick_a = a < b
+        if dtypes.is_float(a.dtype):
+            pick_a = pick_a | (a != a)  # NaN propagates from either side, as in torch and numpy
+        return pick_a.where(a, b)
 
     def __add__(self, x): return self.add(x)
     def __radd__(self, x): return self.add(x, True)
@@ -411,6 +414,8 @@ class TensorOps:
         if n == 0:
             raise ValueError("argmax of an empty axis")
         is_max = self == self.max(axis, keepdim=True)
+        if dtypes.is_float(self.dtype):
+            is_max = is_max | (self != self)  # a NaN is the maximum (torch and numpy: its first index)
         shape = [1] * self.ndim
         shape[axis] = n
         count_down = type(self).arange(n, 0, -1, device=self.device).reshape(*shape)

@@ -124,3 +124,18 @@ def test_chunk_plan_keeps_chunks_near_the_target_size():
     assert axis == 0 and step == 1
     axis, step = _chunk_plan((1, 512, 1536))
     assert axis == 1 and step * 1536 <= CHUNK_ELEMENTS
+
+
+def test_a_summed_axis_that_both_operands_broadcast_multiplies_the_product():
+    """sum over an axis of size 5 that neither operand varies along: 5 times the matrix product, not a
+    gemm that drops the axis (found by the native tier's differential tests)."""
+    a = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
+    ta = Tensor(a).reshape(16, 1, 8, 1).expand(16, 5, 8, 16)
+    tb = Tensor(b).reshape(1, 1, 8, 16).expand(16, 5, 8, 16)
+    np.testing.assert_allclose((ta * tb).sum((1, 2)).numpy().reshape(16, 16), 5 * (a @ b), rtol=1e-4, atol=1e-4)
+
+
+def test_a_reduce_of_a_cast_one_element_value():
+    assert Tensor(np.array([[-0.68]], dtype=np.float32)).any(1).tolist() == [True]
+    assert Tensor(np.array([[0.0]], dtype=np.float32)).any(1).tolist() == [False]

@@ -304,3 +304,12 @@ def test_random_matmuls_match_numpy(m, k, n, seed):
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     _close((Tensor(a) @ Tensor(b)).relu().sum(1), np.maximum(a @ b, 0).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_minimum_and_argmax_propagate_nan_as_torch_and_numpy_do():
+    a = np.array([np.nan, 1.0, 2.0, -1.0], dtype=np.float32)
+    b = np.array([1.0, np.nan, 0.5, -3.0], dtype=np.float32)
+    np.testing.assert_array_equal(Tensor(a).minimum(Tensor(b)).numpy(), np.minimum(a, b))
+    assert Tensor(a).argmax().item() == int(np.argmax(a)) == 0
+    assert Tensor(b).argmin().item() == int(np.argmin(b)) == 1
+    assert Tensor(np.array([[1, 5, 5]], dtype=np.int32)).minimum(3).tolist() == [[1, 3, 3]]

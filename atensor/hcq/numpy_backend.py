@@ -137,7 +137,11 @@ def _matmul_shaped(node: Node) -> bool:
         return False
     a, b = node.src[0].src
     broadcast = [x.op is Ops.VIEW and x.arg.mask is None and 0 in x.arg.strides for x in (a, b)]
-    return all(broadcast) and node.src[0].size >= 64
+    if not all(broadcast) or node.src[0].size < 64:
+        return False
+    # an axis summed over that both operands broadcast multiplies the sum: not a matrix product
+    shape = a.shape
+    return not any(shape[i] != 1 and a.arg.strides[i] == 0 and b.arg.strides[i] == 0 for i in node.arg[1])
 
 
 def _quiet_cast(source: np.dtype, dest: np.dtype) -> bool:
@@ -465,8 +469,12 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         elif n.op is Ops.CAST:
             expr = f"{src[0]}.astype({const(n.dtype.np)})" if _quiet_cast(n.src[0].dtype.np, n.dtype.np) \
                 else f"_cast({src[0]}, {const(n.dtype)})"
+            if n.src[0] in scalars and n.shape:  # a 0-d value: back to the node's shape
+                expr = f"np.broadcast_to({expr}, {n.shape!r})"
         elif n.op is Ops.BITCAST:
             expr = f"_bitcast({src[0]}, {const(n.dtype)})"
+            if n.src[0] in scalars and n.shape:
+                expr = f"np.broadcast_to({expr}, {n.shape!r})"
         elif n in pad_adds:
             other, pad = pad_adds[n]
             in_place = other in fresh and users[other] == 1 and other.shape == n.shape
