@@ -8,6 +8,7 @@ Each server runs in its own process on a loopback port:
   sync     baseline (a): the same server computing each request synchronously in its handler
   torch    baseline (b): sentence-transformers on PyTorch CPU through trio.to_thread.run_sync
 
+The idle atensor server is probed first, for the machine's floor in the same run.
 N clients (each one kept-alive connection) send POST /embed with 1-4 sentences from a fixed mix, back
 to back, for `--duration` seconds after a warm-up. A separate prober process sends GET /health every
 20 ms meanwhile; its worst latency is the longest the server kept /health waiting. Reported: requests/s,
@@ -133,6 +134,13 @@ async def probe_health(port: int, seconds: float, interval: float) -> dict[str, 
             "p50_ms": percentile(delays, 50) * 1e3, "p99_ms": percentile(delays, 99) * 1e3}
 
 
+async def _probe_idle(port: int, seconds: float) -> dict[str, float]:
+    """The prober alone, in its own process, against a server with no load."""
+    proc = await trio.run_process([sys.executable, __file__, "--probe", str(port), str(seconds), "0.02"],
+                                  capture_stdout=True)
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
 # ---- the load ----------------------------------------------------------------------------------------
 
 async def run_load(port: int, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
@@ -215,6 +223,13 @@ def main() -> None:
         for mode in args.modes:  # all up at once; an idle server costs nothing
             servers[mode] = ServerProcess(mode, args.devices, args.batch_window_ms, args.pipeline,
                                           args.worker_nice)
+        # the machine's own floor, in the same run: the worst /health of the idle atensor server (no
+        # load at all; on a shared VM a probe now and then waits for a core whatever the server does)
+        idle = None
+        if "atensor" in servers:
+            idle = trio.run(_probe_idle, servers["atensor"].port, args.duration)
+            print(f"  idle atensor server: /health worst {idle['worst_ms']:.1f} ms, p99 {idle['p99_ms']:.1f} ms",
+                  flush=True)
         for clients in args.clients:  # the modes back to back per point: the machine's load drifts slowly
             for mode in args.modes:
                 row = trio.run(run_load, servers[mode].port, clients, args.duration, args.warmup)
@@ -236,10 +251,13 @@ def main() -> None:
                  "/health p99 ms", "errors"],
                 rows))
     verdict = _verdict(results)
+    if idle is not None:
+        verdict["lines"].append(f"idle server /health worst (this machine's floor in this run): "
+                                f"{idle['worst_ms']:.1f} ms")
     for line in verdict["lines"]:
         print(line)
     path = write_results("serve_load", {"config": vars(args) | {"probe": None}, "results": results,
-                                        "targets": verdict["targets"]})
+                                        "idle_health": idle, "targets": verdict["targets"]})
     print(f"\nwritten {path.relative_to(ROOT)}")
 
 
