@@ -237,7 +237,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
-        if record.plan is None:
+        if record.plan is None or record.plan.epoch != native.epoch:  # (re)lowered when kernels compiled
             record.plan = ReplayPlan(record.tasks, record.touched)
         sub = record.plan.submit(works, mapping)
         total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
@@ -296,9 +296,14 @@ class Jit:
     function's result with every tensor realized; a plain `def` (as with tinygrad's TinyJit) is called
     as `step(*args)` outside an event loop and blocks until its results are realized."""
 
-    def __init__(self, fn: Callable[..., Any], max_programs: int = 32):
+    def __init__(self, fn: Callable[..., Any], max_programs: int = 32, compile: str = "wait"):
+        if compile not in ("wait", "background"):
+            raise ValueError(f"atensor.jit: compile={compile!r}; use 'wait' (the third call compiles the "
+                             f"captured kernels to C before it returns) or 'background' (replays run the "
+                             f"numpy kernels until the C ones are ready)")
         self.fn = fn
         self.max_programs = max_programs
+        self.compile = compile
         self.is_async = inspect.iscoroutinefunction(fn)
         self._programs: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
         self._calls: collections.OrderedDict[tuple, int] = collections.OrderedDict()  # per key, LRU
@@ -428,7 +433,9 @@ class Jit:
                 f"calls, do this: pass such values in as tensors, or do not jit the function")
         program.verified = True
         kernels = _native_candidates(program.records)
-        if kernels:  # replays run these compiled (hcq/native.py); the compiler runs off the loop
+        if kernels and self.compile == "background":
+            native.prepare_in_background(kernels)
+        elif kernels:  # replays run these compiled (hcq/native.py); the compiler runs off the loop
             yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
 
@@ -453,13 +460,16 @@ class Jit:
         return result, outs, result_shape
 
 
-def jit(fn: Optional[Callable[..., Any]] = None, *, max_programs: int = 32) -> Any:
+def jit(fn: Optional[Callable[..., Any]] = None, *, max_programs: int = 32, compile: str = "wait") -> Any:
     """Decorates a function of tensors so that, after two normal calls, its realizes are replayed
     instead of rebuilt: `@atensor.jit async def step(x, y): ...; return loss` (or a plain `def`, called
-    outside an event loop)."""
+    outside an event loop). The captured kernels are compiled to C (ATENSOR_NATIVE): `compile="wait"`
+    compiles them during the third call, so every replay runs the same kernels; `"background"` lets
+    the third call return at once and replays switch to C when the compiler is done (a server that
+    must start fast)."""
     if fn is None:
-        return lambda f: Jit(f, max_programs)
-    return Jit(fn, max_programs)
+        return lambda f: Jit(f, max_programs, compile)
+    return Jit(fn, max_programs, compile)
 
 
 TinyJit = Jit  # tinygrad's name, for ported code

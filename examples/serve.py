@@ -114,8 +114,10 @@ class BatchingEngine:
         self.models, self.window_s, self.max_batch = list(models), window_s, max_batch
         # per replica, the forward pass as an atensor.jit function: a batch shape seen three times (the
         # warm-up does that) is replayed from its captured task graph, not rebuilt and scheduled
-        self.forwards = {id(m): atensor.jit(_forward_in_thread(m), max_programs=128) if jit else None
-                         for m in self.models}
+        # (compiled to C in the background: the server starts without waiting for the compiler, and
+        # a shape's replays switch to the C kernels once they are built)
+        self.forwards = {id(m): atensor.jit(_forward_in_thread(m), max_programs=128, compile="background")
+                         if jit else None for m in self.models}
         self.pipeline = pipeline  # batches in flight per replica: the next one builds while one computes
         self.pad_multiple = pad_multiple
         self.tokenizer = self.models[0].tokenizer

@@ -357,3 +357,43 @@ def test_replays_of_random_op_chains_match_numpy(shape, ops, reduce_axis, seed):
             ref = ref.sum(axis=reduce_axis)
         np.testing.assert_allclose(chain(Tensor(a), Tensor(k)).numpy(), ref, rtol=1e-4, atol=1e-4)
     assert chain.stats["replays"] == 2
+
+
+async def test_background_compile_returns_at_once_and_replays_switch_to_c(monkeypatch, tmp_path):
+    """compile="background": the third call does not wait for the compiler; replays run the numpy
+    kernels until the C ones are loaded, then the C ones, with the same values throughout."""
+    from atensor.hcq import native
+    if native.compiler() is None:
+        pytest.skip("no C compiler here: every kernel stays on numpy")
+    real, started = native._compile, []
+
+    def slow_compile(*args):
+        started.append(time.perf_counter())
+        time.sleep(0.5)
+        return real(*args)
+    monkeypatch.setattr(native, "_compile", slow_compile)
+    monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
+
+    @atensor.jit(compile="background")
+    async def f(x: Tensor) -> Tensor:
+        return ((x * 1.25).exp() - x).sum(0)
+    x = np.random.default_rng(5).standard_normal((6, 9)).astype(np.float32)
+    want = (np.exp(x * np.float32(1.25)) - x).sum(0)
+    for _ in range(2):
+        await f(Tensor(x))
+    t0 = time.perf_counter()
+    np.testing.assert_allclose((await f(Tensor(x))).numpy(), want, rtol=1e-5)  # verifies, starts the compile
+    assert time.perf_counter() - t0 < 0.4
+    np.testing.assert_allclose((await f(Tensor(x))).numpy(), want, rtol=1e-5)  # a replay, on numpy
+    program = next(iter(f._programs.values()))
+    kernels = [t.work.ast for r in program.records for t in r.tasks if hasattr(t.work, "ast")]
+    await trio.to_thread.run_sync(native.wait_background)
+    assert started and kernels and all(native.lookup(ast) is not None for ast in kernels)
+    np.testing.assert_allclose((await f(Tensor(x))).numpy(), want, rtol=1e-5)  # re-lowered: C kernels
+    assert all(r.plan.epoch == native.epoch for r in program.records)
+    assert f.stats["replays"] == 2
+
+
+def test_jit_rejects_an_unknown_compile_mode():
+    with pytest.raises(ValueError, match="compile='soon'"):
+        atensor.jit(lambda x: x, compile="soon")

@@ -21,6 +21,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
@@ -42,6 +43,9 @@ _compiler: Optional[str] = None
 _compiler_checked = False
 last_error = ""
 compiled = 0
+epoch = 0  # counts the libraries loaded: a replay plan lowered before the newest one is lowered again
+_background: "queue.Queue[list[tuple[Node, str]]]" = queue.Queue()
+_background_thread: Optional[threading.Thread] = None
 
 
 _batch_runner: Optional[ctypes._CFuncPtr] = None
@@ -138,7 +142,7 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
     """Compiles the (ast, name) kernels not compiled yet, in one compiler call; returns how many were
     added. Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
     worker thread, not the event loop."""
-    global last_error, compiled
+    global last_error, compiled, epoch
     cc = compiler()
     if cc is None:
         last_error = "no C compiler (cc, gcc or clang) on PATH"
@@ -191,7 +195,36 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
             fn.argtypes, fn.restype = [ctypes.c_void_p], None
             _kernels[ast] = NativeKernel(symbol, fn, src)
         compiled += len(todo)
+        epoch += 1
     return len(todo)
+
+
+def prepare_in_background(kernels: list[tuple[Node, str]]) -> None:
+    """`prepare(kernels)` on a background thread (one, in order): the caller goes on at once."""
+    global _background_thread
+    with _lock:
+        if _background_thread is None:
+            _background_thread = threading.Thread(target=_compile_forever, name="atensor-native-compile",
+                                                  daemon=True)
+            _background_thread.start()
+    _background.put(kernels)
+
+
+def _compile_forever() -> None:
+    global last_error
+    while True:
+        kernels = _background.get()
+        try:
+            prepare(kernels)
+        except Exception as exc:  # noqa: BLE001 - a renderer bug must not kill the thread: numpy stays
+            last_error = f"background compile failed: {type(exc).__name__}: {exc}"
+        finally:
+            _background.task_done()
+
+
+def wait_background() -> None:
+    """Blocks until every kernel handed to `prepare_in_background` so far is compiled (or refused)."""
+    _background.join()
 
 
 def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...]) -> None:

@@ -41,6 +41,7 @@ class ReplayPlan:
     that `submit`'s mapping replaces."""
 
     def __init__(self, tasks: list[Task], swapped: list[bool]):
+        self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
         self.queues: list[Queue] = []
         queue_index: dict[Queue, int] = {}
         self.buffers: list[BufferSpec] = []
