@@ -12,6 +12,14 @@ all of that is the same every time except three things, which `submit` computes:
 - the callables of tasks that touch a swapped buffer (the others are kept).
 
 Each buffer is told only of the last write and the last read per queue, which is all it keeps.
+
+Native kernels (hcq/native.py) that follow each other on a queue are submitted as one command, a
+single foreign call over all of them (`native.batch`), when nothing is pending and no profile is
+being taken: one GIL release and one wake-up for the run instead of one per kernel. A run ends at a
+task another queue waits for (its value is published as soon as it is done) and starts at a task
+that waits for another queue. The command publishes the value of its last task; the values before
+it are reached at the same moment and carry no stamp of their own (a profile, which needs a span
+per kernel, turns batching off).
 """
 from __future__ import annotations
 
