@@ -235,6 +235,10 @@ def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...]) -> None
         out = Path(tmp) / "kernels.so"
         proc = subprocess.run([cc, *FLAGS, *defines, "-o", str(out), str(c_file), "-lm"],
                               capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0 and "-march=native" in FLAGS:  # a compiler that does not know it (arm64 clang)
+            portable = tuple(f for f in FLAGS if f != "-march=native")
+            proc = subprocess.run([cc, *portable, *defines, "-o", str(out), str(c_file), "-lm"],
+                                  capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise subprocess.SubprocessError(proc.stderr.strip()[-2000:])
         os.replace(out, path)  # atomic: a concurrent process sees the whole library or none
