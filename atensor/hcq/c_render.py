@@ -14,7 +14,10 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
 - a VIEW reads a PARAM buffer, a materialized array, a constant or an arange through its strides,
   offset and mask (a masked-out element reads 0); the computed source of a view is materialized
   first, in row-major order, as numpy's backend reads it;
-- the STORE nest writes the value through the target view.
+- a GATHER reads its source (a buffer, a view of a leaf, or a materialized array) at the computed
+  index, 0 outside the source;
+- the STORE nest writes the value through the target view; a value that reads the target anywhere
+  else (`t[1:] = t[:-1]`, a gather from it) is computed into a temporary first.
 Anything this file does not know (symbolic views, scatter, threefry, bitcast, half floats,
 integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
 graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
