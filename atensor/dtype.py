@@ -88,8 +88,12 @@ class dtypes:
     @staticmethod
     def from_numpy(dt: np.dtype) -> DType:
         """The atensor dtype of a numpy dtype; a clear error for dtypes atensor does not have."""
+        found = _FROM_NUMPY.get(dt)
+        if found is not None:
+            return found
         for candidate in ALL_DTYPES:
             if candidate.name in _NUMPY and _NUMPY[candidate.name] == np.dtype(dt):
+                _FROM_NUMPY[dt] = candidate
                 return candidate
         raise TypeError(f"numpy dtype {np.dtype(dt)} has no atensor dtype; convert the array first, "
                         f"e.g. with .astype(np.float32)")
@@ -100,6 +104,7 @@ ALL_DTYPES: tuple[DType, ...] = tuple(v for v in vars(dtypes).values() if isinst
 ALL_DTYPES = tuple(sorted(set(ALL_DTYPES)))
 
 _NUMPY: dict[str, np.dtype] = {d.name: np.dtype(d.name) for d in ALL_DTYPES if d.name != "bfloat16"}
+_FROM_NUMPY: dict = {}  # numpy dtype (or type) -> DType, filled as they are met
 if (_bf16 := _bfloat16_numpy()) is not None:
     _NUMPY["bfloat16"] = _bf16
 
