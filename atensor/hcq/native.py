@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from atensor.graph.node import Node
 from atensor.hcq.c_render import PRELUDE, Unsupported, render_c
@@ -51,12 +51,15 @@ _background_thread: Optional[threading.Thread] = None
 _batch_runner: Optional[ctypes._CFuncPtr] = None
 
 
-def batch(runs: list) -> Optional[callable]:
+def batch(runs: list) -> Callable[[], None]:
     """One callable that runs the native runners `runs` (executor.py's, each with a `.native` of
     (function address, argument block)) in order, in one foreign call: the queue's Python overhead
     and GIL hand-off once for all of them, as a CUDA graph launches many kernels at once."""
-    if _batch_runner is None:
-        return None
+    if _batch_runner is None:  # no library loaded yet (cannot happen for native runners): one by one
+        def run_each() -> None:
+            for run in runs:
+                run()
+        return run_each
     count = len(runs)
     fns = (ctypes.c_void_p * count)(*[r.native[0] for r in runs])
     blocks = (ctypes.c_void_p * count)(*[ctypes.addressof(r.native[1]) for r in runs])
