@@ -14,7 +14,8 @@ from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.sched import allreduce as ar
 from atensor.sched import schedule as sched
-from atensor.graph.taskgraph import TaskGraph, check_race_free
+from atensor.graph.taskgraph import TaskGraph
+from atensor.sched.racecheck import check_race_free
 
 RNG = np.random.default_rng(3)
 REFERENCE = {"sum": lambda a: a.sum(0), "max": lambda a: a.max(0), "mean": lambda a: a.mean(0)}

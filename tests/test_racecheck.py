@@ -24,7 +24,6 @@ from atensor.sched import prove
 from atensor.sched.racecheck import check_race_free
 from atensor.sched.schedule import schedule
 from atensor.graph.taskgraph import Access, Copy, RaceError, TaskGraph
-from atensor.graph.taskgraph import check_race_free as check_from_taskgraph
 
 
 def reference_races(graph: TaskGraph, edges) -> bool:
@@ -106,15 +105,6 @@ def test_partial_overlaps_and_disjoint_chunks():
     check_race_free(graph)
     with pytest.raises(RaceError, match=r"task 1 .* task 2 .* bytes \[50, 60\)"):
         check_race_free(graph, [(0, 2)])
-
-
-def test_the_shim_in_taskgraph_is_the_same_checker():
-    buf = _spec()
-    graph = TaskGraph()
-    graph.add(Copy(buf, buf, 0, 0, 1), [Access(buf, "w", 0, 8)])
-    graph.add(Copy(buf, buf, 0, 0, 1), [Access(buf, "r", 4, 8)])
-    with pytest.raises(RaceError, match="buf"):
-        check_from_taskgraph(graph, [])
 
 
 # ---- the scheduler's graphs ------------------------------------------------------------------------------

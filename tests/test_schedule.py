@@ -9,7 +9,8 @@ from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.sched.schedule import schedule
-from atensor.graph.taskgraph import Access, Copy, RaceError, TaskGraph, check_race_free
+from atensor.graph.taskgraph import Access, Copy, RaceError, TaskGraph
+from atensor.sched.racecheck import check_race_free
 
 
 def _roots(*tensors: Tensor) -> list[Node]:

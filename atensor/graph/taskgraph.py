@@ -21,7 +21,7 @@ Invariant: `tasks` is in a topological order (every edge goes from an earlier to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Union
+from typing import Iterable, Union
 
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.symbolic import Expr, SymbolicError, Variable
@@ -147,8 +147,3 @@ class TaskGraph:
     def buffers(self) -> set[BufferSpec]:
         return {a.buffer for t in self.tasks for a in t.accesses}
 
-
-def check_race_free(graph: TaskGraph, edges: Optional[Iterable[tuple[int, int]]] = None) -> None:
-    """Proves `graph` race-free (see sched/racecheck.py, where the checker lives); raises RaceError."""
-    from atensor.sched.racecheck import check_race_free as check
-    check(graph, edges)

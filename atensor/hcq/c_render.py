@@ -96,8 +96,21 @@ static inline double at_fmod(double a, double b) {
 }
 """
 
-_UNARY_F = {Ops.SQRT: "sqrt", Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos",
-            Ops.TANH: "tanh", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.TRUNC: "trunc"}
+# float ops as C templates: {f} is libm's float suffix ("f" for float32), {t} the C type
+_FLOAT_UNARY = {**{op: fn + "{f}({x})" for op, fn in (
+    (Ops.SQRT, "sqrt"), (Ops.EXP, "exp"), (Ops.LOG, "log"), (Ops.SIN, "sin"), (Ops.COS, "cos"),
+    (Ops.TANH, "tanh"), (Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.TRUNC, "trunc"))},
+    Ops.NEG: "(-{x})", Ops.RECIP: "(({t})1 / {x})"}
+_FLOAT_BINARY = {Ops.ADD: "({a} + {b})", Ops.SUB: "({a} - {b})", Ops.MUL: "({a} * {b})",
+                 Ops.FDIV: "({a} / {b})", Ops.MAX: "AT_FMAX({a}, {b})", Ops.POW: "pow{f}({a}, {b})",
+                 Ops.MOD: "at_fmod{f}({a}, {b})"}
+
+
+def _float_op(table: dict[Ops, str], op: Ops, dtype: DType, ct: str, **operands: str) -> str:
+    template = table.get(op)
+    if template is None:
+        raise Unsupported(f"{op} on floats")
+    return template.format(f="f" if dtype == dtypes.float32 else "", t=ct, **operands)
 _CMP = {Ops.CMPLT: "<", Ops.CMPEQ: "==", Ops.CMPNE: "!="}
 _BITS = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
 CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
@@ -258,14 +271,7 @@ class CRenderer:
     @staticmethod
     def _unary(op: Ops, x: str, dtype: DType, ct: str) -> str:
         if dtype.kind == "f":
-            suffix = "f" if dtype == dtypes.float32 else ""
-            if op in _UNARY_F:
-                return f"{_UNARY_F[op]}{suffix}({x})"
-            if op is Ops.NEG:
-                return f"(-{x})"
-            if op is Ops.RECIP:
-                return f"(({ct})1 / {x})"
-            raise Unsupported(f"{op} on floats")
+            return _float_op(_FLOAT_UNARY, op, dtype, ct, x=x)
         if op is Ops.NOT:
             return f"(uint8_t)(!{x})" if dtype.kind == "b" else f"(({ct})~{x})"
         if op is Ops.TRUNC:
@@ -280,15 +286,7 @@ class CRenderer:
             return f"(uint8_t)({a} {_CMP[op]} {b})"
         kind = dtype.kind
         if kind == "f":
-            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
-                return f"({a} {'+-*/'[(Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV).index(op)]} {b})"
-            if op is Ops.MAX:
-                return f"AT_FMAX({a}, {b})"
-            if op is Ops.POW:
-                return f"pow{'f' if dtype == dtypes.float32 else ''}({a}, {b})"
-            if op is Ops.MOD:
-                return f"at_fmod{'f' if dtype == dtypes.float32 else ''}({a}, {b})"
-            raise Unsupported(f"{op} on floats")
+            return _float_op(_FLOAT_BINARY, op, dtype, ct, a=a, b=b)
         if kind == "b":
             if op in (Ops.ADD, Ops.OR, Ops.MAX):
                 return f"(uint8_t)({a} | {b})"
