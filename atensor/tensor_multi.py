@@ -192,7 +192,8 @@ class MultiOps:
         """The whole value of a sharded tensor, read from each shard's buffer (replicated: the first)."""
         cls = type(self)
         node = self.node
-        parts = [cls(s) for s in node.src]  # type: ignore[call-arg]
+        # a replica is read from the first device alone: only it has to be ready
+        parts = [cls(s) for s in (node.src if node.arg[0] is not None else node.src[:1])]  # type: ignore[call-arg]
         if any(not p._is_ready() for p in parts):
             from atensor.hcq.host import in_trio_loop
             if in_trio_loop():

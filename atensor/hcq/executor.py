@@ -172,9 +172,20 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
             def run_native() -> None:  # one foreign call: the GIL is released for the whole kernel
                 use_threads(threads)
                 call(block)
+
+            def rebind(other: Kernel) -> None:
+                """The same kernel on `other`'s buffers: the block is rewritten in place (only once
+                the commands that use it are done)."""
+                old = run_native.keep_alive
+                for k, spec in enumerate(other.buffers):
+                    if spec is not old[k]:
+                        b = spec.runtime
+                        block[k] = (b if b is not None and b.memory is not None else device.allocate(spec)).address()
+                run_native.keep_alive = other.buffers
             run_native.keep_alive = specs  # the addresses in `block` stay valid while this lives
             run_native.native = (compiled.address, block)
             run_native.threads = threads
+            run_native.rebind = rebind
             return run_native
         fn = compile_kernel(work.ast, work.name)
         arrays = [b.memory for b in buffers]
@@ -192,6 +203,20 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
             if src_dev.kind != dst_dev.kind:
                 raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no data")
             return None
+        if settings.native != "0":  # a memcpy in C, which a replay's native program can hold
+            run = native.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset,
+                                     work.nbytes)
+            if run is not None:
+                block = run.native[1]
+
+                def rebind(other: Copy) -> None:
+                    """The same copy between `other`'s buffers (see run_native's rebind)."""
+                    block[0] = dst_dev.allocate(other.dst).address() + other.dst_offset
+                    block[1] = src_dev.allocate(other.src).address() + other.src_offset
+                    run.keep_alive = (other.src, other.dst)
+                run.keep_alive = (work.src, work.dst)
+                run.rebind = rebind
+                return run
         src_bytes = src.memory.view(np.uint8)[work.src_offset:work.src_offset + work.nbytes]
         dst_bytes = dst.memory.view(np.uint8)[work.dst_offset:work.dst_offset + work.nbytes]
 

@@ -48,28 +48,90 @@ _background: "queue.Queue[list[tuple[Node, str]]]" = queue.Queue()
 _background_thread: Optional[threading.Thread] = None
 
 
-_batch_runner: Optional[ctypes._CFuncPtr] = None
+_program_runner: Optional[ctypes._CFuncPtr] = None
+_copy_fn: Optional[ctypes._CFuncPtr] = None
+TIMELINE_SLOTS = 4096
+# the C side of the queues' timelines, for waits between native programs (16 bytes per queue: value,
+# futex word, sleepers); a queue gets a slot the first time a program of it waits or publishes
+_timelines = (ctypes.c_uint64 * (2 * TIMELINE_SLOTS))()
+_slots: dict[object, int] = {}
+
+RUN, WAIT, PUBLISH = 0, 1, 2
+
+
+def timeline_slot(owner: object) -> Optional[int]:
+    """The C timeline slot of `owner` (a queue), None when all are taken (no more programs with waits)."""
+    slot = _slots.get(owner)
+    if slot is None:
+        with _lock:
+            slot = _slots.get(owner)
+            if slot is None:
+                if len(_slots) >= TIMELINE_SLOTS:
+                    return None
+                slot = _slots[owner] = len(_slots)
+    return slot
+
+
+def programs_available() -> bool:
+    """Whether a library with the program runner is loaded (a native runner implies one is)."""
+    return _program_runner is not None
+
+
+class Program:
+    """A queue's run of native work as one foreign call: a list of ops, each running a native runner
+    (executor.py's, with a `.native` of (function address, argument block)), waiting until a C
+    timeline reaches a value, or publishing one. The values are `bases[queue] + offset`, with the bases
+    given per submission (`bind`), so one Program serves every replay of a plan. Queues hand work to
+    each other through the C timelines without the GIL or a Python wake-up, as GPU queues do through
+    semaphores in memory; a CUDA graph's launch of many kernels at once is the same idea."""
+
+    def __init__(self, ops: list[tuple[int, int, int, int]], runs: list):
+        """`ops`: (kind, timeline slot, queue, offset) each; `runs[i]` is the runner of a RUN op."""
+        count = len(ops)
+        self.count = count
+        self.ops = (ctypes.c_int64 * (4 * count))(*[x for op in ops for x in op])
+        self.fns = (ctypes.c_void_p * count)(*[r.native[0] if r is not None else None for r in runs])
+        self.blocks = (ctypes.c_void_p * count)(*[ctypes.addressof(r.native[1]) if r is not None else None
+                                                  for r in runs])
+        self.runs = [r for r in runs if r is not None]  # their blocks and buffers stay alive with this
+
+    def bind(self, bases: Optional[ctypes.Array] = None) -> Callable[[], None]:
+        """The callable a queue runs: the program with this submission's `bases` (c_uint64 per queue)."""
+        call, count, ops, fns, blocks = _program_runner, self.count, self.ops, self.fns, self.blocks
+        if call is None:  # no library loaded yet: only a program of RUN ops can run, one runner at a time
+            runs = self.runs
+
+            def run_each() -> None:
+                for run in runs:
+                    run()
+            return run_each
+        timelines = _timelines
+
+        def run_program() -> None:
+            call(count, ops, fns, blocks, bases, timelines)
+        run_program.keep_alive = (self, bases)
+        return run_program
 
 
 def batch(runs: list) -> Callable[[], None]:
-    """One callable that runs the native runners `runs` (executor.py's, each with a `.native` of
-    (function address, argument block)) in order, in one foreign call: the queue's Python overhead
-    and GIL hand-off once for all of them, as a CUDA graph launches many kernels at once."""
-    if _batch_runner is None:  # no library loaded yet (cannot happen for native runners): one by one
-        def run_each() -> None:
-            for run in runs:
-                run()
-        return run_each
-    count = len(runs)
-    fns = (ctypes.c_void_p * count)(*[r.native[0] for r in runs])
-    blocks = (ctypes.c_void_p * count)(*[ctypes.addressof(r.native[1]) for r in runs])
-    keep = [r.native[1] for r in runs] + [r.keep_alive for r in runs]
-    call = _batch_runner
+    """One callable that runs the native runners `runs` in order, in one foreign call: the queue's
+    Python overhead and GIL hand-off once for all of them."""
+    return Program([(RUN, 0, 0, 0)] * len(runs), runs).bind()
 
-    def run_batch() -> None:
-        call(count, fns, blocks)
-    run_batch.keep_alive = keep
-    return run_batch
+
+def native_copy(dst: int, src: int, nbytes: int) -> Optional[Callable[[], None]]:
+    """A runner that copies `nbytes` from address `src` to `dst` in C (so a program can hold it), or
+    None before any library is loaded."""
+    fn = _copy_fn
+    if fn is None:
+        return None
+    block = (ctypes.c_void_p * 3)(dst, src, nbytes)
+
+    def run_copy() -> None:
+        fn(block)
+    run_copy.native = (ctypes.cast(fn, ctypes.c_void_p).value, block)
+    run_copy.threads = 1
+    return run_copy
 
 
 class NativeKernel:
@@ -184,11 +246,15 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
             for ast in todo:
                 _refused[ast] = last_error
         return 0
-    global _batch_runner
-    if _batch_runner is None:
-        runner = lib.atensor_run_batch
-        runner.argtypes, runner.restype = [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p], None
-        _batch_runner = runner
+    global _program_runner, _copy_fn
+    if _program_runner is None:
+        copy = lib.atensor_copy
+        copy.argtypes, copy.restype = [ctypes.c_void_p], None
+        _copy_fn = copy
+        runner = lib.atensor_run_program
+        runner.argtypes = [ctypes.c_longlong] + [ctypes.c_void_p] * 5
+        runner.restype = None
+        _program_runner = runner
     if blas is not None:
         lib.atensor_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]))
     with _lock:

@@ -13,16 +13,26 @@ all of that is the same every time except three things, which `submit` computes:
 
 Each buffer is told only of the last write and the last read per queue, which is all it keeps.
 
-Native kernels (hcq/native.py) that follow each other on a queue are submitted as one command, a
-single foreign call over all of them (`native.batch`), when nothing is pending and no profile is
-being taken: one GIL release and one wake-up for the run instead of one per kernel. A run ends at a
-task another queue waits for (its value is published as soon as it is done) and starts at a task
-that waits for another queue. The command publishes the value of its last task; the values before
-it are reached at the same moment and carry no stamp of their own (a profile, which needs a span
-per kernel, turns batching off).
+Native work (hcq/native.py) is submitted in few commands when nothing is pending and no profile is
+being taken:
+- when every task of the graph is native (compiled kernels, memcpy copies), each queue gets ONE
+  command, a native program: its waits on other queues and the values other queues wait for go
+  through C timelines, so a multi-device step (backward, allreduce copies, optimizer) runs without
+  the GIL or a Python wake-up between its tasks;
+- otherwise native kernels that follow each other on a queue are one command (`native.batch`); a run
+  ends at a task another queue waits for (its value is published as soon as it is done) and starts
+  at a task that waits for another queue.
+A command publishes the value of its last task; the values before it are reached at the same moment
+on the Python timeline and carry no stamp of their own (a profile, which needs a span per kernel,
+turns both off).
+
+Runners of tasks that touch swapped buffers are kept too: once the plan's last submission is done,
+`rebind` rewrites their argument blocks in place for the new buffers, so programs stay valid; while
+it still runs, a replay gets runners of its own.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Optional
 
 from atensor.graph.node import BufferSpec
@@ -114,7 +124,10 @@ class ReplayPlan:
         for i, waits in enumerate(self.waits_inside):
             for dq, dpos in waits:
                 self.ends_batch[self.by_queue[dq][dpos]] = True
-        self.batches: dict[tuple[int, ...], Callable[[], None]] = {}  # kept batches of kept runners
+        self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[], None]]] = {}
+        # per queue: (the ids of the runners it was built of, program)
+        self.programs: dict[int, tuple[tuple[int, ...], native.Program]] = {}
+        self.last_final: list[tuple[Signal, int]] = []  # the values the last submission ends at
 
     def submit(self, works: list[Any], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
         """Puts the tasks on the queues; `works` are their works with the buffers `mapping` swaps."""
@@ -142,12 +155,24 @@ class ReplayPlan:
         # queue by queue, each list handed over as soon as it is built: the first device starts while
         # the next one's list is made (waits across queues are by value, so the order is free)
         batching = quiet and not profiling
+        # a runner of swapped buffers is rewritten in place once the last submission is done with it
+        reuse = all(sig.value >= value for sig, value in self.last_final)
+        runs = [self._run_of(i, works, reuse) for i in range(len(works))]
+        self.last_final = [(q.signal, b + c) for q, b, c in zip(self.queues, bases, self.counts)]
+        if batching and native.programs_available() and all(
+                r is not None and getattr(r, "native", None) is not None and r.threads == 1 for r in runs):
+            slots = [native.timeline_slot(q) for q in self.queues]
+            if None not in slots:
+                self._submit_programs(runs, slots, bases, base_id, signals, placed, sub)
+                for bi, qi, pos, write in self.notes:
+                    bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
+                return sub
         for qi, members in enumerate(self.by_queue):
             own = signals[qi]
             commands = []
             group: list[tuple[int, Callable[[], None]]] = []  # native kernels run as one command
             for i in members:
-                run = self._run_of(i, works)
+                run = runs[i]
                 if batching:
                     if getattr(run, "native", None) is not None and run.threads == 1:
                         if group and self.waits_inside[i]:
@@ -175,11 +200,53 @@ class ReplayPlan:
             bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
         return sub
 
-    def _run_of(self, i: int, works: list[Any]) -> Optional[Callable[[], None]]:
+    def _submit_programs(self, runs: list, slots: list[int], bases: list[int], base_id: int,
+                         signals: list[Signal], placed: list, sub: Submission) -> None:
+        """Every task is native: each queue gets one command, a native program whose waits on other
+        queues and whose values other queues wait for go through the C timelines (native.Program)."""
+        bases_c = (ctypes.c_uint64 * len(bases))(*bases)
+        for qi, members in enumerate(self.by_queue):
+            ids = tuple([id(runs[i]) for i in members])
+            kept = self.programs.get(qi)
+            program = kept[1] if kept is not None and kept[0] == ids else None
+            if program is None:
+                ops: list[tuple[int, int, int, int]] = []
+                program_runs: list = []
+                for i in members:
+                    for dq, dpos in self.waits_inside[i]:
+                        ops.append((native.WAIT, slots[dq], dq, dpos + 1))
+                        program_runs.append(None)
+                    ops.append((native.RUN, 0, 0, 0))
+                    program_runs.append(runs[i])
+                    if self.ends_batch[i]:  # another queue waits for it
+                        ops.append((native.PUBLISH, slots[qi], qi, self.task_pos[i] + 1))
+                        program_runs.append(None)
+                program = native.Program(ops, program_runs)
+                self.programs[qi] = (ids, program)  # valid while these runners are the ones in use
+            first = members[0]
+            value = bases[qi] + self.counts[qi]
+            name = self.static[first][0] if len(members) == 1 else \
+                f"{len(members)} tasks from {self.static[first][0]}"
+            nbytes = sum(self.static[i][2] for i in members)
+            flops = sum(self.static[i][3] for i in members)
+            own = signals[qi]
+            for i in members:
+                placed[i] = (own, value, self.tasks[i])
+            queue = self.queues[qi]
+            sub.final[queue] = value
+            queue.submit([Command(value, (), program.bind(bases_c), name, "kernel", base_id + first, nbytes,
+                                  flops, ())])
+
+    def _run_of(self, i: int, works: list[Any], reuse: bool) -> Optional[Callable[[], None]]:
         run = self.runners[i]
+        if run is not None and not self.keep_runner[i]:  # touches a swapped buffer
+            if reuse:
+                run.rebind(works[i])
+                return run
+            run = None
         if run is None:
             run = _runner(works[i])
-            if self.keep_runner[i]:
+            if self.keep_runner[i] or getattr(run, "rebind", None) is not None:
                 self.runners[i] = _NOTHING_TO_RUN if run is None else run
         return None if run is _NOTHING_TO_RUN else run
 
@@ -191,11 +258,12 @@ class ReplayPlan:
         tasks = [i for i, _ in group]
         first, last = tasks[0], tasks[-1]
         key = tuple(tasks)
-        run = self.batches.get(key)
+        ids = tuple([id(r) for _, r in group])
+        kept = self.batches.get(key)
+        run = kept[1] if kept is not None and kept[0] == ids else None
         if run is None:
             run = group[0][1] if len(group) == 1 else native.batch([r for _, r in group])
-            if all(self.keep_runner[i] for i in tasks):
-                self.batches[key] = run
+            self.batches[key] = (ids, run)  # valid while these runners are the ones in use
         waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in self.waits_inside[first]])
         value = base + self.task_pos[last] + 1
         name = self.static[first][0] if len(group) == 1 else f"{len(group)} kernels from {self.static[first][0]}"
