@@ -10,8 +10,10 @@ Each server runs in its own process on a loopback port:
 
 The idle atensor server is probed first, for the machine's floor in the same run.
 N clients (each one kept-alive connection) send POST /embed with 1-4 sentences from a fixed mix, back
-to back, for `--duration` seconds after a warm-up. A separate prober process sends GET /health every
-20 ms meanwhile; its worst latency is the longest the server kept /health waiting. Reported: requests/s,
+to back, for `--duration` seconds after a warm-up, from a load-generator process that runs at a lower
+OS priority (`--load-nice`, 10 by default, the same for every mode: in production the clients are
+other machines; here they would take the server's cores). A separate prober process, at the normal
+priority, sends GET /health every 20 ms meanwhile; its worst latency is the longest the server kept /health waiting. Reported: requests/s,
 sentences/s, p50/p95/p99 latency and the worst /health delay; figures land in
 bench/results/serve_load.json. Targets: at 32 clients, atensor's throughput >= torch's, and atensor's
 worst /health delay <= 20 ms.
@@ -181,20 +183,55 @@ async def run_load(port: int, clients: int, seconds: float, warmup: float) -> di
     async with trio.open_nursery() as nursery:
         for c in range(clients):
             nursery.start_soon(client_loop, c)
-        await trio.sleep(warmup)  # the prober's window is the measured one
-        prober = await trio.lowlevel.open_process(
-            [sys.executable, __file__, "--probe", str(port), str(seconds), "0.02"], stdout=subprocess.PIPE)
-        output = b""
-        async with prober.stdout:
-            async for chunk in prober.stdout:
-                output += chunk
-    await prober.wait()
-    health = json.loads(output.decode().strip().splitlines()[-1])
+        print("started", flush=True)  # the parent starts the prober `warmup` seconds from now
     return {"clients": clients, "requests": len(latencies), "errors": errors,
             "rps": len(latencies) / seconds, "sentences_per_s": sentences_done / seconds,
             "p50_ms": percentile(latencies, 50) * 1e3, "p95_ms": percentile(latencies, 95) * 1e3,
-            "p99_ms": percentile(latencies, 99) * 1e3, "health_worst_ms": health["worst_ms"],
-            "health_p99_ms": health["p99_ms"], "health_failures": health["failures"]}
+            "p99_ms": percentile(latencies, 99) * 1e3}
+
+
+async def _lines(stream: Any) -> Any:
+    """The lines a child process writes, as they come."""
+    pending = b""
+    async for chunk in stream:
+        pending += chunk
+        *done, pending = pending.split(b"\n")
+        for line in done:
+            yield line.decode()
+    if pending:
+        yield pending.decode()
+
+
+async def measure_point(port: int, clients: int, seconds: float, warmup: float, load_nice: int) -> dict[str, Any]:
+    """One point: the load generator in its own process (at niceness `load_nice`), and the prober in
+    another at the normal priority, probing during the load's measured window."""
+    load = await trio.lowlevel.open_process(
+        [sys.executable, __file__, "--load", str(port), str(clients), str(seconds), str(warmup), str(load_nice)],
+        stdout=subprocess.PIPE)
+    row: dict[str, Any] = {}
+    health: dict[str, Any] = {}
+
+    async def probe_after_start() -> None:
+        await started.wait()
+        await trio.sleep(warmup)  # the prober's window is the measured one
+        proc = await trio.run_process([sys.executable, __file__, "--probe", str(port), str(seconds), "0.02"],
+                                      capture_stdout=True)
+        health.update(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+
+    started = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(probe_after_start)
+        async with load.stdout:
+            async for line in _lines(load.stdout):
+                if line == "started":
+                    started.set()
+                elif line.startswith("{"):
+                    row = json.loads(line)
+    await load.wait()
+    if not row:
+        raise RuntimeError(f"the load generator for {clients} clients failed (exit {load.returncode})")
+    return row | {"health_worst_ms": health["worst_ms"], "health_p99_ms": health["p99_ms"],
+                  "health_failures": health["failures"], "load_nice": load_nice}
 
 
 def main() -> None:
@@ -211,11 +248,24 @@ def main() -> None:
     parser.add_argument("--pipeline", type=int, default=1, help="atensor batches in flight per replica")
     parser.add_argument("--worker-nice", type=int, default=0,
                         help="OS niceness of the atensor server's worker threads (examples/serve.py)")
+    parser.add_argument("--load-nice", type=int, default=10,
+                        help="OS niceness of the load generator's process (all modes alike): clients "
+                             "normally run on other machines, and on a small machine the 128-client "
+                             "generator would otherwise take the cores the server under test needs; "
+                             "0 to compete at equal priority")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--load", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:  # the prober child process
         port, seconds, interval = int(args.probe[0]), float(args.probe[1]), float(args.probe[2])
         print(json.dumps(trio.run(probe_health, port, seconds, interval)), flush=True)
+        return
+    if args.load:  # the load generator child process
+        port, clients, seconds, warmup, nice = args.load
+        if int(nice) > 0 and hasattr(os, "nice"):
+            os.nice(int(nice))
+        print(json.dumps(trio.run(run_load, int(port), int(clients), float(seconds), float(warmup))),
+              flush=True)
         return
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in args.modes}
     servers: dict[str, ServerProcess] = {}
@@ -232,7 +282,8 @@ def main() -> None:
                   flush=True)
         for clients in args.clients:  # the modes back to back per point: the machine's load drifts slowly
             for mode in args.modes:
-                row = trio.run(run_load, servers[mode].port, clients, args.duration, args.warmup)
+                row = trio.run(measure_point, servers[mode].port, clients, args.duration, args.warmup,
+                               args.load_nice)
                 results[mode].append(row)
                 print(f"  {mode:8s} {clients:4d} clients: {row['rps']:7.1f} req/s "
                       f"{row['sentences_per_s']:7.1f} "

@@ -11,7 +11,11 @@ Each configuration runs in its own process (BLAS thread limits and devices are p
 - `tinygrad`: the same, with TinyJit (how tinygrad trains), when tinygrad is installed and works;
 - weak scaling, as PyTorch DDP reports it: every device keeps a batch of 256 and one BLAS thread;
   scaling = step time on 2 devices / step time on 1 device (target at most 1.1; DDP: 1/0.93);
-  measured twice: with the replayed kernels compiled to C (the default) and on numpy (ATENSOR_NATIVE=0).
+  measured twice: with the replayed kernels compiled to C (the default) and on numpy (ATENSOR_NATIVE=0);
+- the machine's floor for that ratio: two torch 1-thread processes running at once (no communication)
+  against one alone; on a VM whose cores are shared, this is above 1 before any allreduce. The ratio
+  and its floor are taken per round over `--rounds` alternating rounds (the machine's speed drifts
+  between processes), and the medians reported.
 Times are medians over the measured steps after warm-up steps; the machine is shared, so compare
 the ratios measured in the same run, not absolute times across runs. Multi-threaded BLAS (torch with
 2 threads, atensor on 1 device) suffers most when other processes load the cores: the 1-thread rows
@@ -159,9 +163,44 @@ def measure(config: dict, env: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def measure_together(config: dict, copies: int) -> dict:
+    """`copies` processes of one configuration at once (as DDP runs one process per device, with no
+    communication at all): the slowest one's timings, or the first error."""
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(config)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(copies)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            return {"error": (err.strip().splitlines() or ["failed"])[-1][:200]}
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return max(results, key=lambda r: r["median_s"])
+
+
+def weak_rounds(steps: int, rounds: int) -> dict:
+    """The weak-scaling ratio and its floor, measured in `rounds` alternating rounds (atensor 1 device,
+    atensor 2 devices, torch alone, two torch at once); medians of the per-round ratios."""
+    one_env = {"ATENSOR_BLAS_THREADS": "1"}
+    scaling, floor = [], []
+    for _ in range(rounds):
+        one = measure({"kind": "atensor", "devices": 1, "batch": 256, "steps": steps}, one_env)
+        two = measure({"kind": "atensor", "devices": 2, "batch": 512, "steps": steps}, one_env)
+        alone = measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 1})
+        together = measure_together({"kind": "torch", "batch": 256, "steps": steps, "threads": 1}, 2)
+        if "error" not in one and "error" not in two:
+            scaling.append(two["median_s"] / one["median_s"])
+        if "error" not in alone and "error" not in together:
+            floor.append(together["median_s"] / alone["median_s"])
+    return {"scaling": statistics.median(scaling) if scaling else None, "scaling_per_round": scaling,
+            "floor": statistics.median(floor) if floor else None, "floor_per_round": floor}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="alternating rounds of the weak-scaling pair and of its floor (the machine's "
+                             "speed drifts between processes: the ratio is taken per round, then the median)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -182,6 +221,9 @@ def main() -> None:
         "weak: atensor 2 devices x 256, 1 thread each": measure(
             {"kind": "atensor", "devices": 2, "batch": 512, "steps": steps}, {"ATENSOR_BLAS_THREADS": "1"}),
         "torch CPU, 1 thread": measure({"kind": "torch", "batch": 256, "steps": steps, "threads": 1}),
+        # the machine's floor for weak scaling: two torch processes at once that never talk to each other
+        "floor: 2 torch processes at once, 1 thread each": measure_together(
+            {"kind": "torch", "batch": 256, "steps": steps, "threads": 1}, 2),
         # the same jitted steps with the replayed kernels on numpy instead of compiled to C
         "weak: 1 device x 256, 1 thread, numpy kernels": measure(
             {"kind": "atensor", "devices": 1, "batch": 256, "steps": steps},
@@ -203,12 +245,15 @@ def main() -> None:
     title = f"training step, flagship MLP {'-'.join(map(str, SIZES))} + Adam, batch 256 (median of {steps})"
     print(table(title,
                 ["configuration", "median ms", "min ms", "vs torch 2 threads", "vs torch 1 thread"], rows))
-    w1 = runs["weak: atensor 1 device x 256, 1 thread"]
-    w2 = runs["weak: atensor 2 devices x 256, 1 thread each"]
-    scaling = w2["median_s"] / w1["median_s"] if "error" not in w1 and "error" not in w2 else None
+    rounds = weak_rounds(steps, args.rounds)
+    scaling, floor = rounds["scaling"], rounds["floor"]
     if scaling is not None:
-        print(f"\nweak scaling (step time, 2 devices / 1 device, 256 per device, 1 BLAS thread each): "
-              f"{scaling:.2f} (target <= 1.1; efficiency {100 / scaling:.0f}%)")
+        print(f"\nweak scaling (step time, 2 devices / 1 device, 256 per device, 1 BLAS thread each), median "
+              f"of {args.rounds} alternating rounds: {scaling:.2f} (target <= 1.1; efficiency {100 / scaling:.0f}%); "
+              f"per round: {', '.join(f'{r:.2f}' for r in rounds['scaling_per_round'])}")
+    if floor is not None:
+        print(f"this machine's floor: two independent 1-thread torch processes at once / one alone, same rounds: "
+              f"{floor:.2f}; per round: {', '.join(f'{r:.2f}' for r in rounds['floor_per_round'])}")
     w2n = runs["weak: 2 devices x 256, 1 thread each, numpy kernels"]
     one_numpy = runs["weak: 1 device x 256, 1 thread, numpy kernels"]
     numpy_scaling = w2n["median_s"] / one_numpy["median_s"] if "error" not in w2n and "error" not in one_numpy \
@@ -220,6 +265,7 @@ def main() -> None:
         print(f"atensor 1 device / torch (2 threads): {one['median_s'] / torch_ms:.2f} (target <= 1)")
     path = write_results("train_step", {"steps": steps, "runs": runs, "weak_scaling": scaling,
                                         "weak_scaling_numpy_kernels": numpy_scaling,
+                                        "weak_scaling_floor_independent_torch": floor, "weak_rounds": rounds,
                                         "atensor_1dev_over_torch": one.get("median_s", 0) / torch_ms
                                         if torch_ms and "error" not in one else None,
                                         "atensor_2dev_over_1dev": two.get("median_s", 0) / one["median_s"]
