@@ -1,0 +1,107 @@
+"""The C every native library starts with (hcq/native.py compiles it ahead of the rendered kernels).
+
+- numpy's integer and float semantics as helpers (floor division and modulo signed like the divisor,
+  0 on division by zero, NaN-propagating max) and the BLAS gemm pointers numpy's OpenBLAS provides;
+- the program runner (native.Program): a list of run / wait / publish operations, the waits and
+  publishes on C timelines (a value and a futex word per queue), so queues hand work to each other
+  without the GIL or a Python wake-up;
+- `atensor_copy`, a memcpy between buffers that a program can hold.
+Changing it changes every library's cache key: everything is compiled again once.
+"""
+
+PRELUDE = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <sched.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#ifdef ATENSOR_ILP64
+typedef long long blasint;
+#else
+typedef int blasint;
+#endif
+typedef void (*sgemm_t)(int, int, int, blasint, blasint, blasint, float, const float *, blasint,
+                        const float *, blasint, float, float *, blasint);
+typedef void (*dgemm_t)(int, int, int, blasint, blasint, blasint, double, const double *, blasint,
+                        const double *, blasint, double, double *, blasint);
+static sgemm_t at_sgemm;
+static dgemm_t at_dgemm;
+void atensor_set_blas(void *s, void *d) { at_sgemm = (sgemm_t)s; at_dgemm = (dgemm_t)d; }
+typedef void (*at_kernel_t)(void **);
+/* timelines of native programs (native.py): a queue's value, and a futex word for sleeping waiters */
+typedef struct { _Atomic uint64_t value; _Atomic uint32_t seq; _Atomic uint32_t sleepers; } at_timeline;
+static void at_timeline_wait(at_timeline *t, uint64_t target) {
+  for (int spin = 0; spin < 256; spin++) {  /* a few microseconds: the other queue is often about done */
+    if (atomic_load(&t->value) >= target) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  while (atomic_load(&t->value) < target) {
+#ifdef __linux__
+    uint32_t seq = atomic_load(&t->seq);
+    atomic_fetch_add(&t->sleepers, 1);
+    if (atomic_load(&t->value) < target)  /* sleeps unless `seq` moved since it was read */
+      syscall(SYS_futex, (uint32_t *)&t->seq, FUTEX_WAIT_PRIVATE, seq, NULL, NULL, 0);
+    atomic_fetch_sub(&t->sleepers, 1);
+#else
+    sched_yield();
+#endif
+  }
+}
+static void at_timeline_publish(at_timeline *t, uint64_t value) {
+  atomic_store(&t->value, value);
+  atomic_fetch_add(&t->seq, 1);
+#ifdef __linux__
+  if (atomic_load(&t->sleepers))
+    syscall(SYS_futex, (uint32_t *)&t->seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+#endif
+}
+/* ops[4i..4i+3] = (kind, timeline, queue, offset): 0 runs fns[i](blocks[i]); 1 waits until
+   timelines[timeline] reaches bases[queue] + offset; 2 publishes that value */
+void atensor_run_program(long long n, const int64_t *ops, void **fns, void **blocks, const uint64_t *bases,
+                         at_timeline *timelines) {
+  for (long long i = 0; i < n; i++) {
+    const int64_t *op = ops + 4 * i;
+    if (op[0] == 0) ((at_kernel_t)fns[i])((void **)blocks[i]);
+    else if (op[0] == 1) at_timeline_wait(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
+    else at_timeline_publish(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
+  }
+}
+/* a copy between buffers: b = {dst, src, nbytes} */
+void atensor_copy(void **b) { memcpy(b[0], b[1], (size_t)(uintptr_t)b[2]); }
+#define AT_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+#define AT_IMAX(a, b) ((a) > (b) ? (a) : (b))
+static inline int64_t at_idiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return (int64_t)(0 - (uint64_t)a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+  return q;
+}
+static inline int64_t at_imod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline uint64_t at_udiv(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
+static inline uint64_t at_umod(uint64_t a, uint64_t b) { return b == 0 ? 0 : a % b; }
+static inline float at_fmodf(float a, float b) {
+  float r = fmodf(a, b);
+  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysignf(0.0f, b);
+  return r;
+}
+static inline double at_fmod(double a, double b) {
+  double r = fmod(a, b);
+  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0, b);
+  return r;
+}
+"""
