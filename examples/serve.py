@@ -31,7 +31,8 @@ task while atensor's queues compute, so `/health` and new requests are served me
   each request synchronously in the handler, and sentence-transformers on PyTorch through
   `trio.to_thread.run_sync` per request.
 
-HTTP is hypercorn's (its trio worker) under a small ASGI app; `EmbedClient` is a small h11 client.
+HTTP is h11 on trio sockets (http_server.py: keep-alive, disconnects, graceful shutdown); `EmbedClient`
+is a small h11 client.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ import atensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_tools.py lies beside this file
 # the tests and the bench reach EmbedClient as serve.EmbedClient
+from http_server import HttpServer, Request, Response, error_response, json_response  # noqa: E402
 from serve_tools import EmbedClient, StallWatch, TorchEngine  # noqa: E402,F401
 
 JSON = dict[str, Any]
@@ -348,10 +350,10 @@ def check_lengths(ids: list[list[int]], max_tokens: int) -> None:
                                   f"{max_tokens} (including [CLS] and [SEP])")
 
 
-# ---- the ASGI app -------------------------------------------------------------------------------------
+# ---- the HTTP app -------------------------------------------------------------------------------------
 
 class EmbedApp:
-    """POST /embed and GET /health as an ASGI app (hypercorn runs it on trio)."""
+    """POST /embed and GET /health: the handler that http_server.HttpServer calls per request."""
 
     def __init__(self, engine: Any, config: ServerConfig):
         self.engine, self.config = engine, config
@@ -360,80 +362,42 @@ class EmbedApp:
         self.requests = 0
         self.started = time.monotonic()
 
-    async def __call__(self, scope: JSON, receive: Callable[[], Awaitable[JSON]],
-                       send: Callable[[JSON], Awaitable[None]]) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["type"] != "http":
-            return
+    async def __call__(self, request: Request) -> Response:
         self.requests += 1
-        path, method = scope["path"], scope["method"]
+        path, method = request.path, request.method
         try:
             if path == "/health":
                 if method != "GET":
                     raise BadRequest(405, f"{method} /health is not allowed; use GET")
-                await _respond(send, 200, self.health())
-            elif path == "/embed":
+                return json_response(200, self.health())
+            if path == "/embed":
                 if method != "POST":
                     raise BadRequest(405, f'{method} /embed is not allowed; POST {{"sentences": [...]}}')
                 if self.shutting_down:
-                    await _respond(send, 503, {"error": "the server is shutting down"})
-                    return
-                await self._embed(receive, send)
-            else:
-                raise BadRequest(404, f"no route {path}; the server has POST /embed and GET /health")
+                    return error_response(503, "the server is shutting down")
+                return Response(200, await self._embed(request))
+            raise BadRequest(404, f"no route {path}; the server has POST /embed and GET /health")
         except BadRequest as bad:
-            await _respond(send, bad.status, {"error": bad.message})
-        except Exception as exc:  # a bug, not bad input: still a JSON answer, and the server goes on
-            await _respond(send, 500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+            return error_response(bad.status, bad.message)
 
     def health(self) -> JSON:
         return {"status": "shutting down" if self.shutting_down else "ok", "model": self.engine.name,
                 "mode": self.config.mode, "in_flight": self.in_flight, "requests": self.requests,
                 "uptime_s": round(time.monotonic() - self.started, 3), **self.engine.stats()}
 
-    async def _embed(self, receive: Callable[[], Awaitable[JSON]],
-                     send: Callable[[JSON], Awaitable[None]]) -> None:
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > self.config.max_body_bytes:
-                raise BadRequest(413, f"the body is larger than {self.config.max_body_bytes} bytes")
-            if not message.get("more_body", False):
-                break
-        sentences = parse_embed_request(bytes(body), self.config)
+    async def _embed(self, request: Request) -> bytes:
+        """The reply body. A client that disconnects meanwhile cancels the wait for its rows."""
+        sentences = parse_embed_request(request.body, self.config)
         ids = self.engine.tokenize(sentences)
         check_lengths(ids, self.engine.max_tokens)
         self.in_flight += 1
-        disconnected = False
         try:
-            async with trio.open_nursery() as nursery:
-                async def watch_disconnect() -> None:
-                    nonlocal disconnected
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    disconnected = True
-                    nursery.cancel_scope.cancel()
-                nursery.start_soon(watch_disconnect)
-                if isinstance(self.engine, TorchEngine):
-                    body = reply_body(await self.engine.embed_sentences(sentences), self.engine.name)
-                else:
-                    body = await self.engine.embed_reply(ids)
-                nursery.cancel_scope.cancel()
+            if isinstance(self.engine, TorchEngine):
+                vectors = await request.until_disconnect(self.engine.embed_sentences, sentences)
+                return reply_body(vectors, self.engine.name)
+            return await request.until_disconnect(self.engine.embed_reply, ids)
         finally:
             self.in_flight -= 1
-        if disconnected:
-            return
-        await _respond_body(send, 200, body)
 
 
 def reply_body(vectors: np.ndarray, model: str) -> bytes:
@@ -441,17 +405,6 @@ def reply_body(vectors: np.ndarray, model: str) -> bytes:
     to send."""
     rows = np.asarray(vectors, dtype=np.float64).round(8).tolist()
     return json.dumps({"embeddings": rows, "model": model, "dim": int(vectors.shape[1])}).encode()
-
-
-async def _respond(send: Callable[[JSON], Awaitable[None]], status: int, payload: JSON) -> None:
-    await _respond_body(send, status, json.dumps(payload).encode())
-
-
-async def _respond_body(send: Callable[[JSON], Awaitable[None]], status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 # ---- serving ------------------------------------------------------------------------------------------
@@ -481,25 +434,19 @@ async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[
     """Serves until SIGINT/SIGTERM (when `handle_signals`) or until `shutdown` is set, then drains: the
     listener closes, requests in flight finish, and `serve` returns. `task_status.started((app, port))`
     reports the app and the bound port (port 0 in `config` picks a free one)."""
-    from hypercorn.config import Config as HyperConfig
-    from hypercorn.trio import serve as hyper_serve
     engine = engine if engine is not None else make_engine(config)
     app = EmbedApp(engine, config)
-    hyper = HyperConfig()
-    hyper.bind = [f"{config.host}:{config.port}"]
-    hyper.graceful_timeout = 30.0
-    hyper.accesslog = None
-    hyper.errorlog = None
+    http = HttpServer(app, max_body_bytes=config.max_body_bytes)
     stop = shutdown if shutdown is not None else trio.Event()
 
-    async def trigger() -> None:
-        await stop.wait()
-        app.shutting_down = True
-
     async with trio.open_nursery() as nursery:
-        async def http(task_status: trio.TaskStatus) -> None:
-            await hyper_serve(app, hyper, shutdown_trigger=trigger, task_status=task_status)
+        async def serve_http(task_status: trio.TaskStatus[int]) -> None:
+            await http.serve(config.host, config.port, stop, task_status=task_status)
             nursery.cancel_scope.cancel()  # drained: stop the batch workers and the signal watcher
+
+        async def mark_shutting_down() -> None:
+            await stop.wait()
+            app.shutting_down = True
 
         if config.warmup_tokens and hasattr(engine, "warmup"):
             await engine.warmup(config.warmup_tokens)
@@ -509,8 +456,9 @@ async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[
             nursery.start_soon(StallWatch(config.stall_report_ms / 1000).run)
         if handle_signals:
             nursery.start_soon(_on_signals, stop)
-        binds = await nursery.start(http)
-        task_status.started((app, int(binds[0].rsplit(":", 1)[1])))
+        nursery.start_soon(mark_shutting_down)
+        port = await nursery.start(serve_http)
+        task_status.started((app, port))
 
 
 def _tune_gc() -> None:

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import trio
 
-pytest.importorskip("hypercorn", reason="examples/serve.py runs on hypercorn (pip install hypercorn)")
-pytest.importorskip("h11", reason="the test client speaks HTTP with h11 (pip install h11)")
+pytest.importorskip("h11", reason="examples/serve.py and its test client speak HTTP with h11 (pip install h11)")
 pytest.importorskip("safetensors",
                     reason="the model's weights are read with safetensors (pip install safetensors)")
 pytest.importorskip("tokenizers", reason="the model's tokenizer needs tokenizers (pip install tokenizers)")
