@@ -85,7 +85,7 @@ def percentile(values: list[float], q: float) -> float:
 class ServerProcess:
     """examples/serve.py in a child process; `port` once it listens; SIGTERM to stop (graceful)."""
 
-    def __init__(self, mode: str, devices: int, window_ms: float, pipeline: int, worker_nice: int = 0):
+    def __init__(self, mode: str, devices: int, window_ms: float, pipeline: int, worker_nice: int = 5):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "examples" / "serve.py"), "--port", "0", "--mode", mode,
                "--devices", str(devices), "--batch-window-ms", str(window_ms), "--pipeline", str(pipeline),
@@ -246,8 +246,8 @@ def main() -> None:
                         help="atensor replicas (CPU:k), one BLAS thread each")
     parser.add_argument("--batch-window-ms", type=float, default=5.0)
     parser.add_argument("--pipeline", type=int, default=1, help="atensor batches in flight per replica")
-    parser.add_argument("--worker-nice", type=int, default=0,
-                        help="OS niceness of the atensor server's worker threads (examples/serve.py)")
+    parser.add_argument("--worker-nice", type=int, default=5,
+                        help="OS niceness of the atensor server's worker threads (examples/serve.py's default)")
     parser.add_argument("--load-nice", type=int, default=10,
                         help="OS niceness of the load generator's process (all modes alike): clients "
                              "normally run on other machines, and on a small machine the 128-client "

@@ -22,6 +22,9 @@ task while atensor's queues compute, so `/health` and new requests are served me
 - Kernels and captured graphs for the shapes that batches of the `--warmup-tokens` lengths pack into
   are made at start, and the long-lived objects are frozen out of the garbage collector, so neither
   stalls the loop later. `--stall-report-ms` prints where the loop was during each longer stall.
+- The loop's thread comes first: atensor's worker threads run at OS niceness `--worker-nice` (5), the
+  matmuls leave it a core, and a burst of requests is worked off in slices of `--loop-slice-ms` between
+  which the loop polls its sockets again (http_server.LoopPacer), so /health never waits for a burst.
 - Cancellation: a client that disconnects cancels its handler. A request still queued is dropped
   before it is batched; one whose batch is computing lets the batch finish (the other requests need
   it, and atensor never leaves a half-written buffer) and its rows are discarded.
@@ -76,10 +79,11 @@ class ServerConfig:
     pad_multiple: int = 8           # sequence lengths rounded up: fewer distinct kernels to compile
     pipeline: int = 1               # batches in flight per replica
     blas_threads: Optional[int] = None  # per big matmul (None: all cores but one); see make_engine
-    worker_nice: int = 0            # > 0: atensor's worker threads yield a core to the event loop's thread
+    worker_nice: int = 5            # > 0: atensor's worker threads yield a core to the event loop's thread
     warmup_tokens: tuple[int, ...] = ()  # compile the kernels for these lengths before serving
     jit: bool = True                # replay each batch shape's captured graph (atensor.jit)
     stall_report_ms: float = 0.0    # > 0: report event loop stalls longer than this (StallWatch)
+    loop_slice_ms: float = 1.0      # the event loop polls its sockets at least this often under a burst
 
 
 class BadRequest(Exception):
@@ -130,7 +134,6 @@ class BatchingEngine:
         self._carry: Optional[_Pending] = None
         self.forward_passes = self.sentences_computed = self.abandoned = self.busy = 0
         self.forward_s = 0.0  # summed over batches: from the inputs' tensors to the realized result
-        self.release_per_tick = 4
         self.by_device: dict[str, int] = {}  # forward passes per replica's device
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
@@ -262,13 +265,9 @@ class BatchingEngine:
                 # JSON encoding (float formatting) is ~1 ms per reply: in a thread, so the loop only sends
                 bodies = await trio.to_thread.run_sync(
                     lambda: [reply_body(p.result, self.name) for p in batch])  # type: ignore[arg-type]
-                for i, (p, body) in enumerate(zip(batch, bodies)):
+                for p, body in zip(batch, bodies):  # the server paces the replies (http_server.LoopPacer)
                     p.body = body
                     p.done.set()
-                    if i % self.release_per_tick == self.release_per_tick - 1:
-                        # a few replies per scheduler tick: each still costs the loop its HTTP work, and a
-                        # large batch's replies in one tick would keep /health waiting
-                        await trio.sleep(0)
 
     def stats(self) -> JSON:
         return {"forward_passes": self.forward_passes, "sentences_computed": self.sentences_computed,
@@ -402,9 +401,12 @@ class EmbedApp:
 
 def reply_body(vectors: np.ndarray, model: str) -> bytes:
     """POST /embed's JSON reply. 8 decimals: about float32's precision, and 40% fewer bytes to encode and
-    to send."""
+    to send. Encoded a row at a time: json's C encoder holds the GIL for a whole call (~0.25 ms a row),
+    and the event loop's thread should not wait for a whole 64-row reply."""
     rows = np.asarray(vectors, dtype=np.float64).round(8).tolist()
-    return json.dumps({"embeddings": rows, "model": model, "dim": int(vectors.shape[1])}).encode()
+    encoded = ", ".join([json.dumps(row) for row in rows])
+    return (f'{{"embeddings": [{encoded}], "model": {json.dumps(model)}, "dim": {int(vectors.shape[1])}}}'
+            ).encode()
 
 
 # ---- serving ------------------------------------------------------------------------------------------
@@ -421,6 +423,9 @@ def make_engine(config: ServerConfig) -> Any:
         # /health waiting up to 50-60 ms, one thread 17-18 ms)
         import atensor
         atensor.settings.blas_threads = config.blas_threads or max(1, (os.cpu_count() or 1) - 1)
+        # and its worker threads run at a lower OS priority than the loop's thread, so a loop thread that
+        # wakes up for a request gets a core first (bench/serve_load.py at 32 clients, 4 alternating
+        # rounds: /health worst 10-13 ms at niceness 5 against 10-52 ms at 0)
         atensor.settings.worker_nice = config.worker_nice
     devices = [f"CPU:{k}" for k in range(config.devices)] if config.mode == "atensor" else ["CPU:0"]
     models = SentenceEncoder.replicas(devices)
@@ -436,7 +441,8 @@ async def serve(config: ServerConfig, engine: Any = None, *, shutdown: Optional[
     reports the app and the bound port (port 0 in `config` picks a free one)."""
     engine = engine if engine is not None else make_engine(config)
     app = EmbedApp(engine, config)
-    http = HttpServer(app, max_body_bytes=config.max_body_bytes)
+    http = HttpServer(app, max_body_bytes=config.max_body_bytes,
+                      slice_s=config.loop_slice_ms / 1000 if config.loop_slice_ms > 0 else math.inf)
     stop = shutdown if shutdown is not None else trio.Event()
 
     async with trio.open_nursery() as nursery:
@@ -498,13 +504,16 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="compile the kernels of every batch size for these sentence lengths at startup")
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="BLAS threads of a big matmul (0: all cores but one, left to the event loop)")
-    parser.add_argument("--worker-nice", type=int, default=0,
+    parser.add_argument("--worker-nice", type=int, default=5,
                         help="OS niceness of atensor's worker threads (Linux): the event loop's thread gets a "
-                             "core before them on a busy machine (0: same priority)")
+                             "core before them on a busy machine (0: the same priority)")
     parser.add_argument("--no-jit", action="store_true",
                         help="build and schedule every batch's graph (no atensor.jit capture and replay)")
     parser.add_argument("--stall-report-ms", type=float, default=0.0,
                         help="diagnostics: print where the event loop was during each stall longer than this")
+    parser.add_argument("--loop-slice-ms", type=float, default=1.0,
+                        help="under a burst of requests, the event loop polls its sockets again after this "
+                             "much work (http_server.LoopPacer; 0: never in between)")
     parser.add_argument("--mode", choices=("atensor", "sync", "torch"), default="atensor",
                         help="atensor (batched, awaited), sync (baseline: computed in the handler), torch "
                              "(baseline: sentence-transformers in trio.to_thread.run_sync)")
@@ -515,7 +524,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                           blas_threads=args.blas_threads or None, pipeline=args.pipeline,
                           warmup_tokens=tuple(args.warmup_tokens), pad_multiple=args.pad_multiple,
                           jit=not args.no_jit, stall_report_ms=args.stall_report_ms,
-                          worker_nice=args.worker_nice)
+                          worker_nice=args.worker_nice, loop_slice_ms=args.loop_slice_ms)
     sys.setswitchinterval(5e-5)  # the loop thread gets the GIL back sooner from Python-heavy threads
 
     async def run() -> None:

@@ -58,13 +58,25 @@ class StallWatch:
 
     async def run(self) -> None:
         loop_thread = threading.get_ident()
+        self.loop_tid = threading.get_native_id()
         threading.Thread(target=self._watch, args=(loop_thread,), name="stall-watch", daemon=True).start()
         while True:
             self.tick = time.perf_counter()
             await trio.sleep(0.001)
 
+    def _schedstat(self) -> tuple[int, int]:
+        """The loop thread's (CPU ns, ns waited on a run queue) from Linux's schedstat; zeros elsewhere."""
+        try:
+            with open(f"/proc/self/task/{self.loop_tid}/schedstat") as f:
+                cpu, wait, _ = f.read().split()
+            return int(cpu), int(wait)
+        except (OSError, ValueError):
+            return 0, 0
+
     def _watch(self, loop_thread: int) -> None:
         sample: Optional[str] = None
+        tick_stat = self._schedstat()
+        last_tick = self.tick
         while True:
             time.sleep(0.002)
             late = time.perf_counter() - self.tick
@@ -79,8 +91,13 @@ class StallWatch:
                 sample = f"loop thread at {late * 1e3:.1f} ms:\n{loop}other threads:\n" + "\n".join(others)
             elif late <= self.threshold_s and sample is not None:
                 self.stalls += 1
-                print(f"serve: event loop stall #{self.stalls}; {sample}", file=sys.stderr, flush=True)
+                cpu, wait = (b - a for a, b in zip(tick_stat, self._schedstat()))
+                print(f"serve: event loop stall #{self.stalls} (from the tick before it to now, the loop thread "
+                      f"ran {cpu / 1e6:.1f} ms and waited {wait / 1e6:.1f} ms for a CPU; the rest it waited "
+                      f"for the GIL or slept); {sample}", file=sys.stderr, flush=True)
                 sample = None
+            if self.tick != last_tick and sample is None:
+                last_tick, tick_stat = self.tick, self._schedstat()
 
 
 class EmbedClient:

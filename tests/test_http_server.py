@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import trio
 
 h11 = pytest.importorskip("h11", reason="the server speaks HTTP with h11 (pip install h11)")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from http_server import HttpServer, Request, Response, error_response, json_response  # noqa: E402
+from http_server import HttpServer, LoopPacer, Request, Response, error_response, json_response  # noqa: E402
 
 
 class EchoApp:
@@ -203,3 +204,29 @@ async def test_shutdown_cancels_what_outlives_the_graceful_timeout():
         with trio.fail_after(5):
             assert await stream.receive_some(1 << 16) == b""  # cancelled, the connection closed
     assert app.cancelled == 1  # and serve returned: the nursery exited
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def test_the_pacer_yields_only_once_the_scheduler_batch_is_over_budget():
+    pacer = LoopPacer(budget_s=0.02)
+    trio.lowlevel.add_instrument(pacer)
+    try:
+        reached = []
+        await trio.sleep(0.001)  # an I/O wait: a new scheduler batch starts
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await pacer.step()  # cheap so far: not a checkpoint, so the pending cancel is not delivered
+            reached.append("under budget")
+        _spin(0.03)  # a costly step in the same batch
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await pacer.step()  # over budget: a checkpoint (the cancel is delivered here)
+            reached.append("over budget")
+        assert reached == ["under budget"] and pacer.yields == 1
+    finally:
+        trio.lowlevel.remove_instrument(pacer)
