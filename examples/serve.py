@@ -385,7 +385,9 @@ class EmbedApp:
                 "uptime_s": round(time.monotonic() - self.started, 3), **self.engine.stats()}
 
     async def _embed(self, request: Request) -> bytes:
-        """The reply body. A client that disconnects meanwhile cancels the wait for its rows."""
+        """The reply body. A client that disconnects meanwhile cancels the wait for its rows. Parsing and
+        tokenizing, and sending the reply, each take their turn on the loop (request.pace)."""
+        await request.pace()
         sentences = parse_embed_request(request.body, self.config)
         ids = self.engine.tokenize(sentences)
         check_lengths(ids, self.engine.max_tokens)
@@ -393,10 +395,13 @@ class EmbedApp:
         try:
             if isinstance(self.engine, TorchEngine):
                 vectors = await request.until_disconnect(self.engine.embed_sentences, sentences)
-                return reply_body(vectors, self.engine.name)
-            return await request.until_disconnect(self.engine.embed_reply, ids)
+                body = reply_body(vectors, self.engine.name)
+            else:
+                body = await request.until_disconnect(self.engine.embed_reply, ids)
         finally:
             self.in_flight -= 1
+        await request.pace()
+        return body
 
 
 def reply_body(vectors: np.ndarray, model: str) -> bytes:

@@ -212,21 +212,33 @@ def _spin(seconds: float) -> None:
         pass
 
 
-async def test_the_pacer_yields_only_once_the_scheduler_batch_is_over_budget():
+async def test_the_pacer_queues_steps_once_the_batch_is_over_budget_and_lets_one_go_per_iteration(nursery):
     pacer = LoopPacer(budget_s=0.02)
     trio.lowlevel.add_instrument(pacer)
+    nursery.start_soon(pacer.run)
     try:
-        reached = []
         await trio.sleep(0.001)  # an I/O wait: a new scheduler batch starts
         with trio.CancelScope() as scope:
             scope.cancel()
-            await pacer.step()  # cheap so far: not a checkpoint, so the pending cancel is not delivered
-            reached.append("under budget")
-        _spin(0.03)  # a costly step in the same batch
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            await pacer.step()  # over budget: a checkpoint (the cancel is delivered here)
-            reached.append("over budget")
-        assert reached == ["under budget"] and pacer.yields == 1
+            await pacer.step()  # cheap so far: not even a checkpoint (the pending cancel stays pending)
+        assert not scope.cancelled_caught and pacer.yields == 0
+
+        order: list[str] = []
+
+        async def costly(name: str) -> None:
+            _spin(0.03)  # over budget
+            await pacer.step()
+            order.append(name)
+
+        async def cheap() -> None:  # like /health: takes no turn
+            order.append("cheap")
+
+        async with trio.open_nursery() as inner:
+            for name in "abc":
+                inner.start_soon(costly, name)
+            await trio.sleep(0)  # the three spin in one batch and queue
+            inner.start_soon(cheap)
+        assert pacer.yields == 3 and sorted(order) == ["a", "b", "c", "cheap"]
+        assert order.index("cheap") <= 1  # one queued step per iteration: the cheap task got in first
     finally:
         trio.lowlevel.remove_instrument(pacer)
