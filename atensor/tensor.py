@@ -85,7 +85,10 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         atype = dt or dtypes.from_numpy(array.dtype)
         spec = BufferSpec(dev, array.size, atype)
         Device.get(dev).allocate(spec, np.ascontiguousarray(array).reshape(-1) if dev.startswith("CPU") else None)
-        self._node = spec.node().reshape(array.shape)
+        node = spec.node()
+        # the contiguous view of the array's shape: what node.reshape(shape) gives, without its general path
+        self._node = node if array.shape == node.shape else \
+            Node.make(Ops.VIEW, atype, (node,), View.create(array.shape))
 
     # ---- the graph node, kept pointing at the newest version of its storage ----------------------
     @property
