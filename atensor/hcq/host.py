@@ -97,7 +97,8 @@ class Dispatcher:
             job.plan = None
             with self._cond:
                 self._busy = False
-                self._cond.notify()
+                if self._jobs:  # one came while this was planned; else the idle dispatcher need not wake
+                    self._cond.notify()
         return True
 
     def _work(self) -> None:
