@@ -305,6 +305,12 @@ def main() -> None:
     if idle is not None:
         verdict["lines"].append(f"idle server /health worst (this machine's floor in this run): "
                                 f"{idle['worst_ms']:.1f} ms")
+    for mode, rs in results.items():
+        for r in rs:
+            if r["requests"] == 0:
+                verdict["lines"].append(f"{mode} at {r['clients']} clients: no request completed within the "
+                                        f"{args.duration:g} s window (each took longer), so its latencies "
+                                        f"are nan")
     for line in verdict["lines"]:
         print(line)
     path = write_results("serve_load", {"config": vars(args) | {"probe": None}, "results": results,
