@@ -116,6 +116,22 @@ class _Record:
     touched: list[bool]
     assigned: tuple[BufferSpec, ...]
     plan: Optional[ReplayPlan] = None  # made on the first replay (on the dispatcher thread)
+    producer_plan: Optional[ReplayPlan] = None  # the same with copies on their producers' queues
+
+    def plan_for_now(self) -> ReplayPlan:
+        """The plan to submit with: lowered once per set of compiled kernels, in one of two layouts.
+        When native programs can run (and no profile is taken), copies between CPU devices run on the
+        queue that produced their data (ReplayPlan's producer layout); otherwise on their copy queues,
+        as the scheduler placed them. Each layout keeps its own runners."""
+        producer = native.programs_available() and not collector.is_active()
+        plan = self.producer_plan if producer else self.plan
+        if plan is None or plan.epoch != native.epoch:  # (re)lowered when kernels were compiled
+            plan = ReplayPlan(self.tasks, self.touched, copies_on_producer=producer)
+            if producer:
+                self.producer_plan = plan
+            else:
+                self.plan = plan
+        return plan
 
     def works(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Any]:
         """Each task's work, with the substituted buffers where it touches them."""
@@ -237,9 +253,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
-        if record.plan is None or record.plan.epoch != native.epoch:  # (re)lowered when kernels compiled
-            record.plan = ReplayPlan(record.tasks, record.touched)
-        sub = record.plan.submit(works, mapping)
+        sub = record.plan_for_now().submit(works, mapping)
         total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
         total.placed.extend(sub.placed)
         count += len(works)

@@ -70,16 +70,18 @@ async def _train(mode: str, steps: int) -> tuple[list[float], list[np.ndarray], 
         return losses, [p.numpy() for p in params], per_replay
 
 
-async def test_a_two_device_jitted_step_is_one_program_per_queue_and_matches_numpy_kernels():
+async def test_a_two_device_jitted_step_is_one_program_per_compute_queue_and_matches_numpy_kernels():
     losses, weights, per_replay = await _train("jit", 8)
     ref_losses, ref_weights, ref_per_replay = await _train("0", 8)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
     for w, r in zip(weights, ref_weights):
         np.testing.assert_allclose(w, r, rtol=1e-4, atol=1e-6)
     assert losses[-1] < losses[0]
-    # replays (calls 4 on): every queue, the copy queues of the allreduce included, runs one command
+    # replays (calls 4 on): each compute queue runs one command, the allreduce's copies included (they
+    # run on the queue that produced their data); the copy queues run nothing
     for counts in per_replay[3:]:
-        assert counts == {q: 1 for q in counts}, counts
+        assert counts == {"Queue(CPU:0/compute)": 1, "Queue(CPU:1/compute)": 1,
+                          "Queue(CPU:0/copy)": 0, "Queue(CPU:1/copy)": 0}, counts
     # on numpy kernels each task is a command of its own
     assert all(sum(c.values()) > 8 for c in ref_per_replay[3:])
 
