@@ -18,7 +18,8 @@ being taken:
 - when every task of the graph is native (compiled kernels, memcpy copies), each queue gets ONE
   command, a native program: its waits on other queues and the values other queues wait for go
   through C timelines, so a multi-device step (backward, allreduce copies, optimizer) runs without
-  the GIL or a Python wake-up between its tasks;
+  the GIL or a Python wake-up between its tasks; such replays use a plan in the producer layout, where
+  a copy between CPU devices runs on the queue that made its data instead of a copy queue's thread;
 - otherwise native kernels that follow each other on a queue are one command (`native.batch`); a run
   ends at a task another queue waits for (its value is published as soon as it is done) and starts
   at a task that waits for another queue.
