@@ -65,6 +65,8 @@ def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[
     times: list[float] = []
 
     async def step(x: Tensor, y: Tensor) -> Tensor:
+        if devices > 1:  # as examples/train.py: the batch is split inside the step
+            x, y = x.shard(names, axis=0), y.shard(names, axis=0)
         # the flagship's loss: a sum over the global batch with a constant divisor (a mean whose
         # divisor counts the labels would add an allreduce of the count on every step)
         loss = nn.cross_entropy(net(x), y, reduction="sum") / batch
@@ -79,7 +81,7 @@ def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[
         with Tensor.train():
             for _ in range(WARMUP + steps):
                 start = time.perf_counter()
-                loss = await run(train._on(x_np, names), train._on(y_np, names))
+                loss = await run(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))
                 loss.item()
                 times.append(time.perf_counter() - start)
     trio.run(loop)

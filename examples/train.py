@@ -173,6 +173,10 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
     if profiler is not None:
         profiler.__enter__()
     async def train_step(x: Tensor, y: Tensor) -> Tensor:
+        if len(names) > 1:  # the batch arrives on the first device; each device takes its rows. In a
+            # replay that is a memcpy per device inside the step's programs, cheaper than making the
+            # shards' tensors in Python every step (as _on does for evaluation)
+            x, y = x.shard(names, axis=0), y.shard(names, axis=0)
         # the mean over the global batch, with a constant divisor: its gradient is then a constant that
         # every device makes for itself (a data-dependent divisor, as the default "mean" with
         # ignore_index has, would be computed on one device and sent)
@@ -192,7 +196,8 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
                     if step >= total:
                         break
                     idx = order[i * batch_size:(i + 1) * batch_size]
-                    loss = await run_step(_on(data.x_train[idx], names), _on(data.y_train[idx], names))
+                    loss = await run_step(Tensor(data.x_train[idx], device=names[0]),
+                                          Tensor(data.y_train[idx], device=names[0]))
                     schedule.step()
                     step += 1
                     result.losses.append(loss.item())

@@ -37,9 +37,11 @@ def _rows(x: np.ndarray) -> Tensor:
     return Tensor.from_shards([Tensor(p, device=d) for p, d in zip(parts, DEVICES)], axis=0)
 
 
-async def _train(mode: str, steps: int) -> tuple[list[float], list[np.ndarray], list[dict[str, int]]]:
+async def _train(mode: str, steps: int, split_inside: bool = False
+                 ) -> tuple[list[float], list[np.ndarray], list[dict[str, int]]]:
     """A data-parallel MLP step on two devices (the flagship's shape, smaller), jitted; the losses, the
-    final weights, and how many commands each queue ran in each replay."""
+    final weights, and how many commands each queue ran in each replay. The batch comes sharded, or
+    (`split_inside`) on CPU:0 and the step shards it (copies from an input, made by no task)."""
     rng = np.random.default_rng(1)
     x_np = rng.random((64, 16), dtype=np.float32)
     y_np = rng.integers(0, 4, size=64).astype(np.int32)
@@ -53,6 +55,8 @@ async def _train(mode: str, steps: int) -> tuple[list[float], list[np.ndarray], 
 
         @atensor.jit
         async def step(x: Tensor, y: Tensor) -> Tensor:
+            if split_inside:
+                x, y = x.shard(DEVICES, axis=0), y.shard(DEVICES, axis=0)
             loss = nn.cross_entropy(net[1](net[0](x).relu()), y, reduction="sum") / 64
             opt.zero_grad()
             loss.backward()
@@ -63,22 +67,25 @@ async def _train(mode: str, steps: int) -> tuple[list[float], list[np.ndarray], 
         with Tensor.train():
             for i in range(steps):
                 before = _commands_run()
-                losses.append((await step(_rows(x_np), _rows(y_np))).item())
+                x, y = (Tensor(x_np, device=DEVICES[0]), Tensor(y_np, device=DEVICES[0])) if split_inside \
+                    else (_rows(x_np), _rows(y_np))
+                losses.append((await step(x, y)).item())
                 await Tensor.realize(*params)
                 after = _commands_run()
                 per_replay.append({q: after[q] - before[q] for q in after})
         return losses, [p.numpy() for p in params], per_replay
 
 
-async def test_a_two_device_jitted_step_is_one_program_per_compute_queue_and_matches_numpy_kernels():
-    losses, weights, per_replay = await _train("jit", 8)
-    ref_losses, ref_weights, ref_per_replay = await _train("0", 8)
+@pytest.mark.parametrize("split_inside", [False, True])
+async def test_a_two_device_jitted_step_is_one_program_per_compute_queue_and_matches_numpy_kernels(split_inside):
+    losses, weights, per_replay = await _train("jit", 8, split_inside)
+    ref_losses, ref_weights, ref_per_replay = await _train("0", 8, split_inside)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
     for w, r in zip(weights, ref_weights):
         np.testing.assert_allclose(w, r, rtol=1e-4, atol=1e-6)
     assert losses[-1] < losses[0]
-    # replays (calls 4 on): each compute queue runs one command, the allreduce's copies included (they
-    # run on the queue that produced their data); the copy queues run nothing
+    # replays (calls 4 on): each compute queue runs one command, the copies included (the allreduce's
+    # run on the queue that produced their data, the batch's on the destination's); copy queues idle
     for counts in per_replay[3:]:
         assert counts == {"Queue(CPU:0/compute)": 1, "Queue(CPU:1/compute)": 1,
                           "Queue(CPU:0/copy)": 0, "Queue(CPU:1/copy)": 0}, counts

@@ -135,10 +135,14 @@ class ReplayPlan:
 
     def _producer_queue(self, task: Task, queue: Queue) -> Queue:
         """Where a copy between CPU devices runs in the producer layout: on the one queue that made
-        what it copies (a memcpy of a few hundred KB costs less than handing over to the copy queue's
-        thread and back: two cross-thread wake-ups per copy on a busy machine). Anything else stays."""
-        if not isinstance(task.work, Copy) or Device.get(task.device).kind != "CPU" or not task.deps:
+        what it copies, or, when no task of the graph made it (an input), on the destination's compute
+        queue (a memcpy of a few hundred KB costs less than handing over to the copy queue's thread and
+        back: two cross-thread wake-ups per copy on a busy machine). Anything else stays."""
+        device = Device.get(task.device)
+        if not isinstance(task.work, Copy) or device.kind != "CPU":
             return queue
+        if not task.deps:
+            return device.queue("compute") if Device.get(task.work.src.device).kind == "CPU" else queue
         producers = {self.queues[self.task_queue[d]] for d in task.deps}
         if len(producers) != 1:
             return queue
