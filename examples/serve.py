@@ -56,6 +56,7 @@ import numpy as np
 import trio
 
 import atensor
+from atensor.hcq.queue import lower_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_tools.py lies beside this file
 # the tests and the bench reach EmbedClient as serve.EmbedClient
@@ -263,8 +264,7 @@ class BatchingEngine:
                 start += len(p.ids)
             with trio.CancelScope(shield=True):
                 # JSON encoding (float formatting) is ~1 ms per reply: in a thread, so the loop only sends
-                bodies = await trio.to_thread.run_sync(
-                    lambda: [reply_body(p.result, self.name) for p in batch])  # type: ignore[arg-type]
+                bodies = await trio.to_thread.run_sync(_encode_replies, batch, self.name)
                 for p, body in zip(batch, bodies):  # the server paces the replies (http_server.LoopPacer)
                     p.body = body
                     p.done.set()
@@ -276,6 +276,13 @@ class BatchingEngine:
                 "jit": {m.device: dict(f.stats) for m in self.models
                         if (f := self.forwards[id(m)]) is not None},
                 "devices": [m.device for m in self.models], "forward_passes_by_device": self.by_device}
+
+
+def _encode_replies(batch: list[_Pending], model: str) -> list[bytes]:
+    """The batch's reply bodies, in a worker thread that yields a core to the event loop's thread as
+    atensor's workers do (settings.worker_nice): encoding is batch work, /health is not."""
+    lower_priority(atensor.settings.worker_nice)
+    return [reply_body(p.result, model) for p in batch]  # type: ignore[arg-type]
 
 
 def _forward_in_thread(model: Any) -> Callable[..., Awaitable[Any]]:
