@@ -118,6 +118,11 @@ class _Record:
     plan: Optional[ReplayPlan] = None  # made on the first replay (on the dispatcher thread)
     producer_plan: Optional[ReplayPlan] = None  # the same with copies on their producers' queues
 
+    def lowered(self) -> bool:
+        """True when `plan_for_now` has its plan already (no lowering to do)."""
+        plan = self.producer_plan if native.programs_available() and not collector.is_active() else self.plan
+        return plan is not None and plan.epoch == native.epoch
+
     def plan_for_now(self) -> ReplayPlan:
         """The plan to submit with: lowered once per set of compiled kernels, in one of two layouts.
         When native programs can run (and no profile is taken), copies between CPU devices run on the
@@ -396,8 +401,10 @@ class Jit:
             self.stats["replays"] += 1
             job, results, written = program.replay([leaf.arg[0] for leaf in leaves])
             # a small replay is submitted from this thread (it costs less than the hand-off to the
-            # dispatcher and back); a big one would stall the event loop, so it goes to the dispatcher
-            if program.tasks > INLINE_MAX_TASKS or not dispatcher.run_inline(job):
+            # dispatcher and back); a big one would stall the event loop, and so would lowering a plan
+            # (the first replay, or the first after kernels were compiled): those go to the dispatcher
+            if program.tasks > INLINE_MAX_TASKS or not all(r.lowered() for r in program.records) \
+                    or not dispatcher.run_inline(job):
                 # queued behind other work: its buffers count as in flight until it is planned, so a
                 # sync accessor does not read them meanwhile
                 job.done_buffers = [Buffer.of(spec) for spec in written]

@@ -398,3 +398,30 @@ async def test_background_compile_returns_at_once_and_replays_switch_to_c(monkey
 def test_jit_rejects_an_unknown_compile_mode():
     with pytest.raises(ValueError, match="compile='soon'"):
         atensor.jit(lambda x: x, compile="soon")
+
+
+async def test_plans_are_lowered_on_the_dispatcher_thread_not_the_event_loop(monkeypatch):
+    """Lowering a captured graph (its first replay, or the first after kernels were compiled) is
+    heavy Python: it runs on the dispatcher thread, once; the replays after it reuse the plan."""
+    import threading
+
+    from atensor.hcq import native, replayplan
+    lowered_on: list[str] = []
+    original = replayplan.ReplayPlan.__init__
+
+    def recording_init(self, *args, **kwargs):
+        lowered_on.append(threading.current_thread().name)
+        original(self, *args, **kwargs)
+    monkeypatch.setattr(replayplan.ReplayPlan, "__init__", recording_init)
+
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        return (x * 2 + 1).sum(0)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for _ in range(5):
+        np.testing.assert_allclose((await f(Tensor(x))).numpy(), (x * 2 + 1).sum(0))
+    assert f.stats["replays"] == 2 and lowered_on == ["atensor-dispatch"]
+    monkeypatch.setattr(native, "epoch", native.epoch + 1)  # as when new kernels are compiled
+    for _ in range(2):
+        np.testing.assert_allclose((await f(Tensor(x))).numpy(), (x * 2 + 1).sum(0))
+    assert lowered_on == ["atensor-dispatch", "atensor-dispatch"]
