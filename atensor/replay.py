@@ -120,7 +120,7 @@ class _Record:
 
     def lowered(self) -> bool:
         """True when `plan_for_now` has its plan already (no lowering to do)."""
-        plan = self.producer_plan if native.programs_available() and not collector.is_active() else self.plan
+        plan = self.producer_plan if _producer_layout() else self.plan
         return plan is not None and plan.epoch == native.epoch
 
     def plan_for_now(self) -> ReplayPlan:
@@ -128,7 +128,7 @@ class _Record:
         When native programs can run (and no profile is taken), copies between CPU devices run on the
         queue that produced their data (ReplayPlan's producer layout); otherwise on their copy queues,
         as the scheduler placed them. Each layout keeps its own runners."""
-        producer = native.programs_available() and not collector.is_active()
+        producer = _producer_layout()
         plan = self.producer_plan if producer else self.plan
         if plan is None or plan.epoch != native.epoch:  # (re)lowered when kernels were compiled
             plan = ReplayPlan(self.tasks, self.touched, copies_on_producer=producer)
@@ -143,6 +143,12 @@ class _Record:
         get = mapping.get
         return [_remap(task.work, get) if touched else task.work
                 for task, touched in zip(self.tasks, self.touched)]
+
+
+def _producer_layout() -> bool:
+    """Whether replays now use the producer layout: native programs can run and no profile is taken
+    (a profile shows each copy on the queue the scheduler chose)."""
+    return native.programs_available() and not collector.is_active()
 
 
 def _remap(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec]) -> Any:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -63,5 +64,17 @@ def write_results(name: str, data: dict) -> Path:
     payload = {"benchmark": name, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                               "platform": platform.platform()},
                "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
-    path.write_text(json.dumps(payload, indent=2))
+    path.write_text(json.dumps(_json_safe(payload), indent=2, allow_nan=False))
     return path
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as null: JSON has no such numbers (a latency percentile of no
+    requests is NaN in the printed table, null in the file)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

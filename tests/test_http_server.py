@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 h11 = pytest.importorskip("h11", reason="the server speaks HTTP with h11 (pip install h11)")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -150,6 +151,19 @@ async def test_malformed_http_gets_a_400_json_error_and_the_connection_closes(nu
     assert status == 400 and reply["error"].startswith("malformed HTTP request")
     with trio.fail_after(5):
         assert await stream.receive_some(1 << 16) == b""  # closed
+
+
+async def test_a_client_gone_before_its_error_reply_does_not_break_the_server():
+    """The 413 and 400 replies go to clients that may have left already: sending them must not raise
+    out of the connection (it would take the server down with it)."""
+    server = HttpServer(EchoApp(), max_body_bytes=1000)
+    for raw in (request_bytes("POST", "/echo", b"x" * 2000), b"NOT AN HTTP REQUEST\r\n\r\n"):
+        client, server_side = trio.testing.memory_stream_pair()
+        await client.send_all(raw)
+        await client.aclose()  # gone before the server answers
+        with trio.fail_after(10):
+            await server._connection(server_side)  # returns, raises nothing
+    assert server.connections == 0
 
 
 async def test_a_handler_error_is_a_500_json_answer_and_the_connection_stays_usable(nursery):

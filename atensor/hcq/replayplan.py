@@ -61,7 +61,6 @@ class ReplayPlan:
 
     def __init__(self, tasks: list[Task], swapped: list[bool], copies_on_producer: bool = False):
         self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
-        self.copies_on_producer = copies_on_producer
         self.queues: list[Queue] = []
         queue_index: dict[Queue, int] = {}
         self.buffers: list[BufferSpec] = []
