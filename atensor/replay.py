@@ -42,7 +42,6 @@ import trio
 from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
-from atensor.graph.rewrite import substitute
 from atensor.hcq import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
@@ -101,6 +100,13 @@ def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
 def _is_stored(node: Node) -> bool:
     """True when `node` only views realized buffers (no computation, no pending assign)."""
     return all(n.op in (Ops.BUFFER, Ops.VIEW, Ops.MULTI) for n in toposort([node]))
+
+
+def _graph_of(node: Node) -> list[Node]:
+    """toposort([node]), at once for the common argument: a view of one buffer."""
+    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER:
+        return [node.src[0], node]
+    return [node] if node.op is Ops.BUFFER else toposort([node])
 
 
 def _leaves(node: Node) -> list[Node]:
@@ -189,6 +195,7 @@ class _Program:
     accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
     keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
     verified: bool = False
+    result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
 
     def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], list[BufferSpec]]:
         """The job that runs the captured graphs with `inputs` and fresh result buffers, the result
@@ -196,18 +203,28 @@ class _Program:
         mapping = dict(zip(self.inputs, inputs))
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
-        swap = {}
-        for node in self.results:
-            for leaf in _leaves(node):
-                new = mapping.get(leaf.arg[0])
-                if new is not None:
-                    swap[leaf] = Node.make(Ops.BUFFER, leaf.dtype, (), (new, leaf.arg[1]))
-        done = substitute(self.results, swap) if swap else {}
-        tensors = [Tensor(done.get(n, n)) for n in self.results]
+        tensors = [Tensor(n) for n in self._results_on(mapping)]
         job = Job(None, [], [])
         records = self.records
         job.plan = lambda: _run_records(records, mapping, inputs)
         return job, tensors, [mapping.get(spec, spec) for spec in self.written]
+
+
+    def _results_on(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Node]:
+        """The result nodes with their buffers swapped by `mapping`: the captured graph of each result
+        rebuilt source by source (the same shapes and devices: nothing to infer)."""
+        order = self.result_order
+        if order is None:
+            order = self.result_order = toposort(self.results)
+        done: dict[Node, Node] = {}
+        for node in order:
+            if node.op is Ops.BUFFER:
+                new = mapping.get(node.arg[0])
+                done[node] = node if new is None else Node.make_like(node, (), (new, node.arg[1]))
+            else:
+                src = tuple([done[s] for s in node.src])
+                done[node] = node if src == node.src else Node.make_like(node, src, node.arg)
+        return [done[n] for n in self.results]
 
 
 class _InThread:
@@ -260,14 +277,13 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     total = Submission()
     count = 0
     for record in records:
-        works = record.works(mapping)
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
-        sub = record.plan_for_now().submit(works, mapping)
+        sub = record.plan_for_now().submit(functools.partial(record.works, mapping), mapping)
         total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
         total.placed.extend(sub.placed)
-        count += len(works)
+        count += len(record.tasks)
     for spec in inputs:
         if spec.head is not None:
             sched.settle_head(spec)
@@ -391,8 +407,8 @@ class Jit:
         tensors: list[Tensor] = []
         shape = _flatten((args, kwargs), tensors)
         nodes = [t.node for t in tensors]
-        key = (shape, tuple(cache.graph_key(toposort([n])).key for n in nodes), Tensor.training,
-               bool(Tensor.no_grad))
+        graphs = [_graph_of(n) for n in nodes]
+        key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, bool(Tensor.no_grad))
         program = self._programs.get(key)
         if program is not None and program.verified:
             flush = _flush_pending(program.accessed, program.written)
@@ -401,7 +417,7 @@ class Jit:
                 if any(t.node is not n for t, n in zip(tensors, nodes)):  # an input was one of them
                     self.stats["calls"] -= 1
                     return (yield from self._steps(args, kwargs))
-            leaves = [leaf for n in nodes for leaf in _leaves(n)]
+            leaves = [leaf for g in graphs for leaf in g if leaf.op is Ops.BUFFER]
             sched.check_versions(leaves)
             self._programs.move_to_end(key)
             self.stats["replays"] += 1

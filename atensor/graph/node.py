@@ -108,6 +108,29 @@ class Node:
                 _interned[key] = weakref.KeyedRef(node, _forget, key)
         return found
 
+    @staticmethod
+    def make_like(template: Node, src: tuple[Node, ...], arg: Any) -> Node:
+        """The interned node of `template`'s op and dtype on `src` with `arg`, taking the template's
+        shape and device instead of inferring them: for rebuilding a graph whose sources have the
+        same shapes and devices as the template's (jit replays: other buffers, same layout)."""
+        key = (template.op, template.dtype, src, arg)
+        ref = _interned.get(key)
+        if ref is not None:
+            found = ref()
+            if found is not None:
+                return found
+        node = object.__new__(Node)
+        node.op, node.dtype, node.src, node.arg = template.op, template.dtype, src, arg
+        node.realized = None
+        node.shape, node.device = template.shape, template.device
+        with _intern_lock:
+            ref = _interned.get(key)
+            found = ref() if ref is not None else None
+            if found is None:
+                found = node
+                _interned[key] = weakref.KeyedRef(node, _forget, key)
+        return found
+
     def __repr__(self) -> str:
         return f"Node({self.op.name}, {self.dtype.name}, shape={self.shape}, arg={self.arg!r}, src={len(self.src)})"
 

@@ -82,6 +82,18 @@ class Buffer:
             if table.get(signal, 0) < value:
                 table[signal] = value
 
+    def note_all(self, notes: list[tuple[Signal, int, bool]]) -> None:
+        """`note` of each (signal, value, write), under one acquisition of the lock."""
+        with self._lock:
+            writes, reads = self.writes, self.reads
+            for signal, value, write in notes:
+                if write:
+                    self.failure = None
+                    if writes.get(signal, 0) < value:
+                        writes[signal] = value
+                elif reads.get(signal, 0) < value:
+                    reads[signal] = value
+
     def hold(self, delta: int) -> None:
         """Counts realizes that will write this buffer: +1 when one is dispatched (or planned), -1 once
         its writes are noted. Under the lock: the trio thread and the dispatcher both change it."""

@@ -41,6 +41,8 @@ class Submission:
 
     def first_failure(self) -> Optional[BaseException]:
         """The root-cause error of the graph (a failed task, not one that was skipped because of it)."""
+        if not any(queue.signal.has_failures() for queue in self.final):
+            return None  # the common case: no value of these queues ever failed
         skipped: Optional[BaseException] = None
         for signal, value, _ in self.placed:
             err = signal.failure(value)
@@ -175,12 +177,11 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
 
             def rebind(other: Kernel) -> None:
                 """The same kernel on `other`'s buffers: the block is rewritten in place (only once
-                the commands that use it are done)."""
-                old = run_native.keep_alive
+                the commands that use it are done). Every slot is written: patching.py may have
+                pointed some elsewhere since `keep_alive` was set."""
                 for k, spec in enumerate(other.buffers):
-                    if spec is not old[k]:
-                        b = spec.runtime
-                        block[k] = (b if b is not None and b.memory is not None else device.allocate(spec)).address()
+                    b = spec.runtime
+                    block[k] = (b if b is not None and b.memory is not None else device.allocate(spec)).address()
                 run_native.keep_alive = other.buffers
             run_native.keep_alive = specs  # the addresses in `block` stay valid while this lives
             run_native.native = (compiled.address, block)

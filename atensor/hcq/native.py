@@ -111,6 +111,7 @@ class Program:
         def run_program() -> None:
             call(count, ops, fns, blocks, bases, timelines)
         run_program.keep_alive = (self, bases)
+        run_program.gil_free = True  # one foreign call: the queue need not yield the GIL after it
         return run_program
 
 

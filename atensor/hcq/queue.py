@@ -129,7 +129,9 @@ class Queue:
                 for command in commands:
                     self._execute(command)
                     now = time.perf_counter_ns()
-                    if now - last_yield > YIELD_EVERY_NS:
+                    if getattr(command.run, "gil_free", False):
+                        last_yield = now  # it gave the GIL back for its whole run (a native program)
+                    elif now - last_yield > YIELD_EVERY_NS:
                         time.sleep(0)  # give the GIL back to the event loop
                         last_yield = time.perf_counter_ns()
                 del commands, command  # drop the finished commands now: they keep their buffers' memory alive

@@ -42,6 +42,7 @@ from atensor.hcq import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, all_idle
 from atensor.hcq.executor import Submission, _runner, take_task_ids, wait_for_pending
+from atensor.hcq.patching import AddressSlots
 from atensor.hcq.queue import Command, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
@@ -117,7 +118,11 @@ class ReplayPlan:
         self.by_queue: list[list[int]] = [[] for _ in self.queues]
         for i, qi in enumerate(self.task_queue):
             self.by_queue[qi].append(i)
-        self.notes = [(bi, qi, pos, write) for (bi, qi, write), pos in last.items()]
+        # per buffer: what it is told once the graph is submitted, (queue, place, write) each
+        grouped: dict[int, list[tuple[int, int, bool]]] = {}
+        for (bi, qi, write), pos in last.items():
+            grouped.setdefault(bi, []).append((qi, pos + 1, write))
+        self.notes = [(bi, tuple(entries)) for bi, entries in grouped.items()]
         self.runners: list[Optional[Callable[[], None]]] = [None] * len(tasks)
         self.tasks = tasks
         self.keep_runner = [not s for s in swapped]
@@ -130,7 +135,16 @@ class ReplayPlan:
         self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[], None]]] = {}
         # per queue: (the ids of the runners it was built of, program)
         self.programs: dict[int, tuple[tuple[int, ...], native.Program]] = {}
+        self.summaries: dict[int, tuple[str, int, int]] = {}  # per queue: its program command's name, bytes, flops
         self.last_final: list[tuple[Signal, int]] = []  # the values the last submission ends at
+        # found on the first submission (the mapping's keys are the same on every replay):
+        self.swapped: Optional[list[BufferSpec]] = None    # the buffers replays swap, captured names
+        self.swapped_index: list[int] = []                  # their places in `buffers`
+        self.fixed_bufs: list[Buffer] = []                  # the Buffer of each captured spec
+        # once every runner is built and kept: where the swapped buffers' addresses sit (patching.py)
+        self.slots: Optional[AddressSlots] = None
+        self.runs: list = []
+        self.all_native = False
 
     def _producer_queue(self, task: Task, queue: Queue) -> Queue:
         """Where a copy between CPU devices runs in the producer layout: on the one queue that made
@@ -148,14 +162,21 @@ class ReplayPlan:
         producer = producers.pop()
         return producer if Device.get(producer.device).kind == "CPU" else queue
 
-    def submit(self, works: list[Any], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
-        """Puts the tasks on the queues; `works` are their works with the buffers `mapping` swaps."""
-        specs = [mapping.get(s, s) for s in self.buffers]
-        bufs = [Buffer.of(s) for s in specs]
+    def submit(self, works_of: Callable[[], list[Any]], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
+        """Puts the tasks on the queues; `works_of()` gives their works with the buffers `mapping`
+        swaps (only called when a runner must be built or rebound through its work)."""
+        if self.swapped is None:  # the buffers of the graph that replays swap: the same on every replay
+            self.swapped_index = [bi for bi, s in enumerate(self.buffers) if s in mapping]
+            self.swapped = [self.buffers[bi] for bi in self.swapped_index]
+            self.fixed_bufs = [Buffer.of(s) for s in self.buffers]
+        new_specs = [mapping[s] for s in self.swapped]
+        bufs = self.fixed_bufs.copy()
+        for bi, spec in zip(self.swapped_index, new_specs):
+            bufs[bi] = Buffer.of(spec)
         for bi, name in self.read_first:
             failure = bufs[bi].failure
             if failure is not None:
-                raise RuntimeError(f"{name} reads {specs[bi]}, whose contents come from a task that "
+                raise RuntimeError(f"{name} reads {bufs[bi].name}, whose contents come from a task that "
                                    f"failed: {failure}") from failure
         if all_idle():  # the common case between steps: nothing can be pending, no snapshot to take
             before, quiet = [], True
@@ -167,8 +188,8 @@ class ReplayPlan:
             bases.append(queue._reserved)
             queue._reserved += count
         signals = [q.signal for q in self.queues]
-        base_id = take_task_ids(len(works))
-        placed: list = [None] * len(works)
+        base_id = take_task_ids(len(self.tasks))
+        placed: list = [None] * len(self.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         sub = Submission(placed=placed)
         # queue by queue, each list handed over as soon as it is built: the first device starts while
@@ -176,15 +197,28 @@ class ReplayPlan:
         batching = quiet and not profiling
         # a runner of swapped buffers is rewritten in place once the last submission is done with it
         reuse = all(sig.value >= value for sig, value in self.last_final)
-        runs = [self._run_of(i, works, reuse) for i in range(len(works))]
+        if reuse and self.slots is not None:  # every runner is built: only addresses change
+            self.slots.bind(new_specs)
+            runs = self.runs
+        else:
+            if self.slots is not None and not reuse:  # the runners still running keep their buffers
+                for run, kept_runner in zip(self.runs, self.keep_runner):
+                    if not kept_runner and run is not None:
+                        run.keep_alive = self.slots.bound
+            works = works_of()
+            runs = [self._run_of(i, works, reuse) for i in range(len(works))]
+            self.runs = runs
+            self.all_native = all(r is not None and getattr(r, "native", None) is not None and r.threads == 1
+                                  for r in runs)
+            kept = all(r is self.runners[i] for i, r in enumerate(runs) if not self.keep_runner[i])
+            self.slots = AddressSlots.find(self.tasks, runs, self.swapped, [not k for k in self.keep_runner]) \
+                if kept else None
         self.last_final = [(q.signal, b + c) for q, b, c in zip(self.queues, bases, self.counts)]
-        if batching and native.programs_available() and all(
-                r is not None and getattr(r, "native", None) is not None and r.threads == 1 for r in runs):
+        if batching and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]
             if None not in slots:
                 self._submit_programs(runs, slots, bases, base_id, signals, placed, sub)
-                for bi, qi, pos, write in self.notes:
-                    bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
+                self._note(bufs, signals, bases)
                 return sub
         for qi, members in enumerate(self.by_queue):
             own = signals[qi]
@@ -215,9 +249,13 @@ class ReplayPlan:
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
             queue.submit(commands)
-        for bi, qi, pos, write in self.notes:
-            bufs[bi].note(signals[qi], bases[qi] + pos + 1, write)
+        self._note(bufs, signals, bases)
         return sub
+
+    def _note(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
+        """Tells each buffer the values of its last write and last read per queue in this submission."""
+        for bi, entries in self.notes:
+            bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
 
     def _submit_programs(self, runs: list, slots: list[int], bases: list[int], base_id: int,
                          signals: list[Signal], placed: list, sub: Submission) -> None:
@@ -244,10 +282,7 @@ class ReplayPlan:
                 self.programs[qi] = (ids, program)  # valid while these runners are the ones in use
             first = members[0]
             value = bases[qi] + self.counts[qi]
-            name = self.static[first][0] if len(members) == 1 else \
-                f"{len(members)} tasks from {self.static[first][0]}"
-            nbytes = sum(self.static[i][2] for i in members)
-            flops = sum(self.static[i][3] for i in members)
+            name, nbytes, flops = self._program_summary(qi)
             own = signals[qi]
             for i in members:
                 placed[i] = (own, value, self.tasks[i])
@@ -255,6 +290,18 @@ class ReplayPlan:
             sub.final[queue] = value
             queue.submit([Command(value, (), program.bind(bases_c), name, "kernel", base_id + first, nbytes,
                                   flops, ())])
+
+    def _program_summary(self, qi: int) -> tuple[str, int, int]:
+        """The name, bytes and flops of queue qi's program command (the same on every submission)."""
+        found = self.summaries.get(qi)
+        if found is None:
+            members = self.by_queue[qi]
+            first = members[0]
+            name = self.static[first][0] if len(members) == 1 else \
+                f"{len(members)} tasks from {self.static[first][0]}"
+            found = self.summaries[qi] = (name, sum(self.static[i][2] for i in members),
+                                          sum(self.static[i][3] for i in members))
+        return found
 
     def _run_of(self, i: int, works: list[Any], reuse: bool) -> Optional[Callable[[], None]]:
         run = self.runners[i]

@@ -18,6 +18,7 @@ it through the trio token. Cancelling the wait only stops waiting; the work goes
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from typing import Optional
 
@@ -30,6 +31,44 @@ class SignalFailed(RuntimeError):
     def __init__(self, message: str, cause: BaseException):
         super().__init__(message)
         self.cause = cause
+
+
+_EVENTFD = hasattr(os, "eventfd")  # Linux
+_eventfds: list[int] = []  # idle eventfds of finished waits, reused (list append and pop are atomic)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_eventfds.clear)  # a child must not share its parent's
+
+
+class _FdWaiter:
+    """A trio task waiting for `value` on an eventfd."""
+    __slots__ = ("value", "fd")
+
+    def __init__(self, value: int, fd: int):
+        self.value, self.fd = value, fd
+
+    def wake(self) -> None:
+        os.eventfd_write(self.fd, 1)
+
+
+class _TaskWaiter:
+    """A trio task waiting for `value`, rescheduled through its run's token."""
+    __slots__ = ("value", "token", "task")
+
+    def __init__(self, value: int, token: trio.lowlevel.TrioToken, task: Optional[trio.lowlevel.Task]):
+        self.value, self.token, self.task = value, token, task
+
+    def wake(self) -> None:
+        try:
+            self.token.run_sync_soon(self._reschedule)
+        except trio.RunFinishedError:
+            pass
+
+    def _reschedule(self) -> None:
+        """On the trio thread, where a cancellation also runs: so the two cannot race."""
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
 
 
 class Signal:
@@ -47,7 +86,7 @@ class Signal:
         self._cond = threading.Condition(threading.Lock())
         self._stamps: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
         self._failures: dict[int, BaseException] = {}
-        self._trio_waiters: list[tuple[int, trio.lowlevel.TrioToken, trio.Event]] = []
+        self._trio_waiters: list[_FdWaiter | _TaskWaiter] = []
 
     def __repr__(self) -> str:
         return f"Signal({self.name}={self.value})"
@@ -64,14 +103,11 @@ class Signal:
             if error is not None:
                 self._failures[value] = error
             self._cond.notify_all()
-            ready = [w for w in self._trio_waiters if w[0] <= value]
+            ready = [w for w in self._trio_waiters if w.value <= value]
             if ready:
-                self._trio_waiters = [w for w in self._trio_waiters if w[0] > value]
-        for _, token, event in ready:
-            try:
-                token.run_sync_soon(event.set)
-            except trio.RunFinishedError:
-                pass
+                self._trio_waiters = [w for w in self._trio_waiters if w.value > value]
+        for waiter in ready:
+            waiter.wake()
 
     def stamp(self, value: int) -> Optional[tuple[int, int]]:
         """(start_ns, end_ns) of the command that published `value`, if still kept."""
@@ -80,6 +116,10 @@ class Signal:
     def failure(self, value: int) -> Optional[BaseException]:
         """The exception of the command that published `value`, or None if it succeeded."""
         return self._failures.get(value)
+
+    def has_failures(self) -> bool:
+        """True when any value of this signal was marked failed (they are all kept)."""
+        return bool(self._failures)
 
     def reached(self, value: int) -> bool:
         return self.value >= value
@@ -98,21 +138,50 @@ class Signal:
         """Parks the calling trio task until the signal reaches `value`. Cancellation only stops the
         wait: the command that publishes `value` runs to completion regardless."""
         if self.value < value:
-            event = trio.Event()
-            entry = (value, trio.lowlevel.current_trio_token(), event)
-            with self._cond:
-                ready = self.value >= value
-                if not ready:
-                    self._trio_waiters.append(entry)
-            if not ready:
-                try:
-                    await event.wait()
-                finally:
-                    with self._cond:
-                        if entry in self._trio_waiters:
-                            self._trio_waiters.remove(entry)
+            if _EVENTFD:
+                await self._wait_readable(value)
+            else:
+                await self._wait_rescheduled(value)
         if check:
             self._raise_if_failed(value)
+
+    async def _wait_readable(self, value: int) -> None:
+        """Waits on an eventfd that `set` writes to: trio's I/O manager reschedules the task in the
+        iteration that sees it (a run_sync_soon wake-up takes two: 60 us against 135 us measured)."""
+        fd = _eventfds.pop() if _eventfds else os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            while True:
+                waiter = _FdWaiter(value, fd)
+                with self._cond:
+                    if self.value >= value:
+                        return
+                    self._trio_waiters.append(waiter)
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                finally:
+                    with self._cond:
+                        self._trio_waiters = [w for w in self._trio_waiters if w is not waiter]
+                    try:  # a write meant for an earlier user of this fd only wakes this loop once more
+                        os.eventfd_read(fd)
+                    except BlockingIOError:
+                        pass
+        finally:
+            _eventfds.append(fd)
+
+    async def _wait_rescheduled(self, value: int) -> None:
+        """Without eventfd: `set` reschedules the task through the trio token's run_sync_soon."""
+        waiter = _TaskWaiter(value, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task())
+        with self._cond:
+            if self.value >= value:
+                return
+            self._trio_waiters.append(waiter)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            with self._cond:
+                self._trio_waiters = [w for w in self._trio_waiters if w is not waiter]
+            waiter.task = None  # a wake-up already on its way finds nobody to reschedule
+            return trio.lowlevel.Abort.SUCCEEDED
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _raise_if_failed(self, value: int) -> None:
         error = self._failures.get(value)

@@ -1,0 +1,84 @@
+"""Timeline signals awaited from trio: woken by a value set on another thread, cancellable, reusable.
+
+Both wake-up mechanisms are tested: the eventfd a waiting task polls (Linux) and the task rescheduled
+through the trio token (elsewhere)."""
+import threading
+import time
+
+import pytest
+import trio
+
+from atensor.hcq import signal as signal_module
+from atensor.hcq.signal import Signal, SignalFailed
+
+MECHANISMS = ["eventfd", "reschedule"] if signal_module._EVENTFD else ["reschedule"]
+
+
+@pytest.fixture(params=MECHANISMS)
+def mechanism(request, monkeypatch):
+    monkeypatch.setattr(signal_module, "_EVENTFD", request.param == "eventfd")
+    return request.param
+
+
+def _set_later(sig: Signal, value: int, delay: float, error: BaseException | None = None) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        sig.set(value, (0, 1), error)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+async def test_a_value_set_on_another_thread_wakes_every_waiter_it_reaches(mechanism):
+    sig = Signal("test/q")
+    woken: list[int] = []
+
+    async def waiter(value: int) -> None:
+        await sig.wait(value)
+        woken.append(value)
+
+    async with trio.open_nursery() as nursery:
+        for value in (1, 2, 3):
+            nursery.start_soon(waiter, value)
+        await trio.sleep(0.01)
+        thread = _set_later(sig, 2, 0.0)
+        await trio.sleep(0.2)
+        assert sorted(woken) == [1, 2]  # 3 is not reached yet
+        thread.join()
+        _set_later(sig, 3, 0.0).join()
+    assert sorted(woken) == [1, 2, 3]
+    assert sig.statistics()["trio_waiters"] == 0
+
+
+async def test_a_cancelled_wait_leaves_no_waiter_and_the_next_wait_is_not_woken_early(mechanism):
+    sig = Signal("test/q")
+    with trio.move_on_after(0.05) as scope:
+        await sig.wait(1)
+    assert scope.cancelled_caught
+    assert sig.statistics()["trio_waiters"] == 0
+    sig.set(1, (0, 1))  # nobody waits for it any more
+    thread = _set_later(sig, 2, 0.1)
+    start = trio.current_time()
+    await sig.wait(2)  # reuses the idle eventfd: a stale wake-up must not end it before 2 is set
+    assert sig.value >= 2 and trio.current_time() - start >= 0.05
+    thread.join()
+
+
+async def test_a_set_racing_a_cancellation_is_harmless(mechanism):
+    sig = Signal("test/q")
+    for value in range(1, 40):
+        thread = _set_later(sig, value, 0.001 * (value % 3))
+        with trio.move_on_after(0.001 * (value % 4)):
+            await sig.wait(value)
+        thread.join()
+    await sig.wait(39)  # already reached: returns at once
+    assert sig.statistics()["trio_waiters"] == 0
+
+
+async def test_a_failed_value_raises_from_a_checked_wait(mechanism):
+    sig = Signal("test/q")
+    thread = _set_later(sig, 1, 0.02, ValueError("kernel broke"))
+    with pytest.raises(SignalFailed, match="kernel broke"):
+        await sig.wait(1)
+    await sig.wait(1, check=False)
+    thread.join()
