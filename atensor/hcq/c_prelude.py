@@ -17,6 +17,7 @@ PRELUDE = r"""
 #include <math.h>
 #include <stdatomic.h>
 #include <sched.h>
+#include <time.h>
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -74,6 +75,77 @@ void atensor_run_program(long long n, const int64_t *ops, void **fns, void **blo
     else if (op[0] == 1) at_timeline_wait(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
     else at_timeline_publish(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
   }
+}
+/* a queue's doorbell (doorbell.py): the command lists posted to the queue, counted, and the arguments
+   of each list that is one native program, so the worker starts it without taking the GIL */
+#define AT_RING 64
+typedef struct {
+  uint64_t seq; long long n; const int64_t *ops; void **fns; void **blocks; const uint64_t *bases;
+  at_timeline *timelines;
+} at_ring_slot;
+typedef struct {
+  _Atomic uint64_t posted; _Atomic uint64_t taken; _Atomic uint32_t seq; _Atomic uint32_t sleepers;
+  at_ring_slot slots[AT_RING];
+} at_ring;
+long long atensor_ring_size(void) { return (long long)sizeof(at_ring); }
+static inline uint64_t at_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+/* the host posts one list: a program's arguments (n >= 0) or n = -1 for a list the worker runs in
+   Python; a program that finds the ring full is run in Python too (returns 0) */
+int atensor_ring_post(at_ring *r, long long n, const int64_t *ops, void **fns, void **blocks,
+                      const uint64_t *bases, at_timeline *timelines) {
+  uint64_t posted = atomic_load(&r->posted);
+  int placed = 0;
+  if (n >= 0 && posted - atomic_load(&r->taken) < AT_RING - 1) {
+    at_ring_slot *s = &r->slots[posted % AT_RING];
+    s->n = n; s->ops = ops; s->fns = fns; s->blocks = blocks; s->bases = bases; s->timelines = timelines;
+    s->seq = posted + 1;  /* valid for list number `posted` only */
+    placed = 1;
+  }
+  atomic_store(&r->posted, posted + 1);
+  atomic_fetch_add(&r->seq, 1);
+#ifdef __linux__
+  if (atomic_load(&r->sleepers))
+    syscall(SYS_futex, (uint32_t *)&r->seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#endif
+  return placed;
+}
+void atensor_run_program(long long n, const int64_t *ops, void **fns, void **blocks, const uint64_t *bases,
+                         at_timeline *timelines);
+/* the worker (GIL released) waits for the next list; when it is a program in the ring, runs it and
+   stamps it (stamps[0..1], CLOCK_MONOTONIC ns) and returns 1; returns 0 for a list to run in Python */
+int atensor_ring_next(at_ring *r, uint64_t *stamps) {
+  uint64_t taken = atomic_load(&r->taken);
+  for (int spin = 0; atomic_load(&r->posted) <= taken; spin++) {
+    if (spin < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+#ifdef __linux__
+    uint32_t seq = atomic_load(&r->seq);
+    atomic_fetch_add(&r->sleepers, 1);
+    if (atomic_load(&r->posted) <= taken)  /* sleeps unless a list was posted since `seq` was read */
+      syscall(SYS_futex, (uint32_t *)&r->seq, FUTEX_WAIT_PRIVATE, seq, NULL, NULL, 0);
+    atomic_fetch_sub(&r->sleepers, 1);
+#else
+    sched_yield();
+#endif
+  }
+  at_ring_slot *s = &r->slots[taken % AT_RING];
+  int ran = 0;
+  if (s->seq == taken + 1) {
+    stamps[0] = at_now();
+    atensor_run_program(s->n, s->ops, s->fns, s->blocks, s->bases, s->timelines);
+    stamps[1] = at_now();
+    ran = 1;
+  }
+  atomic_store(&r->taken, taken + 1);
+  return ran;
 }
 /* a copy between buffers: b = {dst, src, nbytes} */
 void atensor_copy(void **b) { memcpy(b[0], b[1], (size_t)(uintptr_t)b[2]); }

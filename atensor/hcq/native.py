@@ -24,6 +24,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -112,7 +113,25 @@ class Program:
             call(count, ops, fns, blocks, bases, timelines)
         run_program.keep_alive = (self, bases)
         run_program.gil_free = True  # one foreign call: the queue need not yield the GIL after it
+        run_program.ring_args = (count, ops, fns, blocks, bases, timelines)  # what a doorbell posts
         return run_program
+
+
+# the doorbell functions of the loaded library (doorbell.py), Linux only: (size, post, next)
+doorbell_functions: Optional[tuple[int, ctypes._CFuncPtr, ctypes._CFuncPtr]] = None
+
+
+def _bind_doorbell(lib: ctypes.CDLL) -> None:
+    global doorbell_functions
+    if not sys.platform.startswith("linux"):  # elsewhere an idle worker would spin in sched_yield
+        return
+    size = lib.atensor_ring_size
+    size.argtypes, size.restype = [], ctypes.c_longlong
+    post = lib.atensor_ring_post
+    post.argtypes, post.restype = [ctypes.c_void_p, ctypes.c_longlong] + [ctypes.c_void_p] * 5, ctypes.c_int
+    take = lib.atensor_ring_next
+    take.argtypes, take.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    doorbell_functions = (size(), post, take)
 
 
 def batch(runs: list) -> Callable[[], None]:
@@ -256,6 +275,7 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
         runner = lib.atensor_run_program
         runner.argtypes = [ctypes.c_longlong] + [ctypes.c_void_p] * 5
         runner.restype = None
+        _bind_doorbell(lib)
         _program_runner = runner
     if blas is not None:
         lib.atensor_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]))

@@ -217,8 +217,12 @@ class ReplayPlan:
         if batching and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]
             if None not in slots:
-                self._submit_programs(runs, slots, bases, base_id, signals, placed, sub)
+                lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
                 self._note(bufs, signals, bases)
+                # handed over last and back to back: the queues start at once (doorbell.py), so
+                # the host's bookkeeping above does not compete with them for the cores
+                for queue, commands in lists:
+                    queue.submit(commands)
                 return sub
         for qi, members in enumerate(self.by_queue):
             own = signals[qi]
@@ -257,10 +261,12 @@ class ReplayPlan:
         for bi, entries in self.notes:
             bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
 
-    def _submit_programs(self, runs: list, slots: list[int], bases: list[int], base_id: int,
-                         signals: list[Signal], placed: list, sub: Submission) -> None:
+    def _programs_of(self, runs: list, slots: list[int], bases: list[int], base_id: int,
+                     signals: list[Signal], placed: list, sub: Submission) -> list[tuple[Queue, list[Command]]]:
         """Every task is native: each queue gets one command, a native program whose waits on other
-        queues and whose values other queues wait for go through the C timelines (native.Program)."""
+        queues and whose values other queues wait for go through the C timelines (native.Program).
+        Returns the (queue, command list) pairs to submit."""
+        lists = []
         bases_c = (ctypes.c_uint64 * len(bases))(*bases)
         for qi, members in enumerate(self.by_queue):
             ids = tuple([id(runs[i]) for i in members])
@@ -288,8 +294,9 @@ class ReplayPlan:
                 placed[i] = (own, value, self.tasks[i])
             queue = self.queues[qi]
             sub.final[queue] = value
-            queue.submit([Command(value, (), program.bind(bases_c), name, "kernel", base_id + first, nbytes,
-                                  flops, ())])
+            lists.append((queue, [Command(value, (), program.bind(bases_c), name, "kernel", base_id + first,
+                                          nbytes, flops, ())]))
+        return lists
 
     def _program_summary(self, qi: int) -> tuple[str, int, int]:
         """The name, bytes and flops of queue qi's program command (the same on every submission)."""

@@ -1,0 +1,88 @@
+"""Queue doorbells (hcq/doorbell.py): a worker waits in C and starts a native program without the GIL;
+the lists of a queue still run in the order they were submitted, whether a program came through the
+ring, overflowed it, or is Python work."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import atensor
+from atensor import Tensor
+from atensor.hcq import doorbell, native
+from atensor.hcq.device import Device
+from atensor.hcq.queue import Command, Queue
+
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: no native programs")
+
+
+def _load_library() -> None:
+    with atensor.Context(native="all"):
+        Tensor([2.0]).exp().tolist()  # a kernel compiled: the library with the doorbell is loaded
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_lists_run_in_order_through_the_ring_its_overflow_and_python():
+    _load_library()
+    if not doorbell.available():
+        pytest.skip("doorbells need Linux")
+    queue = Queue("TEST:0", "compute")
+    queue.submit([Command(1, (), None, "first", "kernel", 0)])
+    _wait_for(lambda: queue.signal.value >= 1 and queue._doorbell is not None)  # the worker rang in
+    count = 150  # more than the ring holds while the worker is held at the gate: some overflow
+    sources = [np.full(256, k, dtype=np.float32) for k in range(count)]
+    dst = np.zeros(256, dtype=np.float32)
+    seen: list[float] = []
+    gate = threading.Event()
+
+    def address(a: np.ndarray) -> int:
+        return a.__array_interface__["data"][0]
+
+    value = 1
+    value += 1
+    queue.submit([Command(value, (), lambda: gate.wait(10), "gate", "kernel", value)])
+    for k in range(count):
+        copy = native.native_copy(address(dst), address(sources[k]), dst.nbytes)
+        program = native.Program([(native.RUN, 0, 0, 0)], [copy]).bind()
+        value += 1
+        queue.submit([Command(value, (), program, f"copy {k}", "copy", value)])
+        value += 1
+        queue.submit([Command(value, (), lambda: seen.append(float(dst[0])), f"read {k}", "kernel", value)])
+    ran_before = queue._doorbell.ran
+    gate.set()
+    queue.signal.wait_blocking(value, timeout=30)
+    assert seen == [float(k) for k in range(count)]  # each read saw the copy just before it, and no later one
+    ran = queue._doorbell.ran - ran_before
+    assert 0 < ran < count, ran  # programs started from the ring, and others that overflowed it from Python
+
+
+async def test_replayed_programs_start_from_the_doorbell_and_compute_the_same_values():
+    rng = np.random.default_rng(4)
+    w_np = rng.standard_normal((16, 8)).astype(np.float32)
+    w = Tensor(w_np)
+
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        return (x @ w).relu().sum(axis=1)
+
+    with atensor.Context(native="jit"):
+        for _ in range(3):  # captured, verified, compiled
+            await f(Tensor(np.ones((4, 16), np.float32)))
+        if not doorbell.available():
+            pytest.skip("doorbells need Linux")
+        queue = Device.get("CPU:0").compute
+        _wait_for(lambda: queue._doorbell is not None)
+        before = queue._doorbell.ran
+        for _ in range(5):
+            x_np = rng.standard_normal((4, 16)).astype(np.float32)
+            got = await f(Tensor(x_np))
+            np.testing.assert_allclose(got.numpy(), np.maximum(x_np @ w_np, 0).sum(axis=1), rtol=1e-5, atol=1e-5)
+        assert queue._doorbell.ran - before == 5
