@@ -274,16 +274,21 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     """On the dispatcher thread: each captured graph's commit (version counts), then its submission;
     a lazy input's pending assign, computed by the replay, then counts as realized."""
     start = time.perf_counter_ns()
-    total = Submission()
+    total: Optional[Submission] = None
     count = 0
     for record in records:
         with sched._becomes_lock:
             for spec in record.assigned:
                 mapping.get(spec, spec).version += 1
         sub = record.plan_for_now().submit(functools.partial(record.works, mapping), mapping)
-        total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
-        total.placed.extend(sub.placed)
+        if total is None:
+            total = sub
+        else:
+            total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
+            total.placed.extend(sub.placed)
         count += len(record.tasks)
+    if total is None:
+        total = Submission()
     for spec in inputs:
         if spec.head is not None:
             sched.settle_head(spec)
