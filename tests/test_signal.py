@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from atensor.hcq import signal as signal_module
-from atensor.hcq.signal import Signal, SignalFailed
+from atensor.hcq.signal import Signal, SignalFailed, wait_all
 
 MECHANISMS = ["eventfd", "reschedule"] if signal_module._EVENTFD else ["reschedule"]
 
@@ -82,3 +82,39 @@ async def test_a_failed_value_raises_from_a_checked_wait(mechanism):
         await sig.wait(1)
     await sig.wait(1, check=False)
     thread.join()
+
+
+async def test_wait_all_returns_once_every_signal_is_reached_and_cleans_up(mechanism):
+    a, b, c = Signal("test/a"), Signal("test/b"), Signal("test/c")
+    c.set(5, (0, 1))  # already reached: not waited for
+    done = trio.Event()
+
+    async def waiter() -> None:
+        await wait_all([(a, 1), (b, 2), (c, 5)])
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.sleep(0.01)
+        _set_later(b, 2, 0.0).join()
+        await trio.sleep(0.1)
+        assert not done.is_set()  # a is still running
+        _set_later(a, 1, 0.0).join()
+        with trio.fail_after(10):
+            await done.wait()
+    assert all(s.statistics()["trio_waiters"] == 0 for s in (a, b, c))
+
+
+async def test_a_cancelled_wait_all_leaves_no_waiter_and_late_values_do_not_wake_the_next_one(mechanism):
+    a, b = Signal("test/a"), Signal("test/b")
+    with trio.move_on_after(0.05) as scope:
+        await wait_all([(a, 1), (b, 1)])
+    assert scope.cancelled_caught
+    assert a.statistics()["trio_waiters"] == 0 and b.statistics()["trio_waiters"] == 0
+    a.set(1, (0, 1))
+    b.set(1, (0, 1))
+    late = _set_later(a, 2, 0.1)
+    start = trio.current_time()
+    await wait_all([(a, 2), (b, 1)])  # b is reached; a must really be set first
+    assert a.value >= 2 and trio.current_time() - start >= 0.05
+    late.join()

@@ -28,7 +28,7 @@ from atensor.hcq.buffer import Buffer
 from atensor.hcq.executor import Submission
 from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.queue import lower_priority
-from atensor.hcq.signal import Signal, SignalFailed
+from atensor.hcq.signal import Signal, SignalFailed, wait_all
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
@@ -150,8 +150,7 @@ class RealizeHandle:
         try:
             await dispatcher.signal.wait(self.job.value, check=False)
             self._raise_dispatch_error()
-            for signal, value in self._waits():
-                await signal.wait(value, check=False)
+            await wait_all(self._waits())
             self._raise_task_error()
         finally:
             if collector.is_active():

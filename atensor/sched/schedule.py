@@ -135,6 +135,8 @@ def pending_heads() -> list[Node]:
     this snapshot when it is issued (program order), and `schedule` realizes along every pending
     assign that still reads a version the realize overwrites."""
     with _becomes_lock:
+        if not _pending_specs:  # the common case: a WeakSet's len is cheap, iterating it is not
+            return []
         return [h for spec in list(_pending_specs) if (h := spec.head) is not None]
 
 
