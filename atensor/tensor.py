@@ -75,7 +75,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         elif isinstance(data, (list, tuple)):
             array = np.array(data, dtype=(dt or dtypes.from_py(data)).np)
         elif isinstance(data, (np.ndarray, np.generic)):
-            array = np.array(data, dtype=dt.np if dt is not None else None, copy=True)
+            array = np.asarray(data, dtype=dt.np if dt is not None else None)  # copied below, once
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy array, "
                             f"a Python scalar or a Tensor")
@@ -84,7 +84,9 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
             return
         atype = dt or dtypes.from_numpy(array.dtype)
         spec = BufferSpec(dev, array.size, atype)
-        Device.get(dev).allocate(spec, np.ascontiguousarray(array).reshape(-1) if dev.startswith("CPU") else None)
+        buf = Device.get(dev).allocate(spec)  # the device's pooled memory: no fresh pages per batch
+        if dev.startswith("CPU"):
+            np.copyto(buf.memory.reshape(array.shape), array)
         node = spec.node()
         # the contiguous view of the array's shape: what node.reshape(shape) gives, without its general path
         self._node = node if array.shape == node.shape else \

@@ -12,6 +12,7 @@ at `start_pos`); shapes and strides are always ints. Integers stay plain ints on
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -48,8 +49,9 @@ class View:
 
     @staticmethod
     def create(shape: Shape) -> View:
-        """The contiguous view of `shape`."""
-        return View(tuple(shape), strides_for(shape), 0, None)
+        """The contiguous view of `shape` (one object per shape: views are immutable, and a reused
+        one has its hash already)."""
+        return _contiguous(tuple(shape))
 
     @property
     def size(self) -> int:
@@ -256,3 +258,8 @@ def _nocopy_reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_
     for i, st in zip(nonone, core_strides):
         new_strides[i] = st
     return tuple(new_strides)
+
+
+@functools.lru_cache(maxsize=4096)
+def _contiguous(shape: Shape) -> View:
+    return View(shape, strides_for(shape), 0, None)
