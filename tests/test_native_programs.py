@@ -170,3 +170,58 @@ def test_a_program_waits_on_a_c_timeline_until_another_program_publishes():
     waiter.join(timeout=10)
     assert not waiter.is_alive()
     np.testing.assert_array_equal(dst, src)
+
+
+async def test_a_buffer_every_replay_writes_counts_as_pending_until_the_replay_is_done():
+    """Buffers a replay touches every time follow the plan's clock (hcq/buffer.py) instead of being
+    told each replay's values: a reader on another thread must still see the replay in flight, wait
+    for it, and read the value it wrote."""
+    from atensor.hcq.buffer import Buffer
+    from atensor.tensor import _storage_base
+    rng = np.random.default_rng(6)
+    a = Tensor((rng.standard_normal((256, 256)) * 0.02).astype(np.float32))
+    w = Tensor(np.zeros((256, 256), np.float32))
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        h = x
+        for _ in range(24):  # milliseconds of products: the replay is in flight for a while
+            h = (h @ x).relu() + x
+        w.assign(w + h)
+        await w.realize()  # captured with the step (a lazy assign left pending would not be)
+        return h.sum()
+
+    def read_in_flight(before: np.ndarray) -> tuple[bool, np.ndarray]:
+        buf = Buffer.of(_storage_base(w.node).arg[0])
+        deadline = time.monotonic() + 5
+        while not buf.pending_writes():
+            if time.monotonic() > deadline:
+                return False, before
+            time.sleep(0.0001)
+        return True, w.numpy()  # not ready: realizes, which waits for the replay's write
+
+    # one BLAS thread: the replay's kernels run as native programs
+    with atensor.Context(native="jit", blas_threads=1):
+        await Tensor.realize(a, w)
+        for _ in range(3):  # captured, verified, compiled
+            await step(a)
+        caught = 0
+        for _ in range(5):
+            await w.realize()
+            before = w.numpy()
+            seen: dict = {}
+            # a plain thread: Tensor.numpy() there is a blocking read, as in a script's other thread
+            reader = threading.Thread(target=lambda: seen.update(value=read_in_flight(before)))
+            reader.start()
+            await step(a)
+            await trio.to_thread.run_sync(reader.join)
+            in_flight, value = seen["value"]
+            await w.realize()
+            after = w.numpy()
+            assert not np.array_equal(after, before)
+            if in_flight:
+                caught += 1
+                np.testing.assert_array_equal(value, after)  # it waited for the replay's write
+        assert caught > 0, "no replay was ever seen in flight"
+        plans = [p for prog in step._programs.values() for r in prog.records for p in (r.producer_plan,) if p]
+        assert any(p.clock is not None for p in plans)  # w's update ran as native programs: w followed a clock

@@ -12,6 +12,7 @@ and are updated only by the executor, on the dispatcher thread.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -23,10 +24,45 @@ from atensor.hcq.signal import Signal
 _NOTHING: tuple[list, list] = ([], [])
 
 
+class Clock:
+    """The values of a replay plan's newest submission: per queue its signal, the value its tasks
+    count from and the value it ends at. A buffer the plan touches on every replay follows the clock
+    once (`Buffer.follow`) instead of being told new values on every replay (replayplan.py)."""
+    __slots__ = ("signals", "state", "owner")
+
+    def __init__(self, signals: list[Signal], owner: object):
+        self.signals = signals
+        self.state: Optional[tuple[list[int], list[int]]] = None  # (bases, ends) of the newest submission
+        self.owner = weakref.ref(owner)  # the plan: once it is gone, no submission will come
+
+    def advance(self, bases: list[int], ends: list[int]) -> None:
+        """A new submission: its bases and ends (one assignment, so readers see one or the other)."""
+        self.state = (bases, ends)
+
+    def pending(self, entries: tuple[tuple[int, int], ...]) -> list[tuple[Signal, int]]:
+        """The (signal, value) of `entries` ((queue, offset from the base) each) not reached yet."""
+        state = self.state
+        if state is None:
+            return []
+        bases, signals = state[0], self.signals
+        found = []
+        for qi, offset in entries:
+            value = bases[qi] + offset
+            if signals[qi].value < value:
+                found.append((signals[qi], value))
+        return found
+
+    def finished(self) -> bool:
+        """True when no work of the plan is pending and none will come: a buffer may forget it."""
+        state = self.state
+        return self.owner() is None and (state is None or
+                                         all(s.value >= end for s, end in zip(self.signals, state[1])))
+
+
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
-    __slots__ = ("name", "device", "memory", "writes", "reads", "inflight", "failure", "_lock", "_address",
-                 "__weakref__")
+    __slots__ = ("name", "device", "memory", "writes", "reads", "clocks", "inflight", "failure", "_lock",
+                 "_address", "__weakref__")
 
     def __init__(self, spec: BufferSpec):
         # the spec owns this Buffer (spec.runtime); a reference back would make a cycle that only the
@@ -35,6 +71,8 @@ class Buffer:
         self.memory: Any = None
         self.writes: dict[Signal, int] = {}
         self.reads: dict[Signal, int] = {}
+        # the replay plans this buffer follows: (clock, its writes, its reads), (queue, offset) each
+        self.clocks: tuple[tuple[Clock, tuple, tuple], ...] = ()
         self.inflight = 0  # realizes dispatched that will write this buffer but are not yet planned
         self.failure: Optional[BaseException] = None  # the error of the write its contents came from
         self._lock = threading.Lock()
@@ -52,27 +90,48 @@ class Buffer:
         return buf
 
     def pending_writes(self) -> list[tuple[Signal, int]]:
-        if not self.writes:
-            return []
-        with self._lock:
-            for s, v in self.writes.items():
-                if s.reached(v) and s.failure(v) is not None:
-                    self.failure = s.failure(v)
-            self.writes = {s: v for s, v in self.writes.items() if not s.reached(v)}
-            return list(self.writes.items())
+        found: list[tuple[Signal, int]] = []
+        if self.writes:
+            with self._lock:
+                for s, v in self.writes.items():
+                    if s.reached(v) and s.failure(v) is not None:
+                        self.failure = s.failure(v)
+                self.writes = {s: v for s, v in self.writes.items() if not s.reached(v)}
+                found = list(self.writes.items())
+        for clock, writes, _ in self.clocks:
+            found += clock.pending(writes)
+        return found
 
     def pending_reads(self) -> list[tuple[Signal, int]]:
-        if not self.reads:
-            return []
-        with self._lock:
-            self.reads = {s: v for s, v in self.reads.items() if not s.reached(v)}
-            return list(self.reads.items())
+        found: list[tuple[Signal, int]] = []
+        if self.reads:
+            with self._lock:
+                self.reads = {s: v for s, v in self.reads.items() if not s.reached(v)}
+                found = list(self.reads.items())
+        for clock, _, reads in self.clocks:
+            found += clock.pending(reads)
+        return found
 
     def pending(self) -> tuple[list[tuple[Signal, int]], list[tuple[Signal, int]]]:
         """(pending_writes(), pending_reads()) in one pass: what a plan snapshots per buffer."""
-        if not self.writes and not self.reads:
+        if not self.writes and not self.reads and not self.clocks:
             return _NOTHING
         return self.pending_writes(), self.pending_reads()
+
+    def follow(self, clock: Clock, writes: tuple[tuple[int, int], ...], reads: tuple[tuple[int, int], ...]) -> None:
+        """From now on this buffer's pending work includes the `writes` and `reads` ((queue, offset)
+        each) of the newest submission of `clock`'s plan. Clocks of plans that are gone and done
+        are forgotten here."""
+        with self._lock:
+            self.clocks = tuple(c for c in self.clocks if not c[0].finished()) + ((clock, writes, reads),)
+
+    def overwritten(self) -> None:
+        """A write that cannot fail (a native program's, told through a clock) is submitted: the
+        errors of earlier writes no longer describe the contents."""
+        self.failure = None
+        if self.writes:
+            with self._lock:
+                self.writes = {s: v for s, v in self.writes.items() if not s.reached(v)}
 
     def note(self, signal: Signal, value: int, write: bool) -> None:
         with self._lock:

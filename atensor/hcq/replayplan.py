@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.hcq import native
-from atensor.hcq.buffer import Buffer
+from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import Device, all_idle
 from atensor.hcq.executor import Submission, _runner, take_task_ids, wait_for_pending
 from atensor.hcq.patching import AddressSlots
@@ -141,6 +141,10 @@ class ReplayPlan:
         self.swapped: Optional[list[BufferSpec]] = None    # the buffers replays swap, captured names
         self.swapped_index: list[int] = []                  # their places in `buffers`
         self.fixed_bufs: list[Buffer] = []                  # the Buffer of each captured spec
+        # made on the first submission of native programs (`_note_program`):
+        self.clock: Optional[Clock] = None                  # what the buffers every replay touches follow
+        self.swapped_notes: list = []                       # `notes` of the swapped buffers
+        self.written_fixed: list[Buffer] = []               # the buffers every replay writes
         # once every runner is built and kept: where the swapped buffers' addresses sit (patching.py)
         self.slots: Optional[AddressSlots] = None
         self.runs: list = []
@@ -218,7 +222,7 @@ class ReplayPlan:
             slots = [native.timeline_slot(q) for q in self.queues]
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
-                self._note(bufs, signals, bases)
+                self._note_program(bufs, signals, bases)
                 # handed over last and back to back: the queues start at once (doorbell.py), so
                 # the host's bookkeeping above does not compete with them for the cores
                 for queue, commands in lists:
@@ -259,6 +263,26 @@ class ReplayPlan:
     def _note(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
         """Tells each buffer the values of its last write and last read per queue in this submission."""
         for bi, entries in self.notes:
+            bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
+
+    def _note_program(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
+        """`_note` for a submission of native programs (nothing in it can fail): the buffers every
+        replay touches follow the plan's clock, told once, so only the clock and the swapped buffers
+        learn this submission's values."""
+        if self.clock is None:
+            self.clock = Clock(signals, self)
+            swapped = set(self.swapped_index)
+            for bi, entries in self.notes:
+                if bi not in swapped:
+                    self.fixed_bufs[bi].follow(self.clock, tuple((qi, off) for qi, off, w in entries if w),
+                                               tuple((qi, off) for qi, off, w in entries if not w))
+            self.swapped_notes = [(bi, entries) for bi, entries in self.notes if bi in swapped]
+            self.written_fixed = [self.fixed_bufs[bi] for bi, entries in self.notes
+                                  if bi not in swapped and any(w for _, _, w in entries)]
+        self.clock.advance(bases, [b + c for b, c in zip(bases, self.counts)])
+        for buf in self.written_fixed:
+            buf.overwritten()
+        for bi, entries in self.swapped_notes:
             bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
 
     def _programs_of(self, runs: list, slots: list[int], bases: list[int], base_id: int,
