@@ -6,6 +6,9 @@ for pending writes (read after write), writes wait for pending reads and writes 
 write after write). Entries whose value is reached are dropped, so the state stays as small as the
 number of queues.
 
+A buffer that every replay of a jit plan touches follows the plan's `Clock` instead of being told
+each replay's values: its pending work also includes the clock's newest submission, not reached yet.
+
 Invariant: `writes[sig]` and `reads[sig]` only grow for a given signal (a queue's values increase),
 and are updated only by the executor, on the dispatcher thread.
 """

@@ -11,7 +11,9 @@ all of that is the same every time except three things, which `submit` computes:
   readers, exactly as `execute` finds them;
 - the callables of tasks that touch a swapped buffer (the others are kept).
 
-Each buffer is told only of the last write and the last read per queue, which is all it keeps.
+Each buffer is told only of the last write and the last read per queue, which is all it keeps; in a
+submission of native programs the buffers every replay touches follow the plan's clock instead
+(buffer.py), told once: only the swapped buffers learn each replay's values.
 
 Native work (hcq/native.py) is submitted in few commands when nothing is pending and no profile is
 being taken:
