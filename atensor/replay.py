@@ -85,6 +85,12 @@ def _flatten(value: Any, tensors: list[Tensor]) -> Any:
     return ("V", value)
 
 
+@functools.lru_cache(maxsize=64)
+def _tensors_only(count: int) -> Any:
+    """What `_flatten((args, {}), ...)` gives when `args` are `count` tensors."""
+    return ("tuple", (("tuple", tuple(("T", i) for i in range(count))), ("dict", ())))
+
+
 def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
     kind, body = shape
     if kind == "T":
@@ -197,9 +203,9 @@ class _Program:
     verified: bool = False
     result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
 
-    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], list[BufferSpec]]:
+    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:
         """The job that runs the captured graphs with `inputs` and fresh result buffers, the result
-        tensors (realized once the job is done) and the buffers the job writes."""
+        tensors (realized once the job is done) and the mapping from captured to replayed buffers."""
         mapping = dict(zip(self.inputs, inputs))
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
@@ -207,7 +213,7 @@ class _Program:
         job = Job(None, [], [])
         records = self.records
         job.plan = lambda: _run_records(records, mapping, inputs)
-        return job, tensors, [mapping.get(spec, spec) for spec in self.written]
+        return job, tensors, mapping
 
 
     def _results_on(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Node]:
@@ -409,8 +415,11 @@ class Jit:
         None) when the function must be called (it is sent the function's return value); its return
         value is the call's. The drivers above run it awaiting (async) or blocking (plain)."""
         self.stats["calls"] += 1
-        tensors: list[Tensor] = []
-        shape = _flatten((args, kwargs), tensors)
+        if not kwargs and all(isinstance(a, Tensor) for a in args):  # the common call: step(x, y)
+            tensors, shape = list(args), _tensors_only(len(args))
+        else:
+            tensors = []
+            shape = _flatten((args, kwargs), tensors)
         nodes = [t.node for t in tensors]
         graphs = [_graph_of(n) for n in nodes]
         key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, bool(Tensor.no_grad))
@@ -426,7 +435,7 @@ class Jit:
             sched.check_versions(leaves)
             self._programs.move_to_end(key)
             self.stats["replays"] += 1
-            job, results, written = program.replay([leaf.arg[0] for leaf in leaves])
+            job, results, mapping = program.replay([leaf.arg[0] for leaf in leaves])
             # a small replay is submitted from this thread (it costs less than the hand-off to the
             # dispatcher and back); a big one would stall the event loop, and so would lowering a plan
             # (the first replay, or the first after kernels were compiled): those go to the dispatcher
@@ -434,7 +443,7 @@ class Jit:
                     or not dispatcher.run_inline(job):
                 # queued behind other work: its buffers count as in flight until it is planned, so a
                 # sync accessor does not read them meanwhile
-                job.done_buffers = [Buffer.of(spec) for spec in written]
+                job.done_buffers = [Buffer.of(mapping.get(spec, spec)) for spec in program.written]
                 for buf in job.done_buffers:
                     buf.hold(1)
                 dispatcher.submit(job)
