@@ -225,3 +225,41 @@ async def test_a_buffer_every_replay_writes_counts_as_pending_until_the_replay_i
         assert caught > 0, "no replay was ever seen in flight"
         plans = [p for prog in step._programs.values() for r in prog.records for p in (r.producer_plan,) if p]
         assert any(p.clock is not None for p in plans)  # w's update ran as native programs: w followed a clock
+
+
+async def test_every_address_a_replayed_program_uses_belongs_to_a_buffer_the_plan_keeps_alive():
+    """Runners rebound by address slots (hcq/patching.py) no longer keep their buffers alive; the plan
+    does (`AddressSlots.bound`), so a replay whose caller is cancelled, and drops its result, cannot
+    have that memory handed to another tensor while its programs still write it. Checked after fast
+    replays and after replays planned while another ran (runners of their own: the slow path)."""
+    rng = np.random.default_rng(7)
+    a = Tensor((rng.standard_normal((256, 256)) * 0.02).astype(np.float32))
+
+    @atensor.jit
+    async def f(x: Tensor) -> Tensor:
+        h = x
+        for _ in range(24):  # milliseconds of products: the next replay is planned while this one runs
+            h = (h @ a).relu() + x
+        return h.sum(axis=0)
+
+    def check(plan) -> None:
+        kept = {}
+        for spec in plan.slots.bound:
+            buf = spec.runtime
+            kept[buf.address()] = spec
+        for swapped, places in zip(plan.swapped, plan.slots.slots):
+            for block, k, offset in places:
+                assert block[k] - offset in kept, f"a block points at a buffer nobody keeps ({swapped})"
+
+    with atensor.Context(native="jit", blas_threads=1):
+        await a.realize()
+        for _ in range(4):  # captured, verified, compiled, lowered
+            await f(Tensor(rng.standard_normal((64, 256)).astype(np.float32)))
+        plan = next(iter(f._programs.values())).records[0].producer_plan
+        for _ in range(3):
+            await f(Tensor(rng.standard_normal((64, 256)).astype(np.float32)))  # fast path
+            check(plan)
+        async with trio.open_nursery() as nursery:  # overlapping replays: runners of their own
+            for _ in range(4):
+                nursery.start_soon(f, Tensor(rng.standard_normal((64, 256)).astype(np.float32)))
+        check(plan)

@@ -219,6 +219,8 @@ class ReplayPlan:
             kept = all(r is self.runners[i] for i, r in enumerate(runs) if not self.keep_runner[i])
             self.slots = AddressSlots.find(self.tasks, runs, self.swapped, [not k for k in self.keep_runner]) \
                 if kept else None
+            if self.slots is not None:  # the runners' blocks point into this submission's buffers
+                self.slots.bound = new_specs
         self.last_final = [(q.signal, b + c) for q, b, c in zip(self.queues, bases, self.counts)]
         if batching and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]
