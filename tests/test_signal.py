@@ -118,3 +118,24 @@ async def test_a_cancelled_wait_all_leaves_no_waiter_and_late_values_do_not_wake
     await wait_all([(a, 2), (b, 1)])  # b is reached; a must really be set first
     assert a.value >= 2 and trio.current_time() - start >= 0.05
     late.join()
+
+
+async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
+    """A realize of many outputs lists a value per output: waiting for each of them would make every
+    publish of the queue scan them all (quadratic in the outputs)."""
+    a, b = Signal("test/a"), Signal("test/b")
+    targets = [(a, v) for v in range(1, 1001)] + [(b, v) for v in range(1, 1001)]
+    seen: list[int] = []
+
+    async def watch() -> None:
+        await trio.sleep(0.05)
+        seen.append(a.statistics()["trio_waiters"] + b.statistics()["trio_waiters"])
+        _set_later(a, 1000, 0.0).join()
+        _set_later(b, 1000, 0.0).join()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        with trio.fail_after(10):
+            await wait_all(targets)
+    assert a.value == b.value == 1000
+    assert seen == [2 if mechanism == "eventfd" else 1]  # one waiter per signal (or one signal at a time)
