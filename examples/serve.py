@@ -56,6 +56,7 @@ import numpy as np
 import trio
 
 import atensor
+from atensor.hcq import native
 from atensor.hcq.queue import lower_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_tools.py lies beside this file
@@ -176,7 +177,8 @@ class BatchingEngine:
 
     async def warmup(self, token_lengths: Sequence[int]) -> None:
         """Computes one batch of each shape that batches of 1 to max_batch sentences of each of these
-        lengths pack into, on each replica, so kernels are compiled and schedules cached before serving:
+        lengths pack into, on each replica, so kernels are compiled (to C too, when replays are
+        jitted) and schedules cached before serving:
         compiling holds the GIL for tens of ms, which /health would feel. (A kernel names its device's
         constants, so each replica compiles its own.)"""
         shapes: dict[tuple[int, ...], Any] = {}
@@ -186,6 +188,12 @@ class BatchingEngine:
             shapes.setdefault(tokens.shape + tokens.pooling.shape if tokens.packed else tokens.shape, tokens)
         for model, tokens in itertools.product(self.models, shapes.values()):
             for _ in range(3 if self.forwards[id(model)] is not None else 1):  # run, capture, verify
+                await self._forward(model, tokens)
+        if any(f is not None for f in self.forwards.values()):
+            # the captured kernels compile in the background (jit compile="background"): wait for them
+            # off the loop, then replay each shape once more so its plan is lowered with the C kernels
+            await trio.to_thread.run_sync(native.wait_background)
+            for model, tokens in itertools.product(self.models, shapes.values()):
                 await self._forward(model, tokens)
 
     async def _forward(self, model: Any, tokens: Any) -> Any:
