@@ -32,34 +32,10 @@ WARMUP = 30
 
 def run_atensor(devices: int, steps: int) -> dict:
     import trio
-    sys.path.insert(0, str(HERE.parent / "examples"))
-    import train
     import train_step
-    import atensor
-    from atensor import Tensor, nn
+    from atensor import Tensor
     from atensor.hcq.device import Device
-    from atensor.nn import optim
-    names = tuple(f"CPU:{k}" for k in range(devices))
-    batch = 256 * devices
-    x_np, y_np = train_step._data(batch)
-    Tensor.manual_seed(0)
-    net = train.MLP()
-    params = nn.get_parameters(net)
-    if devices > 1:
-        for p in params:
-            p.shard_(names)
-    opt = optim.Adam(params, lr=1e-3, fused=True)
-
-    @atensor.jit
-    async def step(x: Tensor, y: Tensor) -> Tensor:
-        if devices > 1:
-            x, y = x.shard(names, axis=0), y.shard(names, axis=0)
-        loss = nn.cross_entropy(net(x), y, reduction="sum") / batch
-        opt.zero_grad()
-        loss.backward()
-        await opt.step(loss)
-        return loss
-
+    step, params, names, x_np, y_np = train_step.flagship_step(devices, 256 * devices)
     signals = [Device.get(n).compute.signal for n in names]
     parts: dict[str, list[float]] = {k: [] for k in ("before", "programs", "after", "host_cpu", "step")}
 

@@ -48,8 +48,10 @@ def _data(batch: int):
     return rng.random((batch, 64), dtype=np.float32), rng.integers(0, 10, size=batch).astype(np.int32)
 
 
-def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[float]:
-    import trio
+def flagship_step(devices: int, batch: int, jit: bool = True) -> tuple:
+    """The flagship's training step as examples/train.py makes it (MLP, fused Adam, the batch split
+    inside the step on several devices): (step, params, device names, x, y) with x, y numpy arrays of
+    `batch` rows; `step(x, y)` takes tensors on the first device and returns the loss."""
     sys.path.insert(0, str(HERE.parent / "examples"))
     import train
     import atensor
@@ -64,7 +66,6 @@ def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[
         for p in params:
             p.shard_(names)
     opt = optim.Adam(params, lr=1e-3, fused=True)  # as examples/train.py
-    times: list[float] = []
 
     async def step(x: Tensor, y: Tensor) -> Tensor:
         if devices > 1:  # as examples/train.py: the batch is split inside the step
@@ -76,7 +77,14 @@ def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[
         loss.backward()
         await opt.step(loss)
         return loss
-    run = atensor.jit(step) if jit else step
+    return (atensor.jit(step) if jit else step), params, names, x_np, y_np
+
+
+def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[float]:
+    import trio
+    from atensor import Tensor
+    run, params, names, x_np, y_np = flagship_step(devices, batch, jit)
+    times: list[float] = []
 
     async def loop() -> None:
         await Tensor.realize(*params)
@@ -155,28 +163,9 @@ def run_kernel_pair(steps: int) -> dict:
     communication or host overhead."""
     import threading
     import trio
-    sys.path.insert(0, str(HERE.parent / "examples"))
-    import train
-    import atensor
-    from atensor import Tensor, nn
+    from atensor import Tensor
     from atensor.hcq import native
-    from atensor.nn import optim
-    names = ("CPU:0", "CPU:1")
-    x_np, y_np = _data(512)
-    net = train.MLP()
-    params = nn.get_parameters(net)
-    for p in params:
-        p.shard_(names)
-    opt = optim.Adam(params, lr=1e-3, fused=True)
-
-    @atensor.jit
-    async def step(x: Tensor, y: Tensor) -> Tensor:
-        x, y = x.shard(names, axis=0), y.shard(names, axis=0)
-        loss = nn.cross_entropy(net(x), y, reduction="sum") / 512
-        opt.zero_grad()
-        loss.backward()
-        await opt.step(loss)
-        return loss
+    step, params, names, x_np, y_np = flagship_step(2, 512)
 
     async def warm() -> None:
         with Tensor.train():
