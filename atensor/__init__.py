@@ -14,7 +14,7 @@ from atensor.dtype import DType, dtypes
 from atensor.hcq.device import Device
 from atensor.profiler import profile
 from atensor.tensor import NotRealizedError, Tensor
-from atensor.replay import Jit, JitError, TinyJit, jit
+from atensor.engine.jit import Jit, JitError, TinyJit, jit
 
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "settings", "profile", "NotRealizedError",
            "jit", "Jit", "JitError", "TinyJit"]

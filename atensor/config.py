@@ -7,14 +7,14 @@ through `Context`:
 |---|---|---|---|
 | racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free and its kernels in bounds before it runs (tests turn it on) |
 | z3_timeout_ms | ATENSOR_Z3_TIMEOUT_MS | 2000 | per z3 query of those proofs; a query that times out is a rejection |
-| blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads of a big kernel (hcq/blas.py) |
+| blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads of a big kernel (backend/blas.py) |
 | blas_parallel_flops | ATENSOR_BLAS_PARALLEL_FLOPS | 64 Mi | estimated flops from which a kernel's products use `blas_threads` threads; below, one |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
-| malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (hcq/numpy_plans.py); 0: malloc's defaults |
+| malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy_plans.py); 0: malloc's defaults |
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
-| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (hcq/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
+| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
 """
 from __future__ import annotations
 

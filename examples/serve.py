@@ -56,7 +56,7 @@ import numpy as np
 import trio
 
 import atensor
-from atensor.hcq import native
+from atensor.backend import native
 from atensor.hcq.queue import lower_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_tools.py lies beside this file

@@ -14,7 +14,7 @@ allreduces, Adam update) is one task graph and one `await`, and the event loop s
 is an `atensor.jit` function: its task graph is captured once and replayed on every later batch, so
 Python builds and schedules it only in the first steps (`--no-jit` builds it every step).
 
-The same seed gives the same losses on 1 device and on N (tests/test_train.py checks it): the
+The same seed gives the same losses on 1 device and on N (tests/examples/test_train.py checks it): the
 initialization comes from atensor's counter-based generator, and the batch order from numpy's.
 
 `--profile trace.json` writes a Perfetto trace (open it at ui.perfetto.dev) and `trace.html`, a

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from atensor.graph.node import BufferSpec
-from atensor.hcq import blas
+from atensor.backend import blas
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.queue import Queue
 from atensor.profiler import collector
@@ -173,6 +173,6 @@ def devices() -> list[Device]:
 
 
 def _limit_blas_threads() -> None:
-    """Each CPU device's share of the cores for BLAS (hcq/blas.py), so two devices running products at
+    """Each CPU device's share of the cores for BLAS (backend/blas.py), so two devices running products at
     once do not oversubscribe the cores."""
     blas.set_share(sum(1 for name in _registry if name.startswith("CPU")))

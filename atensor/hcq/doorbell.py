@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Optional
 
-from atensor.hcq import native
+from atensor.backend import native
 
 
 def available() -> bool:

@@ -1,4 +1,4 @@
-"""The host side of a realize: dispatch off the event loop, await timeline values from trio.
+"""The host side of a realize: dispatch off the event loop (the awaitable handle is engine/handle.py).
 
 Why a dispatcher thread: turning a large graph into a TaskGraph and command lists is Python work
 that can take longer than an event loop may stall. `realize()` therefore only records what to
@@ -18,24 +18,17 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 from __future__ import annotations
 
 import collections
-import contextvars
 import threading
 import time
-from typing import Any, Callable, Generator, Optional
+from typing import Any, Callable, Optional
 
 from atensor.config import settings
 from atensor.hcq.buffer import Buffer
-from atensor.hcq.executor import Submission
 from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.queue import lower_priority
-from atensor.hcq.signal import Signal, SignalFailed, wait_all
+from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-
-
-# While atensor.jit captures a call, the list its realizes record their schedules into (replay.py).
-# A context variable, so only the capturing trio task (and the tasks it starts) records.
-recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
 
 
 class Job:
@@ -44,11 +37,11 @@ class Job:
     schedule the job ran (see replay.py)."""
     __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record")
 
-    def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer],
+    def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
         self.plan, self.wait_for, self.done_buffers = plan, wait_for, done_buffers
         self.value = 0
-        self.submission: Optional[Submission] = None
+        self.submission: Any = None  # what the plan returned: an engine Submission
         self.extra_waits: list[tuple[Signal, int]] = []
         self.record: Optional[list] = None
 
@@ -134,69 +127,6 @@ class Dispatcher:
 dispatcher = Dispatcher()
 
 
-class RealizeHandle:
-    """Returned by `realize()`: the work is already dispatched. `await handle` waits for it (from
-    trio); `handle.wait()` blocks (outside an event loop). Awaiting returns `result`."""
-
-    def __init__(self, job: Job, result: Any):
-        self.job, self.result = job, result
-        self._error: Optional[BaseException] = None
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._wait_async().__await__()
-
-    async def _wait_async(self) -> Any:
-        start = time.perf_counter_ns()
-        try:
-            await dispatcher.signal.wait(self.job.value, check=False)
-            self._raise_dispatch_error()
-            await wait_all(self._waits())
-            self._raise_task_error()
-        finally:
-            if collector.is_active():
-                collector.record_host(HostSpan("await realize", "await", start, time.perf_counter_ns()))
-        return self.result
-
-    def wait(self, timeout: Optional[float] = None) -> Any:
-        """Blocks until the realize is done (for plain scripts; never call it on the loop thread)."""
-        dispatcher.signal.wait_blocking(self.job.value, check=False, timeout=timeout)
-        self._raise_dispatch_error()
-        for signal, value in self._waits():
-            signal.wait_blocking(value, check=False, timeout=timeout)
-        self._raise_task_error()
-        return self.result
-
-    def done(self) -> bool:
-        """True when every command of this realize has run."""
-        if not dispatcher.signal.reached(self.job.value):
-            return False
-        return all(s.reached(v) for s, v in self._waits())
-
-    def _waits(self) -> list[tuple[Signal, int]]:
-        sub = self.job.submission
-        return (sub.waits() if sub is not None else []) + self.job.extra_waits
-
-    def _raise_dispatch_error(self) -> None:
-        err = dispatcher.signal.failure(self.job.value)
-        if err is not None:
-            raise err
-
-    def _raise_task_error(self) -> None:
-        sub = self.job.submission
-        if sub is not None and sub.placed:
-            self._error = sub.first_failure()
-            reaper.release(sub.placed)  # the task graph: freed off this thread (see Reaper)
-            sub.placed = []
-        err = getattr(self, "_error", None)
-        if err is None:
-            for signal, value in self.job.extra_waits:
-                err = signal.failure(value)
-                if err is not None:
-                    break
-        if err is not None:
-            raise err
-
-
 class Reaper:
     """Frees finished task graphs on a thread of its own, a slice at a time.
 
@@ -248,4 +178,4 @@ def in_trio_loop() -> bool:
         return False
 
 
-__all__ = ["Dispatcher", "Job", "RealizeHandle", "dispatcher", "in_trio_loop", "recording", "SignalFailed"]
+__all__ = ["Dispatcher", "Job", "Reaper", "dispatcher", "reaper", "in_trio_loop", "SignalFailed"]

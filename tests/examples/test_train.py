@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("sklearn", reason="the flagship trains on scikit-learn's bundled digits: "
                                       "pip install scikit-learn")
 
-_PATH = Path(__file__).resolve().parent.parent / "examples" / "train.py"
+_PATH = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 _spec = importlib.util.spec_from_file_location("atensor_example_train", _PATH)
 train = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = train

@@ -24,7 +24,7 @@ from atensor.models.bert import SentenceEncoder  # noqa: E402
 
 
 def _load_example():
-    path = Path(__file__).resolve().parents[1] / "examples" / "serve.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "serve.py"
     spec = importlib.util.spec_from_file_location("atensor_example_serve", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -34,7 +34,7 @@ from atensor.graph.node import Node, toposort
 from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.view import View, strides_for
-from atensor.hcq.numpy_plans import contraction_groups
+from atensor.backend.numpy_plans import contraction_groups
 
 
 class Unsupported(Exception):

@@ -15,7 +15,7 @@ Each buffer is told only of the last write and the last read per queue, which is
 submission of native programs the buffers every replay touches follow the plan's clock instead
 (buffer.py), told once: only the swapped buffers learn each replay's values.
 
-Native work (hcq/native.py) is submitted in few commands when nothing is pending and no profile is
+Native work (backend/native.py) is submitted in few commands when nothing is pending and no profile is
 being taken:
 - when every task of the graph is native (compiled kernels, memcpy copies), each queue gets ONE
   command, a native program: its waits on other queues and the values other queues wait for go
@@ -40,11 +40,11 @@ from typing import Any, Callable, Optional
 
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
-from atensor.hcq import native
+from atensor.backend import native
 from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import Device, all_idle
-from atensor.hcq.executor import Submission, _runner, take_task_ids, wait_for_pending
-from atensor.hcq.patching import AddressSlots
+from atensor.engine.executor import Submission, _runner, take_task_ids, wait_for_pending
+from atensor.engine.patching import AddressSlots
 from atensor.hcq.queue import Command, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector

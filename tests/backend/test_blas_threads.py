@@ -1,4 +1,4 @@
-"""BLAS threads per kernel (hcq/blas.py): a kernel below `blas_parallel_flops` runs its products on
+"""BLAS threads per kernel (backend/blas.py): a kernel below `blas_parallel_flops` runs its products on
 one thread, a bigger one on `blas_threads`; OpenBLAS itself reports the count the kernel set."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from atensor import Context, Tensor
-from atensor.hcq import blas
+from atensor.backend import blas
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 

@@ -1,4 +1,4 @@
-"""Native programs (hcq/native.py `Program`, hcq/replayplan.py): a jit replay whose tasks are all native
+"""Native programs (backend/native.py `Program`, engine/replayplan.py): a jit replay whose tasks are all native
 runs as one command per queue, the queues handing work to each other through C timelines; runners of
 swapped buffers are rewritten in place between replays."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import trio
 
 import atensor
 from atensor import Tensor, nn
-from atensor.hcq import native
+from atensor.backend import native
 from atensor.hcq.device import Device
 from atensor.nn import optim
 
@@ -228,7 +228,7 @@ async def test_a_buffer_every_replay_writes_counts_as_pending_until_the_replay_i
 
 
 async def test_every_address_a_replayed_program_uses_belongs_to_a_buffer_the_plan_keeps_alive():
-    """Runners rebound by address slots (hcq/patching.py) no longer keep their buffers alive; the plan
+    """Runners rebound by address slots (engine/patching.py) no longer keep their buffers alive; the plan
     does (`AddressSlots.bound`), so a replay whose caller is cancelled, and drops its result, cannot
     have that memory handed to another tensor while its programs still write it. Checked after fast
     replays and after replays planned while another ran (runners of their own: the slow path)."""

@@ -1,4 +1,4 @@
-"""The native tier (hcq/native.py, hcq/c_render.py): kernels compiled to C give numpy's values.
+"""The native tier (backend/native.py, backend/c_render.py): kernels compiled to C give numpy's values.
 
 Each test runs with `native="all"`, so every kernel it realizes is rendered to C and compiled (or
 refused, and then it runs on numpy: the tests check which happened where it matters)."""
@@ -12,9 +12,9 @@ from hypothesis import given, strategies as st
 import atensor
 from atensor import Tensor, dtypes, nn
 from atensor.nn import optim
-from atensor.hcq import native
+from atensor.backend import native
 
-import test_ops
+from tests.tensor import test_ops
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine: the "
                                 "native tier is off and every kernel runs on numpy")

@@ -1,4 +1,4 @@
-"""The C every native library starts with (hcq/native.py compiles it ahead of the rendered kernels).
+"""The C every native library starts with (backend/native.py compiles it ahead of the rendered kernels).
 
 - numpy's integer and float semantics as helpers (floor division and modulo signed like the divisor,
   0 on division by zero, NaN-propagating max) and the BLAS gemm pointers numpy's OpenBLAS provides;

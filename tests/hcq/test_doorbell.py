@@ -11,7 +11,8 @@ import pytest
 
 import atensor
 from atensor import Tensor
-from atensor.hcq import doorbell, native
+from atensor.hcq import doorbell
+from atensor.backend import native
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Command, Queue
 

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 h11 = pytest.importorskip("h11", reason="the server speaks HTTP with h11 (pip install h11)")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from http_server import HttpServer, LoopPacer, Request, Response, error_response, json_response  # noqa: E402
 
 

@@ -29,8 +29,8 @@ from atensor.dtype import dtypes
 from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
-from atensor.hcq import numpy_plans
-from atensor.hcq.numpy_plans import Contraction, Window
+from atensor.backend import numpy_plans
+from atensor.backend.numpy_plans import Contraction, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
 _cache_lock = threading.Lock()

@@ -18,11 +18,11 @@ import numpy as np
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.config import settings
-from atensor.hcq import blas
+from atensor.backend import blas
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, DeviceError
-from atensor.hcq import native
-from atensor.hcq.numpy_backend import compile_kernel
+from atensor.backend import native
+from atensor.backend.numpy_backend import compile_kernel
 from atensor.hcq.queue import Command, DependencyFailed, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector

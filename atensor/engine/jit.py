@@ -42,12 +42,13 @@ import trio
 from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
-from atensor.hcq import native
+from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
-from atensor.hcq.executor import Submission
-from atensor.hcq.replayplan import ReplayPlan
-from atensor.hcq.host import Job, RealizeHandle, dispatcher, in_trio_loop, recording
+from atensor.engine.executor import Submission
+from atensor.engine.replayplan import ReplayPlan
+from atensor.hcq.host import Job, dispatcher, in_trio_loop
+from atensor.engine.handle import RealizeHandle, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
@@ -492,7 +493,7 @@ class Jit:
         kernels = _native_candidates(program.records)
         if kernels and self.compile == "background":
             native.prepare_in_background(kernels)
-        elif kernels:  # replays run these compiled (hcq/native.py); the compiler runs off the loop
+        elif kernels:  # replays run these compiled (backend/native.py); the compiler runs off the loop
             yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
 

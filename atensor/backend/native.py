@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from atensor.graph.node import Node
-from atensor.hcq.c_prelude import PRELUDE
-from atensor.hcq.c_render import Unsupported, render_c
+from atensor.backend.c_prelude import PRELUDE
+from atensor.backend.c_render import Unsupported, render_c
 
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off", "-std=c11")
 _lock = threading.Lock()

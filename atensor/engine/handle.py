@@ -1,0 +1,90 @@
+"""The handle a realize returns, and the jit's recording switch: what the caller awaits.
+
+A realize is already dispatched when `realize()` returns (hcq/host.py's dispatcher plans and
+submits it); the handle waits for the dispatcher's timeline value of the job, then for every
+queue value its submission published.
+
+Cancellation: cancelling `await handle` stops the waiting only. The job is dispatched and its
+commands run to completion, like commands on a GPU; a later await of the same tensor finds the
+buffer's pending writes and waits for them, and a buffer is never read half-written.
+"""
+from __future__ import annotations
+
+import contextvars
+import time
+from typing import Any, Generator, Optional
+
+from atensor.hcq.host import Job, dispatcher, reaper
+from atensor.hcq.signal import Signal, wait_all
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
+
+# While atensor.jit captures a call, the list its realizes record their schedules into (replay.py).
+# A context variable, so only the capturing trio task (and the tasks it starts) records.
+recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
+
+
+class RealizeHandle:
+    """Returned by `realize()`: the work is already dispatched. `await handle` waits for it (from
+    trio); `handle.wait()` blocks (outside an event loop). Awaiting returns `result`."""
+
+    def __init__(self, job: Job, result: Any):
+        self.job, self.result = job, result
+        self._error: Optional[BaseException] = None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            await dispatcher.signal.wait(self.job.value, check=False)
+            self._raise_dispatch_error()
+            await wait_all(self._waits())
+            self._raise_task_error()
+        finally:
+            if collector.is_active():
+                collector.record_host(HostSpan("await realize", "await", start, time.perf_counter_ns()))
+        return self.result
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Blocks until the realize is done (for plain scripts; never call it on the loop thread)."""
+        dispatcher.signal.wait_blocking(self.job.value, check=False, timeout=timeout)
+        self._raise_dispatch_error()
+        for signal, value in self._waits():
+            signal.wait_blocking(value, check=False, timeout=timeout)
+        self._raise_task_error()
+        return self.result
+
+    def done(self) -> bool:
+        """True when every command of this realize has run."""
+        if not dispatcher.signal.reached(self.job.value):
+            return False
+        return all(s.reached(v) for s, v in self._waits())
+
+    def _waits(self) -> list[tuple[Signal, int]]:
+        sub = self.job.submission
+        return (sub.waits() if sub is not None else []) + self.job.extra_waits
+
+    def _raise_dispatch_error(self) -> None:
+        err = dispatcher.signal.failure(self.job.value)
+        if err is not None:
+            raise err
+
+    def _raise_task_error(self) -> None:
+        sub = self.job.submission
+        if sub is not None and sub.placed:
+            self._error = sub.first_failure()
+            reaper.release(sub.placed)  # the task graph: freed off this thread (see Reaper)
+            sub.placed = []
+        err = getattr(self, "_error", None)
+        if err is None:
+            for signal, value in self.job.extra_waits:
+                err = signal.failure(value)
+                if err is not None:
+                    break
+        if err is not None:
+            raise err
+
+
+__all__ = ["RealizeHandle", "recording"]

@@ -1,0 +1,114 @@
+"""The realize pipeline: from "these tensors, realized" to a submitted plan and the handle to await.
+
+Why a module of its own: `Tensor.realize()` only records what to realize (tensor.py), and the
+dispatcher thread (hcq/host.py) runs `prepare` later, off the event loop: an output buffer and an
+ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
+execution (engine/executor.py). The jit (engine/jit.py) records the schedules that this path ran
+and keeps their plans.
+
+A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
+new node (a view of its storage) the next time its node is read.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from atensor.config import settings
+from atensor.graph.node import BufferSpec, Node
+from atensor.graph.ops import Ops
+from atensor.graph.rewrite import substitute
+from atensor.graph.view import View
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.host import Job
+from atensor.sched import schedule as sched
+
+
+def _storage_base(node: Node) -> Optional[Node]:
+    base = node.base()
+    return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
+
+
+def _follow_storage(node: Node) -> Node:
+    """`node` with its storage (if it is a view of one) at the storage's newest version."""
+    base = _storage_base(node)
+    if base is not None:
+        latest = sched.storage_of(base).latest()
+        if base is not latest:
+            return substitute([node], {base: latest})[node]
+    return node
+
+
+def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]):
+    """The part of a realize that runs on the dispatcher thread: an output buffer and an ASSIGN root
+    per computed tensor, then scheduling and submission. `realize()` itself only records what to
+    realize, so realizing 10,000 tensors does not hold the event loop; each tensor takes its storage
+    the next time its node is read (the dispatcher never writes a tensor's node: only its `_swap`)."""
+    roots: list[Node] = []
+    for t, node in captured:
+        if node.op is Ops.MULTI:  # a sharded tensor: every shard is an output of this realize
+            parts = tuple(_realize_part(s, roots, job.wait_for, job.done_buffers) for s in node.src)
+            new = Node.make(Ops.MULTI, node.dtype, parts, node.arg)
+        else:
+            new = _realize_part(node, roots, job.wait_for, job.done_buffers)
+        if new is not node:
+            t._swap = (node, new)
+    return _plan(roots, pending, job.record) if roots else None
+
+
+def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer]) -> Node:
+    """Adds what realizing the single-device `node` needs to `roots`, `wait_for` and `outputs`; returns
+    the node the tensor holds afterwards (a view of its storage)."""
+    base = _storage_base(node)
+    if base is not None and base.op is Ops.BUFFER:
+        wait_for.append(Buffer.of(base.arg[0]))
+        return node
+    if base is not None:  # a pending assign: realize it
+        root = base
+        spec = sched.storage_of(base)
+    else:
+        spec = BufferSpec(node.device, node.size, node.dtype)
+        view = View.create((node.size,)).reshape(node.shape)
+        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
+        sched.set_head(spec, root)
+        node = root.view(view)
+    roots.append(root)
+    buf = Buffer.of(spec)
+    buf.hold(1)
+    outputs.append(buf)
+    wait_for.append(buf)
+    return node
+
+
+def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[list] = None):
+    start = time.perf_counter_ns()
+    result = sched.schedule(roots, pending)
+    if record is not None:  # atensor.jit is capturing this call: keep what it ran
+        record.append(result)
+    # buffers this graph writes count as in flight until their writes are noted by execute(), so a
+    # sync accessor never reads one between commit (new version visible) and submission
+    written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses
+                                      if a.mode == "w"}]
+    for buf in written:
+        buf.hold(1)
+    try:
+        return _commit_and_execute(result, start)
+    finally:
+        for buf in written:
+            buf.hold(-1)
+
+
+def _commit_and_execute(result: sched.Schedule, start: int):
+    from atensor.engine.executor import execute
+    from atensor.profiler import collector
+    from atensor.profiler.events import HostSpan
+    if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
+        from atensor.sched.boundscheck import check_graph
+        from atensor.sched.racecheck import check_race_free
+        check_race_free(result.graph)
+        check_graph(result.graph)
+    result.commit()
+    if collector.is_active():
+        collector.record_host(HostSpan(f"schedule {len(result.graph)} tasks", "schedule", start,
+                                       time.perf_counter_ns()))
+    return execute(result.graph)
