@@ -10,4 +10,8 @@ python3 -m venv .venv
 # the PyTorch references (gradients, conv2d, the BERT embeddings); tests that need them skip without them
 .venv/bin/python -m pip install -q -e '.[reference]' \
   || echo "scripts/test.sh: PyTorch references could not be installed; the comparisons against them will skip"
-HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest tests
+start=$(date +%s)
+status=0
+HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} .venv/bin/python -m pytest tests -p no:cacheprovider -o addopts="" -q --durations=15 || status=$?
+echo "scripts/test.sh: the suite took $(( $(date +%s) - start )) s"
+exit $status
