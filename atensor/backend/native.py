@@ -236,7 +236,11 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
     todo = [(ast, name) for ast, name in kernels if ast not in _kernels and ast not in _refused]
     start = time.perf_counter_ns()
     added = _prepare(todo)
-    names = sorted({name for ast, name in todo if ast in _kernels})
+    counts: dict[str, int] = {}
+    for ast, name in dict(todo).items():
+        if ast in _kernels:
+            counts[name] = counts.get(name, 0) + 1
+    names = [name if n == 1 else f"{name} (x{n})" for name, n in sorted(counts.items())]
     failed = len({ast for ast, _ in todo if ast in _refused})
     if added or failed:
         background = threading.current_thread() is _background_thread

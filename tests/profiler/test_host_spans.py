@@ -44,8 +44,8 @@ async def test_a_jit_compile_is_a_host_span_naming_the_kernels_it_compiled(monke
     assert len(compiles) == 1, compiles
     span = compiles[0]
     assert span.track == "host" and span.duration_ns > 0
-    assert names and set(span.detail.split(", ")) == names
-    assert span.name == f"compile {len(names)} kernels"
+    assert names and {k.split(" (x")[0] for k in span.detail.split(", ")} == names
+    assert span.name.startswith("compile ") and int(span.name.split()[1]) >= len(names)
     # the jitted calls themselves are spans too, and the compile happened inside the third one
     calls = sorted((h for h in prof.host_spans if h.category == "call"), key=lambda h: h.start_ns)
     assert [h.name for h in calls] == ["jit f"] * 3
