@@ -294,17 +294,20 @@ JS = r"""
       const samples = data.memory[device], box = memoryY[device];
       const base = box.y + MEMORY_H - 3, top = box.y + 4;
       const yOf = (b) => (base - (box.peak ? (b / box.peak) * (base - top) : 0)).toFixed(1);
-      let y = String(base);
+      // A step line: hold each value up to the next sample's x, then go to the new value there.
+      // Samples that fall on one x make one vertical step (to the last of them), not one each.
+      let y = String(base), lastX = null;
       let d = "M" + clampX(X(samples[0][0])).toFixed(1) + "," + base;
-      let previous = null;
       for (const [ts, bytes] of samples) {
         const x = clampX(X(ts)).toFixed(1);
-        if (x === previous) { y = yOf(bytes); continue; }   // many samples in one pixel: one step
-        d += " L" + x + "," + y;   // hold the previous value up to this sample: a step line
+        if (x !== lastX) {
+          if (lastX !== null) d += " L" + lastX + "," + y;
+          d += " L" + x + "," + y;
+          lastX = x;
+        }
         y = yOf(bytes);
-        d += " L" + x + "," + y;
-        previous = x;
       }
+      d += " L" + lastX + "," + y;
       const xEnd = clampX(X(full[1])).toFixed(1);
       d += " L" + xEnd + "," + y + " L" + xEnd + "," + base + " Z";
       memoryPaths[device].setAttribute("d", d);

@@ -7,11 +7,12 @@
 # the browser's own input pipeline (Input.dispatchMouseEvent: hit-testing, hover and event order
 # as a person's mouse gets them), read the page with Runtime.evaluate, and take screenshots.
 #
-# Used by test_html.py and, run as `python -m tests.profiler.browser`, to refresh the pictures in
-# docs/profiler.md (see `main`).
+# Used by test_html.py and test_timeline_browser.py and, run as `python -m tests.profiler.browser
+# TRACE.json docs`, to refresh the pictures in docs/profiler.md (see `main`).
 from __future__ import annotations
 
 import base64
+import bisect
 import fcntl
 import json
 import os
@@ -229,24 +230,54 @@ class Browser:
         self.send("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y, deltaX=0, deltaY=delta_y)
         self.settle()
 
+    def fit_height(self) -> None:
+        """Make the viewport as tall as the page, so a screenshot has no empty space below it."""
+        self.height = int(self.evaluate("document.documentElement.scrollHeight"))
+        self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
+                  deviceScaleFactor=1, mobile=False)
+        self.settle()
+
     def screenshot(self, png: Path) -> None:
         """Save the viewport as a PNG."""
         png.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
 
 
 def main(argv: list[str]) -> int:
-    """Write a screenshot of the simulated training step's timeline to argv[0]."""
+    """`python -m tests.profiler.browser TRACE.json [OUT_DIR]`: the pictures in docs/profiler.md.
+
+    Writes OUT_DIR/profiler_zoomed_out.png (the whole trace) and OUT_DIR/profiler_zoomed_in.png
+    (4 ms from the start of the middle jitted call, a replayed training step). Made from the
+    flagship's trace: `XDG_CACHE_HOME=$(mktemp -d) python examples/train.py --profile t.json`.
+    """
     from atensor.profiler import Profile
 
-    from .sample_events import simulate_step
-
-    target = Path(argv[0] if argv else "docs/profiler_timeline.png")
-    run = simulate_step()
-    prof = Profile.from_events(run.spans, run.host_spans, run.memory, run.clock_offsets)
-    with tempfile.TemporaryDirectory() as tmp:
-        page = prof.export(Path(tmp) / "timeline.html")
-        screenshot(page, target)
-    print(f"wrote {target}")
+    if not argv:
+        print(main.__doc__)
+        return 2
+    prof = Profile.load(argv[0])
+    out = Path(argv[1] if len(argv) > 1 else "docs")
+    timeline = prof.timeline()
+    # the replayed step (a jitted call in the second half) with the most device work in 4 ms
+    calls = sorted(h.start for h in timeline.host_spans if h.span.category == "call")
+    starts = sorted(p.start for p in timeline.spans)
+    later = calls[len(calls) // 2:] or [timeline.window[1] // 2]
+    middle = max(later, key=lambda c: bisect.bisect(starts, c + 3_900_000) - bisect.bisect(starts, c))
+    with tempfile.TemporaryDirectory() as tmp, Browser(width=1400, height=640) as page:
+        page.open(prof.export(Path(tmp) / "timeline.html"))
+        page.fit_height()
+        page.screenshot(out / "profiler_zoomed_out.png")
+        page.evaluate(f"atensorTimeline.setView({middle - 100_000}, {middle + 3_900_000})")
+        # hover the widest device kernel on screen, so the picture shows a tooltip too
+        box = page.evaluate(
+            "(() => { const r = Array.from(document.querySelectorAll('rect.span[data-kind=kernel]'))"
+            ".filter((n) => n.getAttribute('visibility') !== 'hidden')"
+            ".sort((a, b) => b.getBoundingClientRect().width - a.getBoundingClientRect().width)[0];"
+            " if (!r) return null; const b = r.getBoundingClientRect();"
+            " return [b.left + Math.min(b.width / 2, 40), b.top + b.height / 2]; })()")
+        if box is not None:
+            page.mouse_move(*box)
+        page.screenshot(out / "profiler_zoomed_in.png")
+    print(f"wrote {out / 'profiler_zoomed_out.png'} and {out / 'profiler_zoomed_in.png'}")
     return 0
 
 
