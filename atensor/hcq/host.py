@@ -35,7 +35,8 @@ class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
     schedule the job ran (see replay.py)."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "issued_ns")
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record",
+                 "issued_ns")
 
     def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):

@@ -21,11 +21,9 @@
 # flushing logic in the workers, for a saving that does not matter next to a kernel launch.
 from __future__ import annotations
 
-import contextlib
 import gc
 import threading
 import time
-from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -59,23 +57,32 @@ def record_host(span: HostSpan) -> None:
         prof.host_spans.append(span)
 
 
-@contextlib.contextmanager
-def host_span(name: str, category: str, track: str = "host", detail: str = "") -> Iterator[None]:
+class host_span:   # noqa: N801 - used like a function: `with host_span(...):`
     """Record the block as one HostSpan when a profile is active (nothing else when none is).
+
+    A class rather than a generator-based context manager: the core wraps hot paths in it (every
+    jitted call), and with no profile active entering and leaving costs two attribute reads.
 
     Example::
 
         with host_span("load weights model.safetensors", "load"):
             arrays = load_file(path)
     """
-    if not _active:
-        yield
-        return
-    start = time.perf_counter_ns()
-    try:
-        yield
-    finally:
-        record_host(HostSpan(name, category, start, time.perf_counter_ns(), track, detail))
+
+    __slots__ = ("name", "category", "track", "detail", "start")
+
+    def __init__(self, name: str, category: str, track: str = "host", detail: str = "") -> None:
+        self.name, self.category, self.track, self.detail = name, category, track, detail
+        self.start = 0
+
+    def __enter__(self) -> None:
+        if _active:
+            self.start = time.perf_counter_ns()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.start and _active:
+            record_host(HostSpan(self.name, self.category, self.start, time.perf_counter_ns(), self.track,
+                                 self.detail))
 
 
 _gc_started: list[int] = []   # start of the collection in progress (collections never nest)
