@@ -17,15 +17,19 @@ from atensor.profiler import HostSpan, Profile
 from atensor.profiler.summary import host_coverage
 
 
-def _needs_compiler():
+def _needs_compiler(monkeypatch):
+    """backend.native, with the default policy (ATENSOR_NATIVE=jit: only jitted kernels compile,
+    when the function is captured), whatever the environment runs the suite with."""
     from atensor.backend import native
+    from atensor.config import settings
     if native.compiler() is None:
         pytest.skip("no C compiler here: every kernel stays on numpy")
+    monkeypatch.setattr(settings, "native", "jit")
     return native
 
 
 async def test_a_jit_compile_is_a_host_span_naming_the_kernels_it_compiled(monkeypatch, tmp_path):
-    native = _needs_compiler()
+    native = _needs_compiler(monkeypatch)
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))   # a cold cache: the compiler really runs
 
     @atensor.jit
@@ -53,7 +57,7 @@ async def test_a_jit_compile_is_a_host_span_naming_the_kernels_it_compiled(monke
 
 
 async def test_a_background_compile_is_on_its_own_track(monkeypatch, tmp_path):
-    native = _needs_compiler()
+    native = _needs_compiler(monkeypatch)
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
 
     @atensor.jit(compile="background")
