@@ -27,12 +27,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from atensor.graph.node import Node
 from atensor.backend.c_prelude import PRELUDE
 from atensor.backend.c_render import Unsupported, render_c
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
 
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off", "-std=c11")
 _lock = threading.Lock()
@@ -227,7 +230,27 @@ def lookup(ast: Node) -> Optional[NativeKernel]:
 def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
     """Compiles the (ast, name) kernels not compiled yet, in one compiler call; returns how many were
     added. Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
-    worker thread, not the event loop."""
+    worker thread, not the event loop. While profiling, the time is a "compile" host span naming them."""
+    if not collector.is_active():
+        return _prepare(kernels)
+    todo = [(ast, name) for ast, name in kernels if ast not in _kernels and ast not in _refused]
+    start = time.perf_counter_ns()
+    added = _prepare(todo)
+    counts: dict[str, int] = {}
+    for ast, name in dict(todo).items():
+        if ast in _kernels:
+            counts[name] = counts.get(name, 0) + 1
+    names = [name if n == 1 else f"{name} (x{n})" for name, n in sorted(counts.items())]
+    failed = len({ast for ast, _ in todo if ast in _refused})
+    if added or failed:
+        background = threading.current_thread() is _background_thread
+        collector.record_host(HostSpan(
+            f"compile {added} kernels" + (f" ({failed} left on numpy)" if failed else ""), "compile", start,
+            time.perf_counter_ns(), "compile (background)" if background else "host", ", ".join(names)))
+    return added
+
+
+def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
     global last_error, compiled, epoch
     cc = compiler()
     if cc is None:

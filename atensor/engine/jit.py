@@ -384,12 +384,13 @@ class Jit:
 
     async def _drive_async(self, args: tuple, kwargs: dict) -> Any:
         steps, value, error = self._steps(args, kwargs), None, None
-        while (step := _advance(steps, value, error))[0] is not _DONE:
-            value, error = None, None
-            try:
-                value = await step[1] if step[0] is _WAIT else await self.fn(*args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - handed to the steps (their cleanup runs)
-                error = exc
+        with collector.host_span(f"jit {self._name}", "call"):  # the call's host time, for the profiler
+            while (step := _advance(steps, value, error))[0] is not _DONE:
+                value, error = None, None
+                try:
+                    value = await step[1] if step[0] is _WAIT else await self.fn(*args, **kwargs)
+                except BaseException as exc:  # noqa: BLE001 - handed to the steps (their cleanup runs)
+                    error = exc
         return step[1]
 
     def _drive_sync(self, args: tuple, kwargs: dict) -> Any:

@@ -35,7 +35,8 @@ class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
     schedule the job ran (see replay.py)."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record")
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record",
+                 "issued_ns")
 
     def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
@@ -44,6 +45,7 @@ class Job:
         self.submission: Any = None  # what the plan returned: an engine Submission
         self.extra_waits: list[tuple[Signal, int]] = []
         self.record: Optional[list] = None
+        self.issued_ns = 0  # when it was queued for the dispatcher (its wait there is a profiler span)
 
 
 class Dispatcher:
@@ -61,6 +63,7 @@ class Dispatcher:
         with self._cond:
             self._issued += 1
             job.value = self._issued
+            job.issued_ns = time.perf_counter_ns()
             self._jobs.append(job)
             self._cond.notify()
             if self._thread is None:
@@ -116,6 +119,8 @@ class Dispatcher:
                     buf.hold(-1)
             end = time.perf_counter_ns()
             if collector.is_active():
+                collector.record_host(HostSpan(f"job {job.value} waits in the dispatcher queue", "wait",
+                                               job.issued_ns, start, "dispatcher queue"))
                 collector.record_host(HostSpan(f"schedule+submit job {job.value}", "schedule", start, end))
             self.signal.set(job.value, (start, end), error)
             job.plan = None  # the graph's nodes; only the handle's submission is still needed

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from atensor.profiler.collector import host_span
 from atensor.tensor import Tensor
 
 
@@ -68,6 +69,12 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         if missing or unexpected:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
     loaded: list[Tensor] = []
+    with host_span(f"load_state_dict ({len(state_dict)} tensors)", "load"):
+        _assign_all(model_state, state_dict, loaded)
+    return loaded
+
+
+def _assign_all(model_state: dict[str, Tensor], state_dict: dict[str, Tensor], loaded: list[Tensor]) -> None:
     for key, target in model_state.items():
         if key not in state_dict:
             continue
@@ -82,18 +89,19 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         elif value.device != target.device:
             value = value.to(target.device)
         loaded.append(target.assign(value.cast(target.dtype)))
-    return loaded
 
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: Optional[dict[str, str]] = None) -> None:
     """Writes `tensors` to a safetensors file. Reads their values, so inside an event loop realize
     them first (`await Tensor.realize(*tensors.values())`); outside one they realize here."""
     from safetensors.numpy import save_file
-    arrays = {key: np.ascontiguousarray(t.numpy()) for key, t in tensors.items()}
-    save_file(arrays, path, metadata=metadata)
+    with host_span(f"save weights {path}", "load", detail=f"{len(tensors)} tensors"):
+        arrays = {key: np.ascontiguousarray(t.numpy()) for key, t in tensors.items()}
+        save_file(arrays, path, metadata=metadata)
 
 
 def safe_load(path: str, device: Optional[str] = None) -> dict[str, Tensor]:
     """The tensors of a safetensors file (written by atensor, PyTorch or anyone), on `device`."""
     from safetensors.numpy import load_file
-    return {key: Tensor(array, device=device) for key, array in load_file(path).items()}
+    with host_span(f"load weights {path}", "load"):
+        return {key: Tensor(array, device=device) for key, array in load_file(path).items()}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .collector import (
     Profile,
+    host_span,
     is_active,
     profile,
     record_host,
@@ -44,6 +45,7 @@ __all__ = [
     "ProfileStats",
     "QueueStats",
     "Span",
+    "host_span",
     "is_active",
     "profile",
     "record_host",

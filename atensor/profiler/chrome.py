@@ -122,6 +122,8 @@ def _slice(item: PlacedSpan | PlacedHostSpan, pid: int, tid: int) -> dict[str, A
     else:
         event["cat"] = item.span.category
         event["args"] = {"category": item.span.category, "track": item.span.track}
+        if item.span.detail:
+            event["args"]["detail"] = item.span.detail
     return event
 
 
@@ -219,7 +221,8 @@ def from_chrome(document: Any, source: str = "trace") -> SavedTrace:
             name = str(event.get("name", "?"))
             if process == "host" and (ours or event.get("cat") in HOST_CATEGORIES):
                 track = str(args.get("track", thread))
-                host_spans.append(HostSpan(name, str(event.get("cat", "")), start, end, track))
+                host_spans.append(HostSpan(name, str(event.get("cat", "")), start, end, track,
+                                           str(args.get("detail", ""))))
             else:
                 spans.append(Span(
                     process, thread, int(args.get("task_id", -complete)), name,

@@ -11,11 +11,17 @@
 # `list.append` on the profiles' lists is atomic under the GIL. An event recorded by a worker a
 # moment after the profile exited may be missed: await the work inside the `with` block.
 #
+# Garbage collections are recorded from CPython's own hook (gc.callbacks), installed while a
+# profile is active: a collection stops every thread, so it is host time whoever triggered it,
+# including the collections atensor defers while its threads work (hcq/gcpause.py) and that run
+# at the first allocation after the pause ends.
+#
 # Alternatives rejected: a contextvar would follow trio tasks but not the queue worker threads
 # that stamp the spans; a per-thread buffer merged at exit would be faster still but needs
 # flushing logic in the workers, for a saving that does not matter next to a kernel launch.
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from os import PathLike
@@ -25,6 +31,7 @@ from typing import Any
 from .chrome import read_chrome_file, to_chrome, write_chrome_file
 from .events import HostSpan, MemoryEvent, Span
 from .html import write_html_file
+from . import tasks
 from .summary import ProfileStats, compute_stats, format_summary
 from .timeline import Timeline, build_timeline
 
@@ -48,6 +55,48 @@ def record_host(span: HostSpan) -> None:
     """Add one host span (schedule, compile, submit, await) to every active profile."""
     for prof in _active:
         prof.host_spans.append(span)
+
+
+class host_span:   # noqa: N801 - used like a function: `with host_span(...):`
+    """Record the block as one HostSpan when a profile is active (nothing else when none is).
+
+    A class rather than a generator-based context manager: the core wraps hot paths in it (every
+    jitted call), and with no profile active entering and leaving costs two attribute reads.
+
+    Example::
+
+        with host_span("load weights model.safetensors", "load"):
+            arrays = load_file(path)
+    """
+
+    __slots__ = ("name", "category", "track", "detail", "start")
+
+    def __init__(self, name: str, category: str, track: str = "host", detail: str = "") -> None:
+        self.name, self.category, self.track, self.detail = name, category, track, detail
+        self.start = 0
+
+    def __enter__(self) -> None:
+        if _active:
+            self.start = time.perf_counter_ns()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.start and _active:
+            record_host(HostSpan(self.name, self.category, self.start, time.perf_counter_ns(), self.track,
+                                 self.detail))
+
+
+_gc_started: list[int] = []   # start of the collection in progress (collections never nest)
+
+
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    """gc.callbacks hook: one "gc" host span per cyclic collection while a profile is active."""
+    if phase == "start":
+        _gc_started[:] = [time.perf_counter_ns()]
+    elif _gc_started:
+        start = _gc_started.pop()
+        detail = f"{info.get('collected', 0)} objects collected, {info.get('uncollectable', 0)} uncollectable"
+        record_host(HostSpan(f"gc collection (generation {info.get('generation', '?')})", "gc", start,
+                             time.perf_counter_ns(), "gc", detail))
 
 
 def record_memory(event: MemoryEvent) -> None:
@@ -98,6 +147,7 @@ class Profile:
         self.end_ns: int | None = None
         self._entered = False
         self._timeline: tuple[tuple, Timeline] | None = None
+        self._task_steps: tasks.TaskSteps | None = None
 
     @classmethod
     def from_events(
@@ -135,6 +185,10 @@ class Profile:
             self.clock_offsets.update(_clock_offsets)
             self.start_ns = time.perf_counter_ns()
             _active = _active + (self,)
+            if _on_gc not in gc.callbacks:
+                gc.callbacks.append(_on_gc)
+        # inside a trio loop, the loop thread's task steps are host spans too (tasks.py)
+        self._task_steps = tasks.install(self.host_spans.append)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -142,6 +196,10 @@ class Profile:
         with _lock:
             self.end_ns = time.perf_counter_ns()
             _active = tuple(p for p in _active if p is not self)
+            if not _active and _on_gc in gc.callbacks:
+                gc.callbacks.remove(_on_gc)
+        tasks.uninstall(self._task_steps)
+        self._task_steps = None
 
     async def __aenter__(self) -> Profile:
         return self.__enter__()

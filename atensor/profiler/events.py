@@ -22,8 +22,14 @@ from typing import NamedTuple
 # the timeline but is not counted as busy time.
 SPAN_KINDS: tuple[str, ...] = ("kernel", "copy", "allreduce", "wait")
 
-# What the host (the trio thread and the scheduler) can be doing.
-HOST_CATEGORIES: tuple[str, ...] = ("schedule", "compile", "submit", "await")
+# What the host (the event loop's thread, the dispatcher, the compiler thread) can be doing:
+# scheduling and planning, compiling kernels, submitting, awaiting results, a job waiting in the
+# dispatcher's queue, a cyclic garbage collection, loading or saving weights, a jitted call, and a
+# trio task's own code running on the loop thread (tasks.py). The summary's "host" table and its
+# coverage line (summary.py) are made of these.
+HOST_CATEGORIES: tuple[str, ...] = (
+    "schedule", "compile", "submit", "await", "wait", "gc", "load", "call", "task",
+)
 
 
 class Span(NamedTuple):
@@ -55,9 +61,12 @@ class Span(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class HostSpan:
-    """Host-side work (scheduling, compiling, submitting, awaiting) on a host track.
+    """Host-side work (scheduling, compiling, submitting, awaiting...) on a host track.
 
-    Example: ``HostSpan("schedule realize", "schedule", 100, 900)``
+    `detail` is free text shown with the span (the kernels a compile built, the file weights
+    came from); `track` groups spans by who did the work ("host", "compile (background)", "gc").
+
+    Example: ``HostSpan("compile 3 kernels", "compile", 100, 900, detail="E_add_4, r_sum_4x4")``
     """
 
     name: str
@@ -65,6 +74,7 @@ class HostSpan:
     start_ns: int
     end_ns: int
     track: str = "host"
+    detail: str = ""
 
     @property
     def duration_ns(self) -> int:

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .html_assets import CSS, JS
+from .html_assets import JS
+from .html_style import CSS
 from .summary import compute_stats, critical_chain, format_ns
 from .timeline import Timeline
 
@@ -26,6 +27,10 @@ COLORS = {
     "compile": "#b07aa1",
     "submit": "#edc948",
     "await": "#a0cbe8",
+    "gc": "#e15759",
+    "load": "#76b7b2",
+    "call": "#bab0ac",
+    "task": "#8cd17d",
 }
 
 # Shown before the page's main script so that any script error ends up in the DOM, where a
@@ -55,7 +60,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
     for host_item in timeline.host_spans:
         h = host_item.span
         spans.append([host_item.track, host_item.start, host_item.end, h.name, h.category, None, 0, 0,
-                      [], 0, h.track])
+                      [], 0, h.track, h.detail])
     return {
         "processes": timeline.processes(),
         "tracks": [{"process": t.process, "name": t.name, "host": t.is_host} for t in timeline.tracks],
@@ -112,7 +117,7 @@ def render_html(timeline: Timeline, title: str = "atensor profile") -> str:
     </div>
   </div>
   <div class="bar hint">wheel: zoom around the cursor &middot; drag: pan &middot; double-click: reset
-    &middot; hover a span for its details <span id="notice"></span></div>
+    &middot; hover a span for its details, click to pin them <span id="notice"></span></div>
   <svg id="axis" height="26"></svg>
 </header>
 <div id="errors"></div>

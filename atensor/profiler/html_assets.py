@@ -1,64 +1,28 @@
-# The stylesheet and script of the HTML timeline, kept apart from html.py's Python.
+# The script of the HTML timeline, kept apart from html.py's Python (its stylesheet: html_style.py).
 #
-# They live in a Python module, not in .css/.js files, so that they ship with the package with no
+# It lives in a Python module, not in a .js file, so that it ships with the package with no
 # package-data configuration and the page stays one self-contained file: no network, no CDN, it
 # opens from a mail attachment on a laptop without internet.
 #
-# The page draws SVG, one <rect class="span"> per span, because SVG elements are what a hover,
-# a test (count the elements) and a screenshot all see directly; a canvas would be faster beyond
-# ~100k spans but opaque to all three. Redrawing moves existing elements (sets x and width) and
-# never rebuilds them, so wheel-zoom and drag-pan stay smooth on traces of tens of thousands.
+# The page draws SVG, because SVG elements are what a hover, a test (count the elements) and a
+# screenshot all see directly; a canvas would be opaque to all three. What it draws depends on
+# the zoom, so that the page reads at every zoom and its size does not grow with the trace:
+# - a span at least MIN_PX wide is one <rect class="span">; consecutive spans of a track that are
+#   each narrower, and less than a pixel apart, are merged into one <rect class="band">, whose
+#   opacity is how busy the track was under it and whose tooltip counts the spans and names the
+#   most frequent ones. So a track draws at most about one element per pixel of width, whether
+#   the trace has a hundred spans or a million;
+# - dependency arrows are drawn when few enough are on screen to be followed (READABLE_ARROWS)
+#   and none ends inside a band; otherwise only the hovered or selected (clicked) span's own;
+# - axis labels carry as many decimals as the tick step needs to tell two ticks apart;
+# - hovering a span shows its details, clicking pins them (and its arrows) until the next click.
+# Elements come from pools (a track walks only its visible spans, found by binary search), so
+# wheel-zoom and drag-pan move existing elements instead of rebuilding the page.
 #
-# Opening the page with "#selftest" makes it zoom, pan and hover by itself after loading and
-# write what happened into <pre id="selftest">; the headless-browser test reads that back.
+# `window.atensorTimeline` lets a test or a script set the view and read what is drawn. Opening
+# the page with "#selftest" makes it zoom, pan and hover by itself after loading and write what
+# happened into <pre id="selftest">; the headless-browser tests read that back.
 from __future__ import annotations
-
-CSS = r"""
-* { box-sizing: border-box; }
-body { margin: 0; font: 12px/1.35 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
-       background: #fff; }
-header { position: sticky; top: 0; z-index: 2; background: #f6f7f9; border-bottom: 1px solid #d9dde3; }
-.bar { display: flex; flex-wrap: wrap; gap: 6px 18px; align-items: center; padding: 7px 12px 4px; }
-.bar h1 { font-size: 14px; margin: 0 8px 0 0; }
-.stat b { font-variant-numeric: tabular-nums; }
-.legend { display: flex; gap: 10px; flex-wrap: wrap; }
-.legend span { display: inline-flex; align-items: center; gap: 4px; }
-.legend i { width: 11px; height: 11px; border-radius: 2px; display: inline-block; }
-.controls { margin-left: auto; display: flex; gap: 12px; align-items: center; }
-.controls button { font: inherit; padding: 1px 8px; }
-.hint { color: #6b7480; }
-#notice { color: #a3400b; margin-left: 12px; }
-#axis { display: block; }
-#axis text { fill: #4d5661; font-size: 10px; }
-#axis line { stroke: #aab2bc; }
-#chart { display: block; user-select: none; cursor: grab; }
-#chart.dragging { cursor: grabbing; }
-.row-process { fill: #eef1f4; }
-.row-track { fill: #ffffff; }
-.row-track.odd { fill: #f8f9fb; }
-.row-label { fill: #2b323a; font-size: 11px; }
-.row-label.process { font-weight: 600; }
-.gutter { fill: #fff; }
-.gutter-line { stroke: #d9dde3; }
-.grid line { stroke: #eceff2; }
-rect.span { stroke: rgba(0, 0, 0, 0.28); stroke-width: 0.5; }
-rect.span:hover { stroke: #111; stroke-width: 1.2; }
-rect.span.critical.show { stroke: #d62728; stroke-width: 2; }
-text.label { font-size: 10px; fill: #fff; pointer-events: none; }
-text.label.dark { fill: #1d2329; }
-path.dep { fill: none; stroke: #3b4650; stroke-width: 1; opacity: 0.55; pointer-events: none; }
-path.dep.critical { stroke: #d62728; opacity: 0.9; stroke-width: 1.5; }
-path.mem { fill: rgba(118, 183, 178, 0.35); stroke: #4f8f8a; stroke-width: 1; }
-#tip { position: fixed; display: none; z-index: 5; pointer-events: none; max-width: 420px;
-       background: rgba(24, 28, 33, 0.94); color: #f2f4f6; padding: 7px 9px; border-radius: 4px;
-       box-shadow: 0 2px 10px rgba(0, 0, 0, 0.25); font-size: 11.5px; }
-#tip .name { font-weight: 600; font-size: 12.5px; margin-bottom: 3px; word-break: break-all; }
-#tip td { padding: 0 8px 0 0; vertical-align: top; }
-#tip td:first-child { color: #aeb6bf; }
-#errors:empty { display: none; }
-#errors { background: #fde8e8; color: #8a1010; padding: 6px 12px; font-family: monospace; }
-#selftest:empty { display: none; }
-"""
 
 JS = r"""
 (function () {
@@ -66,9 +30,9 @@ JS = r"""
   const data = JSON.parse(document.getElementById("profile-data").textContent);
   const SVGNS = "http://www.w3.org/2000/svg";
   const GUTTER = 180, PROCESS_H = 20, TRACK_H = 24, MEMORY_H = 40, AXIS_H = 26, PAD = 3;
-  const LIGHT_KINDS = { wait: true, submit: true, await: true };
-  const MAX_ARROWS = 3000;
-  let arrowsHidden = 0;
+  const LIGHT_KINDS = { wait: true, submit: true, await: true, task: true, call: true };
+  const MIN_PX = 1;              // spans narrower than this merge into density bands
+  const READABLE_ARROWS = 60;    // more on screen than this: only the focused span's arrows
 
   function make(name, attrs, parent) {
     const node = document.createElementNS(SVGNS, name);
@@ -83,6 +47,8 @@ JS = r"""
     if (a < 1e9) return (ns / 1e6).toFixed(2) + " ms";
     return (ns / 1e9).toFixed(3) + " s";
   }
+  // A point in time to the microsecond, so two nearby starts read differently.
+  const fmtAt = (ns) => (ns / 1e6).toFixed(3) + " ms";
   function fmtUnits(value, units, base) {
     let i = 0;
     while (Math.abs(value) >= base && i < units.length - 1) { value /= base; i += 1; }
@@ -91,11 +57,34 @@ JS = r"""
   const fmtBytes = (b) => fmtUnits(b, ["B", "KiB", "MiB", "GiB", "TiB"], 1024);
   const fmtFlops = (f) => fmtUnits(f, ["FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP"], 1000);
 
-  // Spans: [track, start, end, name, kind, task_id, bytes, flops, deps, critical, extra]
+  // Spans: [track, start, end, name, kind, task_id, bytes, flops, deps, critical, extra, detail]
   const spans = data.spans.map((s) => ({
     track: s[0], start: s[1], end: s[2], name: s[3], kind: s[4], task: s[5], bytes: s[6],
-    flops: s[7], deps: s[8], critical: !!s[9], extra: s[10] || "",
+    flops: s[7], deps: s[8], critical: !!s[9], extra: s[10] || "", detail: s[11] || "",
   }));
+  // Per track, span positions by start, and the running maximum of their ends (binary search).
+  const byTrack = data.tracks.map(() => []);
+  spans.forEach((s, i) => byTrack[s.track].push(i));
+  const maxEnd = byTrack.map((list) => {
+    list.sort((a, b) => spans[a].start - spans[b].start || a - b);
+    const ends = new Float64Array(list.length);
+    let best = -Infinity;
+    list.forEach((i, k) => { best = Math.max(best, spans[i].end); ends[k] = best; });
+    return ends;
+  });
+  function firstEndingAfter(track, t) {
+    const ends = maxEnd[track];
+    let lo = 0, hi = ends.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (ends[mid] < t) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+  // Task ids to spans (device spans), for naming dependencies; arrows per span.
+  const byTask = new Map();
+  spans.forEach((s, i) => { if (s.task !== null && !byTask.has(s.task)) byTask.set(s.task, i); });
+  const neededBy = spans.map(() => []);
+  spans.forEach((s, i) => { for (const d of s.deps) { const j = byTask.get(d); if (j !== undefined) neededBy[j].push(i); } });
+  const edgesOf = spans.map(() => []);
+  data.edges.forEach((e, k) => { edgesOf[e[0]].push(k); edgesOf[e[1]].push(k); });
 
   // ---- layout: a header row per process, a row per track, a memory row per device ----
   const rows = [];
@@ -135,6 +124,7 @@ JS = r"""
   const plot = make("g", { "clip-path": "url(#plot-clip)" }, chart);
   const gridLayer = make("g", { class: "grid" }, plot);
   const memoryLayer = make("g", {}, plot);
+  const bandLayer = make("g", {}, plot);
   const spanLayer = make("g", {}, plot);
   const labelLayer = make("g", {}, plot);
   const depLayer = make("g", {}, plot);
@@ -151,23 +141,24 @@ JS = r"""
     text.textContent = row.label;
   }
 
-  const rects = spans.map((s, i) => {
-    const rect = make("rect", {
-      class: "span" + (s.critical ? " critical show" : ""), "data-span": i, "data-kind": s.kind,
-      y: trackY[s.track] + PAD, height: TRACK_H - 2 * PAD, x: 0, width: 0,
-      fill: data.colors[s.kind] || "#9aa3ad" }, spanLayer);
-    if (s.task !== null) rect.setAttribute("data-task", s.task);
-    return rect;
-  });
-  // Labels and arrows come from pools sized to what is on screen, not to the whole trace.
-  const labelPool = [], depPool = [];
-  function pooled(pool, k, layer, tag) {
-    if (k === pool.length) pool.push(make(tag, {}, layer));
-    return pool[k];
-  }
-  function hideRest(pool, k) {
-    for (; k < pool.length; k++) pool[k].setAttribute("visibility", "hidden");
-  }
+  // Pools: elements are reused from one drawing to the next; the unused are hidden, and dropped
+  // when far more than needed, so zooming back out shrinks the page again.
+  function Pool(layer, tag) { this.layer = layer; this.tag = tag; this.items = []; this.used = 0; }
+  Pool.prototype.take = function () {
+    if (this.used === this.items.length) this.items.push(make(this.tag, {}, this.layer));
+    const node = this.items[this.used++];
+    node.removeAttribute("visibility");
+    return node;
+  };
+  Pool.prototype.finish = function () {
+    const drawn = this.used;
+    while (this.items.length > 2 * drawn + 64) this.layer.removeChild(this.items.pop());
+    for (let k = drawn; k < this.items.length; k++) this.items[k].setAttribute("visibility", "hidden");
+    this.used = 0;
+    return drawn;
+  };
+  const spanPool = new Pool(spanLayer, "rect"), bandPool = new Pool(bandLayer, "rect");
+  const labelPool = new Pool(labelLayer, "text"), depPool = new Pool(depLayer, "path");
   const memoryPaths = {};
   for (const device in memoryY) memoryPaths[device] = make("path", { class: "mem" }, memoryLayer);
 
@@ -181,11 +172,73 @@ JS = r"""
   const X = (t) => GUTTER + (t - view.t0) * scale;
   const clampX = (x) => Math.max(GUTTER - 50, Math.min(width + 50, x));
 
+  let state = new Uint8Array(spans.length);   // 0 off screen, 1 its own rect, 2 inside a band
+  let bands = [];                              // {track, from, to (positions in byTrack), count, busy, start, end}
+  let hovered = null, selected = null;
+  let drawnArrows = 0, arrowsOnScreen = 0, arrowMode = "all";
+  let tickLabels = [];
+  const showDeps = document.getElementById("show-deps");
+  const showCritical = document.getElementById("show-critical");
+
   function niceStep(span) {
     const raw = span / Math.max(2, (width - GUTTER) / 110);
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
     for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
     return 10 * p;
+  }
+  // Tick labels in one unit with as many decimals as the step needs: 1.2041 s, 1.2043 s.
+  function tickFormat(step, maxAbs) {
+    const units = [[1e9, " s"], [1e6, " ms"], [1e3, " us"], [1, " ns"]];
+    const unit = units.find((u) => maxAbs >= u[0]) || units[3];
+    const decimals = Math.max(0, Math.min(9, Math.ceil(Math.log10(unit[0] / step) - 1e-9)));
+    return (t) => (t / unit[0]).toFixed(decimals) + unit[1];
+  }
+
+  function drawSpan(i, x0, x1) {
+    const s = spans[i];
+    const rect = spanPool.take();
+    let cls = "span";
+    if (s.critical && showCritical.checked) cls += " critical show";
+    if (i === selected) cls += " selected";
+    rect.setAttribute("class", cls);
+    rect.setAttribute("data-span", i);
+    rect.setAttribute("data-kind", s.kind);
+    rect.setAttribute("x", x0.toFixed(2));
+    rect.setAttribute("y", trackY[s.track] + PAD);
+    rect.setAttribute("width", Math.max(1, x1 - x0).toFixed(2));
+    rect.setAttribute("height", TRACK_H - 2 * PAD);
+    rect.setAttribute("fill", data.colors[s.kind] || "#9aa3ad");
+    const left = Math.max(x0, GUTTER), room = Math.min(x1, width) - left - 6;
+    if (room > 24) {
+      const label = labelPool.take();
+      const chars = Math.floor(room / 6);
+      label.textContent = s.name.length > chars ? s.name.slice(0, Math.max(1, chars - 1)) + "~" : s.name;
+      label.setAttribute("class", "label" + (LIGHT_KINDS[s.kind] ? " dark" : ""));
+      label.setAttribute("x", (left + 3).toFixed(2));
+      label.setAttribute("y", trackY[s.track] + TRACK_H / 2 + 3.5);
+    }
+  }
+  function drawBand(band) {
+    const x0 = clampX(X(band.start)), x1 = clampX(X(band.end));
+    const rect = bandPool.take();
+    const kinds = {};
+    let kind = null;
+    for (let k = band.from; k <= band.to; k++) {
+      const name = spans[byTrack[band.track][k]].kind;
+      kinds[name] = (kinds[name] || 0) + 1;
+      if (kind === null || kinds[name] > kinds[kind]) kind = name;
+    }
+    const busy = Math.min(1, band.busy / Math.max(1, band.end - band.start));
+    rect.setAttribute("class", "band");
+    rect.setAttribute("data-band", bands.length);
+    rect.setAttribute("data-count", band.count);
+    rect.setAttribute("x", x0.toFixed(2));
+    rect.setAttribute("y", trackY[band.track] + PAD);
+    rect.setAttribute("width", Math.max(1, x1 - x0).toFixed(2));
+    rect.setAttribute("height", TRACK_H - 2 * PAD);
+    rect.setAttribute("fill", data.colors[kind] || "#9aa3ad");
+    rect.setAttribute("fill-opacity", (0.3 + 0.7 * busy).toFixed(2));
+    bands.push(band);
   }
 
   function render() {
@@ -196,74 +249,65 @@ JS = r"""
     clipRect.setAttribute("width", width - GUTTER);
     for (const r of rowRects) r.setAttribute("width", width);
 
-    let labelCount = 0;
-    const shown = new Uint8Array(spans.length);
-    spans.forEach((s, i) => {
-      const a = X(s.start), b = X(s.end);
-      const rect = rects[i];
-      if (b < GUTTER - 1 || a > width + 1) {
-        if (rect.getAttribute("visibility") !== "hidden") rect.setAttribute("visibility", "hidden");
-        return;
+    state = new Uint8Array(spans.length);
+    bands = [];
+    const tMin = view.t0 - 1 / scale, tMax = view.t1 + 1 / scale;
+    byTrack.forEach((list, track) => {
+      let band = null;   // the open band: sub-pixel spans less than a pixel apart
+      const close = () => {
+        if (band === null) return;
+        if (band.count === 1) {
+          const i = list[band.from];
+          state[i] = 1;
+          drawSpan(i, clampX(X(spans[i].start)), clampX(X(spans[i].end)));
+        } else {
+          for (let k = band.from; k <= band.to; k++) state[list[k]] = 2;
+          drawBand(band);
+        }
+        band = null;
+      };
+      for (let k = firstEndingAfter(track, tMin); k < list.length; k++) {
+        const i = list[k], s = spans[i];
+        if (s.start > tMax) break;
+        const a = X(s.start), b = X(s.end);
+        if (b - a >= MIN_PX) {
+          close();
+          state[i] = 1;
+          drawSpan(i, clampX(a), clampX(b));
+          continue;
+        }
+        if (band !== null && a <= X(band.end) + 1) {
+          band.to = k; band.count += 1; band.busy += s.end - s.start; band.end = Math.max(band.end, s.end);
+        } else {
+          close();
+          band = { track: track, from: k, to: k, count: 1, busy: s.end - s.start, start: s.start, end: s.end };
+        }
       }
-      shown[i] = 1;
-      const x0 = clampX(a), x1 = clampX(b);
-      rect.setAttribute("visibility", "visible");
-      rect.setAttribute("x", x0.toFixed(2));
-      rect.setAttribute("width", Math.max(1, x1 - x0).toFixed(2));
-      const left = Math.max(x0, GUTTER), room = Math.min(x1, width) - left - 6;
-      if (room > 24) {
-        const label = pooled(labelPool, labelCount++, labelLayer, "text");
-        const chars = Math.floor(room / 6);
-        label.textContent = s.name.length > chars ? s.name.slice(0, Math.max(1, chars - 1)) + "~" : s.name;
-        label.setAttribute("class", "label" + (LIGHT_KINDS[s.kind] ? " dark" : ""));
-        label.setAttribute("x", (left + 3).toFixed(2));
-        label.setAttribute("y", trackY[s.track] + TRACK_H / 2 + 3.5);
-        label.setAttribute("visibility", "visible");
-      }
+      close();
     });
-    hideRest(labelPool, labelCount);
-
-    // Arrows whose ends are both off to one side are skipped; past MAX_ARROWS only the critical
-    // path's arrows are drawn, and the axis caption says so.
-    let visible = [];
-    if (document.getElementById("show-deps").checked) {
-      visible = data.edges.filter((e) => shown[e[0]] || shown[e[1]] ||
-        (spans[e[0]].end < view.t0) !== (spans[e[1]].start < view.t0));
-    }
-    arrowsHidden = 0;
-    if (visible.length > MAX_ARROWS) {
-      const critical = visible.filter((e) => spans[e[0]].critical && spans[e[1]].critical);
-      const kept = critical.length <= MAX_ARROWS ? critical : [];
-      arrowsHidden = visible.length - kept.length;
-      visible = kept;
-    }
-    visible.forEach((e, k) => {
-      const from = spans[e[0]], to = spans[e[1]];
-      // A wait starts before what it waits for ends: its arrow lands where it was released.
-      const x1 = clampX(X(from.end)), x2 = clampX(X(Math.max(to.start, from.end)));
-      const y1 = trackY[from.track] + TRACK_H / 2, y2 = trackY[to.track] + TRACK_H / 2;
-      const bend = Math.max(18, Math.abs(x2 - x1) / 2);
-      const path = pooled(depPool, k, depLayer, "path");
-      path.setAttribute("class", "dep" + (from.critical && to.critical ? " critical" : ""));
-      path.setAttribute("marker-end", "url(#arrow)");
-      path.setAttribute("d", "M" + x1.toFixed(1) + "," + y1 + " C" + (x1 + bend).toFixed(1) + "," +
-        y1 + " " + (x2 - bend).toFixed(1) + "," + y2 + " " + x2.toFixed(1) + "," + y2);
-      path.setAttribute("visibility", "visible");
-    });
-    hideRest(depPool, visible.length);
+    spanPool.finish();
+    bandPool.finish();
+    labelPool.finish();
+    drawArrows();
 
     for (const device in memoryPaths) {
       const samples = data.memory[device], box = memoryY[device];
       const base = box.y + MEMORY_H - 3, top = box.y + 4;
       const yOf = (b) => (base - (box.peak ? (b / box.peak) * (base - top) : 0)).toFixed(1);
-      let y = String(base);
+      // A step line: hold each value up to the next sample's x, then go to the new value there.
+      // Samples that fall on one x make one vertical step (to the last of them), not one each.
+      let y = String(base), lastX = null;
       let d = "M" + clampX(X(samples[0][0])).toFixed(1) + "," + base;
       for (const [ts, bytes] of samples) {
         const x = clampX(X(ts)).toFixed(1);
-        d += " L" + x + "," + y;   // hold the previous value up to this sample: a step line
+        if (x !== lastX) {
+          if (lastX !== null) d += " L" + lastX + "," + y;
+          d += " L" + x + "," + y;
+          lastX = x;
+        }
         y = yOf(bytes);
-        d += " L" + x + "," + y;
       }
+      d += " L" + lastX + "," + y;
       const xEnd = clampX(X(full[1])).toFixed(1);
       d += " L" + xEnd + "," + y + " L" + xEnd + "," + base + " Z";
       memoryPaths[device].setAttribute("d", d);
@@ -272,18 +316,55 @@ JS = r"""
     while (gridLayer.firstChild) gridLayer.removeChild(gridLayer.firstChild);
     while (axis.firstChild) axis.removeChild(axis.firstChild);
     const step = niceStep(view.t1 - view.t0);
-    for (let t = Math.ceil(view.t0 / step) * step; t <= view.t1; t += step) {
-      const x = X(t);
+    const first = Math.ceil(view.t0 / step);
+    const format = tickFormat(step, Math.max(Math.abs(view.t0), Math.abs(view.t1)));
+    tickLabels = [];
+    for (let n = first; n * step <= view.t1; n++) {
+      const t = n * step, x = X(t);
       if (x < GUTTER) continue;
       make("line", { x1: x, x2: x, y1: 0, y2: height }, gridLayer);
       make("line", { x1: x, x2: x, y1: AXIS_H - 7, y2: AXIS_H }, axis);
-      const label = make("text", { x: x + 3, y: AXIS_H - 10 }, axis);
-      label.textContent = fmtNs(t);
+      const label = make("text", { x: x + 3, y: AXIS_H - 10, class: "tick" }, axis);
+      label.textContent = format(t);
+      tickLabels.push(label.textContent);
     }
     const caption = make("text", { x: 8, y: AXIS_H - 10 }, axis);
     caption.textContent = "visible: " + fmtNs(view.t1 - view.t0);
-    document.getElementById("notice").textContent =
-      arrowsHidden ? arrowsHidden + " dependency arrows hidden at this zoom: zoom in to see them" : "";
+    const status = document.getElementById("status");
+    status.setAttribute("data-elements", String(document.getElementsByTagName("*").length));
+    status.setAttribute("data-bands", String(bands.length));
+  }
+
+  // Arrows on screen: all of them when they can be followed, else only the focused span's own.
+  function drawArrows() {
+    const focus = selected !== null ? selected : hovered;
+    let candidates = [];
+    if (showDeps.checked) {
+      candidates = data.edges.filter((e) => state[e[0]] || state[e[1]] ||
+        (spans[e[0]].end < view.t0) !== (spans[e[1]].start < view.t0));
+    }
+    arrowsOnScreen = candidates.length;
+    const readable = candidates.length <= READABLE_ARROWS &&
+      candidates.every((e) => state[e[0]] !== 2 && state[e[1]] !== 2);
+    arrowMode = readable ? "all" : "focus";
+    let shown = candidates;
+    if (!readable) shown = focus !== null && showDeps.checked ? edgesOf[focus].map((k) => data.edges[k]) : [];
+    for (const e of shown) {
+      const from = spans[e[0]], to = spans[e[1]];
+      // A wait starts before what it waits for ends: its arrow lands where it was released.
+      const x1 = clampX(X(from.end)), x2 = clampX(X(Math.max(to.start, from.end)));
+      const y1 = trackY[from.track] + TRACK_H / 2, y2 = trackY[to.track] + TRACK_H / 2;
+      const bend = Math.max(18, Math.abs(x2 - x1) / 2);
+      const path = depPool.take();
+      const onFocus = focus !== null && (e[0] === focus || e[1] === focus);
+      path.setAttribute("class", "dep" + (onFocus ? " focus" : from.critical && to.critical ? " critical" : ""));
+      path.setAttribute("marker-end", "url(#arrow)");
+      path.setAttribute("d", "M" + x1.toFixed(1) + "," + y1 + " C" + (x1 + bend).toFixed(1) + "," +
+        y1 + " " + (x2 - bend).toFixed(1) + "," + y2 + " " + x2.toFixed(1) + "," + y2);
+    }
+    drawnArrows = depPool.finish();
+    document.getElementById("notice").textContent = readable || !arrowsOnScreen ? "" :
+      arrowsOnScreen + " dependency arrows at this zoom: hover or click a span for its own, zoom in for all";
   }
 
   let pending = false;
@@ -314,76 +395,167 @@ JS = r"""
   let drag = null;
   chart.addEventListener("mousedown", (event) => {
     if (event.button !== 0) return;
-    drag = { x: event.clientX, t0: view.t0, t1: view.t1 };
+    drag = { x: event.clientX, t0: view.t0, t1: view.t1, moved: false, target: event.target };
     chart.classList.add("dragging");
     event.preventDefault();
   });
   window.addEventListener("mousemove", (event) => {
     if (!drag) return;
+    if (Math.abs(event.clientX - drag.x) > 3) drag.moved = true;
+    if (!drag.moved) return;
     const shift = (event.clientX - drag.x) * (drag.t1 - drag.t0) / (width - GUTTER);
     view.t0 = drag.t0 - shift;
     view.t1 = drag.t1 - shift;
     schedule();
   });
-  window.addEventListener("mouseup", () => { drag = null; chart.classList.remove("dragging"); });
+  window.addEventListener("mouseup", (event) => {
+    if (drag && !drag.moved) choose(drag.target, event.clientX, event.clientY);   // a click
+    drag = null;
+    chart.classList.remove("dragging");
+  });
   function reset() { view.t0 = home[0]; view.t1 = home[1]; schedule(); }
   chart.addEventListener("dblclick", reset);
   document.getElementById("reset").addEventListener("click", reset);
-  document.getElementById("show-deps").addEventListener("change", schedule);
-  document.getElementById("show-critical").addEventListener("change", (event) => {
-    rects.forEach((r, i) => { if (spans[i].critical) r.classList.toggle("show", event.target.checked); });
-  });
+  showDeps.addEventListener("change", schedule);
+  showCritical.addEventListener("change", schedule);
   window.addEventListener("resize", schedule);
+  window.addEventListener("keydown", (event) => { if (event.key === "Escape") choose(null, 0, 0); });
+  window.addEventListener("mousedown", (event) => {   // a click outside the chart unpins too
+    if (selected !== null && !chart.contains(event.target)) choose(null, 0, 0);
+  });
 
-  // ---- hover details ----
+  // ---- details: hover shows them, a click pins them (and the span's arrows) ----
   const tip = document.getElementById("tip");
-  function showTip(i, clientX, clientY) {
-    const s = spans[i];
-    const rowsHtml = [];
-    const add = (k, v) => rowsHtml.push([k, v]);
-    add("kind", s.kind);
-    add("where", data.tracks[s.track].process + " / " + data.tracks[s.track].name);
-    add("start", fmtNs(s.start));
-    add("duration", fmtNs(s.end - s.start));
-    if (s.task !== null) add("task", String(s.task));
-    if (s.bytes) add("bytes", fmtBytes(s.bytes) + (s.end > s.start ?
-      "  (" + (s.bytes / (s.end - s.start)).toFixed(2) + " GB/s)" : ""));
-    if (s.flops) add("flops", fmtFlops(s.flops) + (s.end > s.start ?
-      "  (" + (s.flops / (s.end - s.start)).toFixed(2) + " GFLOP/s)" : ""));
-    if (s.deps && s.deps.length) {
-      add("deps", s.deps.slice(0, 16).join(", ") + (s.deps.length > 16 ? ", ..." : ""));
+  function spanLabel(i) {
+    const s = spans[i], track = data.tracks[s.track];
+    return s.name + " (" + track.process + " " + track.name + ")";
+  }
+  function listOf(indices) {
+    const names = indices.slice(0, 6).map(spanLabel);
+    return names.join(", ") + (indices.length > 6 ? ", ... " + (indices.length - 6) + " more" : "");
+  }
+  function spanRows(i) {
+    const s = spans[i], track = data.tracks[s.track];
+    const rows = [];
+    rows.push([track.host ? "category" : "kind", s.kind]);
+    rows.push([track.host ? "track" : "queue", track.process + " / " + track.name]);
+    rows.push(["start", fmtAt(s.start)]);
+    rows.push(["duration", fmtNs(s.end - s.start)]);
+    if (s.task !== null) rows.push(["task", String(s.task)]);
+    if (!track.host || s.bytes) rows.push(["bytes", fmtBytes(s.bytes) + (s.bytes && s.end > s.start ?
+      "  (" + (s.bytes / (s.end - s.start)).toFixed(2) + " GB/s)" : "")]);
+    if (!track.host || s.flops) rows.push(["flops", fmtFlops(s.flops) + (s.flops && s.end > s.start ?
+      "  (" + (s.flops / (s.end - s.start)).toFixed(2) + " GFLOP/s)" : "")]);
+    if (!track.host) {
+      const deps = s.deps.map((d) => byTask.get(d)).filter((j) => j !== undefined);
+      rows.push(["depends on", deps.length ? listOf(deps) : (s.deps.length ? s.deps.join(", ") : "nothing")]);
+      if (neededBy[i].length) rows.push(["needed by", listOf(neededBy[i])]);
     }
-    if (s.extra) add("track", s.extra);
-    if (s.critical) add("", "on the critical path");
+    if (s.detail) rows.push(["detail", s.detail.length > 400 ? s.detail.slice(0, 400) + " ..." : s.detail]);
+    if (s.critical) rows.push(["", "on the critical path"]);
+    return rows;
+  }
+  function bandRows(band) {
+    const counts = new Map();
+    for (let k = band.from; k <= band.to; k++) {
+      const name = spans[byTrack[band.track][k]].name;
+      counts.set(name, (counts.get(name) || 0) + 1);
+    }
+    const top = Array.from(counts.entries()).sort((a, b) => b[1] - a[1]).slice(0, 4);
+    const track = data.tracks[band.track];
+    return [
+      ["spans", band.count + " merged, each narrower than a pixel here"],
+      [track.host ? "track" : "queue", track.process + " / " + track.name],
+      ["from", fmtAt(band.start) + " to " + fmtAt(band.end)],
+      ["busy", fmtNs(band.busy) + " of " + fmtNs(band.end - band.start) + " (" +
+        Math.round(100 * Math.min(1, band.busy / Math.max(1, band.end - band.start))) + "%)"],
+      ["most", top.map((e) => e[1] + " x " + e[0]).join(", ")],
+    ];
+  }
+  function showTip(title, rows, clientX, clientY, hint) {
     tip.textContent = "";
-    const title = document.createElement("div");
-    title.className = "name";
-    title.textContent = s.name;
-    tip.appendChild(title);
+    const head = document.createElement("div");
+    head.className = "name";
+    head.textContent = title;
+    tip.appendChild(head);
     const table = document.createElement("table");
-    for (const [k, v] of rowsHtml) {
+    for (const [k, v] of rows) {
       const tr = table.insertRow();
       tr.insertCell().textContent = k;
       tr.insertCell().textContent = v;
     }
     tip.appendChild(table);
+    if (hint) {
+      const line = document.createElement("div");
+      line.className = "hint";
+      line.textContent = hint;
+      tip.appendChild(line);
+    }
     tip.style.display = "block";
     const w = tip.offsetWidth, h = tip.offsetHeight;
-    tip.style.left = Math.min(clientX + 14, window.innerWidth - w - 4) + "px";
-    tip.style.top = (clientY + 16 + h > window.innerHeight ? clientY - h - 10 : clientY + 16) + "px";
+    tip.style.left = Math.max(4, Math.min(clientX + 14, window.innerWidth - w - 4)) + "px";
+    tip.style.top = Math.max(4, clientY + 16 + h > window.innerHeight ? clientY - h - 10 : clientY + 16) + "px";
+  }
+  function targetOf(node) {
+    if (!node || !node.getAttribute) return null;
+    const span = node.getAttribute("data-span");
+    if (span !== null) return { span: Number(span) };
+    const band = node.getAttribute("data-band");
+    if (band !== null) return { band: Number(band) };
+    return null;
+  }
+  function describe(target, clientX, clientY, pinned) {
+    if (target.span !== undefined) {
+      showTip(spans[target.span].name, spanRows(target.span), clientX, clientY,
+        pinned ? "pinned: click elsewhere or press Escape to close" : "click to pin");
+    } else {
+      showTip("density band", bandRows(bands[target.band]), clientX, clientY, "zoom in to see each span");
+    }
+  }
+  function choose(node, clientX, clientY) {
+    const target = targetOf(node);
+    selected = target && target.span !== undefined ? target.span : null;
+    tip.classList.toggle("pinned", selected !== null);
+    if (selected !== null) describe(target, clientX, clientY, true);
+    else tip.style.display = "none";
+    render();
   }
   chart.addEventListener("mousemove", (event) => {
-    const i = event.target.getAttribute && event.target.getAttribute("data-span");
-    if (i === null || i === undefined || drag) { tip.style.display = "none"; return; }
-    showTip(Number(i), event.clientX, event.clientY);
+    if (drag && drag.moved) { tip.style.display = "none"; return; }
+    const target = targetOf(event.target);
+    const now = target && target.span !== undefined ? target.span : null;
+    if (selected === null) {
+      if (target) describe(target, event.clientX, event.clientY, false);
+      else tip.style.display = "none";
+    }
+    if (now !== hovered) {
+      hovered = now;
+      if (arrowMode === "focus" && selected === null) drawArrows();
+    }
   });
-  chart.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+  chart.addEventListener("mouseleave", () => {
+    hovered = null;
+    if (selected === null) { tip.style.display = "none"; if (arrowMode === "focus") drawArrows(); }
+  });
 
   const started = performance.now();
   render();
   const status = document.getElementById("status");
-  status.setAttribute("data-rendered", String(rects.length));
+  status.setAttribute("data-rendered", String(spans.length));
   status.setAttribute("data-render-ms", (performance.now() - started).toFixed(0));
+
+  // For tests and scripts: set the view, read what is drawn.
+  window.atensorTimeline = {
+    setView(t0, t1) { view.t0 = t0; view.t1 = t1; render(); },
+    getView() { return [view.t0, view.t1]; },
+    home: home.slice(),
+    drawn() {
+      return { spans: spanPool.items.filter((n) => n.getAttribute("visibility") !== "hidden").length,
+               bands: bands.length, bandCounts: bands.map((b) => b.count), arrows: drawnArrows,
+               arrowsOnScreen: arrowsOnScreen, arrowMode: arrowMode, ticks: tickLabels.slice(),
+               elements: document.getElementsByTagName("*").length, selected: selected };
+    },
+  };
 
   // ---- "#selftest": exercise zoom, pan and hover, and report what happened ----
   if (location.hash === "#selftest") {
@@ -406,14 +578,15 @@ JS = r"""
     window.dispatchEvent(new MouseEvent("mouseup", { clientX: box.left + 400, clientY: box.top + 10 }));
     const sameWidth = Math.abs((view.t1 - view.t0) - (zoomed[1] - zoomed[0])) < 1e-6 * zoomed[1];
     out.panned = view.t0 > zoomed[0] && sameWidth;
-    render();
-    if (rects.length) {
-      rects[0].dispatchEvent(new MouseEvent("mousemove", { clientX: box.left + 300, clientY: box.top + 30,
-                                                          bubbles: true }));
-      out.tooltip = tip.style.display === "block" ? tip.textContent : "";
-    }
     reset();
     render();
+    const first = spanPool.items.find((n) => n.getAttribute("visibility") !== "hidden");
+    if (first) {
+      first.dispatchEvent(new MouseEvent("mousemove", { clientX: box.left + 300, clientY: box.top + 30,
+                                                       bubbles: true }));
+      out.tooltip = tip.style.display === "block" ? tip.textContent : "";
+      out.tooltipSpan = Number(first.getAttribute("data-span"));
+    }
     out.reset = view.t0 === home[0] && view.t1 === home[1];
     document.getElementById("selftest").textContent = JSON.stringify(out);
   }

@@ -17,6 +17,12 @@
 #   the longer path. Only explicit deps are followed: queue order is not an edge.
 # - share of a kernel: its total time over the wall time (can pass 100% when it runs on many
 #   queues at once).
+# - host coverage: the share of the host's wall time (the profiled window, entering the block to
+#   leaving it; the span of all events when the window is unknown) inside at least one named host
+#   span, on any host track: the union of the spans, not their sum. It is printed twice, with all
+#   host spans and without the "task" spans (a trio task's own code, tasks.py), so a reader sees how
+#   much atensor's own spans explain. The largest uncovered gaps are listed: that is where a
+#   missing span would go.
 #
 # All numbers come from timeline.py's normalized timeline, the same one the exports draw, so
 # the summary of a saved trace equals the summary of the live profile.
@@ -61,6 +67,26 @@ class HostStats:
     category: str
     count: int
     total_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostCoverage:
+    """How much of the host's wall time named host spans cover (see the module comment)."""
+
+    window_ns: int
+    covered_ns: int            # union of every host span, within the window
+    covered_own_ns: int        # the same without "task" spans: atensor's own spans
+    gaps: tuple[tuple[int, int], ...]   # the largest uncovered (start, duration), longest first
+
+    @property
+    def share(self) -> float:
+        """covered_ns / window_ns (0.0 for an empty window)."""
+        return _ratio(self.covered_ns, self.window_ns)
+
+    @property
+    def own_share(self) -> float:
+        """covered_own_ns / window_ns."""
+        return _ratio(self.covered_own_ns, self.window_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +135,7 @@ class ProfileStats:
     host: tuple[HostStats, ...]
     critical_path: CriticalPath
     peak_memory: dict[str, int]
+    host_coverage: HostCoverage
 
     def queue(self, device: str, queue: str) -> QueueStats:
         """The stats of one queue; KeyError if it recorded nothing."""
@@ -174,7 +201,36 @@ def compute_stats(timeline: Timeline) -> ProfileStats:
         host=host_stats,
         critical_path=critical_path(timeline, wall),
         peak_memory={d: max(b for _, b in samples) for d, samples in timeline.memory.items()},
+        host_coverage=host_coverage(timeline),
     )
+
+
+def host_coverage(timeline: Timeline, max_gaps: int = 5) -> HostCoverage:
+    """The union of the host spans over the host's wall time, and the largest gaps left."""
+    entered, left = timeline.profile_window
+    lo = entered if entered is not None else timeline.window[0]
+    hi = left if left is not None else timeline.window[1]
+    intervals = sorted((max(lo, h.start), min(hi, h.end), h.span.category) for h in timeline.host_spans)
+    covered, gaps = _union(intervals, lo, hi)
+    covered_own, _ = _union([i for i in intervals if i[2] != "task"], lo, hi)
+    gaps.sort(key=lambda gap: (-gap[1], gap[0]))
+    return HostCoverage(max(0, hi - lo), covered, covered_own, tuple(gaps[:max_gaps]))
+
+
+def _union(intervals: list[tuple[int, int, str]], lo: int, hi: int) -> tuple[int, list[tuple[int, int]]]:
+    """Covered ns of sorted intervals within [lo, hi], and the uncovered (start, duration) gaps."""
+    covered, reached, gaps = 0, lo, []
+    for start, end, _ in intervals:
+        if end <= start:
+            continue
+        if start > reached:
+            gaps.append((reached, start - reached))
+        if end > reached:
+            covered += end - max(start, reached)
+            reached = end
+    if hi > reached:
+        gaps.append((reached, hi - reached))
+    return covered, gaps
 
 
 def critical_path(timeline: Timeline, wall_ns: int) -> CriticalPath:
@@ -314,6 +370,14 @@ def format_summary(stats: ProfileStats, max_kernels: int = 25, max_steps: int = 
         lines += ["", f"{'host':<24} {'count':>6} {'total':>11}"]
         for h in stats.host:
             lines.append(f"{h.category:<24} {h.count:>6} {format_ns(h.total_ns):>11}")
+    hc = stats.host_coverage
+    if hc.window_ns:
+        lines += ["", f"host time covered by named spans: {hc.share:.1%} of {format_ns(hc.window_ns)} "
+                      f"({hc.own_share:.1%} by atensor's own spans, without the trio tasks' code)"]
+        shown = [gap for gap in hc.gaps if gap[1] > 0]
+        if shown:
+            lines.append("  largest uncovered: " + ", ".join(
+                f"{format_ns(duration)} at {format_ns(start)}" for start, duration in shown))
 
     if stats.peak_memory:
         lines += ["", "peak memory     " + ", ".join(

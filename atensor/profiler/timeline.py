@@ -35,6 +35,9 @@ _Lane = list[tuple[int, HostSpan]]   # (relative start, span), no two overlappin
 
 # Queues are listed in this order within a device; unknown queue names follow alphabetically.
 _QUEUE_ORDER = {"compute": 0, "copy": 1}
+# Host tracks (events.py HostSpan.track) in this order: the host's own work first, then the event
+# loop's task steps, the dispatcher's queue, the background compiler, garbage collections.
+_HOST_TRACK_ORDER = {"host": 0, "event loop": 1, "dispatcher queue": 2, "compile (background)": 3, "gc": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +195,7 @@ def _host_lanes(host_spans: list[HostSpan], origin: int) -> list[tuple[str, list
     for span in host_spans:
         by_track.setdefault(span.track, []).append(span)
     result = []
-    for name in sorted(by_track):
+    for name in sorted(by_track, key=lambda n: (_HOST_TRACK_ORDER.get(n, len(_HOST_TRACK_ORDER)), n)):
         lanes: list[_Lane] = []
         lane_ends: list[int] = []
         # Longest first among equal starts, so an enclosing phase keeps the first lane.

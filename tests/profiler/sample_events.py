@@ -126,3 +126,26 @@ def hand_built() -> list[Span]:
         Span("CPU:1", "compute", 4, "add", "kernel", 0, 50),
         Span("CPU:1", "compute", 5, "add", "kernel", 260, 300, deps=(3, 4)),
     ]
+
+
+def long_run(min_spans: int = 10_000, seed: int = 0) -> SimulatedRun:
+    """Simulated steps one after another until there are at least `min_spans` device spans (task
+    ids kept unique, each step's host spans and memory shifted with it): a trace whose zoomed-out
+    view has far more spans than pixels."""
+    run = SimulatedRun()
+    offset, next_id, step = 0, 0, 0
+    while len(run.spans) < min_spans:
+        one = simulate_step(seed=seed + step)
+        ids = {s.task_id: s.task_id + next_id for s in one.spans}
+        for s in one.spans:
+            run.spans.append(s._replace(task_id=ids[s.task_id], start_ns=s.start_ns + offset,
+                                        end_ns=s.end_ns + offset,
+                                        deps=tuple(ids.get(d, d + next_id) for d in s.deps)))
+        run.host_spans += [HostSpan(h.name, h.category, h.start_ns + offset, h.end_ns + offset, h.track)
+                           for h in one.host_spans]
+        run.memory += [MemoryEvent(m.device, m.ts_ns + offset, m.bytes_in_use) for m in one.memory]
+        end = max(s.end_ns for s in one.spans)
+        offset += end + 10_000
+        next_id += max(ids) + 1
+        step += 1
+    return run

@@ -65,3 +65,16 @@ def test_cli_needs_a_trace_argument():
     result = run_cli()
     assert result.returncode == 2
     assert "usage:" in result.stderr
+
+
+def test_cli_prints_how_much_of_the_host_time_named_spans_cover(tmp_path):
+    from atensor.profiler import HostSpan, Span
+    prof = Profile.from_events(
+        spans=[Span("CPU:0", "compute", 1, "k", "kernel", 1_000_000, 2_000_000)],
+        host_spans=[HostSpan("schedule", "schedule", 0, 1_000_000),
+                    HostSpan("await", "await", 1_000_000, 3_000_000)])
+    prof.start_ns, prof.end_ns = 0, 4_000_000   # the profiled window: 4 ms, the last one uncovered
+    result = run_cli(str(prof.export(tmp_path / "trace.json")))
+    assert result.returncode == 0, result.stderr
+    assert "host time covered by named spans: 75.0% of 4.00 ms (75.0% by atensor's own spans" in result.stdout
+    assert "largest uncovered: 1.00 ms at 3.00 ms" in result.stdout
