@@ -139,13 +139,13 @@ def launched_by_mpi() -> bool:
 
 def init(devices: Sequence[str] = ("CPU:0",), abort_on_error: bool = True) -> World:
     """The world, made once: rank and size from MPI when an MPI launcher started this process and
-    mpi4py is installed, else one process. Each of `devices` (the same list on every process) gets a
+    mpi4py is installed, else one process (then each call makes a new one-process world). Each of `devices` (the same list on every process) gets a
     communicator of its own for its net queue. `abort_on_error`: an uncaught exception on any process
     ends the whole job (MPI_Abort) after printing, so no process waits forever in a collective."""
     global _world
     devices = tuple(devices)
     with _lock:
-        if _world is not None:
+        if _world is not None and _world.comm is not None:  # communicators are made once per process
             if _world.devices != devices:
                 raise DistError(f"atensor.dist.init was called with {_world.devices} already; "
                                 f"call it once per process, with every device the program uses")
