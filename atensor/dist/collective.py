@@ -10,8 +10,8 @@ backward of earlier layers, and a jit replay submits the net tasks with every ot
 gradient of a replicated weight) becomes one hierarchical collective over the same partials; of any
 other tensor, a collective over its one value (from the first device, replicated back).
 
-The values are detached: autograd does not pass through a collective across processes (data
-parallel training reduces gradients after the backward, as DDP does).
+Autograd does not pass through a collective across processes (its gradient rule raises): data
+parallel training reduces the gradients after the backward, as DDP does.
 """
 from __future__ import annotations
 
@@ -37,23 +37,29 @@ def allreduce(t: Tensor, op: str = "sum") -> Tensor:
     if world().size == 1:
         return t
     rop, mean = _REDUCE_OPS[op]
-    node = t.detach().node
+    node = _undetached(t.node)
     if node.op is not Ops.MULTI:  # one device: one net task from the value to the result
         return Tensor(_across((node,), rop, mean)[0])
     axis, _ = node.arg
     if axis is not None:
         raise GraphError(f"allreduce across processes of a tensor split on axis {axis} over {node.device}: "
                          f"reduce it or replicate it (.to(devices)) first")
-    members = node.src
+    members = tuple(_undetached(m) for m in node.src)
     first = members[0]
     local = first.arg if first.op is Ops.ALLREDUCE else None
-    if local is not None and not local.processes and local.op is rop and local.mean == mean and \
-            all(m.op is Ops.ALLREDUCE and m.src == first.src and m.arg.index == i for i, m in enumerate(members)):
+    siblings = all(m.op is Ops.ALLREDUCE and m.src == first.src and m.arg.index == i
+                   for i, m in enumerate(members))
+    if local is not None and not local.processes and local.op is rop and local.mean == mean and siblings:
         # the process's allreduce, extended over every process: hierarchical, on the same partials
         return Tensor(multi.allreduce(first.src, rop, local.algorithm, mean, processes=True))
     # a replicated value: one collective on the first device's replica, then replicated again
     reduced = _across((first,), rop, mean)[0]
     return Tensor(multi.reshard(reduced, node.device, None))
+
+
+def _undetached(node: Node) -> Node:
+    """`node` without a DETACH on top: the collective's value has no gradient anyway."""
+    return node.src[0] if node.op is Ops.DETACH else node
 
 
 def _across(partials: Sequence[Node], rop: Any, mean: bool) -> tuple[Node, ...]:

@@ -139,9 +139,10 @@ def launched_by_mpi() -> bool:
 
 def init(devices: Sequence[str] = ("CPU:0",), abort_on_error: bool = True) -> World:
     """The world, made once: rank and size from MPI when an MPI launcher started this process and
-    mpi4py is installed, else one process (then each call makes a new one-process world). Each of `devices` (the same list on every process) gets a
-    communicator of its own for its net queue. `abort_on_error`: an uncaught exception on any process
-    ends the whole job (MPI_Abort) after printing, so no process waits forever in a collective."""
+    mpi4py is installed, else one process (then each call makes a new one-process world). Each of
+    `devices` (the same list on every process) gets a communicator of its own for its net queue.
+    `abort_on_error`: an uncaught exception on any process ends the whole job (MPI_Abort) after
+    printing, so no process waits forever in a collective."""
     global _world
     devices = tuple(devices)
     with _lock:

@@ -192,7 +192,8 @@ def lower(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tup
 
 # ---- the two algorithms -------------------------------------------------------------------------
 def _naive(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tuple[str, ...],
-           inputs: list[Location], outputs: list[Optional[Location]], size: int, processes: bool = False) -> None:
+           inputs: list[Location], outputs: list[Optional[Location]], size: int,
+           processes: bool = False) -> None:
     n = len(devices)
     root = next(j for j, o in enumerate(outputs) if o is not None)
     out = outputs[root]

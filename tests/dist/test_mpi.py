@@ -1,0 +1,101 @@
+"""Data parallel over MPI processes, end to end: `mpiexec -n 2` runs compared with one-process runs of
+the same global batch (losses, gradients, final weights), the flagship under mpiexec, and faults (a
+killed rank, ranks that disagree at start-up) ending the job non-zero in bounded time.
+
+Skipped, with the reason, when mpi4py or an `mpiexec` is missing (pip install 'atensor[mpi]')."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.dist import program
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIEXEC = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+try:
+    import mpi4py  # noqa: F401
+    HAVE_MPI4PY = True
+except ImportError:
+    HAVE_MPI4PY = False
+
+pytestmark = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
+                                reason="needs mpi4py and mpiexec: pip install 'atensor[mpi]' (mpi4py, mpich)")
+BOUND_S = 90  # generous: a job on a busy 2-core machine starts in a few seconds
+
+
+def mpiexec(n: int, *args: str) -> subprocess.CompletedProcess:
+    """`mpiexec -n n python args...` from the repository root; its time is bounded."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [MPIEXEC, "-n", str(n)]
+    if "Open MPI" in subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True).stdout:
+        command += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    return subprocess.run(command + [sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=BOUND_S)
+
+
+async def one_process(devices: int, out: Path) -> dict:
+    """The program run in this process (a world of one) on `devices` devices."""
+    args = argparse.Namespace(devices=devices, steps=5, out=str(out), die_rank=-1, raise_rank=-1, die_step=-1,
+                              wrong_shape_rank=-1, net_stats=None)
+    await program.run(args)
+    return dict(np.load(out))
+
+
+def assert_same_run(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for key in sorted(want):
+        np.testing.assert_allclose(got[key], want[key], rtol=2e-5, atol=2e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("ranks,devices", [(2, 1), (2, 2)])
+async def test_two_ranks_match_one_process_with_all_the_devices(tmp_path, ranks, devices):
+    """2 ranks x 1 device against 1 rank x 2 devices, and 2 x 2 against 1 x 4: the same losses,
+    gradients (every step, replays included) and final weights within float32 rounding."""
+    out = tmp_path / "mpi.npz"
+    stats = tmp_path / "net"
+    done = mpiexec(ranks, "tests/dist/program.py", "--devices", str(devices), "--steps", "5", "--out", str(out),
+                   "--net-stats", str(stats))
+    assert done.returncode == 0, done.stderr
+    want = await one_process(ranks * devices, tmp_path / "one.npz")
+    assert_same_run(dict(np.load(out)), want)
+    for rank in range(ranks):  # the replayed steps ran their net tasks too: one count per step at least
+        seen = eval(Path(f"{stats}.{rank}").read_text())
+        assert seen["jit"]["replays"] >= 1 and seen["counts"]["CPU:0/net"] >= 5
+
+
+async def test_the_flagship_under_mpiexec_gives_the_one_process_losses(tmp_path):
+    from examples import train
+    losses = tmp_path / "losses.json"
+    done = mpiexec(2, "examples/train.py", "--devices", "1", "--epochs", "1", "--max-steps", "8",
+                   "--losses", str(losses))
+    assert done.returncode == 0, done.stderr
+    assert "x 2 processes" in done.stdout and done.stdout.count("held-out accuracy") == 1  # rank 0 prints
+    want = await train.train(devices=2, epochs=1, max_steps=8, progress=False)
+    np.testing.assert_allclose(json.loads(losses.read_text()), want.losses, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fault", ["--die-rank", "--raise-rank"])
+def test_a_rank_killed_or_raising_mid_training_ends_the_job_non_zero_in_bounded_time(fault):
+    """Rank 1 is killed (SIGKILL) or raises at step 4 while rank 0 waits for it in a collective: the
+    launcher ends the job (a raise aborts it through atensor.dist's excepthook)."""
+    start = time.monotonic()
+    done = mpiexec(2, "tests/dist/program.py", "--steps", "6", fault, "1", "--die-step", "4")
+    assert done.returncode != 0
+    assert time.monotonic() - start < BOUND_S
+    if fault == "--raise-rank":
+        assert "rank 1 fails on purpose at step 4" in done.stderr and "aborting every process" in done.stderr
+
+
+def test_ranks_that_disagree_at_start_up_fail_naming_the_difference():
+    done = mpiexec(2, "tests/dist/program.py", "--wrong-shape-rank", "1")
+    assert done.returncode != 0
+    assert "rank 1 disagrees with rank 0 on parameters: entry 0 is ((24, 8)" in done.stderr, done.stderr
