@@ -6,6 +6,7 @@ Skipped, with the reason, when mpi4py or an `mpiexec` is missing (pip install 'a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -21,11 +22,7 @@ from tests.dist import program
 
 ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-try:
-    import mpi4py  # noqa: F401
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
+HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
                                 reason="needs mpi4py and mpiexec: pip install 'atensor[mpi]' (mpi4py, mpich)")
