@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -35,8 +36,16 @@ def mpiexec(n: int, *args: str) -> subprocess.CompletedProcess:
     command = [MPIEXEC, "-n", str(n)]
     if "Open MPI" in subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True).stdout:
         command += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    return subprocess.run(command + [sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=BOUND_S)
+    # its own process group, so that a job over the bound is ended with every rank it started
+    proc = subprocess.Popen(command + [sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"mpiexec {' '.join(args)} did not end within {BOUND_S} s") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 async def one_process(devices: int, out: Path) -> dict:
@@ -69,15 +78,26 @@ async def test_two_ranks_match_one_process_with_all_the_devices(tmp_path, ranks,
         assert seen["jit"]["replays"] >= 1 and seen["counts"]["CPU:0/net"] >= 5
 
 
-async def test_the_flagship_under_mpiexec_gives_the_one_process_losses(tmp_path):
+async def test_the_flagship_under_mpiexec_gives_the_one_process_losses_and_one_merged_trace(tmp_path):
+    """2 ranks x 1 device against 1 rank x 2 devices: the same per-step losses; rank 0 alone prints,
+    writes the losses and the weights, and one trace holds both ranks' tracks, net queues included."""
     from examples import train
-    losses = tmp_path / "losses.json"
+    from atensor import nn
+    from atensor.profiler.collector import Profile
+    losses, trace, weights = tmp_path / "losses.json", tmp_path / "trace.json", tmp_path / "w.safetensors"
     done = mpiexec(2, "examples/train.py", "--devices", "1", "--epochs", "1", "--max-steps", "8",
-                   "--losses", str(losses))
+                   "--losses", str(losses), "--profile", str(trace), "--save", str(weights))
     assert done.returncode == 0, done.stderr
     assert "x 2 processes" in done.stdout and done.stdout.count("held-out accuracy") == 1  # rank 0 prints
-    want = await train.train(devices=2, epochs=1, max_steps=8, progress=False)
+    one = tmp_path / "one.safetensors"
+    want = await train.train(devices=2, epochs=1, max_steps=8, progress=False, save=str(one))
     np.testing.assert_allclose(json.loads(losses.read_text()), want.losses, rtol=1e-5)
+    saved, reference = nn.safe_load(str(weights)), nn.safe_load(str(one))
+    assert sorted(saved) == sorted(reference)
+    for key in reference:
+        np.testing.assert_allclose(saved[key].numpy(), reference[key].numpy(), rtol=1e-4, atol=1e-6, err_msg=key)
+    tracks = {(s.device, s.queue) for s in Profile.load(trace).spans}
+    assert {("rank0/CPU:0", "net"), ("rank1/CPU:0", "net"), ("rank1/CPU:0", "compute")} <= tracks
 
 
 @pytest.mark.parametrize("fault", ["--die-rank", "--raise-rank"])
