@@ -203,3 +203,32 @@ def test_merged_profile_puts_each_rank_on_its_own_tracks_on_rank_0s_clock(monkey
     ids = {s.device: (s.task_id, s.deps) for s in out.spans}
     assert ids["rank1/CPU:0"][0] != ids["rank0/CPU:0"][0] and ids["rank1/CPU:0"][1][0] != 0
     assert (out.start_ns, out.end_ns) == (0, 400) and tl is not None
+
+
+def test_with_a_bucket_cap_a_layers_net_allreduce_is_issued_before_the_backward_of_earlier_layers(
+        two_processes, monkeypatch):
+    """As within one process (tests/sched/test_allreduce_overlap.py): the gradient of the last layer
+    crosses processes while earlier layers' backward still computes; the values are the world's sums."""
+    monkeypatch.setattr("atensor.dist.collective.world", lambda: World(0, 2, ("CPU:0", "CPU:1")))
+    devices = ("CPU:0", "CPU:1")
+    sizes = [64, 256, 256, 10]
+    weights = [Tensor(RNG.standard_normal((a, b)).astype(np.float32) * 0.1).to(devices)
+               for a, b in zip(sizes, sizes[1:])]
+    for w in weights:
+        w.requires_grad = True
+    h = Tensor(RNG.standard_normal((256, 64)).astype(np.float32)).shard(devices, axis=0)
+    for w in weights[:-1]:
+        h = (h @ w).relu()
+    loss = (h @ weights[-1]).square().mean()
+    loss.backward()
+    local = [w.grad for w in weights]
+    world = [dist.allreduce(g) for g in local]
+    with atensor.Context(allreduce_bucket_bytes=1), atensor.profile() as prof:
+        Tensor.realize(*world).wait()
+    Tensor.realize(*local).wait()
+    nets = [s.task_id for s in prof.spans if s.queue == "net"]
+    matmuls = [s.task_id for s in prof.spans if s.kind == "kernel" and s.name.startswith("r_sum")]
+    assert nets and min(nets) < max(matmuls), "no net allreduce was issued before the backward finished"
+    for g, w in zip(local, world):
+        for shard in w.shards:
+            np.testing.assert_allclose(shard.numpy(), 2 * g.shards[0].numpy(), rtol=1e-5, atol=1e-6)
