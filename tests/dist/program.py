@@ -8,7 +8,8 @@ a fixed global batch of 32 rows per step, jitted (steps from the fourth on are r
 tasks included). Rank 0 writes the loss of every step, the gradients of every step and the final
 weights to `--out` (npz). `--die-rank R --die-step S` kills rank R (SIGKILL) at step S; `--raise-rank`
 raises there instead; `--wrong-shape-rank R` builds a wider hidden layer on rank R (a start-up
-mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran.
+mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran. With several devices
+per process it also allreduces a 256 KiB buffer through the hierarchical ring (stored as "ring").
 """
 from __future__ import annotations
 
@@ -89,6 +90,13 @@ async def run(args: argparse.Namespace) -> Optional[dict]:
         losses.append(first_replica(out[0]).item())
         grads.append([first_replica(g) for g in out[1:]])
     weights = [first_replica(p) for p in params]
+    ring = None
+    if len(names) > 1:  # a hierarchical ring across processes: reduce-scatter, a net task per device, all-gather
+        parts = [Tensor(np.arange(1 << 16, dtype=np.float32) * (1 + k + len(names) * world.rank), device=d)
+                 for k, d in enumerate(names)]
+        reduced = dist.allreduce(Tensor.allreduce(parts, algorithm="ring"))
+        await reduced.realize()
+        ring = np.stack([s.numpy() for s in reduced.shards])
     if args.net_stats:
         counts = {f"{d.name}/{q.kind}": q.commands_run for d in [Device.get(n) for n in names]
                   for q in d.queues if q.kind == "net"}
@@ -101,6 +109,8 @@ async def run(args: argparse.Namespace) -> Optional[dict]:
                 arrays[f"grad_{i}_{k}"] = g
         for k, w in enumerate(weights):
             arrays[f"weight_{k}"] = w
+        if ring is not None:  # partial k of rank r is arange * (1 + k + K r): the sum over all of them
+            arrays["ring"] = ring
         np.savez(args.out, **arrays)
     return None
 

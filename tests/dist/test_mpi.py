@@ -72,10 +72,18 @@ async def test_two_ranks_match_one_process_with_all_the_devices(tmp_path, ranks,
                    "--net-stats", str(stats))
     assert done.returncode == 0, done.stderr
     want = await one_process(ranks * devices, tmp_path / "one.npz")
-    assert_same_run(dict(np.load(out)), want)
+    got = dict(np.load(out))
+    for run, (n_ranks, n_devices) in ((got, (ranks, devices)), (want, (1, ranks * devices))):
+        # every device of every rank: arange times the sum of 1 + k + devices * r over all partials
+        factor = sum(1 + k + n_devices * r for r in range(n_ranks) for k in range(n_devices))
+        for shard in run.pop("ring", []):
+            np.testing.assert_array_equal(shard, np.arange(1 << 16, dtype=np.float32) * factor)
+    assert_same_run(got, want)
     for rank in range(ranks):  # the replayed steps ran their net tasks too: one count per step at least
         seen = eval(Path(f"{stats}.{rank}").read_text())
         assert seen["jit"]["replays"] >= 1 and seen["counts"]["CPU:0/net"] >= 5
+        if devices > 1:  # the ring's net tasks: one per device, each on its own net queue
+            assert seen["counts"]["CPU:1/net"] >= 1
 
 
 async def test_the_flagship_under_mpiexec_gives_the_one_process_losses_and_one_merged_trace(tmp_path):
