@@ -3,6 +3,7 @@
     python examples/train.py                      # 2 devices (CPU:0, CPU:1): ~99% held-out, < 1 min
     python examples/train.py --devices 1 --model cnn --epochs 10
     python examples/train.py --profile trace.json --save model.safetensors
+    python examples/train.py --epochs 1 --max-steps 20 --losses losses.json
 
 The dataset ships inside scikit-learn (1797 images, nothing is downloaded). Data parallel, as
 PyTorch's DDP does it: the weights are replicated on every device (`shard_(devices)`), each batch

@@ -232,3 +232,13 @@ def test_with_a_bucket_cap_a_layers_net_allreduce_is_issued_before_the_backward_
     for g, w in zip(local, world):
         for shard in w.shards:
             np.testing.assert_allclose(shard.numpy(), 2 * g.shards[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_under_a_launcher_without_mpi4py_the_program_runs_as_one_process(monkeypatch, capsys):
+    import atensor.dist.world as world_module
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setitem(__import__("sys").modules, "mpi4py", None)  # import mpi4py raises ImportError
+    monkeypatch.setattr(world_module, "_world", None)
+    got = dist.init(("CPU:0", "CPU:1"))
+    assert (got.rank, got.size, got.devices) == (0, 1, ("CPU:0", "CPU:1")) and net.installed() is None
+    assert "mpi4py is not installed" in capsys.readouterr().err
