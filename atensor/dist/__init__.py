@@ -5,7 +5,7 @@
     loss.backward(); atensor.dist.allreduce_gradients(opt.targets); await opt.step(loss)
 """
 from atensor.dist.collective import allreduce, allreduce_gradients
-from atensor.dist.world import REQUIRED_THREAD_LEVEL, DistError, World, init, launched_by_mpi, world
+from atensor.dist.processes import REQUIRED_THREAD_LEVEL, DistError, World, init, launched_by_mpi, world
 
 __all__ = ["allreduce", "allreduce_gradients", "REQUIRED_THREAD_LEVEL", "DistError", "World", "init",
            "launched_by_mpi", "world"]

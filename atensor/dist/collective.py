@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from atensor.dist.world import world
+from atensor.dist.processes import world
 from atensor.graph import multi
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Optional
 
-from atensor.dist.world import World
+from atensor.dist.processes import World
 from atensor.profiler.collector import Profile
 
 _TASK_ID_STRIDE = 1 << 40  # task ids of rank r start at r * stride (ids of one process stay far below)

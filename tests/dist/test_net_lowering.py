@@ -11,7 +11,7 @@ import pytest
 import atensor
 from atensor import Tensor, dist
 from atensor.dist import profile as dist_profile
-from atensor.dist.world import DistError, World
+from atensor.dist.processes import DistError, World
 from atensor.dtype import dtypes
 from atensor.graph import multi
 from atensor.graph.node import BufferSpec
@@ -235,7 +235,7 @@ def test_with_a_bucket_cap_a_layers_net_allreduce_is_issued_before_the_backward_
 
 
 def test_under_a_launcher_without_mpi4py_the_program_runs_as_one_process(monkeypatch, capsys):
-    import atensor.dist.world as world_module
+    import atensor.dist.processes as world_module
     monkeypatch.setenv("PMI_RANK", "0")
     monkeypatch.setitem(__import__("sys").modules, "mpi4py", None)  # import mpi4py raises ImportError
     monkeypatch.setattr(world_module, "_world", None)
