@@ -1,4 +1,4 @@
-"""Processes and hosts: data parallel training over MPI ranks (see world.py and collective.py).
+"""Processes and hosts: data parallel training over MPI ranks (see processes.py, collective.py and profile.py).
 
     world = atensor.dist.init(devices=("CPU:0", "CPU:1"))   # rank and size from MPI, or one process
     x = Tensor(world.shard_batch(batch))                    # this process's rows of the global batch
