@@ -24,6 +24,7 @@ same run are what to compare.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -85,7 +86,7 @@ def worker_allreduce(quick: bool) -> dict:
             await in_flight()
             names = ("atensor", "atensor_block", "atensor_stream", "mpi4py")
             times: dict = {name: [] for name in names}
-            for round_ in range(3):  # alternating, so drift hits all alike
+            for round_ in range(3 if quick else 5):  # alternating, so drift hits all alike
                 for name in (names if round_ % 2 == 0 else names[::-1]):
                     comm.Barrier()
                     start = time.perf_counter()
@@ -109,7 +110,8 @@ def worker_allreduce(quick: bool) -> dict:
             t_at, t_block, t_stream, t_mpi = (min(times[name]) for name in names)
             bus = 2 * (world.size - 1) / world.size * nbytes
             rows.append({"bytes": nbytes, "atensor_s": t_at, "atensor_block_s": t_block, "mpi4py_s": t_mpi,
-                         "atensor_busbw_GBps": bus / t_at / 1e9, "atensor_block_busbw_GBps": bus / t_block / 1e9,
+                         "atensor_busbw_GBps": bus / t_at / 1e9,
+                         "atensor_block_busbw_GBps": bus / t_block / 1e9,
                          "mpi4py_busbw_GBps": bus / t_mpi / 1e9, "ratio": t_mpi / t_at,
                          "block_ratio": t_mpi / t_block, "atensor_stream_s": t_stream,
                          "atensor_stream_busbw_GBps": bus / t_stream / 1e9, "stream_ratio": t_mpi / t_stream,
@@ -218,7 +220,8 @@ def worker(config: dict) -> dict:
 
 # ---- the driver ----------------------------------------------------------------------------------
 def _mpiexec() -> str | None:
-    return shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    search = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return shutil.which("mpiexec", path=search)
 
 
 def _command(config: dict, ranks: int) -> list[str]:
@@ -236,7 +239,8 @@ def _result(proc: subprocess.CompletedProcess | tuple) -> dict:
 
 def run(config: dict, ranks: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), ATENSOR_BLAS_THREADS="1")
-    return _result(subprocess.run(_command(config, ranks), capture_output=True, text=True, env=env, timeout=1800))
+    done = subprocess.run(_command(config, ranks), capture_output=True, text=True, env=env, timeout=1800)
+    return _result(done)
 
 
 def run_together(config: dict, copies: int) -> dict:
@@ -287,8 +291,8 @@ def main() -> None:
                       r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
                       r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
                       f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
-        print("ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
-              "from 1 MiB up.\n  jit poll/block: one jitted allreduce per call, awaited each time (net "
+        print("ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); "
+              "target >= 0.9x from 1 MiB up.\n  jit poll/block: one jitted allreduce per call, awaited each time (net "
               "command polling, or in MPI's blocking call: ATENSOR_NET_WAIT=block);\n  in flight: all reps "
               "issued as eager realizes, one await at the end (as nccl-tests streams ops);\n  net span: the "
               "net command's own duration on its queue (profiler span), i.e. what the task adds on the "
@@ -299,13 +303,10 @@ def main() -> None:
     step = {"2 ranks x 1 device": run({"kind": "step", "devices": 1, "batch": batch, "steps": steps}, ranks=2),
             "1 rank x 2 devices": run({"kind": "step", "devices": 2, "batch": batch, "steps": steps}),
             "1 rank x 1 device": run({"kind": "step", "devices": 1, "batch": batch, "steps": steps})}
-    try:
-        import torch  # noqa: F401
+    if importlib.util.find_spec("torch") is not None:
         step["torch DDP gloo, 2 processes"] = run({"kind": "ddp", "batch": batch, "steps": steps,
                                                    "port": _free_port()}, ranks=2)
         step["torch, 1 process"] = run({"kind": "ddp", "batch": batch, "steps": steps, "port": _free_port()})
-    except ImportError:
-        pass
     data["step"] = step
     base = step["1 rank x 1 device"].get("median_s")
     print(table(f"data-parallel step of the flagship (MLP, Adam), global batch {batch}",
@@ -343,7 +344,8 @@ def main() -> None:
     data["multi_host_expectation"] = expectation
     print(f"\nmulti-host expectation for the flagship's gradient ({grad_bytes / 1024:.0f} KiB per step, one "
           f"allreduce): measured here (shared memory) "
-          f"{expectation.get('measured_allreduce_s_near_that_size', float('nan')) * 1e6:.0f} us near that size; "
+          f"{expectation.get('measured_allreduce_s_near_that_size', float('nan')) * 1e6:.0f} us near that "
+          "size; "
           "over a network, ring allreduce = 2 (n-1)/n * bytes / link bandwidth + 2 (n-1) latencies:")
     for name in ("10 GbE", "100 Gb InfiniBand"):
         print(f"  {name}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in expectation[name].items()))

@@ -86,12 +86,13 @@ async def run(args: argparse.Namespace) -> Optional[dict]:
         if i == args.die_step and world.rank == args.raise_rank:
             raise RuntimeError(f"rank {world.rank} fails on purpose at step {i}")
         rows = world.shard_rows(GLOBAL_BATCH)
-        out = await jitted(on_devices(x[rows.start:rows.stop], names), on_devices(y[rows.start:rows.stop], names))
+        mine = slice(rows.start, rows.stop)
+        out = await jitted(on_devices(x[mine], names), on_devices(y[mine], names))
         losses.append(first_replica(out[0]).item())
         grads.append([first_replica(g) for g in out[1:]])
     weights = [first_replica(p) for p in params]
     ring = None
-    if len(names) > 1:  # a hierarchical ring across processes: reduce-scatter, a net task per device, all-gather
+    if len(names) > 1:  # a hierarchical ring across processes: a net task per device between its phases
         parts = [Tensor(np.arange(1 << 16, dtype=np.float32) * (1 + k + len(names) * world.rank), device=d)
                  for k, d in enumerate(names)]
         reduced = dist.allreduce(Tensor.allreduce(parts, algorithm="ring"))

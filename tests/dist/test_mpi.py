@@ -103,7 +103,8 @@ async def test_the_flagship_under_mpiexec_gives_the_one_process_losses_and_one_m
     saved, reference = nn.safe_load(str(weights)), nn.safe_load(str(one))
     assert sorted(saved) == sorted(reference)
     for key in reference:
-        np.testing.assert_allclose(saved[key].numpy(), reference[key].numpy(), rtol=1e-4, atol=1e-6, err_msg=key)
+        np.testing.assert_allclose(saved[key].numpy(), reference[key].numpy(), rtol=1e-4, atol=1e-6,
+                                   err_msg=key)
     tracks = {(s.device, s.queue) for s in Profile.load(trace).spans}
     assert {("rank0/CPU:0", "net"), ("rank1/CPU:0", "net"), ("rank1/CPU:0", "compute")} <= tracks
 

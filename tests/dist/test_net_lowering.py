@@ -55,7 +55,8 @@ def _lower(algorithm: str, n: int, size: int, mean: bool = False) -> tuple[TaskG
     ins = [(BufferSpec(d, size, dtypes.float32), 0) for d in devices]
     outs = [(BufferSpec(d, size, dtypes.float32), 0) for d in devices]
     model = ar.CostModel(chunk_choices=(1,))
-    ar.lower(graph, ReduceOp.SUM, mean, dtypes.float32, devices, ins, outs, size, algorithm, model, processes=True)
+    ar.lower(graph, ReduceOp.SUM, mean, dtypes.float32, devices, ins, outs, size, algorithm, model,
+             processes=True)
     return graph, ins, outs
 
 
