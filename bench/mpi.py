@@ -278,6 +278,7 @@ def main() -> None:
     steps = 10 if args.quick else args.steps
     data: dict = {"threads": "1 BLAS thread per kernel (atensor), torch.set_num_threads(1) per process",
                   "note": "shared 2-core machine: absolute times drift, compare ratios within the run"}
+    print(f"threads: {data['threads']}; {data['note']}\n")
 
     ar = run({"kind": "allreduce", "quick": args.quick}, ranks=2)
     data["allreduce"] = ar
@@ -292,8 +293,8 @@ def main() -> None:
                       r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
                       f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
         print("ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); "
-              "target >= 0.9x from 1 MiB up.\n  jit poll/block: one jitted allreduce per call, awaited each time (net "
-              "command polling, or in MPI's blocking call: ATENSOR_NET_WAIT=block);\n  in flight: all reps "
+              "target >= 0.9x from 1 MiB up.\n  jit poll/block: one jitted allreduce per call, awaited each "
+              "time (net command polling, or in MPI's blocking call: ATENSOR_NET_WAIT=block);\n  in flight: all reps "
               "issued as eager realizes, one await at the end (as nccl-tests streams ops);\n  net span: the "
               "net command's own duration on its queue (profiler span), i.e. what the task adds on the "
               "communication path")
@@ -332,23 +333,32 @@ def main() -> None:
                   else r.get("error", "")] for name, r in weak.items() if isinstance(r, dict)]))
 
     grad_bytes = 4 * (64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
-    near = min(ar.get("rows", []), key=lambda r: abs(r["bytes"] - grad_bytes), default=None)
-    expectation = {"gradient_bytes": grad_bytes}
+    rows_ar = ar.get("rows", [])
+    near = min(rows_ar, key=lambda r: abs(r["bytes"] - grad_bytes), default=None)
+    smallest = rows_ar[0] if rows_ar else None
+    # what atensor adds per collective on top of MPI: the jitted 4 KiB allreduce's time less mpi4py's own
+    overhead = max(0.0, smallest["atensor_s"] - smallest["mpi4py_s"]) if smallest else float("nan")
+    compute = step["1 rank x 1 device"].get("median_s", float("nan"))
+    expectation: dict = {"gradient_bytes": grad_bytes, "atensor_overhead_per_collective_s": overhead,
+                         "one_rank_step_s": compute,
+                         "model": "step on n hosts = one rank's step at its share of the batch (here: the "
+                                  "1-rank step, an upper bound) + ring allreduce 2 (n-1)/n * bytes / link "
+                                  "+ 2 (n-1) link latencies + atensor's per-collective overhead (measured)"}
     if near is not None:
         expectation["measured_allreduce_s_near_that_size"] = near["atensor_s"]
         expectation["measured_at_bytes"] = near["bytes"]
     for name, gbps, latency in (("10 GbE", 1.25e9, 50e-6), ("100 Gb InfiniBand", 12.5e9, 5e-6)):
-        # ring allreduce over n hosts: 2 (n - 1) / n of the bytes cross each link, plus 2 (n - 1) latencies
-        expectation[name] = {f"{n} hosts": 2 * (n - 1) / n * grad_bytes / gbps + 2 * (n - 1) * latency
-                             for n in (2, 4, 8)}
+        network = {n: 2 * (n - 1) / n * grad_bytes / gbps + 2 * (n - 1) * latency for n in (2, 4, 8)}
+        expectation[name] = {f"{n} hosts": {"allreduce_s": t, "step_s": compute + t + overhead}
+                             for n, t in network.items()}
     data["multi_host_expectation"] = expectation
-    print(f"\nmulti-host expectation for the flagship's gradient ({grad_bytes / 1024:.0f} KiB per step, one "
-          f"allreduce): measured here (shared memory) "
-          f"{expectation.get('measured_allreduce_s_near_that_size', float('nan')) * 1e6:.0f} us near that "
-          "size; "
-          "over a network, ring allreduce = 2 (n-1)/n * bytes / link bandwidth + 2 (n-1) latencies:")
+    print(f"\nmulti-host expectation for the flagship ({grad_bytes / 1024:.0f} KiB of gradient per step, one "
+          f"allreduce; 1-rank step {compute * 1e3:.2f} ms, atensor's overhead per collective "
+          f"{overhead * 1e6:.0f} us as measured above); ring allreduce over n hosts = 2 (n-1)/n * bytes / "
+          "link bandwidth + 2 (n-1) link latencies:")
     for name in ("10 GbE", "100 Gb InfiniBand"):
-        print(f"  {name}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in expectation[name].items()))
+        print(f"  {name}: " + ", ".join(f"{k}: allreduce {v['allreduce_s'] * 1e6:.0f} us, step "
+                                        f"{v['step_s'] * 1e3:.2f} ms" for k, v in expectation[name].items()))
     path = write_results("mpi", data)
     print(f"\nwritten: {path.relative_to(ROOT)}")
 
