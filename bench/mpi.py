@@ -292,12 +292,14 @@ def main() -> None:
                       r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
                       r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
                       f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
-        print("ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); "
-              "target >= 0.9x from 1 MiB up.\n  jit poll/block: one jitted allreduce per call, awaited each "
-              "time (net command polling, or in MPI's blocking call: ATENSOR_NET_WAIT=block);\n  in flight: all reps "
-              "issued as eager realizes, one await at the end (as nccl-tests streams ops);\n  net span: the "
-              "net command's own duration on its queue (profiler span), i.e. what the task adds on the "
-              "communication path")
+        print("\n  ".join([
+            "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
+            "from 1 MiB up.",
+            "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or in "
+            "MPI's blocking call: ATENSOR_NET_WAIT=block);",
+            "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
+            "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
+            "included"]))
         print()
 
     batch = 128
