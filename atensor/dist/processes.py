@@ -18,6 +18,11 @@ ms polling. So by default (`net_wait="poll"`) a net command starts `Iallreduce` 
 spinning for SPIN_NS and then giving the core (and the GIL) back between tests; `net_wait="block"`
 calls the blocking `Allreduce` (the better choice when every rank has cores to spare).
 
+Faults: a rank that dies is ended with the job by the launcher; a rank that raises aborts the job
+(`init` installs the hook); a rank that stops issuing collectives (a deadlock, ranks that took
+different branches) leaves the others waiting, which a polling net command bounds with
+`net_timeout_s`: it fails naming the device and the wait, and the failure aborts the job.
+
 Without mpi4py, or when the process was not started by an MPI launcher (no launcher variables in
 the environment), the world is this one process: size 1, rank 0, and every collective across
 processes is the identity, so the same program trains in one process unchanged.
@@ -125,10 +130,17 @@ class World:
             comm.Allreduce(sendbuf, recv, op=mpi_op)
             return
         request = comm.Iallreduce(sendbuf, recv, op=mpi_op)
-        spin_until = time.perf_counter_ns() + SPIN_NS
+        start = time.perf_counter_ns()
+        spin_until = start + SPIN_NS
+        timeout = settings.net_timeout_s
         while not request.Test():
-            if time.perf_counter_ns() > spin_until:
+            now = time.perf_counter_ns()
+            if now > spin_until:
                 time.sleep(0)  # the core and the GIL to whoever needs them; MPI progresses in Test
+                if timeout and now - start > timeout * 1e9:
+                    raise DistError(f"an allreduce of {recv.size} elements on {device} (rank {self.rank} of "
+                                    f"{self.size}) did not complete in {timeout:g} s (ATENSOR_NET_TIMEOUT): a "
+                                    f"rank stopped, or the ranks issued different collectives")
 
 
 _MPI_OPS = {ReduceOp.SUM: lambda MPI: MPI.SUM, ReduceOp.MAX: lambda MPI: MPI.MAX,

@@ -243,3 +243,25 @@ def test_under_a_launcher_without_mpi4py_the_program_runs_as_one_process(monkeyp
     got = dist.init(("CPU:0", "CPU:1"))
     assert (got.rank, got.size, got.devices) == (0, 1, ("CPU:0", "CPU:1")) and net.installed() is None
     assert "mpi4py is not installed" in capsys.readouterr().err
+
+
+class NeverDone:
+    def Test(self) -> bool:
+        return False
+
+
+class StuckComm:
+    """A communicator whose peers never arrive."""
+
+    def Iallreduce(self, send, recv, op=None):
+        return NeverDone()
+
+
+def test_a_polling_net_command_fails_after_the_timeout_naming_the_device():
+    pytest.importorskip("mpi4py")
+    world = World(1, 2, ("CPU:0",), device_comms={"CPU:0": StuckComm()})
+    with atensor.Context(net_wait="poll", net_timeout_s=0.05):
+        with pytest.raises(DistError, match=r"on CPU:0 \(rank 1 of 2\) did not complete in 0.05 s"):
+            world.allreduce("CPU:0", None, np.zeros(4, np.float32), ReduceOp.SUM)
+    with pytest.raises(DistError, match="has no communicator"):
+        world.allreduce("CPU:1", None, np.zeros(4, np.float32), ReduceOp.SUM)
