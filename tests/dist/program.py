@@ -7,7 +7,7 @@ A two-layer MLP, SGD (not fused: one gradient per parameter, so several allreduc
 a fixed global batch of 32 rows per step, jitted (steps from the fourth on are replays, their net
 tasks included). Rank 0 writes the loss of every step, the gradients of every step and the final
 weights to `--out` (npz). `--die-rank R --die-step S` kills rank R (SIGKILL) at step S; `--raise-rank`
-raises there instead; `--wrong-shape-rank R` builds a wider hidden layer on rank R (a start-up
+raises there instead, `--hang-rank` sleeps there; `--wrong-shape-rank R` builds a wider hidden layer on rank R (a start-up
 mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran. With several devices
 per process it also allreduces a 256 KiB buffer through the hierarchical ring (stored as "ring").
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import time
 from typing import Optional
 
 import numpy as np
@@ -83,6 +84,8 @@ async def run(args: argparse.Namespace) -> Optional[dict]:
     for i, (x, y) in enumerate(batches(args.steps)):
         if i == args.die_step and world.rank == args.die_rank:
             os.kill(os.getpid(), signal.SIGKILL)
+        if i == args.die_step and world.rank == args.hang_rank:
+            time.sleep(3600)  # stops issuing collectives: the others' wait is bounded by ATENSOR_NET_TIMEOUT
         if i == args.die_step and world.rank == args.raise_rank:
             raise RuntimeError(f"rank {world.rank} fails on purpose at step {i}")
         rows = world.shard_rows(GLOBAL_BATCH)
@@ -123,6 +126,7 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--die-rank", type=int, default=-1)
     parser.add_argument("--raise-rank", type=int, default=-1)
+    parser.add_argument("--hang-rank", type=int, default=-1)
     parser.add_argument("--die-step", type=int, default=-1)
     parser.add_argument("--wrong-shape-rank", type=int, default=-1)
     parser.add_argument("--net-stats")

@@ -30,9 +30,9 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
 BOUND_S = 90  # generous: a job on a busy 2-core machine starts in a few seconds
 
 
-def mpiexec(n: int, *args: str) -> subprocess.CompletedProcess:
+def mpiexec(n: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`mpiexec -n n python args...` from the repository root; its time is bounded."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     command = [MPIEXEC, "-n", str(n)]
     if "Open MPI" in subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True).stdout:
         command += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
@@ -109,16 +109,20 @@ async def test_the_flagship_under_mpiexec_gives_the_one_process_losses_and_one_m
     assert {("rank0/CPU:0", "net"), ("rank1/CPU:0", "net"), ("rank1/CPU:0", "compute")} <= tracks
 
 
-@pytest.mark.parametrize("fault", ["--die-rank", "--raise-rank"])
-def test_a_rank_killed_or_raising_mid_training_ends_the_job_non_zero_in_bounded_time(fault):
-    """Rank 1 is killed (SIGKILL) or raises at step 4 while rank 0 waits for it in a collective: the
-    launcher ends the job (a raise aborts it through atensor.dist's excepthook)."""
+@pytest.mark.parametrize("fault", ["--die-rank", "--raise-rank", "--hang-rank"])
+def test_a_rank_killed_raising_or_hanging_mid_training_ends_the_job_non_zero_in_bounded_time(fault):
+    """Rank 1 is killed (SIGKILL), raises, or stops at step 4 while rank 0 waits for it in a collective:
+    the launcher ends the job (a raise aborts it through atensor.dist's excepthook; a hang makes rank
+    0's net command fail after ATENSOR_NET_TIMEOUT, which aborts it)."""
     start = time.monotonic()
-    done = mpiexec(2, "tests/dist/program.py", "--steps", "6", fault, "1", "--die-step", "4")
+    done = mpiexec(2, "tests/dist/program.py", "--steps", "6", fault, "1", "--die-step", "4",
+                   env={"ATENSOR_NET_TIMEOUT": "3"})
     assert done.returncode != 0
     assert time.monotonic() - start < BOUND_S
     if fault == "--raise-rank":
         assert "rank 1 fails on purpose at step 4" in done.stderr and "aborting every process" in done.stderr
+    if fault == "--hang-rank":
+        assert "(rank 0 of 2) did not complete in 3 s" in done.stderr, done.stderr
 
 
 def test_ranks_that_disagree_at_start_up_fail_naming_the_difference():
