@@ -7,9 +7,10 @@ A two-layer MLP, SGD (not fused: one gradient per parameter, so several allreduc
 a fixed global batch of 32 rows per step, jitted (steps from the fourth on are replays, their net
 tasks included). Rank 0 writes the loss of every step, the gradients of every step and the final
 weights to `--out` (npz). `--die-rank R --die-step S` kills rank R (SIGKILL) at step S; `--raise-rank`
-raises there instead, `--hang-rank` sleeps there; `--wrong-shape-rank R` builds a wider hidden layer on rank R (a start-up
-mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran. With several devices
-per process it also allreduces a 256 KiB buffer through the hierarchical ring (stored as "ring").
+raises there instead, `--hang-rank` sleeps there; `--wrong-shape-rank R` builds a wider hidden layer
+on rank R (a start-up mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran.
+With several devices per process it also allreduces a 256 KiB buffer through the hierarchical ring
+(stored as "ring").
 """
 from __future__ import annotations
 
