@@ -230,8 +230,8 @@ def allreduce(partials: Sequence[Node], op: ReduceOp, algorithm: str = "auto", m
     also over every process's), computed by one collective (the ALLREDUCE nodes share their sources,
     so the scheduler lowers them together)."""
     src = tuple(partials)
-    members = tuple(Node.make(Ops.ALLREDUCE, src[0].dtype, src, AllReduceArg(op, i, algorithm, mean, processes))
-                    for i in range(len(src)))
+    members = tuple(Node.make(Ops.ALLREDUCE, src[0].dtype, src,
+                              AllReduceArg(op, i, algorithm, mean, processes)) for i in range(len(src)))
     return Node.make(Ops.MULTI, src[0].dtype, members, (None, None))
 
 
