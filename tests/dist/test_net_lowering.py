@@ -152,9 +152,13 @@ def test_the_gradient_of_a_replicated_weight_becomes_one_hierarchical_collective
 
 
 def test_rows_of_a_global_batch_are_split_like_array_split():
+    batch = np.arange(30).reshape(10, 3)
     for size in (1, 2, 3):
-        got = [list(World(r, size, ("CPU:0",)).shard_rows(10)) for r in range(size)]
-        assert got == [list(a) for a in np.array_split(np.arange(10), size)]
+        worlds = [World(r, size, ("CPU:0", "CPU:1")) for r in range(size)]
+        assert [list(w.shard_rows(10)) for w in worlds] == [list(a) for a in np.array_split(np.arange(10), size)]
+        for w, want in zip(worlds, np.array_split(batch, size)):
+            np.testing.assert_array_equal(w.shard_batch(batch), want)
+        assert worlds[0].all_devices == tuple(f"rank{r}/CPU:{k}" for r in range(size) for k in range(2))
 
 
 class FakeComm:
