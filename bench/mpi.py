@@ -176,7 +176,7 @@ def worker_step(devices: int, batch: int, steps: int) -> dict:
         loss = nn.cross_entropy(net(x), y, reduction="sum") / batch
         opt.zero_grad()
         loss.backward()
-        dist.allreduce_gradients(opt.targets)
+        dist.allreduce_gradients(opt)
         loss = dist.allreduce(loss.detach())
         await opt.step(loss)
         return loss

@@ -209,7 +209,7 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
         loss.backward()
         # across processes (when there are several): the sums over each process's devices are summed
         # over the processes too, by net tasks of this same graph; the reported loss likewise
-        dist.allreduce_gradients(opt.targets)
+        dist.allreduce_gradients(opt)
         loss = dist.allreduce(loss.detach())
         await opt.step(loss)  # forward, backward, allreduces and update: one task graph
         return loss

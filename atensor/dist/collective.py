@@ -66,11 +66,12 @@ def _across(partials: Sequence[Node], rop: Any, mean: bool) -> tuple[Node, ...]:
     return multi.allreduce(partials, rop, mean=mean, processes=True).src
 
 
-def allreduce_gradients(tensors: Sequence[Tensor], op: str = "sum") -> None:
+def allreduce_gradients(tensors: Any, op: str = "sum") -> None:
     """Replaces each tensor's `.grad` by its `op` over every process (lazily, into the step's graph).
-    Pass an optimizer's `targets` (its flat buffer when fused) after `backward()`."""
+    `tensors`: an optimizer (its `targets`: the flat buffer when fused) or a sequence of tensors; call
+    it after `backward()` and before the optimizer's step."""
     if world().size == 1:
         return
-    for t in tensors:
+    for t in getattr(tensors, "targets", tensors):
         if t.grad is not None:
             t.grad = allreduce(t.grad, op)
