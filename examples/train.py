@@ -3,6 +3,7 @@
     python examples/train.py                      # 2 devices (CPU:0, CPU:1): ~99% held-out, < 1 min
     python examples/train.py --devices 1 --model cnn --epochs 10
     python examples/train.py --profile trace.json --save model.safetensors
+    python examples/train.py --epochs 1 --max-steps 20 --losses losses.json
 
 The dataset ships inside scikit-learn (1797 images, nothing is downloaded). Data parallel, as
 PyTorch's DDP does it: the weights are replicated on every device (`shard_(devices)`), each batch
@@ -18,11 +19,23 @@ The same seed gives the same losses on 1 device and on N (tests/examples/test_tr
 initialization comes from atensor's counter-based generator, and the batch order from numpy's.
 
 `--profile trace.json` writes a Perfetto trace (open it at ui.perfetto.dev) and `trace.html`, a
-self-contained timeline; `--save model.safetensors` writes the weights in a file PyTorch opens.
+self-contained timeline; `--save model.safetensors` writes the weights in a file PyTorch opens;
+`--losses losses.json` writes the loss of every step.
+
+More than one process, unchanged (README, "More than one process or machine"):
+
+    mpiexec -n 2 python examples/train.py --devices 1     # 2 ranks x 1 device
+
+Each rank takes its rows of every global batch and splits them over its own devices; the gradient
+is summed over the rank's devices and then across ranks, as tasks of the same step
+(atensor.dist.allreduce_gradients: an allreduce on each device's `net` queue). Rank 0 prints, saves
+and writes the losses; every rank computes. The same seed and global batch give the same losses for
+any split of the batch over ranks and devices, within float32 rounding.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,7 +46,8 @@ import numpy as np
 import trio
 
 import atensor
-from atensor import Tensor, nn
+from atensor import Tensor, dist, nn
+from atensor.dist import profile as dist_profile
 from atensor.nn import optim
 
 
@@ -133,29 +147,39 @@ class Progress:
 
 
 async def evaluate(model, x: np.ndarray, y: np.ndarray, devices: tuple[str, ...], batch: int = 512) -> float:
-    """Accuracy on (x, y) in evaluation mode, each batch of images split over the devices."""
+    """Accuracy on (x, y) in evaluation mode: each process takes its rows, each batch of them split
+    over its devices; the counts are summed over the processes."""
+    world = dist.world()
+    mine = world.shard_rows(len(x))
+    x, y = x[mine.start:mine.stop], y[mine.start:mine.stop]
     correct = 0
     with Tensor.test():
         for i in range(0, len(x), batch):
             pred = model(_on(x[i:i + batch], devices)).argmax(axis=1)
             await pred.realize()
             correct += int((pred.numpy() == y[i:i + batch]).sum())
-    return correct / len(x)
+    return world.host_sum(correct) / world.host_sum(len(x))
 
 
 async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: float = 0.01,
                 model: str = "mlp", seed: int = 0, max_steps: Optional[int] = None,
                 profile: Optional[str] = None, save: Optional[str] = None, progress: bool = True,
                 data: Optional[Digits] = None, jit: bool = True) -> Result:
-    """Trains `model` on the digits on `devices` CPU devices; returns the losses and the accuracy.
-    `jit=False` builds and schedules every step's graph instead of replaying the captured one."""
+    """Trains `model` on the digits on `devices` CPU devices (of each process, when an MPI launcher
+    started several); returns the losses and the accuracy. `jit=False` builds and schedules every
+    step's graph instead of replaying the captured one."""
     names = tuple(f"CPU:{k}" for k in range(devices))
+    world = dist.init(names)
     data = data or load_digits(seed)
-    if batch_size % devices:
-        raise ValueError(f"--batch ({batch_size}) must be a multiple of --devices ({devices})")
+    if batch_size % (devices * world.size):
+        raise ValueError(f"--batch ({batch_size}) must be a multiple of --devices ({devices}) times the "
+                         f"processes ({world.size})")
     Tensor.manual_seed(seed)
     net = MODELS[model]()
     params = nn.get_parameters(net)
+    # once, one collective: every process builds the same model with the same settings
+    world.check_same(parameters=[(tuple(p.shape), p.dtype.name) for p in params],
+                     settings=(model, batch_size, epochs, lr, seed, max_steps, jit))
     if devices > 1:
         for p in params:  # replicate every weight (and buffer) on every device
             p.shard_(names)
@@ -166,7 +190,7 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
     schedule = optim.OneCycleLR(opt, max_lr=lr, total_steps=max(total, 2), pct_start=0.15)
     order_rng = np.random.default_rng(seed + 1)
     result = Result()
-    bar = Progress(total, progress)
+    bar = Progress(total, progress and world.is_root)
     profiler = atensor.profile() if profile else None
     start = time.perf_counter()
     step = 0
@@ -183,6 +207,10 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
         loss = nn.cross_entropy(net(x), y, reduction="sum") / batch_size
         opt.zero_grad()
         loss.backward()
+        # across processes (when there are several): the sums over each process's devices are summed
+        # over the processes too, by net tasks of this same graph; the reported loss likewise
+        dist.allreduce_gradients(opt)
+        loss = dist.allreduce(loss.detach())
         await opt.step(loss)  # forward, backward, allreduces and update: one task graph
         return loss
 
@@ -196,6 +224,8 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
                     if step >= total:
                         break
                     idx = order[i * batch_size:(i + 1) * batch_size]
+                    rows = world.shard_rows(batch_size)  # this process's part of the global batch
+                    idx = idx[rows.start:rows.stop]
                     loss = await run_step(Tensor(data.x_train[idx], device=names[0]),
                                           Tensor(data.y_train[idx], device=names[0]))
                     schedule.step()
@@ -210,13 +240,16 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
     result.samples_per_second = step * batch_size / max(result.seconds, 1e-9)
     result.accuracy = await evaluate(net, data.x_test, data.y_test, names)
     if profiler is not None and profile:
-        trace = Path(profile)
-        profiler.export(trace)
-        profiler.export(trace.with_suffix(".html"))
+        merged = dist_profile.merged(world, profiler)  # every rank's events, on rank 0's clock
+        if merged is not None:
+            trace = Path(profile)
+            merged.export(trace)
+            merged.export(trace.with_suffix(".html"))
     if save:
         state = nn.get_state_dict(net)
         await Tensor.realize(*state.values())
-        nn.safe_save(state, save)
+        if world.is_root:  # every rank holds the same weights
+            nn.safe_save(state, save)
     return result
 
 
@@ -232,12 +265,21 @@ def main(argv: Optional[list[str]] = None) -> Result:
     parser.add_argument("--profile", metavar="TRACE.json", help="write a Perfetto trace and an HTML timeline")
     parser.add_argument("--save", metavar="MODEL.safetensors", help="write the trained weights")
     parser.add_argument("--no-jit", action="store_true", help="build every step's graph (no capture/replay)")
+    parser.add_argument("--losses", metavar="LOSSES.json", help="write the loss of every step (a JSON list)")
+    parser.add_argument("--max-steps", type=int, help="stop after this many steps")
     args = parser.parse_args(argv)
     result = trio.run(lambda: train(args.devices, args.epochs, args.batch, args.lr, args.model, args.seed,
-                                    profile=args.profile, save=args.save, jit=not args.no_jit))
+                                    max_steps=args.max_steps, profile=args.profile, save=args.save,
+                                    jit=not args.no_jit))
+    world = dist.world()
+    if not world.is_root:
+        return result
+    if args.losses:
+        Path(args.losses).write_text(json.dumps(result.losses))
+    processes = f" x {world.size} processes" if world.size > 1 else ""
     print(f"{len(result.losses)} steps in {result.seconds:.1f} s "
           f"({result.samples_per_second:,.0f} samples/s) "
-          f"on {args.devices} device(s); final loss {result.losses[-1]:.4f}; "
+          f"on {args.devices} device(s){processes}; final loss {result.losses[-1]:.4f}; "
           f"held-out accuracy {100 * result.accuracy:.2f}%")
     if args.profile:
         print(f"profile: {args.profile} (Perfetto) and {Path(args.profile).with_suffix('.html')} (timeline)")

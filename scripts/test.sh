@@ -10,6 +10,9 @@ python3 -m venv .venv
 # the PyTorch references (gradients, conv2d, the BERT embeddings); tests that need them skip without them
 .venv/bin/python -m pip install -q -e '.[reference]' \
   || echo "scripts/test.sh: PyTorch references could not be installed; the comparisons against them will skip"
+# mpi4py and a bundled MPICH (mpiexec in .venv/bin) for the multi-process tests in tests/dist; they skip without
+.venv/bin/python -m pip install -q -e '.[mpi]' \
+  || echo "scripts/test.sh: mpi4py/mpich could not be installed; the mpiexec tests will skip"
 start=$(date +%s)
 status=0
 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} .venv/bin/python -m pytest tests -p no:cacheprovider -o addopts="" -q --durations=15 || status=$?

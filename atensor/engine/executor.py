@@ -23,11 +23,12 @@ from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, DeviceError
 from atensor.backend import native
 from atensor.backend.numpy_backend import compile_kernel
+from atensor.hcq import net
 from atensor.hcq.queue import Command, DependencyFailed, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-from atensor.graph.taskgraph import Copy, Kernel, Task, TaskGraph
+from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce, Task, TaskGraph
 
 
 @dataclass
@@ -152,7 +153,7 @@ def execute(graph: TaskGraph) -> Submission:
 
 
 def _runner(work: object) -> Optional[Callable[[], None]]:
-    """The callable a queue runs for `work` (a Kernel or a Copy); None on NULL devices."""
+    """The callable a queue runs for `work` (a Kernel, a Copy or a NetAllReduce); None on NULL devices."""
     if isinstance(work, Kernel):
         device = Device.get(work.device)
         specs = work.buffers
@@ -225,4 +226,6 @@ def _runner(work: object) -> Optional[Callable[[], None]]:
             np.copyto(dst_bytes, src_bytes)
         run_copy.keep_alive = (work.src, work.dst)
         return run_copy
+    if isinstance(work, NetAllReduce):  # a collective across processes, on the device's net queue
+        return net.runner(work)
     raise TypeError(f"the executor cannot run {type(work).__name__}")

@@ -257,6 +257,9 @@ def _scatter_rule(ctx: Node, ret: Node) -> Grads:
 
 def _allreduce_rule(ctx: Node, ret: Node) -> Grads:
     arg = ret.arg
+    if arg.processes:
+        raise GraphError("no gradient through an allreduce across processes: reduce the gradients after "
+                         "the backward instead (atensor.dist.allreduce_gradients)")
     if arg.op is ReduceOp.SUM:
         scale = 1.0 / len(ret.src) if arg.mean else 1.0
         return tuple(_mul(to_device(ctx, s.device), _const(s, scale)) for s in ret.src)

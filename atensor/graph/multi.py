@@ -46,11 +46,14 @@ ALGORITHMS = ("auto", "naive", "ring")
 class AllReduceArg:
     """What an ALLREDUCE node computes: `op` over its sources (one partial per device), divided by
     their count when `mean`, as seen on device `src[index]`. `algorithm` is "auto" (the cost model
-    in sched/allreduce.py decides), "naive" or "ring"."""
+    in sched/allreduce.py decides), "naive" or "ring". `processes`: the sources are this process's
+    partials and the value is `op` over the partials of every process of the world (atensor/dist/):
+    reduced here first, then across processes by the devices' `net` queues."""
     op: ReduceOp
     index: int
     algorithm: str = "auto"
     mean: bool = False
+    processes: bool = False
 
 
 # ---- shape and device of MULTI and ALLREDUCE (called from node._infer) ------------------------------
@@ -221,12 +224,14 @@ def gather(node: Node, device: str) -> Node:
     return region(node, device, tuple((0, s) for s in node.shape))
 
 
-def allreduce(partials: Sequence[Node], op: ReduceOp, algorithm: str = "auto", mean: bool = False) -> Node:
-    """A replicated MULTI whose shard i is `op` over all `partials` (one per device), computed by one
-    collective (the ALLREDUCE nodes share their sources, so the scheduler lowers them together)."""
+def allreduce(partials: Sequence[Node], op: ReduceOp, algorithm: str = "auto", mean: bool = False,
+              processes: bool = False) -> Node:
+    """A replicated MULTI whose shard i is `op` over all `partials` (one per device; with `processes`,
+    also over every process's), computed by one collective (the ALLREDUCE nodes share their sources,
+    so the scheduler lowers them together)."""
     src = tuple(partials)
-    members = tuple(Node.make(Ops.ALLREDUCE, src[0].dtype, src, AllReduceArg(op, i, algorithm, mean))
-                    for i in range(len(src)))
+    members = tuple(Node.make(Ops.ALLREDUCE, src[0].dtype, src,
+                              AllReduceArg(op, i, algorithm, mean, processes)) for i in range(len(src)))
     return Node.make(Ops.MULTI, src[0].dtype, members, (None, None))
 
 

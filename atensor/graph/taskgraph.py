@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from atensor.graph.node import BufferSpec, Node
+from atensor.graph.ops import ReduceOp
 from atensor.graph.symbolic import Expr, SymbolicError, Variable
 
 
@@ -86,7 +87,31 @@ class Copy:
         return self.dst.device
 
 
-Work = Union[Kernel, Copy]
+@dataclass(eq=False)
+class NetAllReduce:
+    """`count` elements of `src` at element `src_offset`, reduced with `op` over every process of the
+    world (an MPI allreduce, run by the `net` queue of `dst`'s device), written to `dst` at
+    `dst_offset`; the same range of the same buffer means in place. `mean` divides by the number of
+    partials in the world: `local_parts` (this process's devices, reduced before) times the processes.
+    The graph names no communicator: the net queue of each device has its own (atensor/dist/)."""
+    src: BufferSpec
+    dst: BufferSpec
+    src_offset: int
+    dst_offset: int
+    count: int
+    op: ReduceOp
+    mean: bool = False
+    local_parts: int = 1
+    name: str = "net_allreduce"
+    kind: str = "allreduce"
+    queue: str = "net"
+
+    @property
+    def device(self) -> str:
+        return self.dst.device
+
+
+Work = Union[Kernel, Copy, NetAllReduce]
 
 
 @dataclass(eq=False)

@@ -57,6 +57,7 @@ class Device:
         self.kind = name.split(":")[0]
         self.compute = Queue(name, "compute")
         self.copy = Queue(name, "copy")
+        self._more_queues: dict[str, Queue] = {}  # made on first use: "net" (atensor/dist/)
         self.bytes_in_use = 0
         self.peak_bytes = 0
         self._pool: dict[int, list[np.ndarray]] = {}
@@ -80,11 +81,23 @@ class Device:
         return dev
 
     @property
-    def queues(self) -> tuple[Queue, Queue]:
-        return (self.compute, self.copy)
+    def queues(self) -> tuple[Queue, ...]:
+        return (self.compute, self.copy, *self._more_queues.values())
 
     def queue(self, kind: str) -> Queue:
-        return self.compute if kind == "compute" else self.copy
+        """The device's queue of `kind`: "compute", "copy", or "net" (commands that talk to other
+        processes, atensor/dist/), made on first use."""
+        if kind == "compute":
+            return self.compute
+        if kind == "copy":
+            return self.copy
+        found = self._more_queues.get(kind)
+        if found is None:
+            if kind != "net":
+                raise DeviceError(f"a device has no {kind!r} queue; its queues are compute, copy and net")
+            with _registry_lock:
+                found = self._more_queues.setdefault(kind, Queue(self.name, kind))
+        return found
 
     # ---- memory ---------------------------------------------------------------------------------
     def allocate(self, spec: BufferSpec, data: Optional[np.ndarray] = None) -> Buffer:
@@ -164,7 +177,7 @@ class NullMemory:
 def all_idle() -> bool:
     """True when every queue of every device has run every command planned for it: then no buffer
     has work pending. Exact when called by the planning thread (only it reserves signal values)."""
-    return all(q.signal.value >= q._reserved for d in list(_registry.values()) for q in (d.compute, d.copy))
+    return all(q.signal.value >= q._reserved for d in list(_registry.values()) for q in d.queues)
 
 
 def devices() -> list[Device]:

@@ -32,6 +32,19 @@ more overlap between copy and compute, but alpha per chunk). Alternatives reject
 fixed thresholds (RING=1 and 256k elements) encode one machine; NCCL's tuner is the same idea with
 more algorithms (tree, NVLS) than two queues per device make worth having.
 
+Across processes (`processes=True`, atensor/dist/): hierarchical, as NCCL and Horovod do it. The
+process's partials are reduced among its devices first, by the same two algorithms, then the
+reduced bytes go through one MPI allreduce across processes (a `NetAllReduce` task on a device's
+`net` queue, which waits on the producers' signals like any other task), then back to the devices:
+- naive: gather and reduce on the root, the root's `net` queue allreduces the whole buffer in place,
+  the root broadcasts. With one device per process it is a single net task, input to output.
+- ring: the reduce-scatter leaves device q with segment q + 1 reduced over the process; each device's
+  `net` queue allreduces its own segment, chunk by chunk, in place (every device has its own
+  communicator, so the n segments cross processes at the same time), and the all-gather starts on a
+  chunk as soon as its net task is done.
+The cost model picks between them on the local part, as for an allreduce within one process. A mean
+is divided once, by the net task, by the number of partials in the whole world.
+
 Mean is a sum whose last reduce step (ring) or only reduce (naive) also multiplies by 1/n; max
 and prod use the same steps with another binary op.
 
@@ -58,7 +71,7 @@ from atensor.dtype import DType, dtypes
 from atensor.graph.node import BufferSpec, GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.view import View
-from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
+from atensor.graph.taskgraph import Access, Copy, Kernel, NetAllReduce, TaskGraph
 
 ALLREDUCE_KIND = "allreduce"  # the `kind` of every allreduce step: the profiler colours them apart
 _BINARY = {ReduceOp.SUM: Ops.ADD, ReduceOp.MAX: Ops.MAX, ReduceOp.PROD: Ops.MUL}
@@ -156,9 +169,10 @@ MODEL = CostModel()
 
 def lower(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tuple[str, ...],
           inputs: list[Location], outputs: list[Optional[Location]], size: int, algorithm: str = "auto",
-          model: Optional[CostModel] = None) -> Plan:
+          model: Optional[CostModel] = None, processes: bool = False) -> Plan:
     """Adds the tasks of one allreduce of `size` elements to `graph`. `inputs[i]` is device i's partial
-    and `outputs[j]` where device j's result goes (None: device j does not need it). Returns the plan."""
+    and `outputs[j]` where device j's result goes (None: device j does not need it). `processes`: over
+    every process's partials too (hierarchical, see the module comment). Returns the plan."""
     n = len(devices)
     if mean and not dtypes.is_float(dtype):
         raise GraphError(f"allreduce mean needs a float dtype, got {dtype.name}")
@@ -169,20 +183,24 @@ def lower(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tup
     if plan.algorithm == "ring" and n > 1:
         outs = [o if o is not None else (BufferSpec(devices[j], size, dtype), 0)
                 for j, o in enumerate(outputs)]
-        _ring(graph, op, mean, dtype, devices, inputs, outs, size, plan.chunks)
+        _ring(graph, op, mean, dtype, devices, inputs, outs, size, plan.chunks, processes)
     else:
         plan = Plan("naive", 1, plan.seconds) if plan.algorithm != "naive" else plan
-        _naive(graph, op, mean, dtype, devices, inputs, outputs, size)
+        _naive(graph, op, mean, dtype, devices, inputs, outputs, size, processes)
     return plan
 
 
 # ---- the two algorithms -------------------------------------------------------------------------
 def _naive(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tuple[str, ...],
-           inputs: list[Location], outputs: list[Optional[Location]], size: int) -> None:
+           inputs: list[Location], outputs: list[Optional[Location]], size: int,
+           processes: bool = False) -> None:
     n = len(devices)
     root = next(j for j, o in enumerate(outputs) if o is not None)
     out = outputs[root]
     assert out is not None
+    if processes and n == 1:  # nothing to reduce here: one net task, from the partial to the result
+        _net(graph, op, mean, 1, inputs[0], out, size, AllReduceStep("naive", "net"))
+        return
     parts: list[Location] = [inputs[root]]
     # the first partial to arrive is received into the root's output itself (the kernel then reduces
     # in place, as ring steps do); only the others need a staging buffer on the root
@@ -191,15 +209,18 @@ def _naive(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tu
         where = out if slot == 0 else (stage, (slot - 1) * size)
         _copy(graph, inputs[i], where, size, AllReduceStep("naive", "gather", slot))
         parts.append(where)
-    _reduce(graph, op, 1.0 / n if mean else None, dtype, devices[root], out, parts, size,
+    _reduce(graph, op, 1.0 / n if mean and not processes else None, dtype, devices[root], out, parts, size,
             AllReduceStep("naive", "reduce"))
+    if processes:  # the process's sum, across processes, in place on the root
+        _net(graph, op, mean, n, out, out, size, AllReduceStep("naive", "net"))
     for j, dst in enumerate(outputs):
         if dst is not None and j != root:
             _copy(graph, out, dst, size, AllReduceStep("naive", "broadcast", j))
 
 
 def _ring(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tuple[str, ...],
-          inputs: list[Location], outputs: list[Location], size: int, chunks: int) -> None:
+          inputs: list[Location], outputs: list[Location], size: int, chunks: int,
+          processes: bool = False) -> None:
     n = len(devices)
     segments = _split(0, size, n)
     pieces = [_split(b, e, chunks) for b, e in segments]  # per segment: its chunks, as element ranges
@@ -217,9 +238,16 @@ def _ring(graph: TaskGraph, op: ReduceOp, mean: bool, dtype: DType, devices: tup
                 sent = inputs[r] if step == 0 else outputs[r]
                 where = AllReduceStep("ring", "reduce-scatter", step, c)
                 _copy(graph, at(sent, b), at(outputs[q], b), e - b, where)
-                scale = 1.0 / n if mean and step == n - 2 else None
+                scale = 1.0 / n if mean and step == n - 2 and not processes else None
                 _reduce(graph, op, scale, dtype, devices[q], at(outputs[q], b),
                         [at(inputs[q], b), at(outputs[q], b)], e - b, where)
+    if processes:  # device q holds segment q + 1 reduced over the process: across processes, in place
+        for c in range(chunks):
+            for q in range(n):
+                b, e = pieces[(q + 1) % n][c]
+                if e > b:
+                    _net(graph, op, mean, n, at(outputs[q], b), at(outputs[q], b), e - b,
+                         AllReduceStep("ring", "net", 0, c))
     for step in range(n - 1):  # all-gather
         for c in range(chunks):
             for r in range(n):
@@ -250,6 +278,17 @@ def _copy(graph: TaskGraph, src: Location, dst: Location, size: int, where: AllR
     work = AllReduceCopy(s, d, so * item, do * item, nbytes, name=name, step=where)
     graph.add(work, [Access(s, "r", so * item, so * item + nbytes),
                      Access(d, "w", do * item, do * item + nbytes)])
+
+
+def _net(graph: TaskGraph, op: ReduceOp, mean: bool, local_parts: int, src: Location, dst: Location,
+         size: int, where: AllReduceStep) -> None:
+    """One NetAllReduce on the `net` queue of `dst`'s device (in place when src is dst)."""
+    (s, so), (d, do) = src, dst
+    item = s.dtype.itemsize
+    name = f"allreduce_{where.algorithm}_net_{op.name.lower()}_c{where.chunk}_{d.device}"
+    work = NetAllReduce(s, d, so, do, size, op, mean, local_parts, name=name)
+    graph.add(work, [Access(s, "r", so * item, (so + size) * item),
+                     Access(d, "w", do * item, (do + size) * item)])
 
 
 def _reduce(graph: TaskGraph, op: ReduceOp, scale: Optional[float], dtype: DType, device: str, out: Location,
@@ -318,7 +357,7 @@ class Planner:
         for node in order:
             if node.op is Ops.ALLREDUCE:
                 arg = node.arg
-                key = (node.src, arg.op, arg.algorithm, arg.mean)
+                key = (node.src, arg.op, arg.algorithm, arg.mean, arg.processes)
                 coll = self.collectives.get(key)
                 if coll is None:
                     coll = self.collectives[key] = Collective(node.src, key[1:])
@@ -456,10 +495,11 @@ def _continues(last: tuple[Collective, list[Location]], coll: Collective, inputs
 
 def _lower_run(graph: TaskGraph, run: list[tuple[Collective, list[Location]]]) -> None:
     first, inputs = run[0]
-    op, algorithm, mean = first.arg  # type: ignore[misc]
+    op, algorithm, mean, processes = first.arg  # type: ignore[misc]
     devices = tuple(p.device for p in first.partials)
     size = sum(c.size for c, _ in run)
-    lower(graph, op, mean, first.partials[0].dtype, devices, inputs, first.outputs, size, algorithm)
+    lower(graph, op, mean, first.partials[0].dtype, devices, inputs, first.outputs, size, algorithm,
+          processes=processes)
 
 
 def storage_spec(assign: Node) -> BufferSpec:

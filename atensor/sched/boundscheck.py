@@ -36,7 +36,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.symbolic import SymbolicError, hi_of, lo_of
 from atensor.graph.view import View
 from atensor.sched.prove import ProofTimeout, Symbols, find_counterexample, z3mod
-from atensor.graph.taskgraph import Copy, Kernel, TaskGraph
+from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce, TaskGraph
 
 
 class BoundsError(AssertionError):
@@ -96,6 +96,11 @@ def check_graph(graph: TaskGraph) -> None:
                 if not (0 <= offset and offset + work.nbytes <= spec.nbytes):
                     raise BoundsError(f"task {task.id}: {work.name} copies bytes [{offset}, "
                                       f"{offset + work.nbytes}) of {spec}, which has {spec.nbytes} bytes")
+        elif isinstance(work, NetAllReduce):
+            for spec, offset in ((work.src, work.src_offset), (work.dst, work.dst_offset)):
+                if not (0 <= offset and offset + work.count <= spec.size):
+                    raise BoundsError(f"task {task.id}: {work.name} reduces elements [{offset}, "
+                                      f"{offset + work.count}) of {spec}, which has {spec.size}")
 
 
 def check_kernel(ast: Node, name: str = "kernel") -> None:

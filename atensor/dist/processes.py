@@ -1,0 +1,229 @@
+"""The world: this process's rank among the processes MPI started, and its local devices.
+
+Why MPI (through mpi4py) and not our own sockets: launching processes on many hosts, finding peers,
+and moving bytes between them fast is what MPI implementations have tuned for decades, and every
+cluster has one. atensor only adds what it needs on top: one communicator per local device (so each
+device's `net` queue issues its collectives on its own communicator, in its queue's order), a check
+at start-up that every process runs the same program on the same kind of world, and an abort that
+ends the whole job when one process fails, instead of leaving the others blocked in a collective.
+
+Thread level: the net queues' workers call MPI from their own threads while the main thread may call
+it too (a barrier, the start-up check), so atensor requires MPI_THREAD_MULTIPLE and checks it at
+`init` (MPICH, Open MPI and Intel MPI all provide it). Collectives run blocking (`Allreduce`), which
+mpi4py calls with the GIL released, but MPI implementations wait in it by spinning on a core. On a
+machine with more runnable threads than cores (the host's event loop, the compute queues, other
+processes) a spinning waiter takes the core from the very work it waits for; measured on the 2-core
+development machine under load, a 4 KiB allreduce from a worker thread took 3.6 ms blocking and 1.8
+ms polling. So by default (`net_wait="poll"`) a net command starts `Iallreduce` and tests it,
+spinning for SPIN_NS and then giving the core (and the GIL) back between tests; `net_wait="block"`
+calls the blocking `Allreduce` (the better choice when every rank has cores to spare).
+
+Faults: a rank that dies is ended with the job by the launcher; a rank that raises aborts the job
+(`init` installs the hook); a rank that stops issuing collectives (a deadlock, ranks that took
+different branches) leaves the others waiting, which a polling net command bounds with
+`net_timeout_s`: it fails naming the device and the wait, and the failure aborts the job.
+
+Without mpi4py, or when the process was not started by an MPI launcher (no launcher variables in
+the environment), the world is this one process: size 1, rank 0, and every collective across
+processes is the identity, so the same program trains in one process unchanged.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from atensor.config import settings
+from atensor.graph.ops import ReduceOp
+from atensor.hcq import net
+
+REQUIRED_THREAD_LEVEL = "MPI_THREAD_MULTIPLE"
+SPIN_NS = 50_000  # a polling net command spins this long before it yields between tests
+# set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
+_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+class DistError(RuntimeError):
+    """The processes of the world disagree, or MPI cannot give what atensor needs."""
+
+
+@dataclass
+class World:
+    """This process's place among `size` processes (`rank` 0..size-1) and its local `devices`.
+
+    >>> w = World(0, 1, ("CPU:0",))
+    >>> w.shard_rows(10), w.is_root
+    (range(0, 10), True)
+    """
+    rank: int
+    size: int
+    devices: tuple[str, ...]
+    comm: Any = None  # mpi4py's COMM_WORLD when size > 1 (or when launched by mpiexec -n 1)
+    device_comms: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_root(self) -> bool:
+        """True on rank 0: the process that prints, evaluates and saves."""
+        return self.rank == 0
+
+    @property
+    def all_devices(self) -> tuple[str, ...]:
+        """Every device of the world, as "rank{r}/{device}" (each process has the same local ones)."""
+        return tuple(f"rank{r}/{d}" for r in range(self.size) for d in self.devices)
+
+    def shard_rows(self, rows: int) -> range:
+        """The rows of a global batch of `rows` this process takes: as even as possible, the first
+        `rows % size` ranks one more (as numpy's array_split)."""
+        base, extra = divmod(rows, self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return range(start, start + base + (1 if self.rank < extra else 0))
+
+    def shard_batch(self, batch: np.ndarray, axis: int = 0) -> np.ndarray:
+        """This process's part of a global `batch` (every process passes the same one)."""
+        rows = self.shard_rows(batch.shape[axis])
+        return np.take(batch, np.arange(rows.start, rows.stop), axis=axis)
+
+    def barrier(self) -> None:
+        """Waits until every process got here."""
+        if self.comm is not None:
+            self.comm.Barrier()
+
+    def host_sum(self, value: Any) -> Any:
+        """`value` (a number) summed over every process, on the host (not a task: for metrics)."""
+        return value if self.comm is None else self.comm.allreduce(value)
+
+    def gather(self, value: Any) -> Optional[list]:
+        """Every process's `value` on rank 0 (a list in rank order), None on the others."""
+        return [value] if self.comm is None else self.comm.gather(value, root=0)
+
+    def check_same(self, **facts: Any) -> None:
+        """Raises DistError on every process when some process's `facts` differ from rank 0's,
+        naming the fact, the rank and both values; one collective (an allgather)."""
+        from atensor import __version__
+        mine = {"atensor version": __version__, "process count": self.size,
+                "local device count": len(self.devices), **facts}
+        every = [mine] if self.comm is None else self.comm.allgather(mine)
+        first = every[0]
+        for rank, theirs in enumerate(every[1:], start=1):
+            for key in sorted(set(first) | set(theirs)):
+                a, b = first.get(key), theirs.get(key)
+                if a != b:
+                    raise DistError(f"rank {rank} disagrees with rank 0 on {key}: {_describe(b, a)}; every "
+                                    f"process must run the same program with the same arguments and "
+                                    f"the same atensor")
+
+    # ---- the Transport hcq/net.py calls (from the net queues' workers) -------------------------
+    def allreduce(self, device: str, send: Optional[np.ndarray], recv: np.ndarray, op: ReduceOp) -> None:
+        """MPI allreduce of `send` (None: in place) into `recv` on `device`'s own communicator."""
+        comm = self.device_comms.get(device)
+        if comm is None:
+            raise DistError(f"{device} has no communicator: pass it to atensor.dist.init(devices=...) "
+                            f"(this process was given {self.devices})")
+        from mpi4py import MPI
+        sendbuf, mpi_op = MPI.IN_PLACE if send is None else send, _MPI_OPS[op](MPI)
+        if settings.net_wait == "block":
+            comm.Allreduce(sendbuf, recv, op=mpi_op)
+            return
+        request = comm.Iallreduce(sendbuf, recv, op=mpi_op)
+        start = time.perf_counter_ns()
+        spin_until = start + SPIN_NS
+        timeout = settings.net_timeout_s
+        while not request.Test():
+            now = time.perf_counter_ns()
+            if now > spin_until:
+                time.sleep(0)  # the core and the GIL to whoever needs them; MPI progresses in Test
+                if timeout and now - start > timeout * 1e9:
+                    raise DistError(f"an allreduce of {recv.size} elements on {device} (rank {self.rank} of "
+                                    f"{self.size}) did not complete in {timeout:g} s (ATENSOR_NET_TIMEOUT): a "
+                                    f"rank stopped, or the ranks issued different collectives")
+
+
+_MPI_OPS = {ReduceOp.SUM: lambda MPI: MPI.SUM, ReduceOp.MAX: lambda MPI: MPI.MAX,
+            ReduceOp.PROD: lambda MPI: MPI.PROD}
+
+
+def _describe(theirs: Any, ours: Any) -> str:
+    if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)):
+        if len(theirs) != len(ours):
+            return f"{len(theirs)} entries, rank 0 has {len(ours)}"
+        for i, (a, b) in enumerate(zip(theirs, ours)):
+            if a != b:
+                return f"entry {i} is {a}, rank 0 has {b}"
+    return f"{theirs!r}, rank 0 has {ours!r}"
+
+
+_world: Optional[World] = None
+_lock = threading.Lock()
+
+
+def launched_by_mpi() -> bool:
+    """True when an MPI launcher (mpiexec, mpirun, srun) started this process."""
+    return any(v in os.environ for v in _LAUNCHER_VARIABLES)
+
+
+def init(devices: Sequence[str] = ("CPU:0",), abort_on_error: bool = True) -> World:
+    """The world, made once: rank and size from MPI when an MPI launcher started this process and
+    mpi4py is installed, else one process (then each call makes a new one-process world). Each of
+    `devices` (the same list on every process) gets a communicator of its own for its net queue.
+    `abort_on_error`: an uncaught exception on any process ends the whole job (MPI_Abort) after
+    printing, so no process waits forever in a collective."""
+    global _world
+    devices = tuple(devices)
+    with _lock:
+        if _world is not None and _world.comm is not None:  # communicators are made once per process
+            if _world.devices != devices:
+                raise DistError(f"atensor.dist.init was called with {_world.devices} already; "
+                                f"call it once per process, with every device the program uses")
+            return _world
+        if not launched_by_mpi():
+            _world = World(0, 1, devices)
+            return _world
+        try:
+            import mpi4py
+        except ImportError:
+            print("atensor.dist: started by an MPI launcher but mpi4py is not installed "
+                  "(pip install 'atensor[mpi]'); running as one process", file=sys.stderr)
+            _world = World(0, 1, devices)
+            return _world
+        mpi4py.rc.thread_level = "multiple"
+        from mpi4py import MPI
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise DistError(f"atensor needs {REQUIRED_THREAD_LEVEL} (net queues call MPI from their own "
+                            f"threads); this MPI ({MPI.Get_library_version().splitlines()[0]}) gave level "
+                            f"{MPI.Query_thread()}")
+        comm = MPI.COMM_WORLD
+        world = World(comm.Get_rank(), comm.Get_size(), devices, comm)
+        world.device_comms = {d: comm.Dup() for d in devices}  # collective: same order on every rank
+        if abort_on_error:
+            _abort_on_uncaught(comm)
+        net.install(world if world.size > 1 else None)
+        _world = world
+        return world
+
+
+def world() -> World:
+    """The world `init` made; before `init`, a one-process world on CPU:0 (or, under an MPI launcher,
+    an error: the devices must be given to `init`, collectively, before the first collective)."""
+    if _world is not None:
+        return _world
+    if launched_by_mpi():
+        raise DistError("call atensor.dist.init(devices=...) first: under an MPI launcher every process "
+                        "makes its communicators there, before any collective")
+    return World(0, 1, ("CPU:0",))
+
+
+def _abort_on_uncaught(comm: Any) -> None:
+    """Makes an uncaught exception print its traceback and then abort every process of the job."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:  # type: ignore[no-untyped-def]
+        previous(kind, value, tb)
+        sys.stderr.write(f"atensor.dist: rank {comm.Get_rank()} failed; aborting every process\n")
+        sys.stderr.flush()
+        comm.Abort(1)
+    sys.excepthook = hook

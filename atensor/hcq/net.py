@@ -1,0 +1,85 @@
+"""The `net` queue's commands: a NetAllReduce task turned into a call that crosses processes.
+
+Why a seam here and not MPI in hcq/: the runtime runs commands on queues and knows nothing of how
+processes find each other; atensor/dist/ reads the world from MPI and installs a `Transport` here
+(`install`). A net command is then an ordinary queue command: the worker of a device's `net` queue
+waits on the producers' timeline signals, calls the transport (which blocks in MPI with the GIL
+released, so compute queues keep running), and publishes its own signal. With no transport
+installed the process is a world of one, and the command is what an allreduce over one process is:
+a copy (and the mean's division by the local partials).
+
+Invariant the transport relies on: a device's net commands run in the order of its queue, and every
+process builds the same task graphs in the same order (one SPMD program), so the collectives on a
+device's communicator match across processes. Each device has its own communicator, so collectives
+of different devices' net queues never interleave on one.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Protocol
+
+import numpy as np
+
+from atensor.graph.ops import ReduceOp
+from atensor.graph.taskgraph import NetAllReduce
+from atensor.hcq.device import Device
+
+
+class Transport(Protocol):
+    """What dist/ provides: an allreduce across every process, on `device`'s own communicator."""
+    size: int
+
+    def allreduce(self, device: str, send: Optional[np.ndarray], recv: np.ndarray, op: ReduceOp) -> None:
+        """Reduces `send` (None: in place, `recv` holds the input) of every process into `recv`;
+        blocks until done, with the GIL released."""
+        ...
+
+
+_transport: Optional[Transport] = None
+
+
+def install(transport: Optional[Transport]) -> None:
+    """Makes `transport` carry this process's net commands (None: a world of one process)."""
+    global _transport
+    _transport = transport
+
+
+def installed() -> Optional[Transport]:
+    return _transport
+
+
+def runner(work: NetAllReduce) -> Optional[Callable[[], None]]:
+    """The callable a `net` queue runs for `work`; None on NULL devices (they hold no data)."""
+    src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)
+    if dst_dev.kind == "NULL":
+        return None
+    views: list[Optional[np.ndarray]] = [None, None]
+
+    def bind(w: NetAllReduce) -> None:
+        src = src_dev.allocate(w.src).memory[w.src_offset:w.src_offset + w.count]
+        dst = dst_dev.allocate(w.dst).memory[w.dst_offset:w.dst_offset + w.count]
+        in_place = w.src is w.dst and w.src_offset == w.dst_offset
+        views[0], views[1] = (None if in_place else src), dst
+        run.keep_alive = (w.src, w.dst)
+
+    transport = _transport
+    processes = 1 if transport is None else transport.size
+    scale = 1.0 / (work.local_parts * processes) if work.mean else None
+    device, op = work.device, work.op
+
+    def run() -> None:
+        send, recv = views
+        if transport is None:
+            if send is not None:
+                np.copyto(recv, send)
+        else:
+            transport.allreduce(device, send, recv, op)
+        if scale is not None:
+            np.multiply(recv, recv.dtype.type(scale), out=recv)
+
+    def rebind(other: NetAllReduce) -> None:
+        """The same collective on `other`'s buffers (called once the commands that use it are done)."""
+        bind(other)
+
+    bind(work)
+    run.rebind = rebind
+    return run

@@ -1,0 +1,398 @@
+"""Across processes through MPI: allreduce bandwidth as an atensor task against mpi4py's own call,
+the data-parallel step of the flagship on 2 ranks x 1 device, 1 rank x 2 devices and torch DDP
+(gloo) over 2 processes, and weak scaling beside the machine's floor.
+
+    python bench/mpi.py [--quick]
+
+Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process ones):
+- allreduce, 4 KiB..64 MiB of float32 over 2 ranks: `dist.allreduce(x)` in an `atensor.jit`
+  function (a replay submits one NetAllReduce task to CPU:0's net queue, which calls MPI_Allreduce
+  with the GIL released; the result buffer is new on every call, as a step's would be) against
+  `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor).
+  Bus bandwidth = 2 (n - 1) / n * bytes / time (NCCL's convention; n = 2 ranks: bytes / time);
+- step: examples/train.py's MLP and fused Adam at the flagship's global batch (128), the step an
+  `atensor.jit` function as in the flagship; 2 ranks x 1 device (each 64 rows; gradient and loss
+  allreduced across processes by net tasks), 1 rank x 2 devices (the allreduce within the process),
+  torch DDP with gloo over 2 processes (64 rows each, 1 thread each). BLAS: one thread per kernel
+  (the flagship's products are below atensor's threshold for more), torch set to 1 thread;
+- weak scaling, as DDP reports it: every rank keeps 128 rows; ratio = step time on 2 ranks / on 1;
+  the machine's floor for it: two 1-rank runs at once with no communication at all, against one
+  alone. On 2 cores nothing can scale beyond what two cores allow.
+The machine is shared and loaded by other work: absolute times drift, the ratios measured in the
+same run are what to compare.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from common import table, write_results  # noqa: E402
+
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+WARMUP = 5
+
+
+# ---- workers (one per process; rank 0 prints the JSON line) --------------------------------------
+def _reps(nbytes: int, quick: bool) -> int:
+    reps = max(5, min(300, (256 << 20) // nbytes // 4))
+    return max(3, reps // 4) if quick else reps
+
+
+def worker_allreduce(quick: bool) -> dict:
+    import numpy as np
+    import trio
+    from mpi4py import MPI
+    import atensor
+    from atensor import Tensor, dist
+    from atensor.engine.jit import JitError
+    from atensor.hcq.device import Device
+    world = dist.init(("CPU:0",))
+    comm = MPI.COMM_WORLD
+
+    async def reduce(x: Tensor) -> Tensor:
+        return dist.allreduce(x)
+    rows = []
+    net_queue = Device.get("CPU:0").queue("net")
+
+    async def warm_jit(xs: list) -> Any:
+        """A jitted allreduce past its capture and verify calls. Two inputs alternate, so a replay
+        must really reduce its input (a stale value would fail the checks); a verify call that sees
+        different graphs (atensor.jit's capture depends on whether an equal value is still held in
+        memory) is retried with a fresh jit."""
+        for _ in range(5):
+            jitted = atensor.jit(reduce)
+            try:
+                for k in range(WARMUP):  # no result kept: a held equal value changes what is captured
+                    await jitted(xs[k % 2])
+                return jitted
+            except JitError:
+                continue
+        raise RuntimeError("atensor.jit could not capture the allreduce in 5 tries")
+
+    async def main() -> None:
+        for nbytes in SIZES:
+            n = nbytes // 4
+            values = [1.0 + world.rank, 10.0 + world.rank]  # input k of rank r
+            want = [sum(v + r for r in range(world.size)) for v in (1.0, 10.0)]
+            data = np.full(n, values[0], dtype=np.float32)
+            out = np.empty_like(data)
+            xs = [Tensor(np.full(n, v, dtype=np.float32), device="CPU:0") for v in values]
+            await Tensor.realize(*xs)
+            comm.Barrier()
+            jitted = await warm_jit(xs)
+            for _ in range(WARMUP):
+                comm.Allreduce(data, out)
+            reps = _reps(nbytes, quick)
+            target = Tensor.empty(n, device="CPU:0")
+            await target.realize()
+
+            async def in_flight() -> Tensor:  # every allreduce issued at once, one wait at the end
+                for k in range(reps):
+                    handle = target.assign(dist.allreduce(xs[k % 2])).realize()
+                await handle
+                return target
+            await in_flight()
+            names = ("atensor", "atensor_block", "atensor_stream", "mpi4py")
+            times: dict = {name: [] for name in names}
+            last: dict = {}
+            for round_ in range(3 if quick else 5):  # alternating, so drift hits all alike
+                for name in (names if round_ % 2 == 0 else names[::-1]):
+                    comm.Barrier()
+                    ran = net_queue.commands_run
+                    start = time.perf_counter()
+                    if name == "mpi4py":
+                        for _ in range(reps):
+                            comm.Allreduce(data, out)
+                    elif name == "atensor_stream":
+                        await in_flight()
+                    else:
+                        with atensor.Context(net_wait="block" if name == "atensor_block" else "poll"):
+                            for k in range(reps):
+                                last[k % 2] = await jitted(xs[k % 2])
+                    times[name].append((time.perf_counter() - start) / reps)
+                    if name != "mpi4py":  # every call ran its net command (no stale value was copied)
+                        assert net_queue.commands_run - ran == reps, (name, net_queue.commands_run - ran, reps)
+            assert float(out[0]) == want[0] and float(target.numpy()[-1]) == want[(reps - 1) % 2]
+            assert all(float(last[k].numpy()[-1]) == want[k] for k in last), "a replay gave a wrong sum"
+            comm.Barrier()
+            with atensor.profile() as prof:  # the net command's own time on its queue, per allreduce
+                await in_flight()
+            spans = [sp.duration_ns * 1e-9 for sp in prof.spans if sp.queue == "net"]
+            t_span = statistics.median(spans)
+            t_at, t_block, t_stream, t_mpi = (min(times[name]) for name in names)
+            bus = 2 * (world.size - 1) / world.size * nbytes
+            rows.append({"bytes": nbytes, "atensor_s": t_at, "atensor_block_s": t_block, "mpi4py_s": t_mpi,
+                         "atensor_busbw_GBps": bus / t_at / 1e9,
+                         "atensor_block_busbw_GBps": bus / t_block / 1e9,
+                         "mpi4py_busbw_GBps": bus / t_mpi / 1e9, "ratio": t_mpi / t_at,
+                         "block_ratio": t_mpi / t_block, "atensor_stream_s": t_stream,
+                         "atensor_stream_busbw_GBps": bus / t_stream / 1e9, "stream_ratio": t_mpi / t_stream,
+                         "atensor_span_s": t_span, "span_ratio": t_mpi / t_span, "reps": reps})
+    trio.run(main)
+    return {"ranks": world.size, "rows": rows}
+
+
+def worker_step(devices: int, batch: int, steps: int) -> dict:
+    """examples/train.py's step: MLP, fused Adam, the rank's rows split over its devices inside the
+    step, gradients and loss allreduced across processes (identity in one process)."""
+    import numpy as np
+    import trio
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train
+    import atensor
+    from atensor import Tensor, dist, nn
+    from atensor.nn import optim
+    names = tuple(f"CPU:{k}" for k in range(devices))
+    world = dist.init(names)
+    rng = np.random.default_rng(0)
+    x_np = rng.random((batch, 64), dtype=np.float32)
+    y_np = rng.integers(0, 10, size=batch).astype(np.int32)
+    rows = world.shard_rows(batch)
+    x_np, y_np = x_np[rows.start:rows.stop], y_np[rows.start:rows.stop]
+    Tensor.manual_seed(0)
+    net = train.MLP()
+    params = nn.get_parameters(net)
+    if devices > 1:
+        for p in params:
+            p.shard_(names)
+    opt = optim.Adam(params, lr=1e-3, fused=True)
+
+    async def step(x: Tensor, y: Tensor) -> Tensor:
+        if devices > 1:
+            x, y = x.shard(names, axis=0), y.shard(names, axis=0)
+        loss = nn.cross_entropy(net(x), y, reduction="sum") / batch
+        opt.zero_grad()
+        loss.backward()
+        dist.allreduce_gradients(opt)
+        loss = dist.allreduce(loss.detach())
+        await opt.step(loss)
+        return loss
+    run = atensor.jit(step)
+    times: list[float] = []
+
+    async def loop() -> None:
+        await Tensor.realize(*params)
+        with Tensor.train():
+            for _ in range(WARMUP + steps):
+                start = time.perf_counter()
+                loss = await run(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))
+                loss.item()
+                times.append(time.perf_counter() - start)
+    trio.run(loop)
+    measured = times[WARMUP:]
+    return {"median_s": statistics.median(measured), "min_s": min(measured), "steps": len(measured),
+            "ranks": world.size, "devices": devices, "batch": batch}
+
+
+def worker_ddp(batch: int, steps: int, port: int) -> dict:
+    import numpy as np
+    import torch
+    import torch.distributed as tdist
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(1)
+    rank, size = int(os.environ.get("PMI_RANK", "0")), int(os.environ.get("PMI_SIZE", "1"))
+    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    rng = np.random.default_rng(0)
+    x_np = rng.random((batch, 64), dtype=np.float32)
+    y_np = rng.integers(0, 10, size=batch).astype(np.int64)
+    part = np.array_split(np.arange(batch), size)[rank]
+    x, y = torch.from_numpy(x_np[part]), torch.from_numpy(y_np[part])
+    torch.manual_seed(0)
+    sizes = (64, 256, 128, 10)
+    layers = []
+    for a, b in zip(sizes, sizes[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    model = DistributedDataParallel(torch.nn.Sequential(*layers[:-1]))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    times = []
+    for _ in range(WARMUP + steps):
+        start = time.perf_counter()
+        # a sum over the rank's rows / the global batch, as atensor's step (DDP averages gradients
+        # over ranks; the sum keeps the same arithmetic per rank)
+        loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum") / batch
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - start)
+    tdist.destroy_process_group()
+    measured = times[WARMUP:]
+    return {"median_s": statistics.median(measured), "min_s": min(measured), "steps": len(measured),
+            "ranks": size, "threads": 1, "batch": batch}
+
+
+def worker(config: dict) -> dict:
+    kind = config["kind"]
+    if kind == "allreduce":
+        return worker_allreduce(config["quick"])
+    if kind == "step":
+        return worker_step(config["devices"], config["batch"], config["steps"])
+    return worker_ddp(config["batch"], config["steps"], config["port"])
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+def _mpiexec() -> str | None:
+    search = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return shutil.which("mpiexec", path=search)
+
+
+def _command(config: dict, ranks: int) -> list[str]:
+    command = [sys.executable, __file__, "--worker", json.dumps(config)]
+    return ([_mpiexec(), "-n", str(ranks)] + command) if ranks > 1 else command
+
+
+def _result(proc: subprocess.CompletedProcess | tuple) -> dict:
+    code, out, err = (proc.returncode, proc.stdout, proc.stderr) if hasattr(proc, "returncode") else proc
+    if code != 0:
+        return {"error": (err.strip().splitlines() or ["failed"])[-1][:200]}
+    lines = [line for line in out.strip().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1])
+
+
+def run(config: dict, ranks: int = 1) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATENSOR_BLAS_THREADS="1")
+    done = subprocess.run(_command(config, ranks), capture_output=True, text=True, env=env, timeout=1800)
+    return _result(done)
+
+
+def run_together(config: dict, copies: int) -> dict:
+    """`copies` one-process runs at once, with no communication: the slowest one's timings."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATENSOR_BLAS_THREADS="1")
+    procs = [subprocess.Popen(_command(config, 1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(copies)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=1800)
+        results.append(_result((proc.returncode, out, err)))
+    errors = [r for r in results if "error" in r]
+    return errors[0] if errors else max(results, key=lambda r: r["median_s"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and steps")
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    if args.worker:
+        result = worker(json.loads(args.worker))
+        if int(os.environ.get("PMI_RANK", "0")) == 0:
+            print(json.dumps(result))
+        return
+    if _mpiexec() is None:
+        sys.exit("bench/mpi.py needs mpiexec and mpi4py: pip install 'atensor[mpi]'")
+    steps = 10 if args.quick else args.steps
+    data: dict = {"threads": "1 BLAS thread per kernel (atensor), torch.set_num_threads(1) per process",
+                  "note": "shared 2-core machine: absolute times drift, compare ratios within the run"}
+    print(f"threads: {data['threads']}; {data['note']}\n")
+
+    ar = run({"kind": "allreduce", "quick": args.quick}, ranks=2)
+    data["allreduce"] = ar
+    if "error" in ar:
+        print("allreduce:", ar["error"])
+    else:
+        print(table("allreduce across 2 processes, float32 (busbw = bytes / time for 2 ranks)",
+                    ["size", "mpi4py us", "jit poll us", "jit block us", "in flight us", "net span us",
+                     "mpi4py GB/s", "in flight GB/s", "jit poll", "jit block", "in flight", "net span"],
+                    [[_size(r["bytes"]), r["mpi4py_s"] * 1e6, r["atensor_s"] * 1e6, r["atensor_block_s"] * 1e6,
+                      r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
+                      r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
+                      f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
+        print("\n  ".join([
+            "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
+            "from 1 MiB up.",
+            "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or in "
+            "MPI's blocking call: ATENSOR_NET_WAIT=block);",
+            "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
+            "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
+            "included"]))
+        print()
+
+    batch = 128
+    step = {"2 ranks x 1 device": run({"kind": "step", "devices": 1, "batch": batch, "steps": steps}, ranks=2),
+            "1 rank x 2 devices": run({"kind": "step", "devices": 2, "batch": batch, "steps": steps}),
+            "1 rank x 1 device": run({"kind": "step", "devices": 1, "batch": batch, "steps": steps})}
+    if importlib.util.find_spec("torch") is not None:
+        step["torch DDP gloo, 2 processes"] = run({"kind": "ddp", "batch": batch, "steps": steps,
+                                                   "port": _free_port()}, ranks=2)
+        step["torch, 1 process"] = run({"kind": "ddp", "batch": batch, "steps": steps, "port": _free_port()})
+    data["step"] = step
+    base = step["1 rank x 1 device"].get("median_s")
+    print(table(f"data-parallel step of the flagship (MLP, Adam), global batch {batch}",
+                ["configuration", "median ms", "min ms", "vs 1 rank x 1 device"],
+                [[name, r.get("median_s", float("nan")) * 1e3, r.get("min_s", float("nan")) * 1e3,
+                  f"{r['median_s'] / base:.2f}x" if base and "median_s" in r else r.get("error", "")]
+                 for name, r in step.items()]))
+
+    per_rank = 128
+    alone = run({"kind": "step", "devices": 1, "batch": per_rank, "steps": steps})
+    two = run({"kind": "step", "devices": 1, "batch": 2 * per_rank, "steps": steps}, ranks=2)
+    floor = run_together({"kind": "step", "devices": 1, "batch": per_rank, "steps": steps}, 2)
+    weak = {"1 rank": alone, "2 ranks": two, "2 one-rank runs at once (no communication)": floor}
+    if all("median_s" in r for r in weak.values()):
+        weak["scaling"] = two["median_s"] / alone["median_s"]
+        weak["floor"] = floor["median_s"] / alone["median_s"]
+    data["weak_scaling"] = weak
+    print()
+    print(table(f"weak scaling: {per_rank} rows per rank (ratio: step time / 1 rank's; 1.0 is perfect)",
+                ["configuration", "median ms", "ratio"],
+                [[name, r.get("median_s", float("nan")) * 1e3,
+                  f"{r['median_s'] / alone['median_s']:.2f}x" if "median_s" in r and "median_s" in alone
+                  else r.get("error", "")] for name, r in weak.items() if isinstance(r, dict)]))
+
+    grad_bytes = 4 * (64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
+    rows_ar = ar.get("rows", [])
+    near = min(rows_ar, key=lambda r: abs(r["bytes"] - grad_bytes), default=None)
+    smallest = rows_ar[0] if rows_ar else None
+    # what atensor adds per collective on top of MPI: the jitted 4 KiB allreduce's time less mpi4py's own
+    overhead = max(0.0, smallest["atensor_s"] - smallest["mpi4py_s"]) if smallest else float("nan")
+    compute = step["1 rank x 1 device"].get("median_s", float("nan"))
+    expectation: dict = {"gradient_bytes": grad_bytes, "atensor_overhead_per_collective_s": overhead,
+                         "one_rank_step_s": compute,
+                         "model": "step on n hosts = one rank's step at its share of the batch (here: the "
+                                  "1-rank step, an upper bound) + ring allreduce 2 (n-1)/n * bytes / link "
+                                  "+ 2 (n-1) link latencies + atensor's per-collective overhead (measured)"}
+    if near is not None:
+        expectation["measured_allreduce_s_near_that_size"] = near["atensor_s"]
+        expectation["measured_at_bytes"] = near["bytes"]
+    for name, gbps, latency in (("10 GbE", 1.25e9, 50e-6), ("100 Gb InfiniBand", 12.5e9, 5e-6)):
+        network = {n: 2 * (n - 1) / n * grad_bytes / gbps + 2 * (n - 1) * latency for n in (2, 4, 8)}
+        expectation[name] = {f"{n} hosts": {"allreduce_s": t, "step_s": compute + t + overhead}
+                             for n, t in network.items()}
+    data["multi_host_expectation"] = expectation
+    print(f"\nmulti-host expectation for the flagship ({grad_bytes / 1024:.0f} KiB of gradient per step, one "
+          f"allreduce; 1-rank step {compute * 1e3:.2f} ms, atensor's overhead per collective "
+          f"{overhead * 1e6:.0f} us as measured above); ring allreduce over n hosts = 2 (n-1)/n * bytes / "
+          "link bandwidth + 2 (n-1) link latencies:")
+    for name in ("10 GbE", "100 Gb InfiniBand"):
+        print(f"  {name}: " + ", ".join(f"{k}: allreduce {v['allreduce_s'] * 1e6:.0f} us, step "
+                                        f"{v['step_s'] * 1e3:.2f} ms" for k, v in expectation[name].items()))
+    path = write_results("mpi", data)
+    print(f"\nwritten: {path.relative_to(ROOT)}")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+if __name__ == "__main__":
+    main()
