@@ -464,7 +464,7 @@ class Jit:
         for head in sched.pending_heads():
             if head not in keep:
                 try:
-                    yield _WAIT, Tensor(head).realize()
+                    yield _WAIT, Tensor(head)._dispatch()
                 except Exception:  # noqa: BLE001 - not this call's error; see above
                     pass
         records: list[sched.Schedule] = []
@@ -506,12 +506,12 @@ class Jit:
             if records is not None:
                 lazy = [t for t in tensors if not _is_stored(t.node)]
                 if lazy:
-                    yield _WAIT, lazy[0].realize(*lazy[1:])
+                    yield _WAIT, lazy[0]._dispatch(tuple(lazy[1:]))
             result = yield _CALL, None
             outs: list[Tensor] = []
             result_shape = _flatten(result, outs)
             if outs:
-                yield _WAIT, outs[0].realize(*outs[1:])
+                yield _WAIT, outs[0]._dispatch(tuple(outs[1:]))
         finally:
             if token is not None:
                 recording.reset(token)
