@@ -35,8 +35,6 @@ SUPPORTED = ("trio", "asyncio")
 _EVENTFD = hasattr(os, "eventfd")  # Linux
 
 _eventfds: list[int] = []  # idle eventfds of finished trio waits, reused (list append and pop are atomic)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_eventfds.clear)  # a child must not share its parent's
 
 
 class UnsupportedLoopError(RuntimeError):
@@ -210,6 +208,16 @@ class _LoopReader:
 
 _readers: dict[int, _LoopReader] = {}  # id(loop) -> its reader, for loops not closed yet
 _readers_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A child must not share its parent's eventfds, nor think its parent's loops are its own."""
+    _eventfds.clear()
+    _readers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reader_for(loop: asyncio.AbstractEventLoop) -> _LoopReader:

@@ -290,3 +290,27 @@ def test_the_command_line_names_its_servers():
     bad = subprocess.run([sys.executable, str(ROOT / "examples" / "serve.py"), "--server", "gunicorn"],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert bad.returncode == 2 and "uvicorn" in bad.stderr
+
+
+def test_the_readmes_asyncio_and_fastapi_examples_run():
+    """The README's asyncio example and its FastAPI endpoint (called through httpx's ASGI transport,
+    on asyncio), as printed there but with smaller sizes."""
+    import asyncio
+    import re
+    pytest.importorskip("fastapi")
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    on_asyncio = next(b for b in blocks if "asyncio.run(main())" in b)
+    endpoint = next(b for b in blocks if "FastAPI()" in b)
+    exec(compile(on_asyncio.replace("2048", "128"), "README.md", "exec"), {"__name__": "readme"})
+    ns: dict[str, Any] = {"__name__": "readme"}
+    exec(compile(endpoint, "README.md", "exec"), ns)
+    values = [0.5 * i for i in range(600)]
+
+    async def call() -> Any:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=ns["app"]), base_url="http://x") as c:
+            return await c.post("/score", json=values)
+    reply = asyncio.run(call())
+    assert reply.status_code == 200
+    w = ns["w"].numpy()
+    expected = np.maximum(np.array(values[:512], dtype=np.float32) @ w, 0).sum()
+    np.testing.assert_allclose(reply.json()["score"], expected, rtol=1e-4)
