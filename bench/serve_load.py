@@ -309,7 +309,7 @@ def main() -> None:
                 rows))
     if earlier:
         print(f"({earlier['label']}: not measured in this run, its machine load differs)")
-    if torch32:
+    if torch32 and torch32["sentences_per_s"] > 0:
         print("sentences/s at 32 clients vs torch-in-threadpool: " + ", ".join(
             f"{mode} {r['sentences_per_s'] / max(torch32['sentences_per_s'], 1e-9):.2f}x"
             for mode, rs in results.items() for r in rs if r["clients"] == 32))
@@ -352,7 +352,7 @@ def _verdict(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         return next((r for r in results.get(mode, []) if r["clients"] == clients), None)
     lines, targets = [], {}
     ours, torch = at("atensor", 32), at("torch", 32)
-    if ours and torch:
+    if ours and torch and torch["sentences_per_s"] > 0:
         ratio = ours["sentences_per_s"] / max(torch["sentences_per_s"], 1e-9)
         targets["throughput_32_vs_torch"] = ratio
         lines.append(f"throughput at 32 clients: atensor / torch = {ratio:.2f}x (target >= 1)")
