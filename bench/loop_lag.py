@@ -200,12 +200,14 @@ def main() -> None:
     rows = []
     for key, t in trips.items():
         base = trips[f"{t['kind']} / trio"]["median_us"]
-        rows.append((t["kind"], t["loop"], t["min_us"], t["median_us"], t["p99_us"], f"{t['median_us'] / base:.2f}x"))
+        rows.append((t["kind"], t["loop"], t["min_us"], t["median_us"], t["p99_us"],
+                     f"{t['median_us'] / base:.2f}x"))
     print()
     print(table(f"round trips ({args.round_trips} each, back to back; vs trio = median / trio's median)",
                 ["what", "loop", "min us", "median us", "p99 us", "vs trio"], rows))
     ratio = trips["await realize / asyncio"]["median_us"] / trips["await realize / trio"]["median_us"]
-    gap = {loop: max(r["longest_gap_ms"] for r in results if r["loop"] == loop and r["system"].startswith("atensor"))
+    gap = {loop: max(r["longest_gap_ms"] for r in results
+                     if r["loop"] == loop and r["system"].startswith("atensor"))
            for loop in loops}
     print(f"\nasyncio's await-realize round trip / trio's: {ratio:.2f}x (target <= 1.2)")
     print("atensor's longest loop gap per loop: " + ", ".join(f"{k} {v:.1f} ms" for k, v in gap.items()))

@@ -296,7 +296,8 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
-    rows = [[mode if "earlier" in mode else f"{mode} ({args.server})", r["clients"], r["rps"], r["sentences_per_s"], r["p50_ms"], r["p95_ms"],
+    rows = [[mode if "earlier" in mode else f"{mode} ({args.server})", r["clients"], r["rps"],
+             r["sentences_per_s"], r["p50_ms"], r["p95_ms"],
              r["p99_ms"], r.get("health_p50_ms", float("nan")), r["health_p99_ms"], r["health_worst_ms"],
              r["errors"] + r["health_failures"]]
             for mode, rs in [*results.items(), *(earlier["results"].items() if earlier else [])] for r in rs]

@@ -427,7 +427,8 @@ class EmbedService:
         return b"".join(chunks)
 
 
-async def _until_disconnect(request: Request, fn: Callable[..., Awaitable[bytes]], *args: Any) -> Optional[bytes]:
+async def _until_disconnect(request: Request, fn: Callable[..., Awaitable[bytes]],
+                           *args: Any) -> Optional[bytes]:
     """`await fn(*args)`, cancelled if the client disconnects first (then None)."""
     result: Optional[bytes] = None
     async with anyio.create_task_group() as tg:
@@ -568,7 +569,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0: a free port (printed when serving)")
     parser.add_argument("--server", choices=SERVERS, default="uvicorn",
-                        help="uvicorn (asyncio, uvloop when installed) or hypercorn-trio (the same app on trio)")
+                        help="uvicorn (asyncio, uvloop when installed) or hypercorn-trio (the same app "
+                             "on trio)")
     parser.add_argument("--devices", type=int, default=1, help="model replicas, one per CPU:k")
     parser.add_argument("--batch-window-ms", type=float, default=5.0,
                         help="how long a batch waits for more requests after its first one")

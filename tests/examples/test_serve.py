@@ -138,7 +138,8 @@ async def test_every_bad_input_gets_a_4xx_json_error_and_the_server_keeps_servin
         before = (await health(client))["forward_passes"]
         for raw, status, fragment in BAD_BODIES:
             reply = await client.post("/embed", content=raw)
-            assert (reply.status_code, fragment in reply.json()["error"]) == (status, True), (raw[:40], reply.text)
+            got = (reply.status_code, fragment in reply.json()["error"])
+            assert got == (status, True), (raw[:40], reply.text)
         for method, path, status in [("GET", "/embed", 405), ("POST", "/health", 405), ("GET", "/nowhere", 404)]:
             reply = await client.request(method, path)
             assert reply.status_code == status and "error" in reply.json(), reply.text
@@ -288,7 +289,8 @@ def test_the_command_line_names_its_servers():
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0 and "hypercorn-trio" in out.stdout and "--port" in out.stdout
     bad = subprocess.run([sys.executable, str(ROOT / "examples" / "serve.py"), "--server", "gunicorn"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert bad.returncode == 2 and "uvicorn" in bad.stderr
 
 
