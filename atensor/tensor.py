@@ -1,10 +1,12 @@
 """The user's `Tensor`: builds graph nodes, and realizes them through sched/ and hcq/.
 
 Names and semantics follow tinygrad's Tensor (and PyTorch's where tinygrad follows it), with one
-difference: realize is awaitable. `await t.realize(*more)` realizes all given tensors as one task
-graph; `t.realize()` without await has already dispatched the work and returns a handle, so ported
-code never silently does nothing. Inside a running trio loop the sync accessors (`numpy`, `tolist`,
-`item`) refuse to block on unrealized data and name the await to use instead.
+addition: a tensor is awaitable. `t.realize(*more)` dispatches all given tensors as one task graph at
+once and returns `t`, as tinygrad's does; `await t` waits for its pending work, so
+`await t.realize(a, b)` waits for all three. A realize that is never awaited still runs, so ported
+code never silently does nothing. Inside a running event loop (trio or asyncio) the sync accessors
+(`numpy`, `tolist`, `item`, `wait`) refuse to block on unrealized data and name the await to use
+instead; in a plain script they block until it is done.
 
 Storage: a tensor made from data, or realized, is a view of a buffer. Such a tensor is *live*: it
 always shows the buffer's newest version, so a write through any alias (`t[1:3] = v`,
@@ -14,7 +16,7 @@ instead captures the versions of its inputs when it is built.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Union
+from typing import Any, Generator, Optional, Union
 
 import numpy as np
 
@@ -25,7 +27,8 @@ from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, canonical
-from atensor.hcq.host import Job, dispatcher, in_trio_loop
+from atensor.hcq.host import Job, dispatcher
+from atensor.hcq.loop import running_library
 from atensor.engine.realize import _follow_storage, _prepare, _storage_base
 from atensor.engine.handle import RealizeHandle, recording
 from atensor.backend.numpy_backend import _view
@@ -51,12 +54,13 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
     >>> (Tensor([1, 2, 3]) + 1).tolist()
     [2, 3, 4]
     """
-    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "_swap", "__weakref__")
+    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "_swap", "_pending", "__weakref__")
 
     def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
                  requires_grad: Optional[bool] = None):
         self.requires_grad, self.grad, self._ctx = requires_grad, None, None
         self._swap: Optional[tuple[Node, Node]] = None  # set by the dispatcher, see `realize`
+        self._pending: Optional[RealizeHandle] = None  # the last realize of this tensor not yet waited for
         dev = canonical(device or settings.default_device)
         dt = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, Node):
@@ -145,10 +149,15 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         return Tensor(stop_gradient(node) if Tensor.no_grad else node)
 
     # ---- realize -------------------------------------------------------------------------------
-    def realize(self, *more: Tensor) -> RealizeHandle:
-        """Dispatches the work that computes this tensor (and `more`) as one task graph and returns an
-        awaitable handle; `await t.realize()` returns `t` once done. Already dispatched when it
-        returns: a handle that is never awaited still runs."""
+    def realize(self, *more: Tensor) -> Tensor:
+        """Dispatches the work that computes this tensor (and `more`) as one task graph at once and
+        returns this tensor. `await t.realize(a, b)` waits for all three; a realize that is never
+        awaited still runs (the sync accessors wait for it)."""
+        self._dispatch(more)
+        return self
+
+    def _dispatch(self, more: tuple[Tensor, ...] = ()) -> RealizeHandle:
+        """`realize` itself: submits the job and notes its handle on every tensor it realizes."""
         tensors = (self, *more)
         captured: list[tuple[Tensor, Node]] = []
         keep_graphs = graphs_needed()
@@ -161,7 +170,54 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         job = Job(None, [], [])
         job.record = recording.get()
         job.plan = lambda: _prepare(job, captured, pending)
-        return RealizeHandle(dispatcher.submit(job), self)
+        handle = RealizeHandle(dispatcher.submit(job), None)
+        for t in tensors:
+            t._pending = handle
+        return handle
+
+    def __await__(self) -> Generator[Any, None, Tensor]:
+        """`await t`: waits (from trio or asyncio) for this tensor's pending work and returns it. A
+        tensor never realized is realized first. A failed realize raises here, naming the task."""
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> Tensor:
+        handle = self._pending
+        if handle is None and not self._is_ready_single():
+            handle = self._dispatch()
+        if handle is not None:
+            await handle
+            if self._pending is handle:
+                self._pending = None
+        return self
+
+    def wait(self, timeout: Optional[float] = None) -> Tensor:
+        """Blocks until this tensor's pending work is done and returns it: the plain-script counterpart of
+        `await t` (inside a running event loop it raises NotRealizedError instead of blocking)."""
+        if self._pending is None and self._is_ready_single():
+            return self
+        handle = self._pending
+        if handle is None or not handle.done():
+            self._refuse_in_loop("wait")
+        if handle is None:
+            handle = self._dispatch()
+        handle.wait(timeout)
+        if self._pending is handle:
+            self._pending = None
+        return self
+
+    def _is_ready_single(self) -> bool:
+        """True when this is a view of a buffer with no pending writes (a sharded tensor: never)."""
+        base = _storage_base(self.node)
+        return base is not None and base.op is Ops.BUFFER and Buffer.of(base.arg[0]).ready()
+
+    def _refuse_in_loop(self, accessor: str) -> None:
+        """Raises NotRealizedError when called on a thread that runs an event loop (blocking would stall it)."""
+        lib = running_library()
+        if lib is not None:
+            raise NotRealizedError(
+                f"Tensor.{accessor}() inside a running {lib} event loop on a tensor that is not realized; "
+                f"`await t.realize()` (or `await t`) first, then t.{accessor}(), so the event loop is never "
+                f"blocked")
 
     def _ensure_ready(self, accessor: str) -> Buffer:
         """The buffer behind this tensor, realized and with no pending writes, or an error that names
@@ -170,11 +226,15 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         base = _storage_base(node)
         buf = Buffer.of(base.arg[0]) if base is not None and base.op is Ops.BUFFER else None
         if buf is None or not buf.ready():
-            if in_trio_loop():
-                raise NotRealizedError(
-                    f"Tensor.{accessor}() inside a running trio event loop on a tensor that is not realized; "
-                    f"`await t.realize()` first (then t.{accessor}()), so the event loop is never blocked")
-            self.realize().wait()
+            self._refuse_in_loop(accessor)
+            handle = self._pending
+            if handle is not None:  # a realize dispatched earlier: its errors are this read's
+                handle.wait()
+                if self._pending is handle:
+                    self._pending = None
+            if not self._is_ready_single():
+                self._dispatch().wait()
+                self._pending = None
             node = self.node
             base = _storage_base(node)
             buf = Buffer.of(base.arg[0])

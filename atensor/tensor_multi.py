@@ -195,11 +195,7 @@ class MultiOps:
         # a replica is read from the first device alone: only it has to be ready
         parts = [cls(s) for s in (node.src if node.arg[0] is not None else node.src[:1])]  # type: ignore[call-arg]
         if any(not p._is_ready() for p in parts):
-            from atensor.hcq.host import in_trio_loop
-            if in_trio_loop():
-                from atensor.tensor import NotRealizedError
-                raise NotRealizedError("Tensor.numpy() inside a running trio event loop on a sharded tensor "
-                                       "that is not realized; `await t.realize()` first (then t.numpy())")
+            self._refuse_in_loop("numpy")  # type: ignore[attr-defined]
             self.realize().wait()
             node = self.node
             parts = [cls(s) for s in node.src]  # type: ignore[call-arg]

@@ -1,20 +1,32 @@
-"""Event-loop lag: the longest gap of a 1 ms trio ticker while a realize of about a second runs.
+"""Event-loop lag and the await round trip, under trio, asyncio and uvloop in the same run.
 
-    python bench/loop_lag.py
+    python bench/loop_lag.py                 # --tiny 10000 --round-trips 2000
 
-Workloads: a few big kernels (matmuls), 10,000 tiny kernels as 10,000 outputs, and a chain of
-10,000 tiny kernels realized as one output. The graphs are built before the clock starts. Beside them, in the same run,
-the same work done the usual ways: numpy called directly in the trio task (the loop blocks), and
-numpy through `trio.to_thread.run_sync` in many small calls (the GIL convoy). Target (issue 2): at
-most 10 ms for atensor in both workloads.
+1. Lag: the longest gap of a 1 ms ticker (atensor.profiler.ticking, on whichever loop runs) while a
+   realize runs. Workloads: a few big kernels (matmuls), TINY tiny kernels as TINY outputs, and a
+   chain of TINY tiny kernels realized as one output. The graphs are built before the clock starts.
+   Beside them, in the same run, the same work done the usual ways: numpy called directly in the task
+   (the loop blocks) and numpy in a worker thread (anyio.to_thread: the GIL convoy). Target: the
+   longest gap under asyncio as small as under trio.
+2. Round trip: `await (x + 1).realize()` of a 1-element tensor, back to back (dispatch, one kernel,
+   the wake-up of the awaiting task), and the seam's wake-up alone (a worker thread sets a
+   hcq.loop.Wakeup that the task awaits). Target: asyncio's round trip within 1.2x of trio's.
+
+Timings on a shared machine are noisy: compare the loops within one run, not across runs.
 """
 from __future__ import annotations
 
+import argparse
+import asyncio
+import queue
+import statistics
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
+import anyio
 import numpy as np
 import trio
 
@@ -22,9 +34,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import table, write_results  # noqa: E402
 
 from atensor import Tensor  # noqa: E402
+from atensor.hcq import loop as seam  # noqa: E402
 from atensor.profiler import ticking  # noqa: E402
 
+try:
+    import uvloop
+except ImportError:
+    uvloop = None
+
 TINY = 10_000
+
+
+def run_on(loop: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """Runs `fn(*args)` on a fresh event loop of the named kind."""
+    if loop == "trio":
+        return trio.run(fn, *args)
+    if loop == "asyncio":
+        return asyncio.run(fn(*args))
+    return uvloop.run(fn(*args))
 
 
 async def measure(work: Callable[[], Awaitable[None]]) -> tuple[float, float, int]:
@@ -69,43 +96,126 @@ def atensor_tiny_chain() -> Callable[[], Awaitable[None]]:
     return work
 
 
-async def numpy_in_loop_big() -> None:
-    for a in big_inputs():
-        np.tanh((a @ a.T) @ a).sum()
+def numpy_in_loop_big() -> Callable[[], Awaitable[None]]:
+    async def work() -> None:
+        for a in big_inputs():
+            np.tanh((a @ a.T) @ a).sum()
+    return work
 
 
-async def numpy_to_thread_tiny() -> None:
+def numpy_in_thread_tiny() -> Callable[[], Awaitable[None]]:
     xs = [np.full(16, i, dtype=np.float32) for i in range(TINY)]
 
-    def work() -> None:
+    def compute() -> None:
         for x in xs:
             (x * 2 + 1).sum()
-    await trio.to_thread.run_sync(work)
+
+    async def work() -> None:
+        await anyio.to_thread.run_sync(compute)
+    return work
 
 
-async def numpy_in_loop_tiny() -> None:
-    for i in range(TINY):
-        (np.full(16, i, dtype=np.float32) * 2 + 1).sum()
+def numpy_in_loop_tiny() -> Callable[[], Awaitable[None]]:
+    async def work() -> None:
+        for i in range(TINY):
+            (np.full(16, i, dtype=np.float32) * 2 + 1).sum()
+    return work
 
 
-async def main() -> None:
-    cases = [("big kernels (4 x 1024^3 matmul chains)", "atensor await realize", atensor_big),
-             ("big kernels (4 x 1024^3 matmul chains)", "numpy in the trio task", lambda: numpy_in_loop_big),
-             (f"{TINY} tiny kernels", "atensor await realize", atensor_tiny),
-             (f"chain of {TINY} tiny kernels", "atensor await realize", atensor_tiny_chain),
-             (f"{TINY} tiny kernels", "numpy via trio.to_thread", lambda: numpy_to_thread_tiny),
-             (f"{TINY} tiny kernels", "numpy in the trio task", lambda: numpy_in_loop_tiny)]
+async def lag_case(make: Callable[[], Callable[[], Awaitable[None]]], warm: bool) -> tuple[float, float, int]:
+    if warm:
+        await measure(make())  # compiles, caches: not what this measures
+    return await measure(make())
+
+
+async def realize_round_trips(count: int) -> list[float]:
+    x = Tensor(np.ones(1, dtype=np.float32)).realize()
+    await x
+    times = []
+    for i in range(count + 50):
+        y = x + 1
+        start = time.perf_counter()
+        await y.realize()
+        if i >= 50:  # the first ones warm the caches
+            times.append(time.perf_counter() - start)
+    return times
+
+
+async def wake_round_trips(count: int) -> list[float]:
+    """A persistent worker thread sets each Wakeup the task then awaits: the seam's cost alone."""
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def worker() -> None:
+        while (w := jobs.get()) is not None:
+            w.set()
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    times = []
+    try:
+        for i in range(count + 50):
+            w = seam.wakeup()
+            start = time.perf_counter()
+            jobs.put(w)
+            await w.wait()
+            if i >= 50:
+                times.append(time.perf_counter() - start)
+            w.close()
+    finally:
+        jobs.put(None)
+        thread.join()
+    return times
+
+
+def main() -> None:
+    global TINY
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", type=int, default=TINY, help="tiny kernels per tiny workload")
+    parser.add_argument("--round-trips", type=int, default=2000)
+    args = parser.parse_args()
+    TINY = args.tiny
+    loops = ["trio", "asyncio"] + (["uvloop"] if uvloop is not None else [])
+    cases = [("big kernels (4 x 1024^3 matmul chains)", "atensor await realize", atensor_big, loops),
+             ("big kernels (4 x 1024^3 matmul chains)", "numpy in the task", numpy_in_loop_big, loops[:2]),
+             (f"{TINY} tiny kernels", "atensor await realize", atensor_tiny, loops),
+             (f"chain of {TINY} tiny kernels", "atensor await realize", atensor_tiny_chain, loops),
+             (f"{TINY} tiny kernels", "numpy in a worker thread", numpy_in_thread_tiny, loops[:2]),
+             (f"{TINY} tiny kernels", "numpy in the task", numpy_in_loop_tiny, loops[:2])]
     rows, results = [], []
-    for workload, system, make in cases:
-        await measure(make())  # warm up
-        elapsed, worst, ticks = await measure(make())
-        rows.append((workload, system, elapsed * 1e3, worst * 1e3, ticks))
-        results.append({"workload": workload, "system": system, "elapsed_ms": elapsed * 1e3,
-                        "longest_gap_ms": worst * 1e3, "ticks": ticks})
+    for workload, system, make, on in cases:
+        for k, loop in enumerate(on):
+            elapsed, worst, ticks = run_on(loop, lag_case, make, k == 0)
+            rows.append((workload, system, loop, elapsed * 1e3, worst * 1e3, ticks))
+            results.append({"workload": workload, "system": system, "loop": loop, "elapsed_ms": elapsed * 1e3,
+                            "longest_gap_ms": worst * 1e3, "ticks": ticks})
     print(table("event-loop lag: longest gap of a 1 ms ticker during the work (lower is better)",
-                ["workload", "system", "work ms", "longest gap ms", "ticks"], rows))
-    print("wrote", write_results("loop_lag", {"cases": results}))
+                ["workload", "system", "loop", "work ms", "longest gap ms", "ticks"], rows))
+
+    trips: dict[str, dict[str, float]] = {}
+    for loop in loops:
+        for kind, fn in (("await realize", realize_round_trips), ("seam wake-up", wake_round_trips)):
+            times = run_on(loop, fn, args.round_trips)
+            trips[f"{kind} / {loop}"] = {"loop": loop, "kind": kind, "min_us": min(times) * 1e6,
+                                         "median_us": statistics.median(times) * 1e6,
+                                         "p99_us": sorted(times)[int(0.99 * (len(times) - 1))] * 1e6}
+    rows = []
+    for key, t in trips.items():
+        base = trips[f"{t['kind']} / trio"]["median_us"]
+        rows.append((t["kind"], t["loop"], t["min_us"], t["median_us"], t["p99_us"],
+                     f"{t['median_us'] / base:.2f}x"))
+    print()
+    print(table(f"round trips ({args.round_trips} each, back to back; vs trio = median / trio's median)",
+                ["what", "loop", "min us", "median us", "p99 us", "vs trio"], rows))
+    ratio = trips["await realize / asyncio"]["median_us"] / trips["await realize / trio"]["median_us"]
+    gap = {loop: max(r["longest_gap_ms"] for r in results
+                     if r["loop"] == loop and r["system"].startswith("atensor"))
+           for loop in loops}
+    print(f"\nasyncio's await-realize round trip / trio's: {ratio:.2f}x (target <= 1.2)")
+    print("atensor's longest loop gap per loop: " + ", ".join(f"{k} {v:.1f} ms" for k, v in gap.items()))
+    print("wrote", write_results("loop_lag", {"cases": results, "round_trips": list(trips.values()),
+                                              "targets": {"asyncio_vs_trio_round_trip": ratio,
+                                                          "atensor_longest_gap_ms": gap},
+                                              "config": vars(args)}))
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    main()

@@ -1,21 +1,21 @@
-"""The parts of examples/serve.py that are not atensor's server: baseline (b)'s engine (PyTorch in a
-thread), the HTTP client the tests and bench/serve_load.py use, and the event-loop stall reporter
-behind `--stall-report-ms`."""
+"""The parts of examples/serve.py that are not atensor's server: baseline (b)'s engine (PyTorch in
+Starlette's thread pool) and the event-loop stall reporter behind `--stall-report-ms`."""
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 import traceback
 from typing import Any, Optional, Sequence
 
+import anyio
 import numpy as np
-import trio
+from starlette.concurrency import run_in_threadpool
 
 
 class TorchEngine:
-    """Baseline (b): sentence-transformers on PyTorch CPU, each request in `trio.to_thread.run_sync`."""
+    """Baseline (b): sentence-transformers on PyTorch CPU, each request in Starlette's `run_in_threadpool`
+    (what FastAPI users write today)."""
 
     def __init__(self, max_tokens: int):
         from sentence_transformers import SentenceTransformer
@@ -30,11 +30,11 @@ class TorchEngine:
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         return self.tokenizer.encode(sentences)
 
-    async def run(self, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
 
     async def embed_sentences(self, sentences: list[str]) -> np.ndarray:
-        out = await trio.to_thread.run_sync(lambda: self.model.encode(sentences, batch_size=len(sentences)))
+        out = await run_in_threadpool(lambda: self.model.encode(sentences, batch_size=len(sentences)))
         self.forward_passes += 1
         self.sentences_computed += len(sentences)
         return np.asarray(out, dtype=np.float32)
@@ -62,7 +62,7 @@ class StallWatch:
         threading.Thread(target=self._watch, args=(loop_thread,), name="stall-watch", daemon=True).start()
         while True:
             self.tick = time.perf_counter()
-            await trio.sleep(0.001)
+            await anyio.sleep(0.001)
 
     def _schedstat(self) -> tuple[int, int]:
         """The loop thread's (CPU ns, ns waited on a run queue) from Linux's schedstat; zeros elsewhere."""
@@ -98,67 +98,3 @@ class StallWatch:
                 sample = None
             if self.tick != last_tick and sample is None:
                 last_tick, tick_stat = self.tick, self._schedstat()
-
-
-class EmbedClient:
-    """One kept-alive HTTP/1.1 connection (h11 over a trio stream).
-
-        async with EmbedClient("127.0.0.1", port) as client:
-            status, body = await client.request("POST", "/embed", {"sentences": ["hi"]})
-    """
-
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
-        self._stream: Optional[trio.SocketStream] = None
-        self._conn: Any = None
-
-    async def __aenter__(self) -> EmbedClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-
-    async def request(self, method: str, path: str, payload: Any = None, raw: Optional[bytes] = None
-                      ) -> tuple[int, Any]:
-        """Sends one request (a JSON `payload`, or `raw` bytes) and returns (status, parsed JSON body)."""
-        import h11
-        if self._stream is None or self._conn.our_state is not h11.IDLE:
-            await self.aclose()
-            self._stream = await trio.open_tcp_stream(self.host, self.port)
-            self._conn = h11.Connection(h11.CLIENT)
-        conn = self._conn
-        body = raw if raw is not None else (b"" if payload is None else json.dumps(payload).encode())
-        headers = [("host", f"{self.host}:{self.port}"), ("content-length", str(len(body)))]
-        if payload is not None:
-            headers.append(("content-type", "application/json"))
-        data = conn.send(h11.Request(method=method, target=path, headers=headers))
-        data += conn.send(h11.Data(data=body)) if body else b""
-        data += conn.send(h11.EndOfMessage())
-        try:
-            await self._stream.send_all(data)
-            status, chunks = 0, []
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await self._stream.receive_some(1 << 16))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.Data):
-                    chunks.append(bytes(event.data))
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    break
-        except BaseException:
-            await self.aclose()
-            raise
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()
-        else:
-            await self.aclose()
-        text = b"".join(chunks)
-        return status, json.loads(text) if text else None

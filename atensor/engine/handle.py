@@ -20,13 +20,14 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
 # While atensor.jit captures a call, the list its realizes record their schedules into (replay.py).
-# A context variable, so only the capturing trio task (and the tasks it starts) records.
+# A context variable, so only the capturing task (and the tasks it starts) records.
 recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
 
 
 class RealizeHandle:
-    """Returned by `realize()`: the work is already dispatched. `await handle` waits for it (from
-    trio); `handle.wait()` blocks (outside an event loop). Awaiting returns `result`."""
+    """One dispatched realize (Tensor.realize notes it on the tensors it realizes; the jit waits on
+    it). `await handle` waits for it from trio or asyncio (through hcq/loop.py); `handle.wait()`
+    blocks (outside an event loop). Awaiting returns `result`."""
 
     def __init__(self, job: Job, result: Any):
         self.job, self.result = job, result

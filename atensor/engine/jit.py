@@ -37,8 +37,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Optional
 
-import trio
-
 from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
@@ -47,7 +45,8 @@ from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.executor import Submission
 from atensor.engine.replayplan import ReplayPlan
-from atensor.hcq.host import Job, dispatcher, in_trio_loop
+from atensor.hcq import loop
+from atensor.hcq.host import Job, dispatcher
 from atensor.engine.handle import RealizeHandle, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -242,7 +241,7 @@ class _InThread:
         self.fn = fn
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return trio.to_thread.run_sync(self.fn).__await__()
+        return loop.run_sync(self.fn).__await__()
 
     def wait(self) -> Any:
         return self.fn()
@@ -273,7 +272,7 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
     if not heads:
         return None
     tensors = [Tensor(h) for h in heads]
-    return tensors[0].realize(*tensors[1:])
+    return tensors[0]._dispatch(tuple(tensors[1:]))
 
 
 def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
@@ -376,9 +375,10 @@ class Jit:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.is_async:
             return self._drive_async(args, kwargs)
-        if in_trio_loop():
+        lib = loop.running_library()
+        if lib is not None:
             raise RuntimeError(f"atensor.jit: {self._name} is a plain function, and calling it would block "
-                               f"the running trio event loop until its results are realized; jit an "
+                               f"the running {lib} event loop until its results are realized; jit an "
                                f"`async def` instead and await it")
         return self._drive_sync(args, kwargs)
 
@@ -405,7 +405,7 @@ class Jit:
 
     def _call_plain(self, args: tuple, kwargs: dict) -> Any:
         value = self.fn(*args, **kwargs)
-        if inspect.isawaitable(value):
+        if inspect.isawaitable(value) and not isinstance(value, Tensor):  # a Tensor is awaitable too
             if inspect.iscoroutine(value):
                 value.close()  # never run: no "never awaited" warning
             raise JitError(f"atensor.jit: {self._name} returned an awaitable; declare it `async def` so that "
@@ -465,7 +465,7 @@ class Jit:
         for head in sched.pending_heads():
             if head not in keep:
                 try:
-                    yield _WAIT, Tensor(head).realize()
+                    yield _WAIT, Tensor(head)._dispatch()
                 except Exception:  # noqa: BLE001 - not this call's error; see above
                     pass
         records: list[sched.Schedule] = []
@@ -507,12 +507,12 @@ class Jit:
             if records is not None:
                 lazy = [t for t in tensors if not _is_stored(t.node)]
                 if lazy:
-                    yield _WAIT, lazy[0].realize(*lazy[1:])
+                    yield _WAIT, lazy[0]._dispatch(tuple(lazy[1:]))
             result = yield _CALL, None
             outs: list[Tensor] = []
             result_shape = _flatten(result, outs)
             if outs:
-                yield _WAIT, outs[0].realize(*outs[1:])
+                yield _WAIT, outs[0]._dispatch(tuple(outs[1:]))
         finally:
             if token is not None:
                 recording.reset(token)

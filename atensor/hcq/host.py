@@ -2,9 +2,9 @@
 
 Why a dispatcher thread: turning a large graph into a TaskGraph and command lists is Python work
 that can take longer than an event loop may stall. `realize()` therefore only records what to
-realize and hands it to one dispatcher thread, which schedules, plans and submits; the trio task
+realize and hands it to one dispatcher thread, which schedules, plans and submits; the awaiting task
 then parks on timeline values. One FIFO thread also gives concurrent realizes a total order: the
-order in which they were issued, which is what makes assigns from several trio tasks serialize in
+order in which they were issued, which is what makes assigns from several tasks serialize in
 program order.
 
 The dispatcher is itself a timeline: job k publishes value k of the `host/dispatch` signal once its
@@ -136,7 +136,7 @@ class Reaper:
     """Frees finished task graphs on a thread of its own, a slice at a time.
 
     Why: a realize of 10,000 tasks leaves ~100,000 objects (tasks, accesses, temporary buffers and
-    their memory) to free once it is done. Freed where the last reference drops, the awaiting trio
+    their memory) to free once it is done. Freed where the last reference drops, the awaiting
     task, that is a 100 ms stall of the event loop (measured, bench/loop_lag.py); freed here in slices,
     the interpreter can switch threads between slices."""
 
@@ -173,14 +173,4 @@ class Reaper:
 reaper = Reaper()
 
 
-def in_trio_loop() -> bool:
-    """True when called from inside a running trio event loop (on its thread)."""
-    try:
-        import trio
-        trio.lowlevel.current_trio_token()
-        return True
-    except RuntimeError:
-        return False
-
-
-__all__ = ["Dispatcher", "Job", "Reaper", "dispatcher", "reaper", "in_trio_loop", "SignalFailed"]
+__all__ = ["Dispatcher", "Job", "Reaper", "dispatcher", "reaper", "SignalFailed"]

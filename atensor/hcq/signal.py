@@ -12,17 +12,17 @@ spans are made of these stamps. A command that fails publishes its value anyway 
 forever) and marks that value failed with the exception; waiters that depend on the data see it.
 
 Invariant: a signal's value never decreases (`set` asserts it).
-Waiting from trio: `await signal.wait(v)` parks the trio task; the thread that publishes `v` wakes
-it through the trio token. Cancelling the wait only stops waiting; the work goes on.
+Waiting from an event loop: `await signal.wait(v)` parks the task; the thread that publishes `v`
+wakes it through the event-loop seam (hcq/loop.py: trio or asyncio). Cancelling the wait only stops
+waiting; the work goes on.
 """
 from __future__ import annotations
 
 import collections
-import os
 import threading
 from typing import Optional
 
-import trio
+from atensor.hcq import loop
 
 
 class SignalFailed(RuntimeError):
@@ -33,21 +33,15 @@ class SignalFailed(RuntimeError):
         self.cause = cause
 
 
-_EVENTFD = hasattr(os, "eventfd")  # Linux
-_eventfds: list[int] = []  # idle eventfds of finished waits, reused (list append and pop are atomic)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_eventfds.clear)  # a child must not share its parent's
+class _Waiter:
+    """A task on the event loop waiting for `value`; reaching it sets the task's wake-up."""
+    __slots__ = ("value", "wakeup")
 
-
-class _FdWaiter:
-    """A trio task waiting for `value` on an eventfd."""
-    __slots__ = ("value", "fd")
-
-    def __init__(self, value: int, fd: int):
-        self.value, self.fd = value, fd
+    def __init__(self, value: int, wakeup: loop.Wakeup):
+        self.value, self.wakeup = value, wakeup
 
     def wake(self) -> None:
-        os.eventfd_write(self.fd, 1)
+        self.wakeup.set()
 
 
 class _GroupMember:
@@ -62,22 +56,22 @@ class _GroupMember:
 
 
 class _Group:
-    """The signals a `wait_all` still waits for; the last to arrive writes the eventfd."""
-    __slots__ = ("fd", "remaining", "lock")
+    """The signals a `wait_all` still waits for; the last to arrive sets the wake-up."""
+    __slots__ = ("wakeup", "remaining", "lock")
 
-    def __init__(self, fd: int, remaining: int):
-        self.fd, self.remaining, self.lock = fd, remaining, threading.Lock()
+    def __init__(self, wakeup: loop.Wakeup, remaining: int):
+        self.wakeup, self.remaining, self.lock = wakeup, remaining, threading.Lock()
 
     def arrive(self) -> None:
         with self.lock:
             self.remaining -= 1
             last = self.remaining == 0
         if last:
-            os.eventfd_write(self.fd, 1)
+            self.wakeup.set()
 
 
 async def wait_all(targets: list[tuple[Signal, int]]) -> None:
-    """Parks the calling trio task until every signal reaches its value, woken once, by whichever is
+    """Parks the calling task until every signal reaches its value, woken once, by whichever is
     reached last (waiting on them one after another wakes the task once per signal still running:
     42% of a 2-device training step's waits, measured). Failures are not checked here."""
     newest: dict[Signal, int] = {}  # a realize of many outputs lists one value per output and queue
@@ -85,12 +79,12 @@ async def wait_all(targets: list[tuple[Signal, int]]) -> None:
         if sig.value < value and newest.get(sig, 0) < value:
             newest[sig] = value
     pending = list(newest.items())
-    if len(pending) < 2 or not _EVENTFD:
+    if len(pending) < 2:
         for sig, value in pending:
             await sig.wait(value, check=False)
         return
-    fd = _eventfds.pop() if _eventfds else os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    group = _Group(fd, len(pending))
+    wakeup = loop.wakeup()
+    group = _Group(wakeup, len(pending))
     members = []
     try:
         for sig, value in pending:
@@ -98,44 +92,17 @@ async def wait_all(targets: list[tuple[Signal, int]]) -> None:
             with sig._cond:
                 reached = sig.value >= value
                 if not reached:
-                    sig._trio_waiters.append(member)
+                    sig._waiters.append(member)
                     members.append((sig, member))
             if reached:
                 group.arrive()
-        while True:
-            await trio.lowlevel.wait_readable(fd)
-            try:  # a write meant for an earlier user of this fd only wakes this loop once more
-                os.eventfd_read(fd)
-            except BlockingIOError:
-                pass
-            if all(sig.value >= value for sig, value in pending):
-                return
+        while not all(sig.value >= value for sig, value in pending):
+            await wakeup.wait()  # may wake spuriously: the condition is checked again
     finally:
         for sig, member in members:
             with sig._cond:
-                sig._trio_waiters = [w for w in sig._trio_waiters if w is not member]
-        _eventfds.append(fd)
-
-
-class _TaskWaiter:
-    """A trio task waiting for `value`, rescheduled through its run's token."""
-    __slots__ = ("value", "token", "task")
-
-    def __init__(self, value: int, token: trio.lowlevel.TrioToken, task: Optional[trio.lowlevel.Task]):
-        self.value, self.token, self.task = value, token, task
-
-    def wake(self) -> None:
-        try:
-            self.token.run_sync_soon(self._reschedule)
-        except trio.RunFinishedError:
-            pass
-
-    def _reschedule(self) -> None:
-        """On the trio thread, where a cancellation also runs: so the two cannot race."""
-        task = self.task
-        if task is not None:
-            self.task = None
-            trio.lowlevel.reschedule(task)
+                sig._waiters = [w for w in sig._waiters if w is not member]
+        wakeup.close()
 
 
 class Signal:
@@ -153,7 +120,7 @@ class Signal:
         self._cond = threading.Condition(threading.Lock())
         self._stamps: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
         self._failures: dict[int, BaseException] = {}
-        self._trio_waiters: list[_FdWaiter | _TaskWaiter | _GroupMember] = []
+        self._waiters: list[_Waiter | _GroupMember] = []  # tasks on an event loop
 
     def __repr__(self) -> str:
         return f"Signal({self.name}={self.value})"
@@ -170,9 +137,9 @@ class Signal:
             if error is not None:
                 self._failures[value] = error
             self._cond.notify_all()
-            ready = [w for w in self._trio_waiters if w.value <= value]
+            ready = [w for w in self._waiters if w.value <= value]
             if ready:
-                self._trio_waiters = [w for w in self._trio_waiters if w.value > value]
+                self._waiters = [w for w in self._waiters if w.value > value]
         for waiter in ready:
             waiter.wake()
 
@@ -202,53 +169,27 @@ class Signal:
             self._raise_if_failed(value)
 
     async def wait(self, value: int, check: bool = True) -> None:
-        """Parks the calling trio task until the signal reaches `value`. Cancellation only stops the
-        wait: the command that publishes `value` runs to completion regardless."""
+        """Parks the calling task (trio or asyncio, through hcq/loop.py) until the signal reaches
+        `value`. Cancellation only stops the wait: the command that publishes `value` runs to
+        completion regardless."""
         if self.value < value:
-            if _EVENTFD:
-                await self._wait_readable(value)
-            else:
-                await self._wait_rescheduled(value)
+            wakeup = loop.wakeup()
+            try:
+                while True:
+                    waiter = _Waiter(value, wakeup)
+                    with self._cond:
+                        if self.value >= value:
+                            break
+                        self._waiters.append(waiter)
+                    try:
+                        await wakeup.wait()  # may wake spuriously: the value is checked again
+                    finally:
+                        with self._cond:
+                            self._waiters = [w for w in self._waiters if w is not waiter]
+            finally:
+                wakeup.close()
         if check:
             self._raise_if_failed(value)
-
-    async def _wait_readable(self, value: int) -> None:
-        """Waits on an eventfd that `set` writes to: trio's I/O manager reschedules the task in the
-        iteration that sees it (a run_sync_soon wake-up takes two: 60 us against 135 us measured)."""
-        fd = _eventfds.pop() if _eventfds else os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        try:
-            while True:
-                waiter = _FdWaiter(value, fd)
-                with self._cond:
-                    if self.value >= value:
-                        return
-                    self._trio_waiters.append(waiter)
-                try:
-                    await trio.lowlevel.wait_readable(fd)
-                finally:
-                    with self._cond:
-                        self._trio_waiters = [w for w in self._trio_waiters if w is not waiter]
-                    try:  # a write meant for an earlier user of this fd only wakes this loop once more
-                        os.eventfd_read(fd)
-                    except BlockingIOError:
-                        pass
-        finally:
-            _eventfds.append(fd)
-
-    async def _wait_rescheduled(self, value: int) -> None:
-        """Without eventfd: `set` reschedules the task through the trio token's run_sync_soon."""
-        waiter = _TaskWaiter(value, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task())
-        with self._cond:
-            if self.value >= value:
-                return
-            self._trio_waiters.append(waiter)
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            with self._cond:
-                self._trio_waiters = [w for w in self._trio_waiters if w is not waiter]
-            waiter.task = None  # a wake-up already on its way finds nobody to reschedule
-            return trio.lowlevel.Abort.SUCCEEDED
-        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _raise_if_failed(self, value: int) -> None:
         error = self._failures.get(value)
@@ -256,7 +197,7 @@ class Signal:
             raise SignalFailed(f"{self.name} value {value} failed: {error}", error)
 
     def statistics(self) -> dict:
-        """Debugging introspection: current value, waiting trio tasks, failed values."""
+        """Debugging introspection: current value, waiting tasks, failed values."""
         with self._cond:
-            return {"value": self.value, "trio_waiters": len(self._trio_waiters),
+            return {"value": self.value, "waiters": len(self._waiters),
                     "failed_values": sorted(self._failures)}

@@ -148,7 +148,7 @@ class Optimizer:
     def step(self, *also: Tensor) -> Any:
         """Realizes one update of every parameter, together with `also` (pass the loss: a value that
         reads the parameters must be realized before or with the update that overwrites them);
-        returns the awaitable realize handle: `await opt.step(loss)`."""
+        returns the first of them, awaitable for all: `await opt.step(loss)`."""
         tensors = [*also, *self.schedule_step()]
         return tensors[0].realize(*tensors[1:])
 

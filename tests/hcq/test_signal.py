@@ -1,22 +1,22 @@
 """Timeline signals awaited from trio: woken by a value set on another thread, cancellable, reusable.
 
-Both wake-up mechanisms are tested: the eventfd a waiting task polls (Linux) and the task rescheduled
-through the trio token (elsewhere)."""
+Both wake-up mechanisms of hcq/loop.py are tested: the eventfd a waiting task polls (Linux) and the
+task rescheduled through the trio token (elsewhere). tests/hcq/test_loop.py does the same under asyncio."""
 import threading
 import time
 
 import pytest
 import trio
 
-from atensor.hcq import signal as signal_module
+from atensor.hcq import loop as loop_module
 from atensor.hcq.signal import Signal, SignalFailed, wait_all
 
-MECHANISMS = ["eventfd", "reschedule"] if signal_module._EVENTFD else ["reschedule"]
+MECHANISMS = ["eventfd", "reschedule"] if loop_module._EVENTFD else ["reschedule"]
 
 
 @pytest.fixture(params=MECHANISMS)
 def mechanism(request, monkeypatch):
-    monkeypatch.setattr(signal_module, "_EVENTFD", request.param == "eventfd")
+    monkeypatch.setattr(loop_module, "_EVENTFD", request.param == "eventfd")
     return request.param
 
 
@@ -47,7 +47,7 @@ async def test_a_value_set_on_another_thread_wakes_every_waiter_it_reaches(mecha
         thread.join()
         _set_later(sig, 3, 0.0).join()
     assert sorted(woken) == [1, 2, 3]
-    assert sig.statistics()["trio_waiters"] == 0
+    assert sig.statistics()["waiters"] == 0
 
 
 async def test_a_cancelled_wait_leaves_no_waiter_and_the_next_wait_is_not_woken_early(mechanism):
@@ -55,7 +55,7 @@ async def test_a_cancelled_wait_leaves_no_waiter_and_the_next_wait_is_not_woken_
     with trio.move_on_after(0.05) as scope:
         await sig.wait(1)
     assert scope.cancelled_caught
-    assert sig.statistics()["trio_waiters"] == 0
+    assert sig.statistics()["waiters"] == 0
     sig.set(1, (0, 1))  # nobody waits for it any more
     thread = _set_later(sig, 2, 0.1)
     start = trio.current_time()
@@ -72,7 +72,7 @@ async def test_a_set_racing_a_cancellation_is_harmless(mechanism):
             await sig.wait(value)
         thread.join()
     await sig.wait(39)  # already reached: returns at once
-    assert sig.statistics()["trio_waiters"] == 0
+    assert sig.statistics()["waiters"] == 0
 
 
 async def test_a_failed_value_raises_from_a_checked_wait(mechanism):
@@ -102,7 +102,7 @@ async def test_wait_all_returns_once_every_signal_is_reached_and_cleans_up(mecha
         _set_later(a, 1, 0.0).join()
         with trio.fail_after(10):
             await done.wait()
-    assert all(s.statistics()["trio_waiters"] == 0 for s in (a, b, c))
+    assert all(s.statistics()["waiters"] == 0 for s in (a, b, c))
 
 
 async def test_a_cancelled_wait_all_leaves_no_waiter_and_late_values_do_not_wake_the_next_one(mechanism):
@@ -110,7 +110,7 @@ async def test_a_cancelled_wait_all_leaves_no_waiter_and_late_values_do_not_wake
     with trio.move_on_after(0.05) as scope:
         await wait_all([(a, 1), (b, 1)])
     assert scope.cancelled_caught
-    assert a.statistics()["trio_waiters"] == 0 and b.statistics()["trio_waiters"] == 0
+    assert a.statistics()["waiters"] == 0 and b.statistics()["waiters"] == 0
     a.set(1, (0, 1))
     b.set(1, (0, 1))
     late = _set_later(a, 2, 0.1)
@@ -129,7 +129,7 @@ async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
 
     async def watch() -> None:
         await trio.sleep(0.05)
-        seen.append(a.statistics()["trio_waiters"] + b.statistics()["trio_waiters"])
+        seen.append(a.statistics()["waiters"] + b.statistics()["waiters"])
         _set_later(a, 1000, 0.0).join()
         _set_later(b, 1000, 0.0).join()
 
@@ -138,4 +138,4 @@ async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
         with trio.fail_after(10):
             await wait_all(targets)
     assert a.value == b.value == 1000
-    assert seen == [2 if mechanism == "eventfd" else 1]  # one waiter per signal (or one signal at a time)
+    assert seen == [2]  # one waiter per signal
