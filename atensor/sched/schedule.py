@@ -531,6 +531,8 @@ class _Builder:
             else:
                 new[n] = n
         body = mapped(value)
+        if value.op is Ops.BUFFER:  # a plain copy of a buffer: no node in the kernel reads it but the store
+            whole_reads.add(value.arg[0])
         store_target = param(out).view(target_view)
         ast = Node.make(Ops.STORE, point.dtype, (store_target, body))
         specs = tuple(sorted(params, key=lambda s: params[s].arg[0]))
