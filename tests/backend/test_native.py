@@ -465,3 +465,16 @@ def test_flipped_strided_and_padded_reductions_in_c_match_numpy(shape):
     ints = x.astype(np.int32)
     _same(Tensor(ints).flip(1).sum(1) * 3, ints[:, ::-1].sum(1).astype(np.int32) * 3)
     _same(Tensor(ints).flip(1).max(1), ints[:, ::-1].max(1))
+
+
+def test_bool_min_and_max_over_small_nests_are_0_or_1():
+    """GCC 12.2's SLP vectorizer turned the max over `!x` of a 2x2 bool nest into the mask byte 0xFF,
+    so min() of [[1, 0], [1, 1]] stored 254 (read back as True): found by tests/fuzz."""
+    for shape in [(2, 2), (2, 8), (2, 3), (1, 4)]:
+        x = np.ones(shape, bool)
+        x[0, -1] = False
+        for got, want in ((Tensor(x).min(), x.min()), (Tensor(x).max(), x.max()),
+                          ((~Tensor(x)).max(), (~x).max()), (Tensor(x).min(1), x.min(1))):
+            raw = got.numpy()
+            assert raw.view(np.uint8).max() <= 1, (shape, raw.view(np.uint8))  # a bool is stored as 0 or 1
+            _same(got, np.asarray(want))
