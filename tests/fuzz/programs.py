@@ -247,18 +247,23 @@ def _slice_for(size: int, draw: Callable) -> tuple[Optional[int], Optional[int],
 
 
 @st.composite
-def programs(draw: Callable, max_ops: int = 6, movement_weight: int = 2) -> Program:
-    """A random program (its ops fit the shapes and dtypes the model computes while drawing)."""
-    dtype = draw(st.sampled_from(DTYPES))
-    shape = draw(shapes())
+def programs(draw: Callable, max_ops: int = 6, movement_weight: int = 2, first: tuple[tuple[str, ...], ...] = (),
+             shape: Any = None, dtype: Any = None) -> Program:
+    """A random program (its ops fit the shapes and dtypes the model computes while drawing). `first`
+    lists, step by step, the kinds the program's first ops are drawn from (where one fits), before
+    `max_ops` random ones; `shape` and `dtype` are strategies for input 0."""
+    dtype = draw(dtype if dtype is not None else st.sampled_from(DTYPES))
+    shape = draw(shape if shape is not None else shapes())
     inputs = [(shape, dtype)]
     rng = np.random.default_rng(0)
     arrays = [make_input(shape, dtype, rng)]
     x = arrays[0]
     ops: list[Op] = []
-    for _ in range(draw(st.integers(1, max_ops))):
+    count = draw(st.integers(1, max_ops))
+    for n in range(len(first) + count):
         dt = x.dtype.name
-        kinds = ["unary", "scalar", "binary", "where", "cast", "reduce"] + list(MOVEMENT) * movement_weight
+        kinds = list(first[n]) if n < len(first) else \
+            ["unary", "scalar", "binary", "where", "cast", "reduce"] + list(MOVEMENT) * movement_weight
         kind = draw(st.sampled_from(kinds))
         op: Optional[Op] = None
         if kind == "unary":
