@@ -242,6 +242,17 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
     original = toposort(roots, stop=lambda n: _realized(n) is not None)
     with _becomes_lock:
         mapping = {n: m for n in original if (m := _realized(n)) is not None}
+    if mapping:
+        # a value cached in a buffer this graph assigns to is computed again instead: read from
+        # there, it would tie the assigns into a cycle (read version k, write k+1 and k+2 in one kernel)
+        written = {storage_of(n) for n in original if n.op is Ops.ASSIGN and n not in mapping}
+        if any(n.op is not Ops.ASSIGN and m.base().arg[0] in written for n, m in mapping.items()):
+            def usable(n: Node) -> bool:
+                m = _realized(n)
+                return m is not None and (n.op is Ops.ASSIGN or m.base().arg[0] not in written)
+            original = toposort(roots, stop=usable)
+            with _becomes_lock:
+                mapping = {n: m for n in original if usable(n) and (m := _realized(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]
     if settings.schedule_cache:  # with nothing substituted, `original` is already new_roots' order
