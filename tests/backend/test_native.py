@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler
                                 "on PATH: the native tier is off and every kernel runs on numpy")
 
 # tests about kernels that stay on numpy (refused by the renderer, or a compile error)
-FALLS_BACK_TO_NUMPY = {"test_unsupported_kernels_fall_back_to_numpy", "test_renderer_refuses_what_it_does_not_lower",
+FALLS_BACK_TO_NUMPY = {"test_unsupported_kernels_fall_back_to_numpy",
+                       "test_renderer_refuses_what_it_does_not_lower",
                        "test_a_compile_error_leaves_the_kernels_on_numpy"}
 # tests that run some kernels on numpy on purpose (default mode "jit": eager kernels stay on numpy)
 SOME_ON_NUMPY = {"test_jitted_training_step_runs_native_kernels_and_matches_numpy_kernels"}

@@ -267,9 +267,11 @@ def programs(draw: Callable, max_ops: int = 6, movement_weight: int = 2, first: 
         kind = draw(st.sampled_from(kinds))
         op: Optional[Op] = None
         if kind == "unary":
-            op = Op("unary", ("not",)) if dt == "bool" else Op("unary", (draw(st.sampled_from(["neg", "relu", "abs"])),))
+            fn = "not" if dt == "bool" else draw(st.sampled_from(["neg", "relu", "abs"]))
+            op = Op("unary", (fn,))
         elif kind == "scalar" and dt != "bool":
-            op = Op("scalar", (draw(st.sampled_from(["add", "mul", "sub", "max", "lt", "eq"])), _scalar_for(dt, draw)))
+            name = draw(st.sampled_from(["add", "mul", "sub", "max", "lt", "eq"]))
+            op = Op("scalar", (name, _scalar_for(dt, draw)))
         elif kind == "binary":
             partner = _broadcast_partner(x.shape, draw)
             inputs.append((partner, dt))
