@@ -12,6 +12,8 @@ import atensor
 hsettings.register_profile("ci", derandomize=True, max_examples=40, deadline=None,
                            suppress_health_check=[HealthCheck.too_slow])
 hsettings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# nightly: random (not derandomized) and 25 times the examples (tests/fuzz scale their own counts)
+hsettings.register_profile("long", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 hsettings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 

@@ -149,6 +149,17 @@ int atensor_ring_next(at_ring *r, uint64_t *stamps) {
 }
 /* a copy between buffers: b = {dst, src, nbytes} */
 void atensor_copy(void **b) { memcpy(b[0], b[1], (size_t)(uintptr_t)b[2]); }
+/* GCC 12.2's loop vectorizer miscompiles a reduction whose inner loop reads with a negative step
+   (a flipped axis): sum(flip(x, 1) * 2) over a 3x2 array adds one element twice, at -O3 and even at
+   -O2, while the source has no undefined behaviour (all indices in range, no aliasing, clean under
+   -fsanitize=undefined,address). Kernels that read or write with a negative stride are compiled
+   without loop vectorization (c_render.py marks them); every other kernel keeps it, since it is
+   worth about 4x on elementwise loops in cache. tests/backend/test_native.py holds the repro. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AT_NEGATIVE_STEPS __attribute__((optimize("no-tree-loop-vectorize")))
+#else
+#define AT_NEGATIVE_STEPS
+#endif
 #define AT_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 #define AT_IMAX(a, b) ((a) > (b) ? (a) : (b))
 static inline int64_t at_idiv(int64_t a, int64_t b) {

@@ -428,7 +428,9 @@ class CRenderer:
         params = sorted((n for n in self.order if n.op is Ops.PARAM), key=lambda n: n.arg[0])
         for p in params:
             self.params[p] = f"b{p.arg[0]}"
-        header = [f"void {self.name}(void **bufs) {{"]
+        # a negative stride anywhere (a flip) selects the flags known to be correct (c_prelude.py)
+        negative = any(n.op is Ops.VIEW and any(st < 0 for st in n.arg.strides) for n in self.order)
+        header = [f"{'AT_NEGATIVE_STEPS ' if negative else ''}void {self.name}(void **bufs) {{"]
         header += [f"  {_ctype(p.dtype)} *restrict b{p.arg[0]} = ({_ctype(p.dtype)} *)bufs[{p.arg[0]}];"
                    for p in params]
         need: set[Node] = set()

@@ -37,7 +37,12 @@ from atensor.backend.c_render import Unsupported, render_c
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off", "-std=c11")
+# -fno-tree-slp-vectorize: GCC 12.2's SLP vectorizer miscompiles a max-reduction of `!x` over a fully
+# unrolled 2x2 (or 2x8) uint8 nest: bool min() gave 254 (the mask byte 0xFF, then `^ 1`) instead of 0.
+# The loops themselves keep the loop vectorizer (see AT_NEGATIVE_STEPS in c_prelude.py for the one
+# pattern where it is wrong too); tests/backend/test_native.py holds both repros.
+FLAGS = ("-O3", "-march=native", "-fno-tree-slp-vectorize", "-fPIC", "-shared", "-fno-math-errno",
+         "-ffp-contract=off", "-std=c11")
 _lock = threading.Lock()
 _kernels: dict[Node, "NativeKernel"] = {}
 _refused: dict[Node, str] = {}

@@ -484,9 +484,10 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             expr = ufunc_call(BINARY_FNS[n.op], n)
         elif n.op is Ops.WHERE:
             expr = f"_where({src[0]}, {src[1]}, {src[2]})"
-            if all(s in scalars for s in n.src):
+            if all(s in scalars for s in n.src):  # a read-only broadcast: never an `out=` target
                 expr = f"np.broadcast_to({expr}, {n.shape!r})"
-            fresh.add(n) if n.shape else None
+            elif n.shape:
+                fresh.add(n)
         elif n.op is Ops.REDUCE:
             if n in contractions:
                 a, b = (names[s.src[0]] for s in n.src[0].src)

@@ -45,20 +45,35 @@ def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]):
     realize, so realizing 10,000 tensors does not hold the event loop; each tensor takes its storage
     the next time its node is read (the dispatcher never writes a tensor's node: only its `_swap`)."""
     roots: list[Node] = []
+    made: list[Node] = []
+    swaps: list[tuple[Any, tuple[Node, Node]]] = []
     for t, node in captured:
         if node.op is Ops.MULTI:  # a sharded tensor: every shard is an output of this realize
-            parts = tuple(_realize_part(s, roots, job.wait_for, job.done_buffers) for s in node.src)
+            parts = tuple(_realize_part(s, roots, job.wait_for, job.done_buffers, made) for s in node.src)
             new = Node.make(Ops.MULTI, node.dtype, parts, node.arg)
         else:
-            new = _realize_part(node, roots, job.wait_for, job.done_buffers)
+            new = _realize_part(node, roots, job.wait_for, job.done_buffers, made)
         if new is not node:
-            t._swap = (node, new)
-    return _plan(roots, pending, job.record) if roots else None
+            swaps.append((t, (node, new)))
+    try:
+        submission = _plan(roots, pending, job.record) if roots else None
+    except BaseException:
+        # the tensors keep their lazy nodes (realizing them again raises again, not reads nothing);
+        # the output buffers this realize made hold nothing: their ASSIGNs must not stay pending, or
+        # every later realize and jit capture would try them again and fail with this error
+        for root in made:
+            sched.drop_head(sched.storage_of(root), root)
+        raise
+    for t, swap in swaps:  # only a realize that was submitted gives its tensors their storage
+        t._swap = swap
+    return submission
 
 
-def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer]) -> Node:
-    """Adds what realizing the single-device `node` needs to `roots`, `wait_for` and `outputs`; returns
-    the node the tensor holds afterwards (a view of its storage)."""
+def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer],
+                  made: Optional[list[Node]] = None) -> Node:
+    """Adds what realizing the single-device `node` needs to `roots`, `wait_for` and `outputs` (and
+    to `made` the ASSIGNs into output buffers made here); returns the node the tensor holds
+    afterwards (a view of its storage)."""
     base = _storage_base(node)
     if base is not None and base.op is Ops.BUFFER:
         wait_for.append(Buffer.of(base.arg[0]))
@@ -71,6 +86,8 @@ def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs
         view = View.create((node.size,)).reshape(node.shape)
         root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
         sched.set_head(spec, root)
+        if made is not None:
+            made.append(root)
         node = root.view(view)
     roots.append(root)
     buf = Buffer.of(spec)
@@ -111,4 +128,11 @@ def _commit_and_execute(result: sched.Schedule, start: int):
     if collector.is_active():
         collector.record_host(HostSpan(f"schedule {len(result.graph)} tasks", "schedule", start,
                                        time.perf_counter_ns()))
-    return execute(result.graph)
+    try:
+        return execute(result.graph)
+    except BaseException as exc:
+        # the commit made the written versions current, but their writes never ran: no buffer this
+        # graph writes may be presented as valid (a later write clears the mark, hcq/buffer.py)
+        for spec in {a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"}:
+            Buffer.of(spec).failure = exc
+        raise

@@ -112,6 +112,10 @@ class ReplayPlan:
                 last[(bi, qi, not reading)] = pos
                 span = acc.end - acc.start
                 nbytes += span if type(span) is int else evaluate(span, var_vals)
+            for spec in getattr(task.work, "buffers", ()):  # one without an access (size 0) is bound too
+                if spec not in buffer_index:
+                    buffer_index[spec] = len(self.buffers)
+                    self.buffers.append(spec)
             written.update(bi for bi, reading in accesses if not reading)
             self.accesses.append(tuple(accesses))
             self.static.append((task.name, task.work.kind, nbytes, getattr(task.work, "flops", 0),

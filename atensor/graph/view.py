@@ -170,7 +170,13 @@ class View:
         return None if strides is None else View(shape, strides, self.offset, None)
 
     def _reshape_masked(self, shape: Shape) -> Optional[View]:
-        """Masked reshapes that only add or remove axes of size 1 keep their mask."""
+        """Masked reshapes that only add or remove axes of size 1 keep their mask.
+
+        Invariant: a view whose every element is masked stays all-masked. Rank 0 has no axis to
+        carry an empty range (mask `()` means "valid"), so an all-masked view reshaped to `()`
+        gives None and the graph keeps the masked view under a second one."""
+        if any(_definitely_empty(b, e) for b, e in self.mask):
+            return None if not shape else View(shape, strides_for(shape), 0, tuple((0, 0) for _ in shape))
         old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.mask) if s != 1]
         if [s for s in shape if s != 1] != [s for s, _, _ in old]:
             return None
@@ -184,8 +190,6 @@ class View:
                 _, st, m = next(it)
                 strides.append(st)
                 mask.append(m)
-        if any(m == (0, 0) for _, _, m in zip(self.shape, self.strides, self.mask) if _ == 1):
-            mask = [(0, 0)] * len(shape)
         return View(shape, tuple(strides), self.offset, tuple(mask))
 
     def compose(self, after: View) -> Optional[View]:

@@ -77,7 +77,17 @@ def _realized(node: Node) -> Optional[Node]:
     if found is None or node.op is Ops.ASSIGN:
         return found
     base = found.base()
-    return found if base.op is Ops.BUFFER and base.arg[1] == base.arg[0].version else None
+    if base.op is not Ops.BUFFER or base.arg[1] != base.arg[0].version:
+        return None
+    # contents a failed task wrote are no value: a structurally equal graph built later computes it again
+    return None if _holds_failure(base.arg[0]) else found
+
+
+def _holds_failure(spec: BufferSpec) -> bool:
+    """True when the device memory hcq/ attached to `spec` holds what a failed task wrote (duck-typed:
+    sched/ knows no runtime, only that `runtime.write_failure()` says so)."""
+    runtime = spec.runtime
+    return runtime is not None and runtime.write_failure() is not None
 
 
 @dataclass
@@ -130,6 +140,15 @@ def settle_head(spec: BufferSpec) -> None:
             _pending_specs.discard(spec)
 
 
+def drop_head(spec: BufferSpec, head: Node) -> None:
+    """Forgets `head` as `spec`'s pending assign (a realize that would have made it failed before
+    anything was committed); a newer head set since is kept."""
+    with _becomes_lock:
+        if spec.head is head:
+            spec.head = None
+            _pending_specs.discard(spec)
+
+
 def pending_heads() -> list[Node]:
     """The newest lazy version of every buffer that has one, in no particular order. A realize takes
     this snapshot when it is issued (program order), and `schedule` realizes along every pending
@@ -161,7 +180,8 @@ def _flush_along(roots: list[Node], pending: list[Node]) -> list[Node]:
     candidates = [h for h in candidates if h not in in_graph]
     added: list[Node] = []
     while candidates:
-        assigns = [n for n in in_graph if n.op is Ops.ASSIGN]
+        # only the assigns this graph makes overwrite anything (a realized one is a version already)
+        assigns = [n for n in in_graph if n.op is Ops.ASSIGN and _realized(n) is None]
         overwritten = {_version_key(n.src[0]) for n in assigns}
         written = {storage_of(n) for n in assigns}
         # a candidate that already reads an overwritten version cannot be helped: it is left to
@@ -200,7 +220,8 @@ def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> Optional
         if node is not head and (_realized(node) is not None or (node.op is Ops.ASSIGN and node in in_graph)):
             continue
         for i, src in enumerate(node.src):
-            if src.op is Ops.BUFFER and src.arg[1] < src.arg[0].version:
+            read = _version_key(src) if src.op is Ops.ASSIGN else src
+            if read.op is Ops.BUFFER and read.arg[1] < read.arg[0].version:
                 return None
             if not (node.op is Ops.ASSIGN and i == 0) and src.op in (Ops.BUFFER, Ops.ASSIGN) \
                     and _version_key(src) in versions:
@@ -221,6 +242,17 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
     original = toposort(roots, stop=lambda n: _realized(n) is not None)
     with _becomes_lock:
         mapping = {n: m for n in original if (m := _realized(n)) is not None}
+    if mapping:
+        # a value cached in a buffer this graph assigns to is computed again instead: read from
+        # there, it would tie the assigns into a cycle (read version k, write k+1 and k+2 in one kernel)
+        written = {storage_of(n) for n in original if n.op is Ops.ASSIGN and n not in mapping}
+        if any(n.op is not Ops.ASSIGN and m.base().arg[0] in written for n, m in mapping.items()):
+            def usable(n: Node) -> bool:
+                m = _realized(n)
+                return m is not None and (n.op is Ops.ASSIGN or m.base().arg[0] not in written)
+            original = toposort(roots, stop=usable)
+            with _becomes_lock:
+                mapping = {n: m for n in original if usable(n) and (m := _realized(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]
     if settings.schedule_cache:  # with nothing substituted, `original` is already new_roots' order
@@ -510,6 +542,8 @@ class _Builder:
             else:
                 new[n] = n
         body = mapped(value)
+        if value.op is Ops.BUFFER:  # a plain copy of a buffer: no node in the kernel reads it but the store
+            whole_reads.add(value.arg[0])
         store_target = param(out).view(target_view)
         ast = Node.make(Ops.STORE, point.dtype, (store_target, body))
         specs = tuple(sorted(params, key=lambda s: params[s].arg[0]))

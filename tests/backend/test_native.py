@@ -1,7 +1,10 @@
 """The native tier (backend/native.py, backend/c_render.py): kernels compiled to C give numpy's values.
 
-Each test runs with `native="all"`, so every kernel it realizes is rendered to C and compiled (or
-refused, and then it runs on numpy: the tests check which happened where it matters)."""
+Each test runs with `native="all"`, so every kernel it realizes is rendered to C and compiled. The
+autouse fixture holds each test to that: every kernel the executor looked up must have been a
+compiled one (so it ran in C, not on numpy), except in the tests listed in `FALLS_BACK_TO_NUMPY`,
+which are about the fallback; and each test must have run at least one C kernel. Without a C
+compiler the module is skipped, saying so."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,17 +16,40 @@ import atensor
 from atensor import Tensor, dtypes, nn
 from atensor.nn import optim
 from atensor.backend import native
+from atensor.graph.node import Node
 
 from tests.tensor import test_ops
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine: the "
-                                "native tier is off and every kernel runs on numpy")
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler ($CC, cc, gcc or clang) "
+                                "on PATH: the native tier is off and every kernel runs on numpy")
+
+# tests about kernels that stay on numpy (refused by the renderer, or a compile error)
+FALLS_BACK_TO_NUMPY = {"test_unsupported_kernels_fall_back_to_numpy",
+                       "test_renderer_refuses_what_it_does_not_lower",
+                       "test_a_compile_error_leaves_the_kernels_on_numpy"}
+# tests that run some kernels on numpy on purpose (default mode "jit": eager kernels stay on numpy)
+SOME_ON_NUMPY = {"test_jitted_training_step_runs_native_kernels_and_matches_numpy_kernels"}
 
 
 @pytest.fixture(autouse=True)
-def every_kernel_native():
+def every_kernel_native(request, monkeypatch):
+    """native="all", and afterwards: the kernels this test ran were compiled C kernels."""
+    looked: dict[Node, bool] = {}   # kernel AST -> whether its latest lookup found a compiled kernel
+    real = native.lookup
+
+    def lookup(ast: Node):
+        found = real(ast)
+        looked[ast] = found is not None
+        return found
+    monkeypatch.setattr(native, "lookup", lookup)
     with atensor.Context(native="all"):
-        yield
+        yield looked
+    name = request.node.originalname
+    if name not in FALLS_BACK_TO_NUMPY:
+        assert any(looked.values()), f"no C kernel ran in this test: {native.status()}"
+    if name not in FALLS_BACK_TO_NUMPY | SOME_ON_NUMPY:
+        on_numpy = [native._refused.get(ast, "not compiled") for ast, ok in looked.items() if not ok]
+        assert not on_numpy, f"{len(on_numpy)} kernels ran on numpy, not in C: {on_numpy[:3]}"
 
 
 def _native_count() -> int:
@@ -412,3 +438,44 @@ def test_softmax_logsumexp_and_layernorm_chains():
     t = Tensor(x)
     _near((t - t.mean(-1, keepdim=True)) / (t.var(-1, keepdim=True, correction=0) + 1e-5).sqrt(),
           (x - mu) / np.sqrt(var + 1e-5))
+
+
+# ---- a compiler bug: flipped reductions ------------------------------------------------------------------
+def test_a_sum_over_a_flipped_axis_is_compiled_without_the_miscompiling_loop_vectorizer(every_kernel_native):
+    """GCC 12.2 at -O3 (and -O2) vectorized this kernel into one that adds an element twice (44, not
+    42); the C has no undefined behaviour. Kernels with a negative stride get AT_NEGATIVE_STEPS."""
+    a = np.arange(1, 7, dtype=np.float32).reshape(3, 2)
+    assert (Tensor(a).flip(1) * 2).sum().item() == 42.0
+    sources = [native._kernels[ast].source for ast in every_kernel_native]
+    assert any("AT_NEGATIVE_STEPS void" in src and "* -1]" in src for src in sources), sources
+    assert (Tensor(a) * 2).sum().item() == 42.0  # without a flip: loop vectorization stays on
+    plain = [native._kernels[ast].source for ast in every_kernel_native]
+    assert any("AT_NEGATIVE_STEPS" not in src for src in plain), plain
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (4, 2), (5, 2), (3, 4), (7, 5), (17, 3), (9, 8)])
+def test_flipped_strided_and_padded_reductions_in_c_match_numpy(shape):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-8, 9, shape).astype(np.float32)  # small integers: every sum is exact
+    t = Tensor(x)
+    _same((t.flip(1) * 2).sum(), np.array((x[:, ::-1] * 2).sum(), np.float32))
+    _same(t.flip((0, 1)).sum(1), x[::-1, ::-1].sum(1))
+    _same(t.flip(0).sum(0) + 0, x[::-1].sum(0))
+    _same(t[::2, ::-1].sum(1), x[::2, ::-1].sum(1))
+    _same(t.pad(((1, 2), (2, 1))).flip(1).sum(1), np.pad(x, ((1, 2), (2, 1)))[:, ::-1].sum(1))
+    ints = x.astype(np.int32)
+    _same(Tensor(ints).flip(1).sum(1) * 3, ints[:, ::-1].sum(1).astype(np.int32) * 3)
+    _same(Tensor(ints).flip(1).max(1), ints[:, ::-1].max(1))
+
+
+def test_bool_min_and_max_over_small_nests_are_0_or_1():
+    """GCC 12.2's SLP vectorizer turned the max over `!x` of a 2x2 bool nest into the mask byte 0xFF,
+    so min() of [[1, 0], [1, 1]] stored 254 (read back as True): found by tests/fuzz."""
+    for shape in [(2, 2), (2, 8), (2, 3), (1, 4)]:
+        x = np.ones(shape, bool)
+        x[0, -1] = False
+        for got, want in ((Tensor(x).min(), x.min()), (Tensor(x).max(), x.max()),
+                          ((~Tensor(x)).max(), (~x).max()), (Tensor(x).min(1), x.min(1))):
+            raw = got.numpy()
+            assert raw.view(np.uint8).max() <= 1, (shape, raw.view(np.uint8))  # a bool is stored as 0 or 1
+            _same(got, np.asarray(want))
