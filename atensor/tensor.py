@@ -185,10 +185,22 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         if handle is None and not self._is_ready_single():
             handle = self._dispatch()
         if handle is not None:
-            await handle
-            if self._pending is handle:
-                self._pending = None
+            try:
+                await handle
+            finally:  # done, failed (its error is raised here) or cancelled (the work still runs)
+                if self._pending is handle and handle.done():
+                    self._pending = None
+        self._raise_write_failure()  # a value a failed task wrote raises again on every await
         return self
+
+    def _raise_write_failure(self) -> None:
+        """Raises when this tensor's buffer was last written by a task that failed."""
+        base = _storage_base(self.node)
+        if base is None or base.op is not Ops.BUFFER:
+            return
+        err = Buffer.of(base.arg[0]).write_failure()
+        if err is not None:
+            raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
 
     def wait(self, timeout: Optional[float] = None) -> Tensor:
         """Blocks until this tensor's pending work is done and returns it: the plain-script counterpart of
@@ -200,9 +212,11 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
             self._refuse_in_loop("wait")
         if handle is None:
             handle = self._dispatch()
-        handle.wait(timeout)
-        if self._pending is handle:
-            self._pending = None
+        try:
+            handle.wait(timeout)
+        finally:
+            if self._pending is handle and handle.done():
+                self._pending = None
         return self
 
     def _is_ready_single(self) -> bool:
@@ -228,19 +242,21 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         if buf is None or not buf.ready():
             self._refuse_in_loop(accessor)
             handle = self._pending
-            if handle is not None:  # a realize dispatched earlier: its errors are this read's
-                handle.wait()
-                if self._pending is handle:
-                    self._pending = None
+            if handle is not None:  # a realize dispatched earlier: its errors are this read's, once
+                try:
+                    handle.wait()
+                finally:
+                    if self._pending is handle:
+                        self._pending = None
             if not self._is_ready_single():
-                self._dispatch().wait()
-                self._pending = None
+                try:
+                    self._dispatch().wait()
+                finally:
+                    self._pending = None
             node = self.node
             base = _storage_base(node)
             buf = Buffer.of(base.arg[0])
-        err = buf.write_failure()
-        if err is not None:
-            raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
+        self._raise_write_failure()
         return buf
 
     def numpy(self) -> np.ndarray:
