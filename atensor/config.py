@@ -14,6 +14,7 @@ through `Context`:
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
 | malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy_plans.py); 0: malloc's defaults |
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
+| max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Settings:
     malloc_keep_bytes: int = int(os.environ.get("ATENSOR_MALLOC_KEEP", str(128 << 20)))
     native: str = os.environ.get("ATENSOR_NATIVE", "jit")
     worker_nice: int = int(os.environ.get("ATENSOR_WORKER_NICE", "0"))
+    max_devices: int = int(os.environ.get("ATENSOR_MAX_DEVICES", "16"))
 
 
 settings = Settings()

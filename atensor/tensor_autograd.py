@@ -251,11 +251,27 @@ class AutogradOps:
         if grad_disabled():
             raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
         targets = [t for t in list(_requiring_grad.values()) if t is not self]
-        grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
+        graph = self._graph()
+        grads = _gradients(graph, self._seed(gradient), [t.node for t in targets])
         for t, grad in zip(targets, grads):
             if grad is not None:
                 t.grad = Tensor(grad) if t.grad is None else t.grad + Tensor(grad)
+        self._keep_value(graph)
         return self  # type: ignore[return-value]
+
+    def _keep_value(self, graph: Node) -> None:
+        """Gives a computed loss its own storage, filled lazily (a pending assign, like `clone()`), so
+        `loss.backward(); opt.step(); loss.item()` reads the loss as it was before the step, as eager
+        code would. Why this works: the step overwrites the parameters the loss reads, and a realize
+        that overwrites a version a pending assign reads realizes that assign along, first
+        (`sched.schedule._flush_along`); the loss costs one more output of the step's task graph, not a
+        copy of the parameters. A plain lazy value (not differentiated) still raises StaleReadError
+        when read after its inputs were overwritten. `_ctx` keeps the graph for a later backward()."""
+        node = self.node  # type: ignore[attr-defined]
+        if node.op is Ops.MULTI or node.base().op in (Ops.BUFFER, Ops.ASSIGN):
+            return  # sharded, or already storage (realized, or kept by an earlier backward)
+        self._node = self.clone().node  # type: ignore[attr-defined]
+        self._ctx = graph  # type: ignore[attr-defined]
 
     def _graph(self) -> Node:
         """The graph to differentiate: this tensor's node, or, once it was realized into a buffer, the
@@ -266,6 +282,9 @@ class AutogradOps:
         parts = node.src if node.op is Ops.MULTI else (node,)
         if computed is not None and all(p.base().op is Ops.BUFFER for p in parts):
             return computed
+        base = node.base()
+        if computed is not None and base.op is Ops.ASSIGN and base.src[1] is computed:
+            return computed  # the storage `_keep_value` gave it, not yet filled
         return node
 
     def _seed(self, gradient: Optional[Tensor]) -> Node:

@@ -42,6 +42,26 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, TensorOps)
 
 
+class AssignDTypeError(RuntimeError, TypeError):
+    """Float values written into an integer or bool tensor (they would be truncated silently)."""
+
+
+def check_assign_dtype(target: Any, value: Any) -> None:
+    """Raises AssignDTypeError, naming both dtypes, when float values are written into an integer or
+    bool tensor; tinygrad raises too. Integers into floats, and same-kind casts, are allowed."""
+    if dtypes.is_float(target):
+        return
+    if _is_tensor(value):
+        kind = value.dtype
+    elif isinstance(value, float) or (isinstance(value, np.ndarray) and value.dtype.kind == "f"):
+        kind = dtypes.default_float
+    else:
+        return
+    if dtypes.is_float(kind):
+        raise AssignDTypeError(f"cannot assign {kind.name} values into a {target.name} tensor (they would be "
+                               f"truncated); cast them first, e.g. value.cast(dtypes.{target.name})")
+
+
 class IndexOps:
     """Tensor-index methods of Tensor (a mixin placed before TensorOps, whose basic getitem it extends)."""
     __slots__ = ()
@@ -146,6 +166,7 @@ class IndexOps:
         """Writes `value` (broadcast, cast to this dtype) into the indexed elements, lazily and in program
         order. Indices are checked first (IndexError); a tensor without storage gets storage holding its
         current value, so `t = a * 2; t[0] = 1` changes `t` and never `a`."""
+        check_assign_dtype(self.dtype, value)
         entries = self._index_entries(index) if not _is_mask_index(self, index, value) else None
         self._own_storage_for_write()
         if entries is None:  # t[mask] = scalar-like: a lazy where over the whole tensor

@@ -32,6 +32,10 @@ class ShapeOps:
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """This tensor and `others` joined along `dim`; every other axis must match. Parts of size 0
         along `dim` are allowed."""
+        if isinstance(self, (list, tuple)):  # Tensor.cat([a, b]) (PyTorch's form)
+            return self[0].cat(*self[1:], *others, dim=dim)
+        if len(others) == 1 and isinstance(others[0], (list, tuple)):
+            others = tuple(others[0])
         parts = [self, *others]
         dim = _axis(dim, self.ndim)
         for p in parts:
@@ -57,7 +61,15 @@ class ShapeOps:
         return out
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-        """This tensor and `others` (all the same shape) joined along a new axis `dim`."""
+        """This tensor and `others` (all the same shape) joined along a new axis `dim`; also
+        `Tensor.stack([a, b])`."""
+        if isinstance(self, (list, tuple)):
+            return self[0].stack(*self[1:], *others, dim=dim)
+        if len(others) == 1 and isinstance(others[0], (list, tuple)):
+            others = tuple(others[0])
+        for o in others:
+            if o.shape != self.shape:
+                raise GraphError(f"stack: every tensor must have shape {self.shape}, got {o.shape}")
         dim = _axis(dim, self.ndim + 1)
         return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
 
