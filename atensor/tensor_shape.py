@@ -174,6 +174,94 @@ class ShapeOps:
             x = tail.cat(head, dim=d)
         return x
 
+    # ---- windows, diagonals and grids -------------------------------------------------------------
+    def unfold(self, dim: int, size: int, step: int) -> Tensor:
+        """PyTorch's Tensor.unfold: the windows of `size` elements every `step` along `dim`; axis `dim`
+        becomes the window count and a last axis of `size` is added. Each window offset is one strided
+        slice, so the windows are views and the gradient adds up where they overlap."""
+        dim = _axis(dim, self.ndim) if self.ndim else _axis(dim, 1)
+        n = self.shape[dim] if self.ndim else 1
+        if step <= 0:
+            raise RuntimeError(f"unfold: step must be positive, got {step}")
+        if not 0 <= size <= n:
+            raise RuntimeError(f"unfold: size {size} is larger than dimension {dim} of size {n}")
+        count = (n - size) // step + 1
+        if size == 0:
+            shape = list(self.shape)
+            shape[dim] = count
+            return type(self).zeros(*shape, 0, dtype=self.dtype, device=self.device)
+        parts = []
+        for k in range(size):
+            index = [slice(None)] * self.ndim
+            index[dim] = slice(k, k + (count - 1) * step + 1, step)
+            parts.append(self[tuple(index)].unsqueeze(-1))
+        return parts[0].cat(*parts[1:], dim=-1)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Axis `dim` split into `sizes` (one may be -1)."""
+        dim = _axis(dim, self.ndim)
+        sizes = list(sizes)
+        if sizes.count(-1) == 1:
+            known = 1
+            for s in sizes:
+                known *= s if s != -1 else 1
+            sizes[sizes.index(-1)] = self.shape[dim] // known if known else 0
+        return self.reshape(*self.shape[:dim], *sizes, *self.shape[dim + 1:])
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal of the (dim1, dim2) planes (above it with offset > 0, below with < 0), as a last
+        axis (PyTorch's). A view: the plane flattened, padded by one per row and the first column kept."""
+        a, b = _axis(dim1, self.ndim), _axis(dim2, self.ndim)
+        if a == b:
+            raise RuntimeError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+        rest = [d for d in range(self.ndim) if d not in (a, b)]
+        x = self.permute(*rest, a, b)
+        rows, cols = x.shape[-2:]
+        bounds: list[Any] = [None] * (x.ndim - 2)
+        if offset >= 0:
+            x = x.shrink(bounds + [None, (min(offset, cols), cols)])
+        else:
+            x = x.shrink(bounds + [(min(-offset, rows), rows), None])
+        m = min(x.shape[-2:])
+        batch = x.shape[:-2]
+        if m == 0:
+            return type(self).zeros(*batch, 0, dtype=self.dtype, device=self.device)
+        square = x.shrink(bounds + [(0, m), (0, m)]).reshape(*batch, m * m)
+        padded = TensorOps.pad(square, [(0, 0)] * len(batch) + [(0, m)])
+        return padded.reshape(*batch, m, m + 1)[..., 0]
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """A 1-D tensor made the `diagonal` of a square matrix (zeros elsewhere), or the diagonal of a 2-D
+        one, as torch.diag."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0]
+        # row i gets v_i followed by n zeros; the first n*n elements are the diagonal matrix
+        rows = TensorOps.pad(self.reshape(n, 1), [(0, 0), (0, n)]).reshape(n * (n + 1))[:n * n].reshape(n, n)
+        k = abs(diagonal)
+        if k == 0:
+            return rows
+        return TensorOps.pad(rows, [(0, k), (k, 0)] if diagonal > 0 else [(k, 0), (0, k)])
+
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of this tensor and `others` (each 1-D or 0-d), as torch.meshgrid: "ij" is
+        matrix indexing, "xy" swaps the first two axes (Cartesian)."""
+        if indexing not in ("ij", "xy"):
+            raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        parts = [t.reshape(-1) for t in (self, *others)]
+        sizes = [p.shape[0] for p in parts]
+        if indexing == "xy" and len(parts) > 1:
+            sizes[0], sizes[1] = sizes[1], sizes[0]
+        out = []
+        for k, p in enumerate(parts):
+            axis = k if indexing == "ij" or len(parts) < 2 or k > 1 else 1 - k
+            shape = [1] * len(parts)
+            shape[axis] = p.shape[0]
+            out.append(p.reshape(*shape).expand(*sizes))
+        return tuple(out)
+
     def _triangle(self, diagonal: int, lower: bool) -> Tensor:
         if self.ndim < 2:
             raise GraphError(f"{'tril' if lower else 'triu'} needs at least 2 dimensions, got {self.shape}")
