@@ -12,7 +12,7 @@ neighbours of (i + 0.5) * in / out - 0.5, or of i * (in - 1) / (out - 1) with `a
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_float
 

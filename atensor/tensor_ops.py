@@ -8,11 +8,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from atensor.config import settings
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.hcq.device import canonical
 from atensor.tensor_create import CreationOps, _shape_arg
 
 if TYPE_CHECKING:
