@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
+import numpy as np
+
 from atensor import random as _random
 from atensor.config import settings
 from atensor.dtype import dtypes, to_dtype
@@ -28,11 +30,18 @@ if TYPE_CHECKING:
 Scalar = Union[int, float, bool]
 
 
+def _ints(args: Sequence) -> tuple[int, ...]:
+    """Ints given separately or as one tuple/list (a shape, an axis order)."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    if not all(isinstance(a, (int, np.integer)) for a in args):
+        raise ValueError(f"expected ints or one tuple of ints, got {tuple(args)!r}")
+    return tuple(int(a) for a in args)
+
+
 def _shape_arg(shape: Sequence) -> tuple[int, ...]:
     """A shape given as ints or as one tuple/list; negative sizes raise ValueError."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    out = tuple(int(s) for s in shape)
+    out = _ints(shape)
     if any(s < 0 for s in out):
         raise ValueError(f"a shape cannot have negative sizes, got {out}")
     return out
@@ -102,8 +111,16 @@ class CreationOps:
         if step == 0:
             raise ValueError("arange: step must not be zero")
         size = max(0, math.ceil((stop - start) / step))
-        dt = to_dtype(dtype) if dtype is not None else (
-            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+        floats = any(isinstance(v, float) for v in (start, stop, step))
+        last = start + (size - 1) * step
+        if dtype is not None:
+            dt = to_dtype(dtype)
+        elif floats:
+            dt = dtypes.default_float
+        else:  # an int range beyond int32 is int64 (tinygrad's rule)
+            dt = dtypes.default_int if size == 0 or max(abs(start), abs(last)) < 2 ** 31 - 1 else dtypes.int64
+        if dtypes.is_int(dt) and size and not (dt.min <= start <= dt.max and dt.min <= last <= dt.max):
+            raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dt.name}")
         node = Node.make(Ops.ARANGE, dt, (), (start, step, size, canonical(device or settings.default_device)))
         return _grad(cls(node), requires_grad)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from atensor.dtype import dtypes, least_upper_float
+from atensor.graph.node import GraphError
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.tensor_ops import TensorOps, _axis, _sum_dtype
 from atensor.graph.semantics import reduce_identity
@@ -35,7 +36,7 @@ class MathOps(ActivationOps, SelectOps, NNOps):
 
     # ---- cumulative ------------------------------------------------------------------------------
     def _cumulate(self, op: ReduceOp, axis: int) -> Tensor:
-        axis = _axis(axis, self.ndim) if self.ndim else 0
+        axis = _axis(axis, self.ndim) if self.ndim else _axis(axis, 0)
         if self.ndim == 0:
             return self
         x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
@@ -126,7 +127,7 @@ class MathOps(ActivationOps, SelectOps, NNOps):
         axes = x._reduce_axes(axis)
         n = math.prod(x.shape[a] for a in axes)
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim=keepdim)
-        return sq / max(n - correction, 0) if n - correction > 0 else sq * math.nan
+        return sq / max(n - correction, 0)  # n <= correction: x / 0, inf (or nan for 0), as PyTorch
 
     def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Standard deviation: the square root of `var`."""
@@ -170,7 +171,7 @@ class MathOps(ActivationOps, SelectOps, NNOps):
     def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 (PyTorch's names)
         """Values limited to [min, max]; either bound may be a tensor."""
         if min is None and max is None:
-            raise ValueError("clamp needs at least one of min and max")
+            raise GraphError("clamp needs at least one of min and max")
         out = self
         if min is not None:
             out = out.maximum(min)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.tensor_create import CreationOps, _shape_arg
+from atensor.tensor_create import CreationOps, _ints, _shape_arg
 
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
@@ -71,6 +71,8 @@ class TensorOps(CreationOps):
                 dt = dtypes.default_int
             else:
                 dt = x.dtype
+            if dtypes.is_int(dt) and type(other) is int and not dt.min <= other <= dt.max:
+                other = _wrap(other, dt)  # a weak int wraps to the tensor's dtype, as in C and tinygrad
             if isinstance(x.device, str):  # fast path: one cached constant node of the final shape
                 x = x.cast(dt)
                 y = cls(Node.const(other, dt, x.device, x.shape))
@@ -136,7 +138,7 @@ class TensorOps(CreationOps):
         quotient toward zero and `"floor"` toward -inf, keeping integer operands' dtype (PyTorch's)."""
         a, b = self._operands(x, "div", reverse)
         if rounding_mode not in (None, "trunc", "floor"):
-            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+            raise GraphError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         if rounding_mode is not None and dtypes.is_int(a.dtype):
             floor = a._new(a.node.alu(Ops.IDIV, b.node))
             if rounding_mode == "floor":
@@ -158,6 +160,9 @@ class TensorOps(CreationOps):
         return self._binary(Ops.MOD, x, "mod", reverse)
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
+        """self ** x; an integer tensor to a negative integer power raises (its result is not an integer)."""
+        if not reverse and isinstance(x, int) and x < 0 and dtypes.is_int(self.dtype):
+            raise RuntimeError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {x})")
         return self._binary(Ops.POW, x, "pow", reverse)
 
     def maximum(self, x: Any) -> Tensor:
@@ -209,14 +214,20 @@ class TensorOps(CreationOps):
             raise RuntimeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype.name}")
         return self._new(self.node.alu(Ops.NOT))
 
-    def lshift(self, x: int) -> Tensor:
-        """x << n for an integer tensor: multiplication by 2**n (wrapping like the dtype)."""
+    def lshift(self, x: Any) -> Tensor:
+        """x << n for an integer tensor: multiplication by 2**n (wrapping like the dtype); n may be an
+        integer tensor."""
+        if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
+            return self * (type(self).full((), 2, dtype=self.dtype, device=self.device) ** x.cast(self.dtype))
         if not dtypes.is_int(self.dtype) or not isinstance(x, int) or x < 0:
             raise RuntimeError(f"<< needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
         return self * (1 << x) if x < self.dtype.itemsize * 8 else self * 0
 
-    def rshift(self, x: int) -> Tensor:
-        """x >> n for an integer tensor: floor division by 2**n (arithmetic shift for signed ints)."""
+    def rshift(self, x: Any) -> Tensor:
+        """x >> n for an integer tensor: floor division by 2**n (arithmetic shift for signed ints); n may be
+        an integer tensor."""
+        if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
+            return self // (type(self).full((), 2, dtype=self.dtype, device=self.device) ** x.cast(self.dtype))
         if not dtypes.is_int(self.dtype) or not isinstance(x, int) or x < 0:
             raise RuntimeError(f">> needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
         if x >= self.dtype.itemsize * 8:
@@ -379,7 +390,9 @@ class TensorOps(CreationOps):
     view = reshape
 
     def permute(self, *order) -> Tensor:
-        order = tuple(_axis(a, self.ndim) for a in _shape_arg(order))
+        order = tuple(_axis(a, self.ndim) for a in _ints(order))
+        if len(set(order)) != len(order) or len(order) != self.ndim:
+            raise GraphError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
         return self._new(self.node.permute(order))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -393,7 +406,7 @@ class TensorOps(CreationOps):
         return self.permute(*reversed(range(self.ndim)))
 
     def expand(self, *shape) -> Tensor:
-        shape = _shape_arg(shape)
+        shape = _ints(shape)
         new = tuple(s if n == -1 else n for s, n in zip((1,) * (len(shape) - self.ndim) + self.shape, shape))
         return self._broadcast_to(new)
 
@@ -406,6 +419,9 @@ class TensorOps(CreationOps):
     def squeeze(self, dim: Optional[int] = None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
+        if self.ndim == 0:
+            _axis(dim, 0, "squeeze dim")  # -1 and 0 name a 0-d tensor's no axes
+            return self
         d = _axis(dim, self.ndim)
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
@@ -441,7 +457,10 @@ class TensorOps(CreationOps):
         return self._new(self.node.shrink(bounds))
 
     def flip(self, axis: Any) -> Tensor:
-        axes = {_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}
+        listed = [_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)]
+        axes = set(listed)
+        if len(axes) != len(listed):
+            raise GraphError(f"flip: axis {tuple(axis)} names an axis twice")
         return self._new(self.node.flip(tuple(i in axes for i in range(self.ndim))))
 
     def __getitem__(self, index: Any) -> Tensor:
@@ -511,6 +530,13 @@ class TensorOps(CreationOps):
         return (a * b).sum(-1)
 
     matmul = dot
+
+
+def _wrap(value: int, dt: DType) -> int:
+    """`value` reduced modulo 2**bits into `dt`'s range (two's complement for signed dtypes)."""
+    bits = dt.itemsize * 8
+    v = value & ((1 << bits) - 1)
+    return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
 
 
 def _sum_dtype(dt: DType) -> DType:

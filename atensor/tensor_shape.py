@@ -159,6 +159,10 @@ class ShapeOps:
         """Elements shifted by `shifts` along `dims`, wrapping around (of the flattened tensor when None)."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(*self.shape)
+        if dims is None and not isinstance(shifts, int):
+            if len(shifts) != 1:
+                raise GraphError(f"roll: {len(shifts)} shifts need as many dims")
+            shifts = shifts[0]
         shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
         dim_list = [dims] if isinstance(dims, int) else list(dims)
         if len(shift_list) != len(dim_list):

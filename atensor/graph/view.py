@@ -185,6 +185,8 @@ class View:
                 strides.append(st)
                 mask.append(m)
         if any(m == (0, 0) for _, _, m in zip(self.shape, self.strides, self.mask) if _ == 1):
+            if not shape:  # a 0-d view has no axis to carry "reads nothing": not one View
+                return None
             mask = [(0, 0)] * len(shape)
         return View(shape, tuple(strides), self.offset, tuple(mask))
 

@@ -146,3 +146,35 @@ def test_dtype_min_max_and_tinygrad_dtype_names():
     assert dtypes.float is dtypes.float32 and dtypes.half is dtypes.float16 and dtypes.long is dtypes.int64
     assert dtypes.int is dtypes.int32 and dtypes.char is dtypes.int8 and dtypes.uchar is dtypes.uint8
     assert Tensor.ones(2, 3).ndim == 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Tensor.ones(2, 4) @ Tensor.ones(1, 3),
+    lambda: Tensor(3.0) @ Tensor.ones(3, 3),
+    lambda: Tensor.ones(3, 4).permute(0, 0),
+    lambda: Tensor.ones(3, 4).flip((1, -1)),
+    lambda: Tensor.ones(3, 4).reshape(-1, -1, 2),
+    lambda: Tensor.ones(3).clip(None, None),
+    lambda: Tensor([1, 2]) ** -2,
+    lambda: Tensor.ones(2, 4).roll((1, 2)),
+])
+def test_invalid_operations_raise_runtime_error_as_in_pytorch(make):
+    with pytest.raises(RuntimeError):
+        make()
+
+
+def test_a_padded_element_read_through_a_0d_index_is_the_pad_value():
+    t = Tensor([5.0, 6.0]).pad(((1, 0),))
+    assert t[0].item() == 0.0 and t[1].item() == 5.0
+    assert Tensor([5.0]).pad(((0, 3),), value=2.0)[2].item() == 2.0
+
+
+def test_int_ranges_and_weak_ints_beyond_int32():
+    assert Tensor.arange(2 ** 31, 2 ** 31 + 3).dtype == dtypes.int64
+    with pytest.raises(OverflowError):
+        Tensor.arange(129, dtype=dtypes.int8)
+    assert (Tensor([0], dtype="int") | 0xFFFFFFFF).item() == -1  # a weak int wraps, as in C and tinygrad
+    with pytest.raises(IndexError):
+        Tensor.ones(3).squeeze(2)
+    with pytest.raises(IndexError):
+        Tensor(1.0).cumsum(1)
