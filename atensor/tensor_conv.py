@@ -31,8 +31,8 @@ class ConvOps(PoolOps):
     @staticmethod
     def einsum(formula: str, *operands: Any) -> Tensor:
         """Einstein summation, e.g. "ij,jk->ik", "bij,bjk->bik", "i,i->", "ij->ji", "...ij,...jk->...ik".
-        Operands contract pairwise, left to right; an index repeated within one operand (a diagonal) is
-        not supported."""
+        Operands contract pairwise, left to right; an index repeated within one operand ("ii->i", a
+        trace "ii->") takes that operand's diagonal first."""
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = tuple(operands[0])
         formula = formula.replace(" ", "")
@@ -41,15 +41,24 @@ class ConvOps(PoolOps):
         if len(terms) != len(operands):
             raise GraphError(f"einsum: {len(terms)} terms in {formula!r} for {len(operands)} operands")
         terms = [_expand_ellipsis(t, op.ndim, formula) for t, op in zip(terms, operands)]
-        if "->" not in formula:
+        if "->" not in formula:  # implicit output: the ellipsis axes, then the indices used once, sorted
             counts = {c: sum(t.count(c) for t in terms) for t in terms for c in t}
-            rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
+            rhs = _batch_letters(terms) + "".join(sorted(c for c, n in counts.items() if n == 1 and c.islower()))
         else:
             rhs = _expand_ellipsis(rhs, max((len(t) for t in terms), default=0), formula, output=True,
                                    batch=_batch_letters(terms))
+        operands, terms = list(operands), list(terms)
+        for k, (t, op) in enumerate(zip(terms, operands)):
+            if len(t) != op.ndim:
+                raise GraphError(f"einsum: term {t!r} has {len(t)} indices for an operand of shape "
+                                 f"{op.shape}")
+            while len(set(t)) != len(t):  # a repeated index: the diagonal of its two axes, moved last
+                c = next(c for c in t if t.count(c) > 1)
+                i, j = t.index(c), t.index(c, t.index(c) + 1)
+                op = op.diagonal(0, i, j)
+                t = "".join(x for n, x in enumerate(t) if n not in (i, j)) + c
+            terms[k], operands[k] = t, op
         for t, op in zip(terms, operands):
-            if len(set(t)) != len(t):
-                raise NotImplementedError(f"einsum: repeated index in one operand ({t!r}) is not supported")
             if len(t) != op.ndim:
                 raise GraphError(f"einsum: term {t!r} has {len(t)} indices for an operand of shape "
                                  f"{op.shape}")

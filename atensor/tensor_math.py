@@ -172,11 +172,13 @@ class MathOps(ActivationOps, SelectOps, NNOps):
         """Values limited to [min, max]; either bound may be a tensor."""
         if min is None and max is None:
             raise GraphError("clamp needs at least one of min and max")
-        out = self
+        out = self  # selects, not max/min: the gradient is 1 at the bounds, as PyTorch's
         if min is not None:
-            out = out.maximum(min)
+            out = (out < min).where(min, out) if isinstance(min, TensorOps) else \
+                (out < min).where(out._const_like(min), out)
         if max is not None:
-            out = out.minimum(max)
+            out = (out > max).where(max, out) if isinstance(max, TensorOps) else \
+                (out > max).where(out._const_like(max), out)
         return out
 
     clip = clamp  # tinygrad's name

@@ -169,11 +169,14 @@ class TensorOps(CreationOps):
         return self._binary(Ops.MAX, x, "maximum")
 
     def minimum(self, x: Any) -> Tensor:
+        """The smaller of the two, elementwise: -max(-a, -b) (~max(~a, ~b) for integers), so NaN
+        propagates and a tie splits the gradient in half, as PyTorch's minimum."""
         a, b = self._operands(x, "minimum")
-        pick_a = a < b
-        if dtypes.is_float(a.dtype):
-            pick_a = pick_a | (a != a)  # NaN propagates from either side, as in torch and numpy
-        return pick_a.where(a, b)
+        if a.dtype == dtypes.bool:
+            return a & b
+        if dtypes.is_int(a.dtype):
+            return ~(~a).maximum(~b)
+        return -((-a).maximum(-b))
 
     def __add__(self, x): return self.add(x)
     def __radd__(self, x): return self.add(x, True)
@@ -218,7 +221,9 @@ class TensorOps(CreationOps):
         """x << n for an integer tensor: multiplication by 2**n (wrapping like the dtype); n may be an
         integer tensor."""
         if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
-            return self * (type(self).full((), 2, dtype=self.dtype, device=self.device) ** x.cast(self.dtype))
+            wide = dtypes.int64 if self.dtype.itemsize < 8 else self.dtype  # 2**31 fits; the cast back wraps
+            power = type(self).full((), 2, dtype=wide, device=self.device) ** x.cast(wide)
+            return (self.cast(wide) * power).cast(self.dtype)
         if not dtypes.is_int(self.dtype) or not isinstance(x, int) or x < 0:
             raise RuntimeError(f"<< needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
         return self * (1 << x) if x < self.dtype.itemsize * 8 else self * 0
@@ -227,11 +232,15 @@ class TensorOps(CreationOps):
         """x >> n for an integer tensor: floor division by 2**n (arithmetic shift for signed ints); n may be
         an integer tensor."""
         if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
-            return self // (type(self).full((), 2, dtype=self.dtype, device=self.device) ** x.cast(self.dtype))
+            wide = dtypes.int64 if self.dtype.itemsize < 8 else self.dtype
+            power = type(self).full((), 2, dtype=wide, device=self.device) ** x.cast(wide)
+            return (self.cast(wide) // power).cast(self.dtype)
         if not dtypes.is_int(self.dtype) or not isinstance(x, int) or x < 0:
             raise RuntimeError(f">> needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
         if x >= self.dtype.itemsize * 8:
             return (self < 0).where(self._const_like(-1), self._const_like(0))
+        if self.dtype.itemsize < 8 and (1 << x) > self.dtype.max:
+            return (self.cast(dtypes.int64) // (1 << x)).cast(self.dtype)
         return self // (1 << x)
 
     def sequential(self, layers: Sequence[Any]) -> Tensor:
@@ -266,7 +275,10 @@ class TensorOps(CreationOps):
         return self._new(self.node.alu(Ops.NEG))
 
     def abs(self) -> Tensor:
-        return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
+        """|x|; for floats x * sign(x), so the gradient at 0 is 0 (PyTorch's)."""
+        if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
+            return self
+        return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
 
     def exp(self) -> Tensor: return self._float_unary(Ops.EXP)
     def log(self) -> Tensor: return self._float_unary(Ops.LOG)
@@ -282,11 +294,17 @@ class TensorOps(CreationOps):
     def square(self) -> Tensor: return self * self
 
     def sigmoid(self) -> Tensor:
+        """1 / (1 + e^-x), from t = e^-|x| (never overflows): 1 / (1 + t) for x >= 0, t / (1 + t) below,
+        so the value and the gradient stay finite at any x."""
         x = self.cast(least_upper_float(self.dtype))
-        return (1 + (-x).exp()).reciprocal()
+        positive = x >= 0
+        t = positive.where(-x, x).exp()  # e^-|x|, with the gradient of the branch each side takes
+        inv = (1 + t).reciprocal()
+        return positive.where(inv, t * inv)
 
     def relu(self) -> Tensor:
-        return self.maximum(0)
+        """x where positive, else 0; the gradient at 0 is 0 (PyTorch's and tinygrad's)."""
+        return (self > 0).where(self, 0)
 
 
     def where(self, x: Any, y: Any) -> Tensor:

@@ -268,3 +268,43 @@ def test_max_pool_return_indices_and_max_unpool_match_pytorch():
 def test_pooling_in_one_and_three_dimensions_matches_pytorch():
     check([(2, 3, 10)], lambda x: x.max_pool2d(3, stride=2), lambda x: F.max_pool1d(x, 3, stride=2))
     check([(1, 2, 4, 6, 5)], lambda x: x.avg_pool2d((2, 3, 2)), lambda x: F.avg_pool3d(x, (2, 3, 2)))
+
+
+def test_einsum_with_a_repeated_index_and_implicit_ellipsis_output_match_pytorch():
+    check([(4, 4)], lambda a: Tensor.einsum("ii->i", a), lambda a: torch.einsum("ii->i", a))
+    check([(3, 5, 5)], lambda a: Tensor.einsum("...ii->...", a), lambda a: torch.einsum("...ii->...", a))
+    check([(3, 8, 9), (3, 7, 9)], lambda a, b: Tensor.einsum("...id, ...jd", a, b),
+          lambda a, b: torch.einsum("...id, ...jd", a, b), atol=1e-4)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_prod_and_scatter_multiply_match_pytorch(include_self):
+    rng = np.random.default_rng(5)
+    x, src = rng.standard_normal((4, 5, 6)).astype(np.float32), rng.standard_normal((4, 5, 6)).astype(np.float32)
+    src[0, 0, 0] = 0.0
+    index = rng.integers(0, 3, size=(3, 4, 5))
+    ours = Tensor(x).scatter_reduce(1, Tensor(index.astype(np.int32)), Tensor(src), "prod", include_self=include_self)
+    theirs = torch.tensor(x).scatter_reduce(1, torch.tensor(index), torch.tensor(src), "prod", include_self=include_self)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
+    ours = Tensor(x).scatter(1, Tensor(index.astype(np.int32)), 2.0, reduce="multiply")
+    np.testing.assert_allclose(ours.numpy(), torch.tensor(x).scatter(1, torch.tensor(index), 2.0, reduce="multiply"))
+
+
+def test_tie_gradients_of_relu_abs_minimum_and_clip_are_pytorch_s():
+    check(None, lambda x: x.relu(), torch.relu, vals=[[-1.0, 0.0, 2.0]])
+    check(None, lambda x: x.abs(), torch.abs, vals=[[-1.0, 0.0, 2.0]])
+    check(None, lambda x, y: x.minimum(y), torch.minimum, vals=[[1.0, 2.0, 3.0], [1.0, 3.0, 2.0]])
+    check(None, lambda x: x.clip(-2.5, 1.5), lambda x: x.clip(-2.5, 1.5), vals=[[-3.0, -2.5, 0.0, 1.5, 2.0]])
+    check(None, lambda x: x.sigmoid(), torch.sigmoid, vals=[[-400.0, -2.0, 0.0, 2.0, 400.0]])
+
+
+def test_a_gradient_through_comparisons_only_is_zero_as_pytorch():
+    check([(3, 4), (3, 4)], lambda a, b: a.copysign(b), torch.copysign)
+    e = Tensor.ones(2, 0)
+    assert Tensor.ones(2, 3).cat(e, dim=1).sum().gradient(e)[0].shape == (2, 0)
+
+
+def test_tuples_inside_an_index_are_index_lists_as_in_pytorch():
+    x = np.random.default_rng(6).standard_normal((2, 5, 6)).astype(np.float32)
+    for index in (((0,),), ((1, 0), (2, 1)), (((0,),),), (1, (2, 1, 0))):
+        np.testing.assert_array_equal(Tensor(x)[index].numpy(), torch.tensor(x)[index].numpy())
