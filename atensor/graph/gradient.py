@@ -443,5 +443,16 @@ def compute_gradient(root: Node, root_grad: Node, targets: set[Node],
             if src_grad.dtype != src.dtype:
                 src_grad = src_grad.cast(src.dtype)
             old = grads.get(src)
-            grads[src] = src_grad if old is None else old.alu(Ops.ADD, src_grad)
+            grads[src] = src_grad if old is None else _accumulate(old, src_grad)
     return {t: grads[t] for t in targets if t in grads}
+
+
+def _accumulate(old: Node, new: Node) -> Node:
+    """old + new. Two reshapes of same-shaped values add before the reshape: the contributions of a
+    convolution's kernel offsets to a flat buffer's gradient then stay pads of one N-d shape, which the
+    backend adds in place into each padded region, instead of a reshaped copy per offset."""
+    if old.op is Ops.VIEW and new.op is Ops.VIEW and old.src[0].shape == new.src[0].shape \
+            and old.arg.is_identity(old.src[0].size) and new.arg.is_identity(new.src[0].size) \
+            and old.src[0].dtype == new.src[0].dtype:
+        return old.src[0].alu(Ops.ADD, new.src[0]).reshape(old.shape)
+    return old.alu(Ops.ADD, new)
