@@ -184,7 +184,7 @@ class View:
                 _, st, m = next(it)
                 strides.append(st)
                 mask.append(m)
-        if any(m == (0, 0) for _, _, m in zip(self.shape, self.strides, self.mask) if _ == 1):
+        if any(m[0] >= m[1] for s, m in zip(self.shape, self.mask) if s == 1):
             if not shape:  # a 0-d view has no axis to carry "reads nothing": not one View
                 return None
             mask = [(0, 0)] * len(shape)

@@ -167,6 +167,7 @@ def test_a_padded_element_read_through_a_0d_index_is_the_pad_value():
     t = Tensor([5.0, 6.0]).pad(((1, 0),))
     assert t[0].item() == 0.0 and t[1].item() == 5.0
     assert Tensor([5.0]).pad(((0, 3),), value=2.0)[2].item() == 2.0
+    assert Tensor([5.0]).pad(((1, 0),))[0].item() == 0.0  # a size-1 source: its view has stride 0
 
 
 def test_int_ranges_and_weak_ints_beyond_int32():
