@@ -178,4 +178,6 @@ class NNOps:
                 pos = (arr + 0.5) * scale if mode == "nearest-exact" else arr * scale
                 index = pos.cast(dtypes.int32).minimum(in_size - 1).reshape(*reshape).expand(*expand)
                 x = x.gather(i, index)
-        return x.cast(self.dtype) if mode != "linear" or dtypes.is_float(self.dtype) else x
+        if mode == "linear" and not dtypes.is_float(self.dtype):  # integers round back (PyTorch's uint8 images)
+            return x.round().cast(self.dtype)
+        return x.cast(self.dtype)
