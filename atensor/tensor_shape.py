@@ -137,9 +137,10 @@ class ShapeOps:
             raise GraphError(f"pad mode {mode!r}; use constant, reflect, replicate or circular")
         pairs = _pairs(padding, self.ndim)
         x = self
+        if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops (PyTorch's), before the rest
+            x = x.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, x.shape)))
+            pairs = [(max(0, b), max(0, a)) for b, a in pairs]
         for d, (before, after) in enumerate(pairs):
-            if before < 0 or after < 0:
-                raise GraphError(f"{mode} padding must be non-negative, got {pairs}")
             if not (before or after):
                 continue
             n = x.shape[d]

@@ -308,3 +308,8 @@ def test_tuples_inside_an_index_are_index_lists_as_in_pytorch():
     x = np.random.default_rng(6).standard_normal((2, 5, 6)).astype(np.float32)
     for index in (((0,),), ((1, 0), (2, 1)), (((0,),),), (1, (2, 1, 0))):
         np.testing.assert_array_equal(Tensor(x)[index].numpy(), torch.tensor(x)[index].numpy())
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_negative_padding_crops_in_every_mode_as_pytorch(mode):
+    check([(1, 2, 5, 6)], lambda x: x.pad((2, -1, -1, 2), mode=mode), lambda x: F.pad(x, (2, -1, -1, 2), mode=mode))
