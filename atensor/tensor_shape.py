@@ -191,10 +191,10 @@ class ShapeOps:
         if not 0 <= size <= n:
             raise RuntimeError(f"unfold: size {size} is larger than dimension {dim} of size {n}")
         count = (n - size) // step + 1
-        if size == 0:
-            shape = list(self.shape)
-            shape[dim] = count
-            return type(self).zeros(*shape, 0, dtype=self.dtype, device=self.device)
+        if size == 0:  # empty windows, still a view of this tensor (so its gradient is zeros, not none)
+            bounds: list[Any] = [None] * (self.ndim + 1)
+            bounds[dim], bounds[-1] = (0, count), (0, 0)
+            return self.unsqueeze(-1).shrink(bounds)
         parts = []
         for k in range(size):
             index = [slice(None)] * self.ndim

@@ -139,6 +139,7 @@ def test_nonzero_and_masked_select_match_pytorch():
 def test_unfold_unflatten_diagonal_diag_match_pytorch():
     check([(8,)], lambda t: t.unfold(0, 3, 2))
     check([(3, 7, 4)], lambda t: t.unfold(1, 2, 1))
+    check([(3, 3, 3)], lambda t: t.unfold(1, 0, 8))  # empty windows: the gradient is zeros
     check([(4, 6)], lambda t: t.unflatten(1, (2, 3)))
     for offset in (0, 1, -2):
         check([(4, 5)], lambda t, o=offset: t.diagonal(o))
