@@ -5,7 +5,8 @@
 Layers: MNIST-sized (beautiful_mnist's second convolution, 128x32x24x24 by 32x32x5x5, the kernel
 r_sum_128x1x32x32x20x20 of issue 18) and ResNet-block-sized (8x64x56x56 by 64x64x3x3, padding 1).
 atensor builds the graph and realizes it on every call (the schedule cache keeps the TaskGraph), as a
-training loop does; the backward is `out.sum().gradient(x, w)` realized together. PyTorch runs with
+training loop does; the backward is the gradients of x and w for a random upstream gradient (as a
+layer inside a network gets), realized together. PyTorch runs with
 `torch.set_num_threads` equal to atensor's BLAS threads for a big kernel; tinygrad on its CPU device
 (which compiles its kernels with clang: where clang is missing the table says so). On a machine whose
 cores other processes also use, OpenBLAS's spinning threads collapse (measured here: a batched sgemm
@@ -62,40 +63,40 @@ def _sgemm_floor(x: tuple, w: tuple, pad: int, repeat: int, threads: int) -> flo
     return best_of(lambda: np.matmul(weight, cols), repeat)
 
 
-def _atensor(x: np.ndarray, w: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    tx, tw = Tensor(x), Tensor(w)
+def _atensor(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    tx, tw, tg = Tensor(x), Tensor(w), Tensor(g)
 
     def forward() -> None:
         tx.conv2d(tw, padding=pad).realize().wait()
 
     def backward() -> None:
-        gx, gw = tx.conv2d(tw, padding=pad).sum().gradient(tx, tw)
+        gx, gw = tx.conv2d(tw, padding=pad).gradient(tx, tw, gradient=tg)
         gx.realize(gw).wait()
     return forward, backward
 
 
-def _torch(x: np.ndarray, w: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _torch(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
     import torch
-    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    tx, tw, tg = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True), torch.tensor(g)
 
     def forward() -> None:
         with torch.no_grad():
             torch.nn.functional.conv2d(tx, tw, padding=pad)
 
     def backward() -> None:
-        torch.autograd.grad(torch.nn.functional.conv2d(tx, tw, padding=pad).sum(), (tx, tw))
+        torch.autograd.grad(torch.nn.functional.conv2d(tx, tw, padding=pad), (tx, tw), grad_outputs=tg)
     return forward, backward
 
 
-def _tinygrad(x: np.ndarray, w: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _tinygrad(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
     from tinygrad import Tensor as TinyTensor
-    tx, tw = TinyTensor(x).realize(), TinyTensor(w).realize()
+    tx, tw, tg = TinyTensor(x).realize(), TinyTensor(w).realize(), TinyTensor(g).realize()
 
     def forward() -> None:
         tx.conv2d(tw, padding=pad).realize()
 
     def backward() -> None:
-        gx, gw = tx.conv2d(tw, padding=pad).sum().gradient(tx, tw)
+        gx, gw = tx.conv2d(tw, padding=pad).gradient(tx, tw, gradient=tg)
         TinyTensor.realize(gx, gw)
     return forward, backward
 
@@ -114,11 +115,13 @@ def main() -> None:
         rng = np.random.default_rng(0)
         x = rng.standard_normal(xs).astype(np.float32)
         w = (rng.standard_normal(ws) / math.sqrt(math.prod(ws[1:]))).astype(np.float32)
+        n, _, h, wd = xs
+        g = rng.standard_normal((n, ws[0], h + 2 * pad - ws[2] + 1, wd + 2 * pad - ws[3] + 1)).astype(np.float32)
         floor = _sgemm_floor(xs, ws, pad, args.repeat, threads)
         times: dict[str, dict[str, float]] = {}
         for peer, make in peers.items():
             try:
-                forward, backward = make(x, w, pad)
+                forward, backward = make(x, w, g, pad)
                 forward(), backward()  # warm up: compile, caches, allocations
                 times[peer] = {"forward": best_of(forward, args.repeat), "forward+backward": best_of(backward, args.repeat)}
             except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
