@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.tensor_create import CreationOps, _ints, _shape_arg
+from atensor.tensor_create import CreationOps, _ints
 
 if TYPE_CHECKING:
     from atensor.tensor import Tensor

@@ -23,9 +23,8 @@ import argparse
 import math
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -63,7 +62,7 @@ def _sgemm_floor(x: tuple, w: tuple, pad: int, repeat: int, threads: int) -> flo
     return best_of(lambda: np.matmul(weight, cols), repeat)
 
 
-def _atensor(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _atensor(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable, Callable]:
     tx, tw, tg = Tensor(x), Tensor(w), Tensor(g)
 
     def forward() -> None:
@@ -75,7 +74,7 @@ def _atensor(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Cal
     return forward, backward
 
 
-def _torch(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _torch(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable, Callable]:
     import torch
     tx, tw, tg = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True), torch.tensor(g)
 
@@ -88,7 +87,7 @@ def _torch(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Calla
     return forward, backward
 
 
-def _tinygrad(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _tinygrad(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable, Callable]:
     from tinygrad import Tensor as TinyTensor
     tx, tw, tg = TinyTensor(x).realize(), TinyTensor(w).realize(), TinyTensor(g).realize()
 
@@ -123,7 +122,8 @@ def main() -> None:
             try:
                 forward, backward = make(x, w, g, pad)
                 forward(), backward()  # warm up: compile, caches, allocations
-                times[peer] = {"forward": best_of(forward, args.repeat), "forward+backward": best_of(backward, args.repeat)}
+                times[peer] = {"forward": best_of(forward, args.repeat),
+                               "forward+backward": best_of(backward, args.repeat)}
             except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
                 print(f"{peer} failed on {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         flops = _flops(xs, ws, pad)
