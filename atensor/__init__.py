@@ -14,8 +14,17 @@ from atensor.dtype import DType, dtypes
 from atensor.hcq.device import Device
 from atensor.profiler import profile
 from atensor.tensor import NotRealizedError, Tensor
-from atensor.engine.jit import Jit, JitError, TinyJit, jit
+from atensor.engine.jit import Jit, JitError, JitWarning, TinyJit, jit
+from atensor.graph.symbolic import Variable
 
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "settings", "profile", "NotRealizedError",
-           "jit", "Jit", "JitError", "TinyJit"]
+           "jit", "Jit", "JitError", "JitWarning", "TinyJit", "Variable"]
+
+
+def __getattr__(name: str):
+    """`atensor.nn` (and `atensor.models`) without importing the submodule first, as tinygrad's."""
+    if name in ("nn", "models"):
+        import importlib
+        return importlib.import_module(f"atensor.{name}")
+    raise AttributeError(f"module 'atensor' has no attribute {name!r}")
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ through `Context`:
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
 | net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` calls MPI's blocking collective (MPI implementations spin in it) |
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 0 | seconds a polling net command waits for an MPI collective before it fails (a rank stopped, or the ranks issued different collectives); the failure aborts the job. 0: no limit |
+| max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Settings:
     worker_nice: int = int(os.environ.get("ATENSOR_WORKER_NICE", "0"))
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
     net_timeout_s: float = float(os.environ.get("ATENSOR_NET_TIMEOUT", "0"))
+    max_devices: int = int(os.environ.get("ATENSOR_MAX_DEVICES", "16"))
 
 
 settings = Settings()

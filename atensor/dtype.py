@@ -33,6 +33,20 @@ class DType:
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"
 
+    @property
+    def min(self) -> Any:
+        """The lowest value of this dtype (-inf for floats, as tinygrad's `DType.min`)."""
+        if self.kind == "b":
+            return False
+        return -float("inf") if self.kind == "f" else int(np.iinfo(self.np).min)
+
+    @property
+    def max(self) -> Any:
+        """The highest value of this dtype (inf for floats)."""
+        if self.kind == "b":
+            return True
+        return float("inf") if self.kind == "f" else int(np.iinfo(self.np).max)
+
 
 def _bfloat16_numpy() -> np.dtype | None:
     try:
@@ -81,8 +95,10 @@ class dtypes:
             return max((dtypes.from_py(v) for v in value), default=dtypes.default_float)
         if isinstance(value, bool):
             return dtypes.bool
-        if isinstance(value, int):
-            return dtypes.default_int
+        if isinstance(value, int):  # beyond int32's range: int64 (and uint64 beyond int64's)
+            if -2 ** 31 <= value < 2 ** 31:
+                return dtypes.default_int
+            return dtypes.int64 if -2 ** 63 <= value < 2 ** 63 else dtypes.uint64
         return dtypes.default_float
 
     @staticmethod

@@ -36,7 +36,7 @@ from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, graphs_needed, stop_gradient
 from atensor.tensor_multi import MultiOps
 from atensor.tensor_conv import ConvOps
-from atensor.tensor_index import IndexOps
+from atensor.tensor_index import IndexOps, check_assign_dtype
 from atensor.tensor_math import MathOps
 from atensor.tensor_shape import ShapeOps
 from atensor.tensor_ops import TensorOps
@@ -315,6 +315,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
     def assign(self, value: Any) -> Tensor:
         """Writes `value` into this tensor's storage when realized (deferred, in program order). A tensor
         without storage gets new storage."""
+        check_assign_dtype(self.dtype, value)
         if isinstance(self.device, tuple):
             return self._assign_shards(value)
         value = value if isinstance(value, Tensor) else Tensor.full(self.shape, value, dtype=self.dtype,

@@ -128,9 +128,11 @@ def _through_view(grad: Node, node: Node, key: Node) -> Node:
     return grad
 
 
-def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]]:
-    """The gradient of `root` for each of `nodes` (None where `root` does not depend on it). A
-    multi-device node is differentiated shard by shard and its gradient laid out like it."""
+def _gradients(root: Node, seed: Node, nodes: list[Node], used: Optional[list[bool]] = None) -> list[Optional[Node]]:
+    """The gradient of `root` for each of `nodes` (None where `root` does not depend on it through
+    float ops). A multi-device node is differentiated shard by shard and its gradient laid out like it.
+    `used`, when given, gets per node whether `root`'s graph contains it at all (a node used only
+    through comparisons has gradient zero, not none)."""
     in_graph = dict.fromkeys(toposort([root]))
     newest: dict[Any, Node] = {}
     for n in in_graph:
@@ -141,6 +143,8 @@ def _gradients(root: Node, seed: Node, nodes: list[Node]) -> list[Optional[Node]
     leaves = frozenset(k for n, ks in zip(nodes, keys) if n.op is Ops.MULTI and n.arg[0] is None
                        for k in ks if k is not None)
     grads = compute_gradient(root, seed, {k for ks in keys for k in ks if k is not None}, leaves)
+    if used is not None:
+        used.extend(any(k is not None for k in ks) for ks in keys)
     out: list[Optional[Node]] = []
     for node, parts, ks in zip(nodes, shards, keys):
         found = [None if k is None or k not in grads else _through_view(grads[k], s, k)
@@ -217,7 +221,8 @@ class AutogradOps:
     def gradient(self, *targets: Tensor, gradient: Optional[Tensor] = None,
                  materialize_grads: bool = False) -> list[Tensor]:
         """The gradients of this tensor with respect to `targets`, as lazy tensors (nothing runs).
-        A target this tensor does not depend on raises, or gets zeros with `materialize_grads`.
+        A target used only where no gradient flows (a comparison) gets zeros; one this tensor does not
+        use at all raises, or gets zeros with `materialize_grads`.
 
         >>> x = Tensor([1.0, 2.0, 3.0])
         >>> (x * x).sum().gradient(x)[0].tolist()
@@ -226,11 +231,13 @@ class AutogradOps:
         from atensor.tensor import Tensor
         if grad_disabled():
             raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
-        grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
+        used: list[bool] = []
+        grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets], used)
         out: list[Tensor] = []
-        for t, grad in zip(targets, grads):
+        for t, grad, in_graph in zip(targets, grads, used):
             if grad is None:
-                if not materialize_grads:
+                # used without a float path (only compared, say) or empty: the gradient is zero, as PyTorch's
+                if not (materialize_grads or in_graph or t.numel() == 0):
                     raise GraphError(f"{t!r} is not used (through float ops) by the tensor being "
                                      f"differentiated; pass materialize_grads=True for zeros")
                 out.append(t.zeros_like())
@@ -251,11 +258,27 @@ class AutogradOps:
         if grad_disabled():
             raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
         targets = [t for t in list(_requiring_grad.values()) if t is not self]
-        grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
+        graph = self._graph()
+        grads = _gradients(graph, self._seed(gradient), [t.node for t in targets])
         for t, grad in zip(targets, grads):
             if grad is not None:
                 t.grad = Tensor(grad) if t.grad is None else t.grad + Tensor(grad)
+        self._keep_value(graph)
         return self  # type: ignore[return-value]
+
+    def _keep_value(self, graph: Node) -> None:
+        """Gives a computed loss its own storage, filled lazily (a pending assign, like `clone()`), so
+        `loss.backward(); opt.step(); loss.item()` reads the loss as it was before the step, as eager
+        code would. Why this works: the step overwrites the parameters the loss reads, and a realize
+        that overwrites a version a pending assign reads realizes that assign along, first
+        (`sched.schedule._flush_along`); the loss costs one more output of the step's task graph, not a
+        copy of the parameters. A plain lazy value (not differentiated) still raises StaleReadError
+        when read after its inputs were overwritten. `_ctx` keeps the graph for a later backward()."""
+        node = self.node  # type: ignore[attr-defined]
+        if node.op is Ops.MULTI or node.base().op in (Ops.BUFFER, Ops.ASSIGN):
+            return  # sharded, or already storage (realized, or kept by an earlier backward)
+        self._node = self.clone().node  # type: ignore[attr-defined]
+        self._ctx = graph  # type: ignore[attr-defined]
 
     def _graph(self) -> Node:
         """The graph to differentiate: this tensor's node, or, once it was realized into a buffer, the
@@ -266,6 +289,9 @@ class AutogradOps:
         parts = node.src if node.op is Ops.MULTI else (node,)
         if computed is not None and all(p.base().op is Ops.BUFFER for p in parts):
             return computed
+        base = node.base()
+        if computed is not None and base.op is Ops.ASSIGN and base.src[1] is computed:
+            return computed  # the storage `_keep_value` gave it, not yet filled
         return node
 
     def _seed(self, gradient: Optional[Tensor]) -> Node:

@@ -42,6 +42,26 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, TensorOps)
 
 
+class AssignDTypeError(RuntimeError, TypeError):
+    """Float values written into an integer or bool tensor (they would be truncated silently)."""
+
+
+def check_assign_dtype(target: Any, value: Any) -> None:
+    """Raises AssignDTypeError, naming both dtypes, when float values are written into an integer or
+    bool tensor; tinygrad raises too. Integers into floats, and same-kind casts, are allowed."""
+    if dtypes.is_float(target):
+        return
+    if _is_tensor(value):
+        kind = value.dtype
+    elif isinstance(value, float) or (isinstance(value, np.ndarray) and value.dtype.kind == "f"):
+        kind = dtypes.default_float
+    else:
+        return
+    if dtypes.is_float(kind):
+        raise AssignDTypeError(f"cannot assign {kind.name} values into a {target.name} tensor (they would be "
+                               f"truncated); cast them first, e.g. value.cast(dtypes.{target.name})")
+
+
 class IndexOps:
     """Tensor-index methods of Tensor (a mixin placed before TensorOps, whose basic getitem it extends)."""
     __slots__ = ()
@@ -55,7 +75,7 @@ class IndexOps:
         items = list(index) if isinstance(index, tuple) else [index]
         entries: list[Any] = []
         for item in items:
-            if isinstance(item, (list, np.ndarray)) and not isinstance(item, bool):
+            if isinstance(item, (list, tuple, np.ndarray)):  # a sequence of indices (PyTorch also takes tuples)
                 item = cls(np.asarray(item), device=self.device)
             if isinstance(item, (bool, np.bool_)):
                 raise TypeError("a Python bool as an index is not supported; use a boolean tensor")
@@ -146,6 +166,7 @@ class IndexOps:
         """Writes `value` (broadcast, cast to this dtype) into the indexed elements, lazily and in program
         order. Indices are checked first (IndexError); a tensor without storage gets storage holding its
         current value, so `t = a * 2; t[0] = 1` changes `t` and never `a`."""
+        check_assign_dtype(self.dtype, value)
         entries = self._index_entries(index) if not _is_mask_index(self, index, value) else None
         self._own_storage_for_write()
         if entries is None:  # t[mask] = scalar-like: a lazy where over the whole tensor
@@ -229,20 +250,29 @@ class IndexOps:
 
     def scatter(self, dim: int, index: Tensor, src: Any, reduce: Optional[str] = None) -> Tensor:
         """torch.scatter (out of place): a copy with self[index[i][j]][j] = src[i][j] for dim 0. `src` may be
-        a scalar. With duplicate positions the last write wins. reduce "add"/"multiply" are not
-        supported (use scatter_reduce)."""
+        a scalar. With duplicate positions the last write wins; reduce="add" or "multiply" combines them
+        with this tensor's values instead."""
         if reduce is not None:
-            if reduce != "add":
-                raise NotImplementedError(f"scatter reduce={reduce!r}; use scatter_reduce(..., 'sum'/'amax')")
+            if reduce not in ("add", "multiply"):
+                raise GraphError(f"scatter reduce={reduce!r}; use 'add' or 'multiply'")
+            if reduce == "multiply":
+                values = src if _is_tensor(src) else type(self).full(index.shape, src, dtype=self.dtype,
+                                                                     device=self.device)
+                return self._scatter_prod(dim, index, values, include_self=True)
             return self._scatter_flat(dim, index, src, "sum", "scatter")
         return self._scatter_flat(dim, index, src, "set", "scatter")
 
     def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str,
                        include_self: bool = True) -> Tensor:
-        """torch.scatter_reduce for reduce in "sum", "amax", "amin", "mean": values at the same position
-        combine; `include_self=False` leaves this tensor's values out where something is scattered."""
-        if reduce not in ("sum", "amax", "amin", "mean"):
-            raise NotImplementedError(f"scatter_reduce reduce={reduce!r}; supported: sum, amax, amin, mean")
+        """torch.scatter_reduce for reduce in "sum", "prod", "amax", "amin", "mean": values at the same
+        position combine; `include_self=False` leaves this tensor's values out where something is
+        scattered. `src` must have this tensor's dtype (PyTorch's rule)."""
+        if reduce not in ("sum", "prod", "amax", "amin", "mean"):
+            raise GraphError(f"scatter_reduce reduce={reduce!r}; use sum, prod, amax, amin or mean")
+        if _is_tensor(src) and src.dtype != self.dtype:
+            raise GraphError(f"scatter_reduce: src is {src.dtype.name}, this tensor {self.dtype.name}; cast one")
+        if reduce == "prod":
+            return self._scatter_prod(dim, index, src, include_self)
         base = self
         if not include_self:
             hit = self.zeros_like(dtype=dtypes.bool)._scatter_flat(dim, index, True, "set", "scatter_reduce")
@@ -261,6 +291,25 @@ class IndexOps:
             return base._scatter_flat(dim, index, src, "max", "scatter_reduce")
         flip = (lambda t: ~t) if not dtypes.is_float(self.dtype) else (lambda t: -t)
         return flip(flip(base)._scatter_flat(dim, index, flip(src.cast(self.dtype)), "max", "scatter_reduce"))
+
+    def _scatter_prod(self, dim: int, index: Tensor, src: Tensor, include_self: bool) -> Tensor:
+        """The product of the values scattered to each position (times this tensor's value there with
+        `include_self`), through sums the SCATTER op has: exp of the summed log-magnitudes, the sign from
+        the count of negatives, zero where a zero was scattered. Floats keep ~1e-7 relative error per
+        factor; integers are rounded back."""
+        cls = type(self)
+        ft = least_upper_float(self.dtype)
+        values = src.cast(ft)
+        zero_f, zero_i = self.zeros_like(dtype=ft), self.zeros_like(dtype=dtypes.int32)
+        magnitude = zero_f._scatter_flat(dim, index, values.abs().log(), "sum", "scatter_reduce")
+        negatives = zero_i._scatter_flat(dim, index, (values < 0).cast(dtypes.int32), "sum", "scatter_reduce")
+        zeros = zero_i._scatter_flat(dim, index, (values == 0).cast(dtypes.int32), "sum", "scatter_reduce")
+        hit = self.zeros_like(dtype=dtypes.bool)._scatter_flat(dim, index, True, "set", "scatter_reduce")
+        sign = (negatives % 2 == 1).where(cls.full((), -1.0, dtype=ft, device=self.device), 1.0)
+        product = (zeros > 0).where(zero_f, magnitude.exp() * sign)
+        combined = product * self.cast(ft) if include_self else product
+        out = hit.where(combined, self.cast(ft))
+        return out if dtypes.is_float(self.dtype) else out.round().cast(self.dtype)
 
     def index_select(self, dim: int, index: Tensor) -> Tensor:
         """The slices of `dim` named by the 1-D integer tensor `index`, in its order."""

@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from atensor.dtype import dtypes, least_upper_float
+from atensor.graph.node import GraphError
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.tensor_ops import TensorOps, _axis, _sum_dtype
 from atensor.graph.semantics import reduce_identity
+from atensor.tensor_activations import ActivationOps
+from atensor.tensor_nn import NNOps
+from atensor.tensor_select import SelectOps
 
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
@@ -26,13 +30,13 @@ if TYPE_CHECKING:
 _BLOCK = 32
 
 
-class MathOps:
+class MathOps(ActivationOps, SelectOps, NNOps):
     """Math methods of Tensor (a mixin)."""
     __slots__ = ()
 
     # ---- cumulative ------------------------------------------------------------------------------
     def _cumulate(self, op: ReduceOp, axis: int) -> Tensor:
-        axis = _axis(axis, self.ndim) if self.ndim else 0
+        axis = _axis(axis, self.ndim) if self.ndim else _axis(axis, 0)
         if self.ndim == 0:
             return self
         x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
@@ -47,9 +51,51 @@ class MathOps:
         """Running products along `axis`."""
         return self.cast(_sum_dtype(self.dtype))._cumulate(ReduceOp.PROD, axis)
 
-    def cummax(self, axis: int = 0) -> Tensor:
-        """Running maxima along `axis` (the values, as tinygrad's cummax)."""
-        return self._cumulate(ReduceOp.MAX, axis)
+    def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running maxima, their indices) along `axis`, as tinygrad's and PyTorch's cummax; with ties
+        the index is that of the last element equal to the running maximum (PyTorch's)."""
+        values = self._cumulate(ReduceOp.MAX, axis)
+        return values, self._running_index(values, axis)
+
+    def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running minima, their indices) along `axis`."""
+        flip = self.dtype == dtypes.bool or dtypes.is_int(self.dtype)
+        inverse = ~self if flip else -self
+        values = inverse._cumulate(ReduceOp.MAX, axis)
+        values = ~values if flip else -values
+        return values, self._running_index(values, axis)
+
+    def _running_index(self, values: Tensor, axis: int) -> Tensor:
+        """For each position j along `axis`, the last i <= j with self[i] == values[j] (int32)."""
+        if self.ndim == 0:
+            return self._const_like(0, dtypes.int32)
+        axis = _axis(axis, self.ndim)
+        n = self.shape[axis]
+        cls = type(self)
+        x, v = self.transpose(axis, -1).detach(), values.transpose(axis, -1).detach()
+        i = cls.arange(n, device=self.device).reshape(n, 1)
+        j = cls.arange(n, device=self.device).reshape(1, n)
+        match = (x.unsqueeze(-1) == v.unsqueeze(-2)) & (i <= j)  # (..., i, j)
+        count_up = cls.arange(1, n + 1, device=self.device).reshape(n, 1)
+        last = ((match.cast(dtypes.int32) * count_up).max(-2) - 1).cast(dtypes.int32)
+        return last.transpose(axis, -1)
+
+    def logcumsumexp(self, axis: int = 0) -> Tensor:
+        """log(cumsum(exp(x))) along `axis`; output j is computed around the running maximum up to j (so
+        no term underflows), through the (j, i <= j) triangle: O(n^2) per row."""
+        x = self.cast(least_upper_float(self.dtype))
+        if x.ndim == 0:
+            return x
+        axis = _axis(axis, x.ndim)
+        x = x.transpose(axis, -1)
+        n = x.shape[-1]
+        m = x.cummax(-1)[0].detach()
+        m = m.isinf().where(m._const_like(0.0), m)
+        cls = type(self)
+        keep = cls.arange(n, device=self.device).reshape(1, n) <= cls.arange(n, device=self.device).reshape(n, 1)
+        diff = x.unsqueeze(-2) - m.unsqueeze(-1)                      # (..., j, i)
+        terms = keep.where(diff, diff._const_like(-math.inf)).exp()
+        return (terms.sum(-1).log() + m).transpose(axis, -1)
 
     # ---- softmax family and statistics -----------------------------------------------------------
     def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
@@ -81,11 +127,30 @@ class MathOps:
         axes = x._reduce_axes(axis)
         n = math.prod(x.shape[a] for a in axes)
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim=keepdim)
-        return sq / max(n - correction, 0) if n - correction > 0 else sq * math.nan
+        return sq / max(n - correction, 0)  # n <= correction: x / 0, inf (or nan for 0), as PyTorch
 
     def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Standard deviation: the square root of `var`."""
         return self.var(axis, keepdim, correction).sqrt()
+
+    def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(std, mean) over `axis`, as torch.std_mean."""
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(var, mean) over `axis`, as torch.var_mean."""
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        """|self - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only with
+        `equal_nan`), as torch.isclose."""
+        other = other if isinstance(other, TensorOps) else self._const_like(other)
+        exact = self == other
+        if not (dtypes.is_float(self.dtype) or dtypes.is_float(other.dtype)):
+            return exact
+        finite = (self - other).abs() <= (other.abs() * rtol + atol)
+        out = exact | (finite & self.isfinite() & other.isfinite())
+        return out | (self.isnan() & other.isnan()) if equal_nan else out
 
     def norm(self, ord: Any = 2, axis: Any = None, keepdim: bool = False) -> Tensor:
         """Vector norm over `axis` (all axes when None): ord 2 (default), 1, inf, -inf, 0 or any p."""
@@ -106,12 +171,14 @@ class MathOps:
     def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 (PyTorch's names)
         """Values limited to [min, max]; either bound may be a tensor."""
         if min is None and max is None:
-            raise ValueError("clamp needs at least one of min and max")
-        out = self
+            raise GraphError("clamp needs at least one of min and max")
+        out = self  # selects, not max/min: the gradient is 1 at the bounds, as PyTorch's
         if min is not None:
-            out = out.maximum(min)
+            out = (out < min).where(min, out) if isinstance(min, TensorOps) else \
+                (out < min).where(out._const_like(min), out)
         if max is not None:
-            out = out.minimum(max)
+            out = (out > max).where(max, out) if isinstance(max, TensorOps) else \
+                (out > max).where(out._const_like(max), out)
         return out
 
     clip = clamp  # tinygrad's name

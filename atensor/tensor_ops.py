@@ -8,23 +8,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from atensor.config import settings
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.hcq.device import canonical
-from atensor import random as _random
+from atensor.tensor_create import CreationOps, _ints
 
 if TYPE_CHECKING:
     from atensor.tensor import Tensor
 
 Scalar = Union[int, float, bool]
-
-
-def _shape_arg(shape: Sequence) -> tuple[int, ...]:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    return tuple(int(s) for s in shape)
 
 
 def _axis(axis: int, ndim: int, op: str = "axis") -> int:
@@ -46,107 +38,9 @@ def broadcast_shape(*shapes: tuple[int, ...], op: str = "op") -> tuple[int, ...]
     return tuple(out)
 
 
-class TensorOps:
+class TensorOps(CreationOps):
     """The op methods of Tensor; see tensor.py for storage and realize."""
     __slots__ = ()
-
-    # ---- creation ------------------------------------------------------------------------------
-    @classmethod
-    def empty(cls, *shape, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        """A tensor with storage and unspecified values."""
-        from atensor.graph.node import BufferSpec
-        from atensor.hcq.device import Device
-        shape = _shape_arg(shape)
-        dev = canonical(device or settings.default_device)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        spec = BufferSpec(dev, math.prod(shape), dt)
-        Device.get(dev).allocate(spec)
-        return cls(spec.node().reshape(shape))
-
-    @classmethod
-    def full(cls, shape: Sequence[int], fill_value: Scalar, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        """A constant tensor (a broadcast scalar: no storage until realized)."""
-        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-        return cls(Node.const(fill_value, dt, canonical(device or settings.default_device), shape))
-
-    @classmethod
-    def zeros(cls, *shape, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        return cls.full(_shape_arg(shape), 0.0, dtype=dtype or dtypes.default_float, device=device)
-
-    @classmethod
-    def ones(cls, *shape, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        return cls.full(_shape_arg(shape), 1.0, dtype=dtype or dtypes.default_float, device=device)
-
-    @classmethod
-    def arange(cls, start: Scalar, stop: Optional[Scalar] = None, step: Scalar = 1, dtype: Any = None,
-               device: Optional[str] = None) -> Tensor:
-        """Values start, start+step, ... below stop (as numpy's arange)."""
-        if stop is None:
-            start, stop = 0, start
-        if step == 0:
-            raise ValueError("arange: step must not be zero")
-        size = max(0, math.ceil((stop - start) / step))
-        dt = to_dtype(dtype) if dtype is not None else (
-            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
-        return cls(Node.make(Ops.ARANGE, dt, (), (start, step, size, canonical(device or settings.default_device))))
-
-    @classmethod
-    def eye(cls, n: int, m: Optional[int] = None, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        """The n x m identity matrix."""
-        m = n if m is None else m
-        rows = cls.arange(n, device=device).reshape(n, 1)
-        cols = cls.arange(m, device=device).reshape(1, m)
-        return (rows == cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
-
-    @classmethod
-    def manual_seed(cls, seed: int = 0) -> None:
-        """Seeds the counter-based generator: the same seed gives the same values on any device."""
-        _random.manual_seed(seed)
-
-    @classmethod
-    def rand(cls, *shape, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        """Uniform values in [0, 1), from Threefry counters (see random.py)."""
-        shape = _shape_arg(shape)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return cls(_random.uniform_node(shape, dt, canonical(device or settings.default_device)))
-
-    @classmethod
-    def randn(cls, *shape, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        """Standard normal values (Box-Muller on two uniform draws)."""
-        shape = _shape_arg(shape)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        u = cls.rand(2, *shape, dtype=dtypes.float32, device=device)
-        u1, u2 = u[0], u[1]
-        return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi)).cos()).cast(dt)
-
-    @classmethod
-    def randint(cls, *shape, low: int = 0, high: int = 10, dtype: Any = None, device: Optional[str] = None) -> Tensor:
-        """Integers uniform in [low, high)."""
-        if high <= low:
-            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
-        shape = _shape_arg(shape)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.int32
-        bits = cls(_random.bits_node(shape, canonical(device or settings.default_device)))
-        return (bits % (high - low)).cast(dt) + low
-
-    def full_like(self, fill_value: Scalar, **kw) -> Tensor:
-        return type(self).full(self.shape, fill_value, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))
-
-    def zeros_like(self, **kw) -> Tensor:
-        return self.full_like(0, **kw)
-
-    def ones_like(self, **kw) -> Tensor:
-        return self.full_like(1, **kw)
-
-    def empty_like(self, **kw) -> Tensor:
-        return type(self).empty(*self.shape, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))
-
-    def rand_like(self, **kw) -> Tensor:
-        return type(self).rand(*self.shape, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))
-
-    def randn_like(self, **kw) -> Tensor:
-        return type(self).randn(*self.shape, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))
 
     # ---- broadcasting and dtypes ---------------------------------------------------------------
     def _const_like(self, value: Scalar, dtype: Optional[DType] = None) -> Tensor:
@@ -177,6 +71,8 @@ class TensorOps:
                 dt = dtypes.default_int
             else:
                 dt = x.dtype
+            if dtypes.is_int(dt) and type(other) is int and not dt.min <= other <= dt.max:
+                other = _wrap(other, dt)  # a weak int wraps to the tensor's dtype, as in C and tinygrad
             if isinstance(x.device, str):  # fast path: one cached constant node of the final shape
                 x = x.cast(dt)
                 y = cls(Node.const(other, dt, x.device, x.shape))
@@ -237,11 +133,23 @@ class TensorOps:
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
         return self._binary(Ops.MUL, x, "mul", reverse)
 
-    def div(self, x: Any, reverse: bool = False) -> Tensor:
-        """True division; integer operands give the default float."""
+    def div(self, x: Any, reverse: bool = False, rounding_mode: Optional[str] = None) -> Tensor:
+        """True division (integer operands give the default float); `rounding_mode="trunc"` rounds the
+        quotient toward zero and `"floor"` toward -inf, keeping integer operands' dtype (PyTorch's)."""
         a, b = self._operands(x, "div", reverse)
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise GraphError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        if rounding_mode is not None and dtypes.is_int(a.dtype):
+            floor = a._new(a.node.alu(Ops.IDIV, b.node))
+            if rounding_mode == "floor":
+                return floor
+            inexact = (floor * b) != a  # floor and trunc differ where the signs differ and it is inexact
+            return (inexact & ((a < 0) != (b < 0))).where(floor + 1, floor)
         dt = least_upper_float(a.dtype)
-        return self._new(a.cast(dt).node.alu(Ops.FDIV, b.cast(dt).node))
+        q = self._new(a.cast(dt).node.alu(Ops.FDIV, b.cast(dt).node))
+        if rounding_mode is None:
+            return q
+        return q.trunc() if rounding_mode == "trunc" else q.floor()
 
     def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
         """Floor division (numpy's and PyTorch's `//`)."""
@@ -252,17 +160,23 @@ class TensorOps:
         return self._binary(Ops.MOD, x, "mod", reverse)
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
+        """self ** x; an integer tensor to a negative integer power raises (its result is not an integer)."""
+        if not reverse and isinstance(x, int) and x < 0 and dtypes.is_int(self.dtype):
+            raise RuntimeError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {x})")
         return self._binary(Ops.POW, x, "pow", reverse)
 
     def maximum(self, x: Any) -> Tensor:
         return self._binary(Ops.MAX, x, "maximum")
 
     def minimum(self, x: Any) -> Tensor:
+        """The smaller of the two, elementwise: -max(-a, -b) (~max(~a, ~b) for integers), so NaN
+        propagates and a tie splits the gradient in half, as PyTorch's minimum."""
         a, b = self._operands(x, "minimum")
-        pick_a = a < b
-        if dtypes.is_float(a.dtype):
-            pick_a = pick_a | (a != a)  # NaN propagates from either side, as in torch and numpy
-        return pick_a.where(a, b)
+        if a.dtype == dtypes.bool:
+            return a & b
+        if dtypes.is_int(a.dtype):
+            return ~(~a).maximum(~b)
+        return -((-a).maximum(-b))
 
     def __add__(self, x): return self.add(x)
     def __radd__(self, x): return self.add(x, True)
@@ -293,7 +207,48 @@ class TensorOps:
     def __rand__(self, x): return self._binary(Ops.AND, x, "and", True)
     def __ror__(self, x): return self._binary(Ops.OR, x, "or", True)
     def __rxor__(self, x): return self._binary(Ops.XOR, x, "xor", True)
-    def __invert__(self): return self._new(self.node.alu(Ops.NOT))
+    def __invert__(self): return self.bitwise_not()
+    def __lshift__(self, x): return self.lshift(x)
+    def __rshift__(self, x): return self.rshift(x)
+
+    def bitwise_not(self) -> Tensor:
+        """~x for integers and bools (logical not for bools)."""
+        if dtypes.is_float(self.dtype):
+            raise RuntimeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype.name}")
+        return self._new(self.node.alu(Ops.NOT))
+
+    def lshift(self, x: Any) -> Tensor:
+        """x << n for an integer tensor: multiplication by 2**n (wrapping like the dtype); n may be an
+        integer tensor."""
+        if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
+            wide = dtypes.int64 if self.dtype.itemsize < 8 else self.dtype  # 2**31 fits; the cast back wraps
+            power = type(self).full((), 2, dtype=wide, device=self.device) ** x.cast(wide)
+            return (self.cast(wide) * power).cast(self.dtype)
+        if not dtypes.is_int(self.dtype) or not isinstance(x, int) or x < 0:
+            raise RuntimeError(f"<< needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
+        return self * (1 << x) if x < self.dtype.itemsize * 8 else self * 0
+
+    def rshift(self, x: Any) -> Tensor:
+        """x >> n for an integer tensor: floor division by 2**n (arithmetic shift for signed ints); n may be
+        an integer tensor."""
+        if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
+            wide = dtypes.int64 if self.dtype.itemsize < 8 else self.dtype
+            power = type(self).full((), 2, dtype=wide, device=self.device) ** x.cast(wide)
+            return (self.cast(wide) // power).cast(self.dtype)
+        if not dtypes.is_int(self.dtype) or not isinstance(x, int) or x < 0:
+            raise RuntimeError(f">> needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
+        if x >= self.dtype.itemsize * 8:
+            return (self < 0).where(self._const_like(-1), self._const_like(0))
+        if self.dtype.itemsize < 8 and (1 << x) > self.dtype.max:
+            return (self.cast(dtypes.int64) // (1 << x)).cast(self.dtype)
+        return self // (1 << x)
+
+    def sequential(self, layers: Sequence[Any]) -> Tensor:
+        """Applies the callables in `layers` in order: `x.sequential([l1, l2])` is `l2(l1(x))`."""
+        out = self
+        for layer in layers:
+            out = layer(out)
+        return out
     def __bool__(self):
         raise TypeError("the truth value of a lazy Tensor is ambiguous; use .item() or .any()/.all() and realize")
     __hash__ = object.__hash__
@@ -320,7 +275,10 @@ class TensorOps:
         return self._new(self.node.alu(Ops.NEG))
 
     def abs(self) -> Tensor:
-        return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
+        """|x|; for floats x * sign(x), so the gradient at 0 is 0 (PyTorch's)."""
+        if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
+            return self
+        return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
 
     def exp(self) -> Tensor: return self._float_unary(Ops.EXP)
     def log(self) -> Tensor: return self._float_unary(Ops.LOG)
@@ -336,11 +294,17 @@ class TensorOps:
     def square(self) -> Tensor: return self * self
 
     def sigmoid(self) -> Tensor:
+        """1 / (1 + e^-x), from t = e^-|x| (never overflows): 1 / (1 + t) for x >= 0, t / (1 + t) below,
+        so the value and the gradient stay finite at any x."""
         x = self.cast(least_upper_float(self.dtype))
-        return (1 + (-x).exp()).reciprocal()
+        positive = x >= 0
+        t = positive.where(-x, x).exp()  # e^-|x|, with the gradient of the branch each side takes
+        inv = (1 + t).reciprocal()
+        return positive.where(inv, t * inv)
 
     def relu(self) -> Tensor:
-        return self.maximum(0)
+        """x where positive, else 0; the gradient at 0 is 0 (PyTorch's and tinygrad's)."""
+        return (self > 0).where(self, 0)
 
 
     def where(self, x: Any, y: Any) -> Tensor:
@@ -428,7 +392,10 @@ class TensorOps:
     # ---- movement ------------------------------------------------------------------------------
     def reshape(self, *shape) -> Tensor:
         """The same values in a new shape; one axis may be -1."""
-        shape = list(_shape_arg(shape)) if shape else []
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        # None keeps that axis's size (tinygrad's form)
+        shape = [self.shape[i] if s is None else int(s) for i, s in enumerate(shape)] if shape else []
         if shape.count(-1) > 1:
             raise GraphError(f"reshape: only one axis may be -1, got {tuple(shape)}")
         if -1 in shape:
@@ -441,7 +408,9 @@ class TensorOps:
     view = reshape
 
     def permute(self, *order) -> Tensor:
-        order = tuple(_axis(a, self.ndim) for a in _shape_arg(order))
+        order = tuple(_axis(a, self.ndim) for a in _ints(order))
+        if len(set(order)) != len(order) or len(order) != self.ndim:
+            raise GraphError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
         return self._new(self.node.permute(order))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -455,7 +424,7 @@ class TensorOps:
         return self.permute(*reversed(range(self.ndim)))
 
     def expand(self, *shape) -> Tensor:
-        shape = _shape_arg(shape)
+        shape = _ints(shape)
         new = tuple(s if n == -1 else n for s, n in zip((1,) * (len(shape) - self.ndim) + self.shape, shape))
         return self._broadcast_to(new)
 
@@ -468,6 +437,9 @@ class TensorOps:
     def squeeze(self, dim: Optional[int] = None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
+        if self.ndim == 0:
+            _axis(dim, 0, "squeeze dim")  # -1 and 0 name a 0-d tensor's no axes
+            return self
         d = _axis(dim, self.ndim)
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
@@ -503,7 +475,10 @@ class TensorOps:
         return self._new(self.node.shrink(bounds))
 
     def flip(self, axis: Any) -> Tensor:
-        axes = {_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}
+        listed = [_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)]
+        axes = set(listed)
+        if len(axes) != len(listed):
+            raise GraphError(f"flip: axis {tuple(axis)} names an axis twice")
         return self._new(self.node.flip(tuple(i in axes for i in range(self.ndim))))
 
     def __getitem__(self, index: Any) -> Tensor:
@@ -573,6 +548,13 @@ class TensorOps:
         return (a * b).sum(-1)
 
     matmul = dot
+
+
+def _wrap(value: int, dt: DType) -> int:
+    """`value` reduced modulo 2**bits into `dt`'s range (two's complement for signed dtypes)."""
+    bits = dt.itemsize * 8
+    v = value & ((1 << bits) - 1)
+    return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
 
 
 def _sum_dtype(dt: DType) -> DType:

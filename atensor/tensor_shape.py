@@ -32,6 +32,10 @@ class ShapeOps:
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """This tensor and `others` joined along `dim`; every other axis must match. Parts of size 0
         along `dim` are allowed."""
+        if isinstance(self, (list, tuple)):  # Tensor.cat([a, b]) (PyTorch's form)
+            return self[0].cat(*self[1:], *others, dim=dim)
+        if len(others) == 1 and isinstance(others[0], (list, tuple)):
+            others = tuple(others[0])
         parts = [self, *others]
         dim = _axis(dim, self.ndim)
         for p in parts:
@@ -57,7 +61,15 @@ class ShapeOps:
         return out
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-        """This tensor and `others` (all the same shape) joined along a new axis `dim`."""
+        """This tensor and `others` (all the same shape) joined along a new axis `dim`; also
+        `Tensor.stack([a, b])`."""
+        if isinstance(self, (list, tuple)):
+            return self[0].stack(*self[1:], *others, dim=dim)
+        if len(others) == 1 and isinstance(others[0], (list, tuple)):
+            others = tuple(others[0])
+        for o in others:
+            if o.shape != self.shape:
+                raise GraphError(f"stack: every tensor must have shape {self.shape}, got {o.shape}")
         dim = _axis(dim, self.ndim + 1)
         return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
 
@@ -125,9 +137,10 @@ class ShapeOps:
             raise GraphError(f"pad mode {mode!r}; use constant, reflect, replicate or circular")
         pairs = _pairs(padding, self.ndim)
         x = self
+        if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops (PyTorch's), before the rest
+            x = x.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, x.shape)))
+            pairs = [(max(0, b), max(0, a)) for b, a in pairs]
         for d, (before, after) in enumerate(pairs):
-            if before < 0 or after < 0:
-                raise GraphError(f"{mode} padding must be non-negative, got {pairs}")
             if not (before or after):
                 continue
             n = x.shape[d]
@@ -147,6 +160,10 @@ class ShapeOps:
         """Elements shifted by `shifts` along `dims`, wrapping around (of the flattened tensor when None)."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(*self.shape)
+        if dims is None and not isinstance(shifts, int):
+            if len(shifts) != 1:
+                raise GraphError(f"roll: {len(shifts)} shifts need as many dims")
+            shifts = shifts[0]
         shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
         dim_list = [dims] if isinstance(dims, int) else list(dims)
         if len(shift_list) != len(dim_list):
@@ -161,6 +178,94 @@ class ShapeOps:
             head, tail = x.split([n - s, s], d)
             x = tail.cat(head, dim=d)
         return x
+
+    # ---- windows, diagonals and grids -------------------------------------------------------------
+    def unfold(self, dim: int, size: int, step: int) -> Tensor:
+        """PyTorch's Tensor.unfold: the windows of `size` elements every `step` along `dim`; axis `dim`
+        becomes the window count and a last axis of `size` is added. Each window offset is one strided
+        slice, so the windows are views and the gradient adds up where they overlap."""
+        dim = _axis(dim, self.ndim) if self.ndim else _axis(dim, 1)
+        n = self.shape[dim] if self.ndim else 1
+        if step <= 0:
+            raise RuntimeError(f"unfold: step must be positive, got {step}")
+        if not 0 <= size <= n:
+            raise RuntimeError(f"unfold: size {size} is larger than dimension {dim} of size {n}")
+        count = (n - size) // step + 1
+        if size == 0:  # empty windows, still a view of this tensor (so its gradient is zeros, not none)
+            bounds: list[Any] = [None] * (self.ndim + 1)
+            bounds[dim], bounds[-1] = (0, count), (0, 0)
+            return self.unsqueeze(-1).shrink(bounds)
+        parts = []
+        for k in range(size):
+            index = [slice(None)] * self.ndim
+            index[dim] = slice(k, k + (count - 1) * step + 1, step)
+            parts.append(self[tuple(index)].unsqueeze(-1))
+        return parts[0].cat(*parts[1:], dim=-1)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Axis `dim` split into `sizes` (one may be -1)."""
+        dim = _axis(dim, self.ndim)
+        sizes = list(sizes)
+        if sizes.count(-1) == 1:
+            known = 1
+            for s in sizes:
+                known *= s if s != -1 else 1
+            sizes[sizes.index(-1)] = self.shape[dim] // known if known else 0
+        return self.reshape(*self.shape[:dim], *sizes, *self.shape[dim + 1:])
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal of the (dim1, dim2) planes (above it with offset > 0, below with < 0), as a last
+        axis (PyTorch's). A view: the plane flattened, padded by one per row and the first column kept."""
+        a, b = _axis(dim1, self.ndim), _axis(dim2, self.ndim)
+        if a == b:
+            raise RuntimeError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+        rest = [d for d in range(self.ndim) if d not in (a, b)]
+        x = self.permute(*rest, a, b)
+        rows, cols = x.shape[-2:]
+        bounds: list[Any] = [None] * (x.ndim - 2)
+        if offset >= 0:
+            x = x.shrink(bounds + [None, (min(offset, cols), cols)])
+        else:
+            x = x.shrink(bounds + [(min(-offset, rows), rows), None])
+        m = min(x.shape[-2:])
+        batch = x.shape[:-2]
+        if m == 0:
+            return type(self).zeros(*batch, 0, dtype=self.dtype, device=self.device)
+        square = x.shrink(bounds + [(0, m), (0, m)]).reshape(*batch, m * m)
+        padded = TensorOps.pad(square, [(0, 0)] * len(batch) + [(0, m)])
+        return padded.reshape(*batch, m, m + 1)[..., 0]
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """A 1-D tensor made the `diagonal` of a square matrix (zeros elsewhere), or the diagonal of a 2-D
+        one, as torch.diag."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0]
+        # row i gets v_i followed by n zeros; the first n*n elements are the diagonal matrix
+        rows = TensorOps.pad(self.reshape(n, 1), [(0, 0), (0, n)]).reshape(n * (n + 1))[:n * n].reshape(n, n)
+        k = abs(diagonal)
+        if k == 0:
+            return rows
+        return TensorOps.pad(rows, [(0, k), (k, 0)] if diagonal > 0 else [(k, 0), (0, k)])
+
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of this tensor and `others` (each 1-D or 0-d), as torch.meshgrid: "ij" is
+        matrix indexing, "xy" swaps the first two axes (Cartesian)."""
+        if indexing not in ("ij", "xy"):
+            raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        parts = [t.reshape(-1) for t in (self, *others)]
+        sizes = [p.shape[0] for p in parts]
+        if indexing == "xy" and len(parts) > 1:
+            sizes[0], sizes[1] = sizes[1], sizes[0]
+        out = []
+        for k, p in enumerate(parts):
+            axis = k if indexing == "ij" or len(parts) < 2 or k > 1 else 1 - k
+            shape = [1] * len(parts)
+            shape[axis] = p.shape[0]
+            out.append(p.reshape(*shape).expand(*sizes))
+        return tuple(out)
 
     def _triangle(self, diagonal: int, lower: bool) -> Tensor:
         if self.ndim < 2:

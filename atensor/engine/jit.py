@@ -34,6 +34,7 @@ import collections
 import functools
 import inspect
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Optional
 
@@ -64,6 +65,29 @@ INLINE_MAX_TASKS = 200
 class JitError(RuntimeError):
     """A jitted function cannot be replayed (its graph changes between calls, or its results are
     not tensors); the message says which and what to do."""
+
+
+class JitWarning(UserWarning):
+    """A jitted function runs without replaying (said once per function, with the reason)."""
+
+
+def _plain_values(shape: Any) -> list[Any]:
+    """The non-tensor values in a flattened argument description, in order."""
+    kind, body = shape
+    if kind == "V":
+        return [body]
+    if kind == "T":
+        return []
+    items = [v for _, v in body] if kind == "dict" else list(body)
+    return [x for item in items for x in _plain_values(item)]
+
+
+def _only_plain_values_differ(old: tuple, new: tuple) -> Optional[tuple[Any, Any]]:
+    """(old values, new values) when two call keys differ only in their non-tensor arguments."""
+    if old[1:] != new[1:]:
+        return None
+    a, b = _plain_values(old[0]), _plain_values(new[0])
+    return (a, b) if len(a) == len(b) and a != b else None
 
 
 # ---- arguments and results as flat lists of tensors -------------------------------------------------
@@ -361,6 +385,7 @@ class Jit:
         self._calls: collections.OrderedDict[tuple, int] = collections.OrderedDict()  # per key, LRU
         self._capturing: set[tuple] = set()
         self.stats = {"calls": 0, "replays": 0, "captures": 0}
+        self._warned_plain = False  # the "never replayed" JitWarning is said once
         self._name = getattr(fn, "__name__", "the function")
         functools.update_wrapper(self, fn)
 
@@ -452,6 +477,8 @@ class Jit:
             yield _WAIT, RealizeHandle(job, None)
             return _unflatten(program.result_shape, results)
         calls = self._calls.pop(key, 0)
+        if calls == 0 and self._calls:
+            self._warn_if_never_replayed(key, next(reversed(self._calls)))
         self._calls[key] = calls + 1
         while len(self._calls) > 4 * self.max_programs:  # keys seen once or twice are not kept forever
             self._calls.popitem(last=False)
@@ -498,6 +525,19 @@ class Jit:
             yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
 
+    def _warn_if_never_replayed(self, key: tuple, previous: tuple) -> None:
+        """Says once why a function whose non-tensor arguments change on every call is never replayed:
+        each new value is a new key, run normally (it would be captured on its second call)."""
+        differ = _only_plain_values_differ(previous, key)
+        if differ is None or self._warned_plain:
+            return
+        self._warned_plain = True
+        warnings.warn(JitWarning(
+            f"atensor.jit: {self._name} was called with non-tensor arguments {differ[1]!r} after "
+            f"{differ[0]!r}; each new value is a new key, which runs normally (captured only when the "
+            f"same value comes again), so these calls are not replayed. Pass a value that changes per "
+            f"call as a Tensor, or bind it to a Variable"), stacklevel=4)
+
     def _run(self, tensors: list[Tensor], records: Optional[list]) -> Generator[tuple[str, Any], Any, tuple]:
         """Steps that call the function and realize its tensor results: (result, result tensors,
         result shape). With `records` (capturing), the schedules of every realize are appended to it,
@@ -533,4 +573,4 @@ def jit(fn: Optional[Callable[..., Any]] = None, *, max_programs: int = 32, comp
 
 TinyJit = Jit  # tinygrad's name, for ported code
 
-__all__ = ["Jit", "JitError", "TinyJit", "jit"]
+__all__ = ["Jit", "JitError", "JitWarning", "TinyJit", "jit"]

@@ -55,8 +55,9 @@ class BufferSpec:
         return f"buf{self.uid}@{self.device}[{self.size}]"
 
 
-class GraphError(ValueError):
-    """An op was given operands it cannot combine (shapes, dtypes or devices)."""
+class GraphError(ValueError, RuntimeError):
+    """An op was given operands it cannot combine (shapes, dtypes or devices). A ValueError (a bad value)
+    and a RuntimeError (an invalid operation), so code ported from tinygrad or PyTorch catches it."""
 
 
 # the node table: key -> weak reference to the node; an entry goes when its node dies

@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from atensor.config import settings
 from atensor.graph.node import BufferSpec
 from atensor.backend import blas
 from atensor.hcq.buffer import Buffer
@@ -73,6 +74,12 @@ class Device:
         key = canonical(name)
         dev = _registry.get(key)
         if dev is None:
+            index = int(key.split(":")[1])
+            if index >= settings.max_devices:
+                raise DeviceError(f"device {name!r}: index {index} is beyond the {settings.max_devices} devices "
+                                  f"of a kind atensor makes ({key.split(':')[0]}:0 ... "
+                                  f"{key.split(':')[0]}:{settings.max_devices - 1}); use one of those, or raise "
+                                  f"ATENSOR_MAX_DEVICES")
             with _registry_lock:
                 dev = _registry.get(key)
                 if dev is None:

@@ -22,13 +22,14 @@ from typing import Optional, Sequence, Union
 from atensor.dtype import dtypes
 from atensor.nn.losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
                                log_softmax, mse_loss, sparse_categorical_crossentropy)
+from atensor.nn import optim  # noqa: F401 - `nn.optim.SGD` works without importing the submodule first
 from atensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 from atensor.tensor import Tensor
 
 __all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout",
            "Sequential", "parameter", "uniform", "cross_entropy", "sparse_categorical_crossentropy",
            "mse_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy", "log_softmax",
-           "get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load"]
+           "get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load", "optim"]
 
 IntPair = Union[int, tuple[int, int]]
 

@@ -228,10 +228,11 @@ def _integer_op(z3: Any, op: Ops, dtype: DType, a: list[Any]) -> Optional[Any]:
         return z3.If(bigger, a[0], a[1])
     zero = z3.BitVecVal(0, a[0].size()) if op in (Ops.IDIV, Ops.MOD) else None
     if op is Ops.MOD:
-        rem = z3.URem(a[0], a[1]) if unsigned else z3.SMod(a[0], a[1])
+        # z3py has no SMod function in every release; `%` on bit-vectors is the signed modulo (bvsmod)
+        rem = z3.URem(a[0], a[1]) if unsigned else (a[0] % a[1])
         return z3.If(a[1] == 0, zero, rem)
     if op is Ops.IDIV:
         if unsigned:
             return z3.If(a[1] == 0, zero, z3.UDiv(a[0], a[1]))
-        return z3.If(a[1] == 0, zero, (a[0] - z3.SMod(a[0], a[1])) / a[1])  # floor division
+        return z3.If(a[1] == 0, zero, (a[0] - (a[0] % a[1])) / a[1])  # floor division
     return None

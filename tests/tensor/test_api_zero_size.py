@@ -26,7 +26,7 @@ OPS = [
     ("softmax", lambda t: t.softmax(1), lambda a: a),
     ("cumsum", lambda t: t.cumsum(1), lambda a: np.cumsum(a, 1)),
     ("cumprod", lambda t: t.cumprod(2), lambda a: np.cumprod(a, 2)),
-    ("cummax", lambda t: t.cummax(1), lambda a: a),
+    ("cummax", lambda t: t.cummax(1)[0], lambda a: a),
     ("reshape", lambda t: t.reshape(0, 6), lambda a: a.reshape(0, 6)),
     ("permute", lambda t: t.permute(2, 0, 1), None),
     ("getitem", lambda t: t[:, :, 1:], lambda a: a[:, :, 1:]),
