@@ -6,7 +6,7 @@ while the numpy model runs alongside, so every op fits the shape and dtype it is
 same program then runs on atensor (`run(program, tensors, AT)`) and on numpy
 (`run(program, arrays, NP)`), and the two results must agree.
 
-Values are small integers (halves for floats), so every op the programs use is exact in float32 and
+Values are small integers (halves for floats), so nearly every op the programs use is exact in float32 and
 in int32: results on different kernel paths (numpy backend, C kernels, jit replays) must be equal, not
 close, and any difference is a defect, not rounding.
 """
@@ -74,8 +74,10 @@ class _Numpy:
     @staticmethod
     def scalar(x: np.ndarray, op: str, c: Any) -> np.ndarray:
         c = np.array(c, x.dtype)
-        return {"add": np.add, "mul": np.multiply, "sub": np.subtract, "max": np.maximum,
-                "lt": np.less, "eq": np.equal}[op](x, c)
+        with np.errstate(all="ignore"):
+            return {"add": np.add, "mul": np.multiply, "sub": np.subtract, "max": np.maximum,
+                    "lt": np.less, "eq": np.equal, "floordiv": np.floor_divide, "mod": np.remainder,
+                    "div": np.divide}[op](x, c)
 
     @staticmethod
     def binary(x: np.ndarray, op: str, y: np.ndarray, swap: bool) -> np.ndarray:
@@ -129,7 +131,8 @@ class _Atensor:
     @staticmethod
     def scalar(x: Tensor, op: str, c: Any) -> Tensor:
         return {"add": lambda: x + c, "mul": lambda: x * c, "sub": lambda: x - c, "max": lambda: x.maximum(c),
-                "lt": lambda: x < c, "eq": lambda: x == c}[op]()
+                "lt": lambda: x < c, "eq": lambda: x == c, "floordiv": lambda: x // c, "mod": lambda: x % c,
+                "div": lambda: x / c}[op]()
 
     @staticmethod
     def binary(x: Tensor, op: str, y: Tensor, swap: bool) -> Tensor:
@@ -270,7 +273,8 @@ def programs(draw: Callable, max_ops: int = 6, movement_weight: int = 2, first: 
             fn = "not" if dt == "bool" else draw(st.sampled_from(["neg", "relu", "abs"]))
             op = Op("unary", (fn,))
         elif kind == "scalar" and dt != "bool":
-            name = draw(st.sampled_from(["add", "mul", "sub", "max", "lt", "eq"]))
+            name = draw(st.sampled_from(["add", "mul", "sub", "max", "lt", "eq", "mod"]
+                                        + (["floordiv"] if dt == "int32" else ["div"])))
             op = Op("scalar", (name, _scalar_for(dt, draw)))
         elif kind == "binary":
             partner = _broadcast_partner(x.shape, draw)
