@@ -33,14 +33,17 @@ class AttentionOps:
         if is_causal and attn_mask is not None:
             raise ValueError("scaled_dot_product_attention: pass either attn_mask or is_causal, not both")
         heads, kv_heads = self.shape[-3], key.shape[-3]
-        if heads != kv_heads:
-            if not enable_gqa or heads % kv_heads:
-                raise ValueError(f"scaled_dot_product_attention: {heads} query heads and {kv_heads} key/value "
-                                 f"heads; pass enable_gqa=True when query heads are a multiple of kv heads")
-            key = key.repeat_interleave(heads // kv_heads, dim=-3)
-            value = value.repeat_interleave(heads // kv_heads, dim=-3)
-        scores = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
-        length, source = self.shape[-2], key.shape[-2]
+        if heads != kv_heads and (not enable_gqa or heads % kv_heads):
+            raise ValueError(f"scaled_dot_product_attention: {heads} query heads and {kv_heads} key/value "
+                             f"heads; pass enable_gqa=True when query heads are a multiple of kv heads")
+        group = heads // kv_heads
+        lead, length, dim = self.shape[:-3], self.shape[-2], self.shape[-1]
+        source = key.shape[-2]
+        # query head h attends with kv head h // group (PyTorch's repeat_interleave): the group's queries
+        # are stacked as rows of one matmul per kv head, a plain batched GEMM with no repeated keys
+        q = self.reshape(*lead, kv_heads, group * length, dim)
+        scores = (q @ key.transpose(-1, -2)).reshape(*lead, heads, length, source)
+        scores = scores * (scale if scale is not None else 1 / math.sqrt(dim))
         if is_causal:
             attn_mask = type(self).ones(length, source, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is not None:
@@ -48,4 +51,5 @@ class AttentionOps:
                 scores = attn_mask.where(scores, float("-inf"))
             else:
                 scores = scores + attn_mask
-        return scores.softmax(-1) @ value
+        weights = scores.softmax(-1).reshape(*lead, kv_heads, group * length, source)
+        return (weights @ value).reshape(*lead, heads, length, value.shape[-1])
