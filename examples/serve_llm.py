@@ -7,9 +7,9 @@
 
 The API is the convention vLLM, llama.cpp's server and Ollama follow, so the `openai` client works:
 POST /v1/completions (`prompt`) and /v1/chat/completions (`messages`, rendered with the model's chat
-template from the GGUF metadata), with `max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`
-and `stream` (server-sent events, one chunk per generated token, then `data: [DONE]`); GET /health and
-GET /v1/models (the model is `smollm2`; another model name is a 404). Bad requests get a 4xx JSON
+template from the GGUF metadata), with `max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`,
+`stream` (server-sent events, one chunk per generated token, then `data: [DONE]`) and vLLM's
+`ignore_eos`; GET /health and GET /v1/models (the model is `smollm2`; another model name is a 404). Bad requests get a 4xx JSON
 error in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) and the server keeps serving.
 
 Continuous batching (`Batcher`): each request gets a KV-cache slot. At every token boundary the batcher
@@ -72,6 +72,7 @@ class Generation:
     uniforms: Any = None
     text: str = ""                   # decoded text handed out so far
     finish_reason: Optional[str] = None
+    ignore_eos: bool = False         # vLLM's extension: generate max_tokens even past end-of-turn
 
     def emit(self, item: Any) -> None:
         """From the batcher's thread: hands `item` to the handler (a text delta, or a final dict)."""
@@ -170,7 +171,7 @@ class Batcher:
             return
         i = len(gen.tokens)
         token = sample(logits, gen.params, 0.0 if gen.uniforms is None else float(gen.uniforms[i]))
-        if token in self.tokenizer.end_ids:
+        if token in self.tokenizer.end_ids and not gen.ignore_eos:
             return self._finish(gen, "stop")
         gen.tokens.append(token)
         text = self.tokenizer.decode(gen.tokens)
@@ -298,8 +299,12 @@ class Server:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise RequestError(400, f"'stream' must be true or false, got {json.dumps(stream)}", param="stream")
+        ignore_eos = body.get("ignore_eos", False)
+        if not isinstance(ignore_eos, bool):
+            raise RequestError(400, f"'ignore_eos' must be true or false, got {json.dumps(ignore_eos)}",
+                               param="ignore_eos")
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        return Generation(ids, max_tokens, params, stop, loop), stream
+        return Generation(ids, max_tokens, params, stop, loop, ignore_eos=ignore_eos), stream
 
 
 # ---- the ASGI app ---------------------------------------------------------------------------------------
@@ -330,7 +335,8 @@ def make_app(server: Server) -> Any:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else None
-        return error(RequestError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code))
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return error(RequestError(exc.status_code, message, code=code))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -45,6 +45,7 @@ import trio
 
 from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
+from atensor.graph import symbolic
 from atensor.graph.symbolic import Variable
 from atensor.graph.view import View
 from atensor.graph.ops import Ops
@@ -363,7 +364,10 @@ def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: l
 
 
 def _record_key(record: sched.Schedule) -> Optional[tuple]:
-    return None if record.key is None else _unbound_key(record.key)
+    """The schedule's structure key, compared between the capturing and the verifying call."""
+    if record.key is None or not symbolic.any_bound:  # no variable was ever bound: nothing to unbind
+        return record.key
+    return _unbound_key(record.key)
 
 
 # ---- the decorator ----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ counter per generated token: a seed reproduces a run whatever else the server ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 

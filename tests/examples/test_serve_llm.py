@@ -104,6 +104,9 @@ def test_greedy_completion_is_transformers_text_and_stops_at_the_end_of_turn(ser
     assert choice["finish_reason"] == ("stop" if ends else "length")
     assert "<|im_end|>" not in choice["text"]
     assert out["usage"]["prompt_tokens"] == 5
+    longer = _complete(server, prompt=prompt, max_tokens=40, temperature=0, ignore_eos=True)  # vLLM's extension
+    assert longer["choices"][0]["finish_reason"] == "length" and longer["usage"]["completion_tokens"] == 40
+    assert longer["choices"][0]["text"].startswith(text)
 
 
 def test_a_stop_string_ends_the_text_before_it(server, expected):
