@@ -3,7 +3,7 @@
 Why a module of its own: `Tensor.realize()` only records what to realize (tensor.py), and the
 dispatcher thread (hcq/host.py) runs `prepare` later, off the event loop: an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
-execution (engine/executor.py). The jit (engine/jit.py) records the schedules that this path ran
+execution (engine/plan.py). The jit (engine/jit.py) records the schedules that this path ran
 and keeps their plans.
 
 A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
@@ -99,7 +99,7 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optio
 
 
 def _commit_and_execute(result: sched.Schedule, start: int):
-    from atensor.engine.executor import execute
+    from atensor.engine.plan import execute
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
     if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
