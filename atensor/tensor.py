@@ -30,7 +30,7 @@ from atensor.engine.realize import _follow_storage, _prepare, _storage_base
 from atensor.engine.handle import RealizeHandle, recording
 from atensor.backend.numpy_backend import _view
 from atensor.sched import schedule as sched
-from atensor.tensor_autograd import AutogradOps, graphs_needed, stop_gradient
+from atensor.tensor_autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
 from atensor.tensor_multi import MultiOps
 from atensor.tensor_conv import ConvOps
 from atensor.tensor_index import IndexOps
@@ -45,7 +45,7 @@ class NotRealizedError(RuntimeError):
     """A sync accessor was called inside a running event loop on data that is not ready."""
 
 
-class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps):
+class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps, metaclass=ModeMeta):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
@@ -142,7 +142,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
 
     def _new(self, node: Node) -> Tensor:
-        return Tensor(stop_gradient(node) if Tensor.no_grad else node)
+        return Tensor(stop_gradient(node) if grad_disabled() else node)
 
     # ---- realize -------------------------------------------------------------------------------
     def realize(self, *more: Tensor) -> RealizeHandle:

@@ -54,6 +54,7 @@ from atensor.sched import cache
 from atensor.sched import schedule as sched
 from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor import Tensor
+from atensor.tensor_autograd import grad_disabled
 
 
 # replays of at most this many tasks are planned on the calling (event loop) thread: ~15-20 us a task,
@@ -252,9 +253,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     total: Optional[Submission] = None
     count = 0
     for record in records:
-        with sched._becomes_lock:
-            for spec in record.assigned:
-                mapping.get(spec, spec).version += 1
+        sched.advance_versions([mapping.get(spec, spec) for spec in record.assigned])
         sub = record.plan_for_now().submit(mapping)
         if total is None:
             total = sub
@@ -391,7 +390,7 @@ class Jit:
             shape = _flatten((args, kwargs), tensors)
         nodes = [t.node for t in tensors]
         graphs = [_graph_of(n) for n in nodes]
-        key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, bool(Tensor.no_grad))
+        key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, grad_disabled())
         program = self._programs.get(key)
         if program is not None and program.verified:
             flush = _flush_pending(program.accessed, program.written)
@@ -438,7 +437,7 @@ class Jit:
         records: list[sched.Schedule] = []
         if program is None:
             inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
-            first_uid = BufferSpec._next_uid + 1
+            first_uid = BufferSpec.last_uid() + 1
             self._capturing.add(key)
             try:
                 result, outs, result_shape = yield from self._run(tensors, records)

@@ -22,6 +22,9 @@ from atensor.graph.symbolic import hi_of
 from atensor.graph.view import Shape, View
 
 
+_uid_lock = threading.Lock()
+
+
 class BufferSpec:
     """A buffer's identity in the graph: `uid` is unique for the process; `size` is in elements.
 
@@ -29,11 +32,12 @@ class BufferSpec:
     built before an assign can tell that its input has since been overwritten); `runtime` is the
     device memory that hcq/ attaches, freed with the spec."""
     __slots__ = ("uid", "device", "size", "dtype", "version", "head", "runtime", "__weakref__")
-    _next_uid = 0
+    _next_uid = 0  # the last uid handed out; under _uid_lock (specs are made on several threads)
 
     def __init__(self, device: str, size: int, dtype: DType):
-        BufferSpec._next_uid += 1
-        self.uid, self.device, self.size, self.dtype = BufferSpec._next_uid, device, size, dtype
+        with _uid_lock:
+            BufferSpec._next_uid = uid = BufferSpec._next_uid + 1
+        self.uid, self.device, self.size, self.dtype = uid, device, size, dtype
         self.version = 0
         self.head: Node | None = None  # the newest lazy version (an ASSIGN) not yet realized
         self.runtime: Any = None
@@ -53,6 +57,11 @@ class BufferSpec:
 
     def __repr__(self) -> str:
         return f"buf{self.uid}@{self.device}[{self.size}]"
+
+    @staticmethod
+    def last_uid() -> int:
+        """The uid of the newest spec made so far: specs made later have larger uids."""
+        return BufferSpec._next_uid
 
 
 class GraphError(ValueError):

@@ -18,6 +18,7 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 from __future__ import annotations
 
 import collections
+import contextvars
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -34,8 +35,9 @@ from atensor.profiler.events import HostSpan
 class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
-    schedule the job ran (see replay.py)."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record")
+    schedule the job ran (see engine/jit.py). `context` is the caller's (contextvars): the plan runs
+    in it, so the settings and modes of the trio task that issued the realize are the ones it sees."""
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context")
 
     def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
@@ -44,6 +46,7 @@ class Job:
         self.submission: Any = None  # what the plan returned: an engine Submission
         self.extra_waits: list[tuple[Signal, int]] = []
         self.record: Optional[list] = None
+        self.context = contextvars.copy_context()
 
 
 class Dispatcher:
@@ -106,7 +109,7 @@ class Dispatcher:
             start = time.perf_counter_ns()
             try:
                 with gc_paused():  # see gcpause.py: collections here would stall the event loop
-                    job.submission = job.plan()
+                    job.submission = job.context.run(job.plan)
                     for buf in job.wait_for:
                         job.extra_waits.extend(buf.pending_writes())
             except Exception as exc:  # reported to whoever awaits the job

@@ -17,7 +17,7 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from atensor.graph.node import BufferSpec, GraphError, Node, toposort
 from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
@@ -128,6 +128,14 @@ def settle_head(spec: BufferSpec) -> None:
             becomes[head] = spec.node()
             spec.head = None
             _pending_specs.discard(spec)
+
+
+def advance_versions(specs: Iterable[BufferSpec]) -> None:
+    """Counts one more realized assign into each of `specs`: what a replayed graph's commit does
+    (engine/jit.py), under the same lock as `Schedule.commit`."""
+    with _becomes_lock:
+        for spec in specs:
+            spec.version += 1
 
 
 def pending_heads() -> list[Node]:
