@@ -25,9 +25,9 @@ from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, canonical
-from atensor.hcq.host import Job, dispatcher, in_trio_loop
-from atensor.engine.realize import _follow_storage, _prepare, _storage_base
-from atensor.engine.handle import RealizeHandle, recording
+from atensor.hcq.host import in_trio_loop
+from atensor.engine.realize import _follow_storage, _storage_base, realize as realize_captured
+from atensor.engine.handle import RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
@@ -157,11 +157,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
             if keep_graphs and (node.op is Ops.MULTI or node.base().op is not Ops.BUFFER):
                 t._ctx = node  # the graph that computes it, so backward() still works after realizing
             captured.append((t, node))
-        pending = sched.pending_heads()
-        job = Job(None, [], [])
-        job.record = recording.get()
-        job.plan = lambda: _prepare(job, captured, pending)
-        return RealizeHandle(dispatcher.submit(job), self)
+        return realize_captured(captured, self)
 
     def _ensure_ready(self, accessor: str) -> Buffer:
         """The buffer behind this tensor, realized and with no pending writes, or an error that names

@@ -67,7 +67,7 @@ class RealizeHandle:
         return (sub.waits() if sub is not None else []) + self.job.extra_waits
 
     def _raise_dispatch_error(self) -> None:
-        err = dispatcher.signal.failure(self.job.value)
+        err = self.job.error or dispatcher.signal.failure(self.job.value)
         if err is not None:
             raise err
 

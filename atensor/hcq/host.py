@@ -37,7 +37,8 @@ class Job:
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
     schedule the job ran (see engine/jit.py). `context` is the caller's (contextvars): the plan runs
     in it, so the settings and modes of the trio task that issued the realize are the ones it sees."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context")
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context",
+                 "error")
 
     def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
@@ -47,6 +48,7 @@ class Job:
         self.extra_waits: list[tuple[Signal, int]] = []
         self.record: Optional[list] = None
         self.context = contextvars.copy_context()
+        self.error: Optional[BaseException] = None  # the plan's error, when it was planned inline
 
 
 class Dispatcher:
@@ -75,11 +77,12 @@ class Dispatcher:
         with self._cond:
             return {"queued_jobs": len(self._jobs), "issued": self._issued, "dispatched": self.signal.value}
 
-    def run_inline(self, job: Job) -> bool:
+    def run_inline(self, job: Job, keep_error: bool = False) -> bool:
         """Plans `job` on the calling thread when nothing is queued or being planned (so program order
         holds) and returns True; False when the job must go through `submit`. For cheap plans (a jit
-        replay): the caller then waits for the queues only, without a wake-up for the dispatch.
-        Errors of the plan are raised here."""
+        replay, a small eager realize): the caller then waits for the queues only, without a wake-up
+        for the dispatch. Errors of the plan are raised here, or with `keep_error` kept in `job.error`
+        for whoever awaits the job (as the dispatcher thread does)."""
         with self._cond:
             if self._jobs or self._busy:
                 return False
@@ -87,6 +90,12 @@ class Dispatcher:
         try:
             with gc_paused():
                 job.submission = job.plan()
+                for buf in job.wait_for:
+                    job.extra_waits.extend(buf.pending_writes())
+        except Exception as exc:
+            if not keep_error:
+                raise
+            job.error = exc
         finally:
             for buf in job.done_buffers:
                 buf.hold(-1)
