@@ -263,7 +263,8 @@ class AutogradOps:
         gradient of this tensor with respect to it (lazily). A non-scalar needs `gradient`.
 
         >>> w = Tensor([1.0, 2.0], requires_grad=True)
-        >>> (w * 3).sum().backward()
+        >>> (w * 3).sum().backward()  # returns the loss it was called on
+        <Tensor shape=() dtype=float32 device=CPU:0>
         >>> w.grad.tolist()
         [3.0, 3.0]
         """
