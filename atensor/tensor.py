@@ -27,7 +27,7 @@ from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, canonical
 from atensor.hcq.host import in_trio_loop
 from atensor.engine.realize import _follow_storage, _storage_base, realize as realize_captured
-from atensor.engine.handle import RealizeHandle
+from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.sched import schedule as sched
 from atensor.tensor_autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
@@ -41,8 +41,6 @@ from atensor.tensor_ops import TensorOps
 Scalar = Union[int, float, bool]
 
 
-class NotRealizedError(RuntimeError):
-    """A sync accessor was called inside a running event loop on data that is not ready."""
 
 
 class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps, metaclass=ModeMeta):

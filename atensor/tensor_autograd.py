@@ -243,7 +243,7 @@ class AutogradOps:
         >>> (x * x).sum().gradient(x)[0].tolist()
         [2.0, 4.0, 6.0]
         """
-        from atensor.tensor import Tensor
+        cls = type(self)  # Tensor, without importing it back (tensor.py imports this module)
         if grad_disabled():
             raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
         grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
@@ -255,7 +255,7 @@ class AutogradOps:
                                      f"differentiated; pass materialize_grads=True for zeros")
                 out.append(t.zeros_like())
             else:
-                out.append(Tensor(grad))
+                out.append(cls(grad))  # type: ignore[call-arg]
         return out
 
     def backward(self, gradient: Optional[Tensor] = None) -> Tensor:
@@ -268,14 +268,14 @@ class AutogradOps:
         >>> w.grad.tolist()
         [3.0, 3.0]
         """
-        from atensor.tensor import Tensor
+        cls = type(self)
         if grad_disabled():
             raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
         targets = [t for t in list(_requiring_grad.values()) if t is not self]
         grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets])
         for t, grad in zip(targets, grads):
             if grad is not None:
-                t.grad = Tensor(grad) if t.grad is None else t.grad + Tensor(grad)
+                t.grad = cls(grad) if t.grad is None else t.grad + cls(grad)  # type: ignore[call-arg]
         return self  # type: ignore[return-value]
 
     def _graph(self) -> Node:

@@ -197,7 +197,7 @@ class MultiOps:
         if any(not p._is_ready() for p in parts):
             from atensor.hcq.host import in_trio_loop
             if in_trio_loop():
-                from atensor.tensor import NotRealizedError
+                from atensor.engine.handle import NotRealizedError
                 raise NotRealizedError("Tensor.numpy() inside a running trio event loop on a sharded tensor "
                                        "that is not realized; `await t.realize()` first (then t.numpy())")
             self.realize().wait()

@@ -24,6 +24,10 @@ from atensor.profiler.events import HostSpan
 recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
 
 
+class NotRealizedError(RuntimeError):
+    """A sync accessor was called inside a running event loop on data that is not ready."""
+
+
 class RealizeHandle:
     """Returned by `realize()`: the work is already dispatched. `await handle` waits for it (from
     trio); `handle.wait()` blocks (outside an event loop). Awaiting returns `result`."""
@@ -87,4 +91,4 @@ class RealizeHandle:
             raise err
 
 
-__all__ = ["RealizeHandle", "recording"]
+__all__ = ["NotRealizedError", "RealizeHandle", "recording"]
