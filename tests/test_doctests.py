@@ -37,4 +37,4 @@ def test_docstring_examples(name: str):
     module = importlib.import_module(name)
     result = doctest.testmod(module, extraglobs={"Tensor": atensor.Tensor, "atensor": atensor, "np": np},
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed (output above)"
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed (see above)"

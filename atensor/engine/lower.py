@@ -76,10 +76,12 @@ def _copy_runner(work: Copy) -> Optional[Runner]:
     src, dst = src_dev.allocate(work.src), dst_dev.allocate(work.dst)
     if src_dev.kind == "NULL" or dst_dev.kind == "NULL":
         if src_dev.kind != dst_dev.kind:
-            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no data")
+            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no "
+                              f"data")
         return None
     if settings.native != "0":  # a memcpy in C, which a replay's native program can hold
-        run = native.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset, work.nbytes)
+        run = native.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset,
+                                 work.nbytes)
         if run is not None:
             run.args = ((work.dst, work.dst_offset), (work.src, work.src_offset))
             run.keep_alive = (work.src, work.dst)

@@ -128,8 +128,8 @@ class Plan:
     buffer that `submit`'s mapping replaces (a jit replay's inputs and results); `once` says the plan
     is submitted a single time (an eager realize: no runner is kept for later)."""
 
-    def __init__(self, tasks: list[Task], swapped: Optional[list[bool]] = None, copies_on_producer: bool = False,
-                 once: bool = False):
+    def __init__(self, tasks: list[Task], swapped: Optional[list[bool]] = None,
+                 copies_on_producer: bool = False, once: bool = False):
         self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
         self.once = once or swapped is None
         self.queues: list[Queue] = []
@@ -185,9 +185,14 @@ class Plan:
                 last[(bi, qi, not reading)] = pos
                 span = acc.end - acc.start
                 nbytes += span if type(span) is int else evaluate(span, var_vals)
+            for spec in getattr(work, "buffers", ()):  # one without an access (size 0) is swapped too
+                if spec not in buffer_index:
+                    buffer_index[spec] = len(self.buffers)
+                    self.buffers.append(spec)
             written.update(bi for bi, reading in accesses if not reading)
             self.accesses.append(tuple(accesses))
-            self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0), tuple(sorted(task.deps))))
+            self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
+                                tuple(sorted(task.deps))))
         self.counts = counts
         self.by_queue: list[list[int]] = [[] for _ in self.queues]
         for i, qi in enumerate(self.task_queue):
@@ -208,7 +213,7 @@ class Plan:
         self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Runner]] = {}
         # per queue: (the ids of the runners it was built of, program)
         self.programs: dict[int, tuple[tuple[int, ...], native.Program]] = {}
-        self.summaries: dict[int, tuple[str, int, int]] = {}  # per queue: its program command's name, bytes, flops
+        self.summaries: dict[int, tuple[str, int, int]] = {}  # per queue: its program's name, bytes, flops
         self.last_final: list[tuple[Signal, int]] = []  # the values the last submission ends at
         # found on the first submission (the mapping's keys are the same on every submission):
         self.swapped: Optional[list[BufferSpec]] = None    # the buffers submissions swap, captured names
