@@ -19,7 +19,7 @@ from atensor.hcq.signal import Signal, wait_all
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
-# While atensor.jit captures a call, the list its realizes record their schedules into (replay.py).
+# While atensor.jit captures a call, the list its realizes record their schedules into (engine/jit.py).
 # A context variable, so only the capturing trio task (and the tasks it starts) records.
 recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
 

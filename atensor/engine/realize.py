@@ -56,15 +56,16 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     job = Job(None, [], [])
     job.record = recording.get()
     job.plan = lambda: _prepare(job, captured, pending)
-    if pending or settings.racecheck or settings.native == "all" \
-            or not _small([n for _, n in captured], INLINE_MAX_NODES) \
+    if settings.racecheck or settings.native == "all" \
+            or not _small([n for _, n in captured] + pending, INLINE_MAX_NODES) \
             or not dispatcher.run_inline(job, keep_error=True):
         dispatcher.submit(job)
     return RealizeHandle(job, result)
 
 
 def _small(nodes: list[Node], limit: int) -> bool:
-    """True when at most `limit` nodes are left to compute under `nodes`."""
+    """True when at most `limit` nodes are left to compute under `nodes` (the captured ones and the
+    pending assigns the realize may take along)."""
     seen: set[Node] = set()
     stack = list(nodes)
     while stack:

@@ -4,8 +4,8 @@ Why a thread per queue: a device's hardware queue runs on its own, concurrently 
 with other queues; a thread is the CPU's closest equivalent. numpy releases the GIL inside its
 loops and BLAS, so queues of different devices really use different cores at once.
 
-Why commands carry their own waits: one submission per queue per realize. The executor lowers a
-whole TaskGraph into one list per queue, each command being `wait(sig, v)...; run; signal(own, v)`;
+Why commands carry their own waits: one submission per queue per realize. The plan (engine/plan.py)
+lowers a whole TaskGraph into one list per queue, each command being `wait(sig, v)...; run; signal(own, v)`;
 the worker never asks the host what to do next. Dependencies between queues are waits on the other
 queues' timeline signals.
 

@@ -120,7 +120,7 @@ def set_head(spec: BufferSpec, head: Node) -> None:
 
 
 def settle_head(spec: BufferSpec) -> None:
-    """Counts `spec`'s pending assign as realized when a replayed graph (replay.py) has written the
+    """Counts `spec`'s pending assign as realized when a replayed graph (engine/jit.py) has written the
     version it makes: the assign's target is the version before the buffer's current one."""
     with _becomes_lock:
         head = spec.head
