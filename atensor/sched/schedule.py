@@ -21,9 +21,9 @@ from typing import Callable, Iterable, Optional
 
 from atensor.graph.node import BufferSpec, GraphError, Node, toposort
 from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
-from atensor.graph.rewrite import substitute
+from atensor.graph.rewrite import substitute, unbind_ast
 from atensor.graph.simplify import simplify
-from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
+from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind
 from atensor.graph.view import View
 from atensor.sched.allreduce import Planner
 from atensor.config import settings
