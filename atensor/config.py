@@ -1,7 +1,7 @@
 """atensor's settings, read in one place.
 
 Each setting has an environment variable (read once, at import) and can be changed at run time
-through `Context`:
+through `Context` (per context: concurrent trio tasks keep their own):
 
 | setting | env var | default | meaning |
 |---|---|---|---|
@@ -22,6 +22,8 @@ through `Context`:
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import os
 from dataclasses import dataclass, fields
 from typing import Iterator, Optional
@@ -44,21 +46,52 @@ class Settings:
     max_devices: int = int(os.environ.get("ATENSOR_MAX_DEVICES", "16"))
 
 
-settings = Settings()
+# The settings in effect, per context: a `Context` block changes them for the code inside it (its trio
+# task and the tasks and realizes it starts), not for concurrent tasks. A realize runs in the context
+# it was issued in, whichever thread plans it (hcq/host.py's Job keeps that context).
+_defaults = Settings()
+_current: contextvars.ContextVar[Settings] = contextvars.ContextVar("atensor_settings", default=_defaults)
+
+
+class _CurrentSettings:
+    """`atensor.settings`: reads (and assignments) go to the settings of the current context; outside
+    any `Context` block those are the process-wide ones."""
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(_current.get(), name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        current = _current.get()
+        if not hasattr(current, name):
+            raise AttributeError(f"unknown atensor setting {name!r}; known: {sorted(f.name for f in fields(Settings))}")
+        setattr(current, name, value)
+
+    def __repr__(self) -> str:
+        return repr(_current.get())
+
+
+settings = _CurrentSettings()
 
 
 @contextlib.contextmanager
 def Context(**changes: object) -> Iterator[Settings]:
-    """Changes settings for the duration of a `with` block: `with Context(racecheck=True): ...`."""
+    """Changes settings for the duration of a `with` block, in this context only (this trio task and
+    what it starts; concurrent tasks keep theirs): `with Context(racecheck=True): ...`.
+
+    >>> with Context(schedule_cache=False) as inside:
+    ...     (inside.schedule_cache, settings.schedule_cache)
+    (False, False)
+    >>> settings.schedule_cache == _defaults.schedule_cache
+    True
+    """
     known = {f.name for f in fields(Settings)}
     unknown = set(changes) - known
     if unknown:
         raise TypeError(f"unknown atensor setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    old = {name: getattr(settings, name) for name in changes}
-    for name, value in changes.items():
-        setattr(settings, name, value)
+    new = dataclasses.replace(_current.get(), **changes)
+    token = _current.set(new)
     try:
-        yield settings
+        yield new
     finally:
-        for name, value in old.items():
-            setattr(settings, name, value)
+        _current.reset(token)

@@ -27,13 +27,12 @@ from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, canonical
-from atensor.hcq.host import Job, dispatcher
 from atensor.hcq.loop import running_library
-from atensor.engine.realize import _follow_storage, _prepare, _storage_base
-from atensor.engine.handle import RealizeHandle, recording
+from atensor.engine.realize import _follow_storage, _storage_base, realize as realize_captured
+from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.sched import schedule as sched
-from atensor.tensor_autograd import AutogradOps, graphs_needed, stop_gradient
+from atensor.tensor_autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
 from atensor.tensor_multi import MultiOps
 from atensor.tensor_conv import ConvOps
 from atensor.tensor_index import IndexOps, check_assign_dtype
@@ -45,11 +44,8 @@ from atensor.tensor_attention import AttentionOps
 Scalar = Union[int, float, bool]
 
 
-class NotRealizedError(RuntimeError):
-    """A sync accessor was called inside a running event loop on data that is not ready."""
-
-
-class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps, AttentionOps):
+class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps, AttentionOps,
+             metaclass=ModeMeta):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
@@ -147,7 +143,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
 
     def _new(self, node: Node) -> Tensor:
-        return Tensor(stop_gradient(node) if Tensor.no_grad else node)
+        return Tensor(stop_gradient(node) if grad_disabled() else node)
 
     # ---- realize -------------------------------------------------------------------------------
     def realize(self, *more: Tensor) -> Tensor:
@@ -167,11 +163,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
             if keep_graphs and (node.op is Ops.MULTI or node.base().op is not Ops.BUFFER):
                 t._ctx = node  # the graph that computes it, so backward() still works after realizing
             captured.append((t, node))
-        pending = sched.pending_heads()
-        job = Job(None, [], [])
-        job.record = recording.get()
-        job.plan = lambda: _prepare(job, captured, pending)
-        handle = RealizeHandle(dispatcher.submit(job), None)
+        handle = realize_captured(captured, None)
         for t in tensors:
             t._pending = handle
         return handle

@@ -15,9 +15,10 @@ that holds it (that is what realize means), and a buffer has no gradient.
 """
 from __future__ import annotations
 
+import contextvars
 import weakref
 from contextlib import ContextDecorator
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from atensor.graph.gradient import combine_shards, compute_gradient
 from atensor.graph.node import GraphError, Node, toposort
@@ -37,25 +38,35 @@ def graphs_needed() -> bool:
     return len(_requiring_grad) > 0 and not grad_disabled()
 
 
-class _GradMode:
-    """`Tensor.no_grad`: true while gradients are off. Use it as `with Tensor.no_grad:` (or
-    `Tensor.no_grad()`, or as a decorator). Results computed inside are detached: no gradient flows
-    through them later. Setting `Tensor.no_grad = True` (tinygrad's style) also works."""
+# Training mode and no_grad are per context (contextvars): two trio tasks, one training and one
+# evaluating, each see their own mode; a task starts with the mode of the task that started it.
+_training: contextvars.ContextVar[bool] = contextvars.ContextVar("atensor_training", default=False)
+_no_grad: contextvars.ContextVar[bool] = contextvars.ContextVar("atensor_no_grad", default=False)
+_no_grad_stack: contextvars.ContextVar[tuple[bool, ...]] = contextvars.ContextVar("atensor_no_grad_stack",
+                                                                                  default=())
 
-    def __init__(self) -> None:
-        self.enabled = False
-        self._stack: list[bool] = []
+
+class _GradMode:
+    """`Tensor.no_grad`: true while gradients are off in this context. Use it as `with Tensor.no_grad:`
+    (or `Tensor.no_grad()`, or as a decorator). Results computed inside are detached: no gradient
+    flows through them later. Setting `Tensor.no_grad = True` (tinygrad's style) also works."""
+
+    @property
+    def enabled(self) -> bool:
+        return _no_grad.get()
 
     def __bool__(self) -> bool:
-        return self.enabled
+        return _no_grad.get()
 
     def __enter__(self) -> _GradMode:
-        self._stack.append(self.enabled)
-        self.enabled = True
+        _no_grad_stack.set(_no_grad_stack.get() + (_no_grad.get(),))
+        _no_grad.set(True)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.enabled = self._stack.pop()
+        stack = _no_grad_stack.get()
+        _no_grad.set(stack[-1])
+        _no_grad_stack.set(stack[:-1])
 
     def __call__(self, fn: Optional[Callable] = None) -> Any:
         if fn is None:
@@ -66,21 +77,36 @@ class _GradMode:
         return self
 
     def __repr__(self) -> str:
-        return f"<Tensor.no_grad {'on' if self.enabled else 'off'}>"
+        return f"<Tensor.no_grad {'on' if self else 'off'}>"
+
+
+_GRAD_MODE = _GradMode()
+
+
+class ModeMeta(type):
+    """Tensor's metaclass: `Tensor.training` and `Tensor.no_grad` read and assign the current
+    context's modes, so `Tensor.training = True` (tinygrad's style) stays per task."""
+
+    @property
+    def training(cls) -> bool:
+        return _training.get()
+
+    @training.setter
+    def training(cls, value: bool) -> None:
+        _training.set(bool(value))
+
+    @property
+    def no_grad(cls) -> _GradMode:
+        return _GRAD_MODE
+
+    @no_grad.setter
+    def no_grad(cls, value: Any) -> None:
+        _no_grad.set(bool(value))
 
 
 def grad_disabled() -> bool:
-    """True inside `Tensor.no_grad` (or while `Tensor.test()` is active)."""
-    from atensor.tensor import Tensor
-    return bool(Tensor.no_grad)
-
-
-def _set_no_grad(value: bool) -> None:
-    from atensor.tensor import Tensor
-    if isinstance(Tensor.no_grad, _GradMode):
-        Tensor.no_grad.enabled = value
-    else:
-        Tensor.no_grad = value
+    """True inside `Tensor.no_grad` (or while `Tensor.test()` is active), in this context."""
+    return _no_grad.get()
 
 
 def stop_gradient(node: Node, keep_storage: bool = True) -> Node:
@@ -160,9 +186,6 @@ class AutogradOps:
     """Tensor methods and modes for gradients (mixed into Tensor)."""
     __slots__ = ()
 
-    training: ClassVar[bool] = False
-    no_grad: ClassVar[Any] = _GradMode()
-
     class train(ContextDecorator):
         """`with Tensor.train():` turns on training mode (dropout drops, batchnorm uses batch
         statistics and updates its running ones); `Tensor.train(False)` turns it off."""
@@ -171,12 +194,11 @@ class AutogradOps:
             self.mode = mode
 
         def __enter__(self) -> None:
-            from atensor.tensor import Tensor
-            self.prev, Tensor.training = Tensor.training, self.mode
+            self.prev = _training.get()
+            _training.set(self.mode)
 
         def __exit__(self, *exc: Any) -> None:
-            from atensor.tensor import Tensor
-            Tensor.training = self.prev
+            _training.set(self.prev)
 
     class test(ContextDecorator):
         """`with Tensor.test():` evaluation: training mode off and gradients off."""
@@ -185,16 +207,14 @@ class AutogradOps:
             self.mode = mode
 
         def __enter__(self) -> None:
-            from atensor.tensor import Tensor
-            self.prev = (Tensor.training, bool(Tensor.no_grad))
+            self.prev = (_training.get(), _no_grad.get())
             if self.mode:
-                Tensor.training = False
-                _set_no_grad(True)
+                _training.set(False)
+                _no_grad.set(True)
 
         def __exit__(self, *exc: Any) -> None:
-            from atensor.tensor import Tensor
-            Tensor.training = self.prev[0]
-            _set_no_grad(self.prev[1])
+            _training.set(self.prev[0])
+            _no_grad.set(self.prev[1])
 
     # ---- requires_grad -------------------------------------------------------------------------
     @property
@@ -228,7 +248,7 @@ class AutogradOps:
         >>> (x * x).sum().gradient(x)[0].tolist()
         [2.0, 4.0, 6.0]
         """
-        from atensor.tensor import Tensor
+        cls = type(self)  # Tensor, without importing it back (tensor.py imports this module)
         if grad_disabled():
             raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
         used: list[bool] = []
@@ -242,7 +262,7 @@ class AutogradOps:
                                      f"differentiated; pass materialize_grads=True for zeros")
                 out.append(t.zeros_like())
             else:
-                out.append(Tensor(grad))
+                out.append(cls(grad))  # type: ignore[call-arg]
         return out
 
     def backward(self, gradient: Optional[Tensor] = None) -> Tensor:
@@ -250,11 +270,12 @@ class AutogradOps:
         gradient of this tensor with respect to it (lazily). A non-scalar needs `gradient`.
 
         >>> w = Tensor([1.0, 2.0], requires_grad=True)
-        >>> (w * 3).sum().backward()
+        >>> (w * 3).sum().backward()  # returns the loss it was called on
+        <Tensor shape=() dtype=float32 device=CPU:0>
         >>> w.grad.tolist()
         [3.0, 3.0]
         """
-        from atensor.tensor import Tensor
+        cls = type(self)
         if grad_disabled():
             raise RuntimeError("backward() inside Tensor.no_grad: leave the no_grad block first")
         targets = [t for t in list(_requiring_grad.values()) if t is not self]
@@ -262,7 +283,7 @@ class AutogradOps:
         grads = _gradients(graph, self._seed(gradient), [t.node for t in targets])
         for t, grad in zip(targets, grads):
             if grad is not None:
-                t.grad = Tensor(grad) if t.grad is None else t.grad + Tensor(grad)
+                t.grad = cls(grad) if t.grad is None else t.grad + cls(grad)  # type: ignore[call-arg]
         self._keep_value(graph)
         return self  # type: ignore[return-value]
 

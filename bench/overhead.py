@@ -5,7 +5,8 @@
 atensor: one realize of N independent tiny kernels (x_i + 1) and one of a chain of N dependent ones
 ((x + 1).contiguous() repeated), on NULL (nothing runs: pure scheduling, planning and queue cost) and
 on CPU; the time from `realize()` to completion divided by N. Graph building is reported apart. Also
-a chain of 50 kernels in an `atensor.jit` function, replayed (no graph building, no scheduling).
+a chain of 50 kernels in an `atensor.jit` function, replayed (no graph building, no scheduling), and
+the async round trip of `x = x + 1; await x.realize()` on 16 elements, in three parts.
 Peers in the same run: tinygrad's eager realize per kernel and TinyJit replay per kernel for the same
 chain, and Dask's threaded scheduler per task for a chain of delayed adds. A peer that is not
 installed is skipped with a note.
@@ -65,6 +66,36 @@ def atensor_jit_chain(device: str, n: int, steps: int = 50) -> float:
         y = step(y)
     y.realize().wait()
     return (time.perf_counter() - start) / (reps * steps) * 1e6
+
+
+def atensor_round_trip(device: str, count: int = 300) -> dict:
+    """`x = x + 1; await x.realize()` on 16 elements, from trio: the smallest async use. Medians of
+    the three parts: building the node, the `realize()` call (which plans and submits a graph this
+    small on the caller's thread when the dispatcher is idle), and the `await` (the queue's thread
+    runs the kernel and wakes the loop)."""
+    import statistics
+
+    import trio
+
+    async def run() -> dict:
+        x = Tensor.zeros(16, device=device).contiguous()
+        await x.realize()
+        parts: list[list[float]] = [[], [], []]
+        for k in range(count + 20):
+            t0 = time.perf_counter()
+            x = x + 1
+            t1 = time.perf_counter()
+            handle = x.realize()
+            t2 = time.perf_counter()
+            await handle
+            t3 = time.perf_counter()
+            if k >= 20:  # warmed up: the schedule cache hits
+                for part, value in zip(parts, (t1 - t0, t2 - t1, t3 - t2)):
+                    part.append(value * 1e6)
+        build, call, wait = (statistics.median(p) for p in parts)
+        return {"build_us": build, "realize_call_us": call, "await_us": wait,
+                "round_trip_us": build + call + wait}
+    return trio.run(run)
 
 
 def tinygrad_chain(n: int) -> dict:
@@ -142,6 +173,10 @@ def main() -> None:
                                                        "cached_realize_us_per_task": realize_hit}
             rows.append((f"atensor {device}", f"{kind}, first schedule", realize, build))
             rows.append((f"atensor {device}", f"{kind}, schedule cached", realize_hit, build_hit))
+        trip = atensor_round_trip(device)
+        results["atensor"][f"{device}_round_trip"] = trip
+        rows.append((f"atensor {device}", "x = x + 1; await x.realize() (one round trip; trio)",
+                     trip["round_trip_us"], trip["build_us"]))
         jit = atensor_jit_chain(device, n)
         results["atensor"][f"{device}_jit_chain"] = {"replay_us_per_kernel": jit}
         rows.append((f"atensor {device}", "chain, atensor.jit replay", jit, "-"))
@@ -166,6 +201,10 @@ def main() -> None:
         print(f"tinygrad TinyJit / atensor NULL chain: {tg['jit_us_per_kernel'] / ref:.2f}x; "
               f"tinygrad eager / atensor CPU chain: "
               f"{tg['eager_us_per_kernel'] / results['atensor']['CPU_chain']['cached_realize_us_per_task']:.2f}x")
+    for device in ("NULL", "CPU"):
+        trip = results["atensor"][f"{device}_round_trip"]
+        print(f"round trip on {device} (medians, us): build {trip['build_us']:.1f}, realize() call "
+              f"{trip['realize_call_us']:.1f}, await {trip['await_us']:.1f}")
     print("wrote", write_results("overhead", results))
 
 

@@ -3,7 +3,7 @@
 `prepare(asts)` renders each kernel with c_render.py, compiles all of them with one `cc` call into a
 shared library (kept in a cache directory, keyed by the source, the compiler and the flags, so a
 second run loads it at once), and registers each loaded function under its AST. `lookup(ast)` then
-gives the `NativeKernel` that executor.py runs instead of the numpy function: one ctypes call, which
+gives the `NativeKernel` that engine/lower.py runs instead of the numpy function: one ctypes call, which
 releases the GIL for the whole kernel, so kernels of different CPU devices run at the same time.
 
 When it is used (`settings.native`, ATENSOR_NATIVE):
@@ -29,13 +29,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from atensor.graph.node import Node
 from atensor.backend.c_prelude import PRELUDE
 from atensor.backend.c_render import Unsupported, render_c
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
+from atensor.backend.runner import Runner
 
 # -fno-tree-slp-vectorize: GCC 12.2's SLP vectorizer miscompiles a max-reduction of `!x` over a fully
 # unrolled 2x2 (or 2x8) uint8 nest: bool min() gave 254 (the mask byte 0xFF, then `^ 1`) instead of 0.
@@ -89,7 +90,7 @@ def programs_available() -> bool:
 
 class Program:
     """A queue's run of native work as one foreign call: a list of ops, each running a native runner
-    (executor.py's, with a `.native` of (function address, argument block)), waiting until a C
+    (a `Runner` with a `native` of (function address, argument block)), waiting until a C
     timeline reaches a value, or publishing one. The values are `bases[queue] + offset`, with the bases
     given per submission (`bind`), so one Program serves every replay of a plan. Queues hand work to
     each other through the C timelines without the GIL or a Python wake-up, as GPU queues do through
@@ -105,24 +106,23 @@ class Program:
                                                   for r in runs])
         self.runs = [r for r in runs if r is not None]  # their blocks and buffers stay alive with this
 
-    def bind(self, bases: Optional[ctypes.Array] = None) -> Callable[[], None]:
-        """The callable a queue runs: the program with this submission's `bases` (c_uint64 per queue)."""
+    def bind(self, bases: Optional[ctypes.Array] = None) -> Runner:
+        """What a queue runs: the program with this submission's `bases` (c_uint64 per queue)."""
         call, count, ops, fns, blocks = _program_runner, self.count, self.ops, self.fns, self.blocks
         if call is None:  # no library loaded yet: only a program of RUN ops can run, one runner at a time
-            runs = self.runs
+            fns_each = [run.fn for run in self.runs]
 
             def run_each() -> None:
-                for run in runs:
-                    run()
-            return run_each
+                for fn in fns_each:
+                    fn()
+            return Runner(run_each, keep_alive=self)
         timelines = _timelines
 
         def run_program() -> None:
             call(count, ops, fns, blocks, bases, timelines)
-        run_program.keep_alive = (self, bases)
-        run_program.gil_free = True  # one foreign call: the queue need not yield the GIL after it
-        run_program.ring_args = (count, ops, fns, blocks, bases, timelines)  # what a doorbell posts
-        return run_program
+        # one foreign call: the queue need not yield the GIL after it; a doorbell posts `ring_args`
+        return Runner(run_program, keep_alive=(self, bases), gil_free=True,
+                      ring_args=(count, ops, fns, blocks, bases, timelines))
 
 
 # the doorbell functions of the loaded library (doorbell.py), Linux only: (size, post, next)
@@ -142,15 +142,15 @@ def _bind_doorbell(lib: ctypes.CDLL) -> None:
     doorbell_functions = (size(), post, take)
 
 
-def batch(runs: list) -> Callable[[], None]:
+def batch(runs: list[Runner]) -> Runner:
     """One callable that runs the native runners `runs` in order, in one foreign call: the queue's
     Python overhead and GIL hand-off once for all of them."""
     return Program([(RUN, 0, 0, 0)] * len(runs), runs).bind()
 
 
-def native_copy(dst: int, src: int, nbytes: int) -> Optional[Callable[[], None]]:
+def native_copy(dst: int, src: int, nbytes: int) -> Optional[Runner]:
     """A runner that copies `nbytes` from address `src` to `dst` in C (so a program can hold it), or
-    None before any library is loaded."""
+    None before any library is loaded. Its block holds (dst, src, nbytes): slots 0 and 1 are addresses."""
     fn = _copy_fn
     if fn is None:
         return None
@@ -158,9 +158,7 @@ def native_copy(dst: int, src: int, nbytes: int) -> Optional[Callable[[], None]]
 
     def run_copy() -> None:
         fn(block)
-    run_copy.native = (ctypes.cast(fn, ctypes.c_void_p).value, block)
-    run_copy.threads = 1
-    return run_copy
+    return Runner(run_copy, native=(ctypes.cast(fn, ctypes.c_void_p).value, block))
 
 
 class NativeKernel:

@@ -19,9 +19,13 @@ from atensor.hcq.signal import Signal, wait_all
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
-# While atensor.jit captures a call, the list its realizes record their schedules into (replay.py).
+# While atensor.jit captures a call, the list its realizes record their schedules into (engine/jit.py).
 # A context variable, so only the capturing task (and the tasks it starts) records.
 recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
+
+
+class NotRealizedError(RuntimeError):
+    """A sync accessor was called inside a running event loop on data that is not ready."""
 
 
 class RealizeHandle:
@@ -68,7 +72,7 @@ class RealizeHandle:
         return (sub.waits() if sub is not None else []) + self.job.extra_waits
 
     def _raise_dispatch_error(self) -> None:
-        err = dispatcher.signal.failure(self.job.value)
+        err = self.job.error or dispatcher.signal.failure(self.job.value)
         if err is not None:
             raise err
 
@@ -88,4 +92,4 @@ class RealizeHandle:
             raise err
 
 
-__all__ = ["RealizeHandle", "recording"]
+__all__ = ["NotRealizedError", "RealizeHandle", "recording"]

@@ -51,8 +51,7 @@ from atensor.graph.ops import Ops
 from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
-from atensor.engine.executor import Submission
-from atensor.engine.replayplan import ReplayPlan
+from atensor.engine.plan import Plan, Submission
 from atensor.hcq import loop
 from atensor.hcq.host import Job, dispatcher
 from atensor.engine.handle import RealizeHandle, recording
@@ -62,6 +61,7 @@ from atensor.sched import cache
 from atensor.sched import schedule as sched
 from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor import Tensor
+from atensor.tensor_autograd import grad_disabled
 
 
 # replays of at most this many tasks are planned on the calling (event loop) thread: ~15-20 us a task,
@@ -172,65 +172,34 @@ class _Record:
     tasks: list[Task]
     touched: list[bool]
     assigned: tuple[BufferSpec, ...]
-    plan: Optional[ReplayPlan] = None  # made on the first replay (on the dispatcher thread)
-    producer_plan: Optional[ReplayPlan] = None  # the same with copies on their producers' queues
+    plan: Optional[Plan] = None  # made on the first replay (on the dispatcher thread)
+    producer_plan: Optional[Plan] = None  # the same with copies on their producers' queues
 
     def lowered(self) -> bool:
         """True when `plan_for_now` has its plan already (no lowering to do)."""
         plan = self.producer_plan if _producer_layout() else self.plan
         return plan is not None and plan.epoch == native.epoch
 
-    def plan_for_now(self) -> ReplayPlan:
+    def plan_for_now(self) -> Plan:
         """The plan to submit with: lowered once per set of compiled kernels, in one of two layouts.
         When native programs can run (and no profile is taken), copies between CPU devices run on the
-        queue that produced their data (ReplayPlan's producer layout); otherwise on their copy queues,
+        queue that produced their data (the Plan's producer layout); otherwise on their copy queues,
         as the scheduler placed them. Each layout keeps its own runners."""
         producer = _producer_layout()
         plan = self.producer_plan if producer else self.plan
         if plan is None or plan.epoch != native.epoch:  # (re)lowered when kernels were compiled
-            plan = ReplayPlan(self.tasks, self.touched, copies_on_producer=producer)
+            plan = Plan(self.tasks, self.touched, copies_on_producer=producer)
             if producer:
                 self.producer_plan = plan
             else:
                 self.plan = plan
         return plan
 
-    def works(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Any]:
-        """Each task's work, with the substituted buffers where it touches them."""
-        get = mapping.get
-        return [_remap(task.work, get) if touched else task.work
-                for task, touched in zip(self.tasks, self.touched)]
-
 
 def _producer_layout() -> bool:
     """Whether replays now use the producer layout: native programs can run and no profile is taken
     (a profile shows each copy on the queue the scheduler chose)."""
     return native.programs_available() and not collector.is_active()
-
-
-def _remap(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec]) -> Any:
-    """A copy of a Kernel or Copy with its buffers passed through `get` (the fields that hold buffers
-    are found once per class; the copy skips the dataclass __init__, as sched/cache.py's does)."""
-    cls = type(work)
-    names = _buffer_fields.get(cls)
-    if names is None:
-        names = _buffer_fields[cls] = tuple(
-            name for name, value in vars(work).items()
-            if isinstance(value, BufferSpec)
-            or (isinstance(value, tuple) and value and isinstance(value[0], BufferSpec)))
-    new = object.__new__(cls)
-    state = new.__dict__
-    state.update(work.__dict__)
-    for name in names:
-        value = state[name]
-        if isinstance(value, BufferSpec):
-            state[name] = get(value, value)
-        else:
-            state[name] = tuple([get(v, v) for v in value])
-    return new
-
-
-_buffer_fields: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass
@@ -338,10 +307,8 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     total: Optional[Submission] = None
     count = 0
     for record in records:
-        with sched._becomes_lock:
-            for spec in record.assigned:
-                mapping.get(spec, spec).version += 1
-        sub = record.plan_for_now().submit(functools.partial(record.works, mapping), mapping)
+        sched.advance_versions([mapping.get(spec, spec) for spec in record.assigned])
+        sub = record.plan_for_now().submit(mapping)
         if total is None:
             total = sub
         else:
@@ -490,7 +457,7 @@ class Jit:
             shape = _flatten((args, kwargs), tensors, values)
         nodes = [t.node for t in tensors]
         graphs = [_graph_of(n) for n in nodes]
-        key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, bool(Tensor.no_grad))
+        key = (shape, tuple([cache.graph_key(g).key for g in graphs]), Tensor.training, grad_disabled())
         program = self._programs.get(key)
         if program is not None and program.verified:
             flush = _flush_pending(program.accessed, program.written)
@@ -546,7 +513,7 @@ class Jit:
         records: list[sched.Schedule] = []
         if program is None:
             inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
-            first_uid = BufferSpec._next_uid + 1
+            first_uid = BufferSpec.last_uid() + 1
             self._capturing.add(key)
             try:
                 result, outs, result_shape = yield from self._run(tensors, records)

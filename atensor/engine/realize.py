@@ -1,9 +1,10 @@
 """The realize pipeline: from "these tensors, realized" to a submitted plan and the handle to await.
 
-Why a module of its own: `Tensor.realize()` only records what to realize (tensor.py), and the
-dispatcher thread (hcq/host.py) runs `prepare` later, off the event loop: an output buffer and an
+Why a module of its own: `Tensor.realize()` only says what to realize (tensor.py); `realize` here
+issues it, and the dispatcher thread (hcq/host.py) runs `_prepare` later, off the event loop (or the
+caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
-execution (engine/executor.py). The jit (engine/jit.py) records the schedules that this path ran
+execution (engine/plan.py). The jit (engine/jit.py) records the schedules that this path ran
 and keeps their plans.
 
 A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
@@ -20,7 +21,8 @@ from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
-from atensor.hcq.host import Job
+from atensor.engine.handle import RealizeHandle, recording
+from atensor.hcq.host import Job, dispatcher
 from atensor.sched import schedule as sched
 
 
@@ -37,6 +39,45 @@ def _follow_storage(node: Node) -> Node:
         if base is not latest:
             return substitute([node], {base: latest})[node]
     return node
+
+
+# a realize of at most this many nodes to compute (stopping at buffers and realized values) is planned
+# on the calling thread when the dispatcher is idle: scheduling a cached graph of that size and
+# lowering it costs tens of microseconds, less than the hand-off to the dispatcher thread and back
+INLINE_MAX_NODES = 64
+
+
+def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
+    """Issues the realize of `captured` ((tensor, its node) pairs) and returns the handle to await
+    (it returns `result`). Small graphs are planned and submitted here, on the caller's thread, when
+    nothing is queued before them; the others (and any realize while race proofs are on: z3 takes
+    milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in issue order."""
+    pending = sched.pending_heads()
+    job = Job(None, [], [])
+    job.record = recording.get()
+    job.plan = lambda: _prepare(job, captured, pending)
+    if settings.racecheck or settings.native == "all" \
+            or not _small([n for _, n in captured] + pending, INLINE_MAX_NODES) \
+            or not dispatcher.run_inline(job, keep_error=True):
+        dispatcher.submit(job)
+    return RealizeHandle(job, result)
+
+
+def _small(nodes: list[Node], limit: int) -> bool:
+    """True when at most `limit` nodes are left to compute under `nodes` (the captured ones and the
+    pending assigns the realize may take along)."""
+    seen: set[Node] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if len(seen) > limit:
+            return False
+        if node.op is not Ops.BUFFER and node.realized is None:
+            stack.extend(node.src)
+    return True
 
 
 def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]):
@@ -116,7 +157,7 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optio
 
 
 def _commit_and_execute(result: sched.Schedule, start: int):
-    from atensor.engine.executor import execute
+    from atensor.engine.plan import execute
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
     if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs

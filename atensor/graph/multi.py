@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from atensor.dtype import DType
-from atensor.graph.node import GraphError, Node
+from atensor.graph.node import GraphError, Node, register_multi
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.view import View
@@ -386,3 +386,6 @@ def _reshape(m: Node, shape: tuple[int, ...]) -> Node:
             return Node.make(Ops.MULTI, m.dtype, tuple(s.reshape(p) for s, p in zip(m.src, per)),
                              (new_axis, new))
     return movement(reshard(m, m.device, None), "reshape", shape)
+
+
+register_multi(push, view, movement, infer)  # graph/node.py makes MULTI nodes through these

@@ -22,6 +22,30 @@ from atensor.graph.symbolic import hi_of
 from atensor.graph.view import Shape, View
 
 
+_uid_lock = threading.Lock()
+
+
+class _MultiRules:
+    """How nodes over sharded (MULTI) sources are made: graph/multi.py's `push`, `view`, `movement`
+    and `infer`, which it registers here when imported (`register_multi`), so that this module does
+    not import it back. `import atensor` always imports graph/multi.py (through tensor_multi.py)."""
+    push: Any
+    view: Any
+    movement: Any
+    infer: Any
+
+    def __getattr__(self, name: str) -> Any:
+        raise GraphError("sharded (MULTI) nodes need atensor.graph.multi: import it (import atensor does)")
+
+
+multi_rules = _MultiRules()
+
+
+def register_multi(push: Any, view: Any, movement: Any, infer: Any) -> None:
+    """graph/multi.py's rules for MULTI nodes (see `_MultiRules`)."""
+    multi_rules.push, multi_rules.view, multi_rules.movement, multi_rules.infer = push, view, movement, infer
+
+
 class BufferSpec:
     """A buffer's identity in the graph: `uid` is unique for the process; `size` is in elements.
 
@@ -29,11 +53,12 @@ class BufferSpec:
     built before an assign can tell that its input has since been overwritten); `runtime` is the
     device memory that hcq/ attaches, freed with the spec."""
     __slots__ = ("uid", "device", "size", "dtype", "version", "head", "runtime", "__weakref__")
-    _next_uid = 0
+    _next_uid = 0  # the last uid handed out; under _uid_lock (specs are made on several threads)
 
     def __init__(self, device: str, size: int, dtype: DType):
-        BufferSpec._next_uid += 1
-        self.uid, self.device, self.size, self.dtype = BufferSpec._next_uid, device, size, dtype
+        with _uid_lock:
+            BufferSpec._next_uid = uid = BufferSpec._next_uid + 1
+        self.uid, self.device, self.size, self.dtype = uid, device, size, dtype
         self.version = 0
         self.head: Node | None = None  # the newest lazy version (an ASSIGN) not yet realized
         self.runtime: Any = None
@@ -53,6 +78,11 @@ class BufferSpec:
 
     def __repr__(self) -> str:
         return f"buf{self.uid}@{self.device}[{self.size}]"
+
+    @staticmethod
+    def last_uid() -> int:
+        """The uid of the newest spec made so far: specs made later have larger uids."""
+        return BufferSpec._next_uid
 
 
 class GraphError(ValueError, RuntimeError):
@@ -93,8 +123,7 @@ class Node:
             if found is not None:
                 return found
         if op is not Ops.MULTI and _on_multi(op, src, arg):  # pushed through MULTI (graph/multi.py)
-            from atensor.graph.multi import push
-            found = push(op, dtype, src, arg)
+            found = multi_rules.push(op, dtype, src, arg)
             _interned[key] = weakref.KeyedRef(found, _forget, key)
             return found
         node = object.__new__(Node)
@@ -167,8 +196,7 @@ class Node:
     def view(self, view: View) -> Node:
         """This node seen through `view`; folds into an existing view when one View can say both."""
         if self.op is Ops.MULTI:
-            from atensor.graph.multi import view as multi_view
-            return multi_view(self, view)
+            return multi_rules.view(self, view)
         if self.op is Ops.VIEW:
             merged = self.arg.compose(view)
             if merged is not None:
@@ -181,8 +209,7 @@ class Node:
 
     def _movement(self, name: str, arg: Any) -> Node:
         if self.op is Ops.MULTI:  # each shard moves; bounds follow (graph/multi.py)
-            from atensor.graph.multi import movement
-            return movement(self, name, arg)
+            return multi_rules.movement(self, name, arg)
         if self.op is Ops.VIEW:
             moved = getattr(self.arg, name)(arg)
             if moved is not None:
@@ -304,8 +331,7 @@ def _on_multi(op: Ops, src: tuple[Node, ...], arg: Any) -> bool:
 def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shape, str]:
     """Shape and device of a new node; raises GraphError naming the op and operands when invalid."""
     if op is Ops.MULTI or op is Ops.ALLREDUCE:
-        from atensor.graph.multi import infer
-        return infer(op, src, arg)
+        return multi_rules.infer(op, src, arg)
     if op is Ops.BUFFER:
         return (arg[0].size,), arg[0].device
     if op is Ops.CONST:

@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
+from atensor.graph import symbolic
 from atensor.graph.node import Node, toposort
 from atensor.graph.ops import Ops
 
@@ -139,3 +140,19 @@ def substitute(roots: list[Node], mapping: dict[Node, Node]) -> dict[Node, Node]
 def any_match(roots: list[Node], predicate: Callable[[Node], bool]) -> Any:
     """The first node below `roots` for which `predicate` holds, or None."""
     return next((n for n in toposort(roots) if predicate(n)), None)
+
+
+def unbind_ast(ast):
+    """A kernel AST (a graph `Node`) with every view over unbound variables, and the values they were
+    bound to: the AST then keys the compile cache by structure, not by value. Cheap when no variable
+    was ever bound (the common case)."""
+    if not symbolic.any_bound:  # read here: the flag changes once a variable is bound
+        return ast, {}
+    values: dict[symbolic.Variable, int] = {}
+    done: dict = {}
+    for node in toposort([ast]):
+        src = tuple(done[s] for s in node.src)
+        arg = node.arg.unbind(values) if node.op is Ops.VIEW or node.op is Ops.ASSIGN else node.arg
+        same = arg is node.arg and all(a is b for a, b in zip(src, node.src))
+        done[node] = node if same else Node.make(node.op, node.dtype, src, arg)
+    return done[ast], values

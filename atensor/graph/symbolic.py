@@ -289,21 +289,3 @@ def unbind(x, into: dict[Variable, int]):
             v = free
         coeffs[v] = coeffs.get(v, 0) + c
     return Sym.make(coeffs, s.const)
-
-
-def unbind_ast(ast):
-    """A kernel AST (a graph `Node`) with every view over unbound variables, and the values they were
-    bound to: the AST then keys the compile cache by structure, not by value. Cheap when no variable
-    was ever bound (the common case)."""
-    if not any_bound:
-        return ast, {}
-    from atensor.graph.node import Node, toposort  # graph/node imports this module
-    from atensor.graph.ops import Ops
-    values: dict[Variable, int] = {}
-    done: dict = {}
-    for node in toposort([ast]):
-        src = tuple(done[s] for s in node.src)
-        arg = node.arg.unbind(values) if node.op is Ops.VIEW or node.op is Ops.ASSIGN else node.arg
-        same = arg is node.arg and all(a is b for a, b in zip(src, node.src))
-        done[node] = node if same else Node.make(node.op, node.dtype, src, arg)
-    return done[ast], values

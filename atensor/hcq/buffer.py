@@ -10,7 +10,7 @@ A buffer that every replay of a jit plan touches follows the plan's `Clock` inst
 each replay's values: its pending work also includes the clock's newest submission, not reached yet.
 
 Invariant: `writes[sig]` and `reads[sig]` only grow for a given signal (a queue's values increase),
-and are updated only by the executor, on the dispatcher thread.
+and are updated only by the plan (engine/plan.py), on the dispatching thread.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ _NOTHING: tuple[list, list] = ([], [])
 class Clock:
     """The values of a replay plan's newest submission: per queue its signal, the value its tasks
     count from and the value it ends at. A buffer the plan touches on every replay follows the clock
-    once (`Buffer.follow`) instead of being told new values on every replay (replayplan.py)."""
+    once (`Buffer.follow`) instead of being told new values on every replay (engine/plan.py)."""
     __slots__ = ("signals", "state", "owner")
 
     def __init__(self, signals: list[Signal], owner: object):

@@ -18,6 +18,7 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 from __future__ import annotations
 
 import collections
+import contextvars
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -34,9 +35,10 @@ from atensor.profiler.events import HostSpan
 class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
-    schedule the job ran (see replay.py)."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record",
-                 "issued_ns")
+    schedule the job ran (see engine/jit.py). `context` is the caller's (contextvars): the plan runs
+    in it, so the settings and modes of the task that issued the realize are the ones it sees."""
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context",
+                 "error", "issued_ns")
 
     def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
@@ -46,6 +48,8 @@ class Job:
         self.extra_waits: list[tuple[Signal, int]] = []
         self.record: Optional[list] = None
         self.issued_ns = 0  # when it was queued for the dispatcher (its wait there is a profiler span)
+        self.context = contextvars.copy_context()
+        self.error: Optional[BaseException] = None  # the plan's error, when it was planned inline
 
 
 class Dispatcher:
@@ -75,11 +79,12 @@ class Dispatcher:
         with self._cond:
             return {"queued_jobs": len(self._jobs), "issued": self._issued, "dispatched": self.signal.value}
 
-    def run_inline(self, job: Job) -> bool:
+    def run_inline(self, job: Job, keep_error: bool = False) -> bool:
         """Plans `job` on the calling thread when nothing is queued or being planned (so program order
         holds) and returns True; False when the job must go through `submit`. For cheap plans (a jit
-        replay): the caller then waits for the queues only, without a wake-up for the dispatch.
-        Errors of the plan are raised here."""
+        replay, a small eager realize): the caller then waits for the queues only, without a wake-up
+        for the dispatch. Errors of the plan are raised here, or with `keep_error` kept in `job.error`
+        for whoever awaits the job (as the dispatcher thread does)."""
         with self._cond:
             if self._jobs or self._busy:
                 return False
@@ -87,6 +92,12 @@ class Dispatcher:
         try:
             with gc_paused():
                 job.submission = job.plan()
+                for buf in job.wait_for:
+                    job.extra_waits.extend(buf.pending_writes())
+        except Exception as exc:
+            if not keep_error:
+                raise
+            job.error = exc
         finally:
             for buf in job.done_buffers:
                 buf.hold(-1)
@@ -109,7 +120,7 @@ class Dispatcher:
             start = time.perf_counter_ns()
             try:
                 with gc_paused():  # see gcpause.py: collections here would stall the event loop
-                    job.submission = job.plan()
+                    job.submission = job.context.run(job.plan)
                     for buf in job.wait_for:
                         job.extra_waits.extend(buf.pending_writes())
             except Exception as exc:  # reported to whoever awaits the job

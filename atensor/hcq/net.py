@@ -19,6 +19,7 @@ from typing import Callable, Optional, Protocol
 
 import numpy as np
 
+from atensor.backend.runner import Runner
 from atensor.graph.ops import ReduceOp
 from atensor.graph.taskgraph import NetAllReduce
 from atensor.hcq.device import Device
@@ -47,27 +48,22 @@ def installed() -> Optional[Transport]:
     return _transport
 
 
-def runner(work: NetAllReduce) -> Optional[Callable[[], None]]:
-    """The callable a `net` queue runs for `work`; None on NULL devices (they hold no data)."""
+def runner(work: NetAllReduce) -> Optional[Runner]:
+    """The runner a `net` queue runs for `work`; None on NULL devices (they hold no data). A replay
+    gets a runner made again from its work with the replay's buffers (engine/lower.py)."""
     src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)
     if dst_dev.kind == "NULL":
         return None
-    views: list[Optional[np.ndarray]] = [None, None]
-
-    def bind(w: NetAllReduce) -> None:
-        src = src_dev.allocate(w.src).memory[w.src_offset:w.src_offset + w.count]
-        dst = dst_dev.allocate(w.dst).memory[w.dst_offset:w.dst_offset + w.count]
-        in_place = w.src is w.dst and w.src_offset == w.dst_offset
-        views[0], views[1] = (None if in_place else src), dst
-        run.keep_alive = (w.src, w.dst)
-
+    src = src_dev.allocate(work.src).memory[work.src_offset:work.src_offset + work.count]
+    recv = dst_dev.allocate(work.dst).memory[work.dst_offset:work.dst_offset + work.count]
+    in_place = work.src is work.dst and work.src_offset == work.dst_offset
+    send = None if in_place else src
     transport = _transport
     processes = 1 if transport is None else transport.size
     scale = 1.0 / (work.local_parts * processes) if work.mean else None
     device, op = work.device, work.op
 
     def run() -> None:
-        send, recv = views
         if transport is None:
             if send is not None:
                 np.copyto(recv, send)
@@ -76,10 +72,4 @@ def runner(work: NetAllReduce) -> Optional[Callable[[], None]]:
         if scale is not None:
             np.multiply(recv, recv.dtype.type(scale), out=recv)
 
-    def rebind(other: NetAllReduce) -> None:
-        """The same collective on `other`'s buffers (called once the commands that use it are done)."""
-        bind(other)
-
-    bind(work)
-    run.rebind = rebind
-    return run
+    return Runner(run, keep_alive=(work.src, work.dst))

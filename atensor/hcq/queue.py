@@ -4,8 +4,8 @@ Why a thread per queue: a device's hardware queue runs on its own, concurrently 
 with other queues; a thread is the CPU's closest equivalent. numpy releases the GIL inside its
 loops and BLAS, so queues of different devices really use different cores at once.
 
-Why commands carry their own waits: one submission per queue per realize. The executor lowers a
-whole TaskGraph into one list per queue, each command being `wait(sig, v)...; run; signal(own, v)`;
+Why commands carry their own waits: one submission per queue per realize. The plan (engine/plan.py)
+lowers a whole TaskGraph into one list per queue, each command being `wait(sig, v)...; run; signal(own, v)`;
 the worker never asks the host what to do next. Dependencies between queues are waits on the other
 queues' timeline signals.
 
@@ -30,10 +30,11 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
+from atensor.backend.runner import Runner
 from atensor.config import settings
 from atensor.hcq import doorbell
 from atensor.hcq.doorbell import Doorbell
@@ -55,7 +56,7 @@ class Command:
     """One entry of a queue's list: wait for `waits`, run `run`, publish `value` with a stamp."""
     __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps")
 
-    def __init__(self, value: int, waits: tuple, run: Optional[Callable[[], None]], name: str, kind: str,
+    def __init__(self, value: int, waits: tuple, run: Optional[Runner], name: str, kind: str,
                  task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
@@ -84,7 +85,7 @@ class Queue:
     def __init__(self, device: str, kind: str):
         self.device, self.kind = device, kind
         self.signal = Signal(f"{device}/{kind}")
-        self._reserved = 0  # last value handed out by `reserve`; only the executor calls it
+        self._reserved = 0  # last value handed out by `reserve`; only the plan calls it (engine/plan.py)
         self._pending: collections.deque[list[Command]] = collections.deque()
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
@@ -94,10 +95,12 @@ class Queue:
     def __repr__(self) -> str:
         return f"Queue({self.device}/{self.kind})"
 
-    def reserve(self) -> int:
-        """The signal value the next planned command will publish."""
-        self._reserved += 1
-        return self._reserved
+    def reserve(self, count: int = 1) -> int:
+        """Reserves the next `count` signal values for commands being planned; returns the value just
+        before them (the first reserved one is the result + 1). Only the dispatching thread plans."""
+        base = self._reserved
+        self._reserved = base + count
+        return base
 
     def submit(self, commands: list[Command]) -> None:
         """Hands a whole command list to the worker (one submission per realize)."""
@@ -107,8 +110,8 @@ class Queue:
             self._pending.append(commands)
             if self._doorbell is not None:  # the worker waits in C: ring it (see doorbell.py)
                 first = commands[0]
-                self._doorbell.post(getattr(first.run, "ring_args", None)
-                                    if len(commands) == 1 and not first.waits else None)
+                self._doorbell.post(first.run.ring_args if len(commands) == 1 and not first.waits
+                                    and first.run is not None else None)
             else:
                 self._cond.notify()
             if self._thread is None:
@@ -155,12 +158,13 @@ class Queue:
                 for command in commands:
                     self._execute(command)
                     now = time.perf_counter_ns()
-                    if getattr(command.run, "gil_free", False):
+                    run = command.run
+                    if run is not None and run.gil_free:
                         last_yield = now  # it gave the GIL back for its whole run (a native program)
                     elif now - last_yield > YIELD_EVERY_NS:
                         time.sleep(0)  # give the GIL back to the event loop
                         last_yield = time.perf_counter_ns()
-                del commands, command  # drop the finished commands now: they keep their buffers' memory alive
+                del commands, command, run  # drop the finished commands now: they keep memory alive
             last_yield = time.perf_counter_ns()  # waiting for work released the GIL
 
     def _execute(self, command: Command) -> None:
@@ -176,7 +180,7 @@ class Queue:
         start = time.perf_counter_ns()
         if error is None and command.run is not None:
             try:
-                command.run()
+                command.run.fn()
             except Exception as exc:  # the kernel's own error, surfaced by the awaiting host
                 error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
                                     f"{self.device}/{self.kind}: {type(exc).__name__}: {exc}")

@@ -2,7 +2,7 @@
 
 Why tasks and not one opaque "allreduce" call: the steps of a collective are copies and reduce
 kernels like any others. As tasks with byte ranges they get their dependency edges from the same
-RAW/WAR/WAW rule as everything else, the race checker proves them, the executor puts each on a
+RAW/WAR/WAW rule as everything else, the race checker proves them, the plan (engine/plan.py) puts each on a
 device's copy or compute queue, and the profiler shows every step (their `kind` is "allreduce").
 Chunks of a buffer are disjoint byte ranges, so the copy of chunk i+1 (copy queue) has no edge to
 the reduce of chunk i (compute queue) and the two overlap: that is the whole pipelining mechanism.

@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
@@ -95,7 +95,7 @@ class Template:
 
         tasks = []
         for task in graph.tasks:
-            work = _map_buffers(task.work, BufferSpec, ref)
+            work = map_buffers(task.work, BufferSpec, ref)
             accesses = tuple((ref(a.buffer), a.mode, a.start, a.end) for a in task.accesses)
             tasks.append((work, accesses, frozenset(task.deps)))
         position = {n: i for i, n in enumerate(key.order)}
@@ -118,50 +118,39 @@ class Template:
 
         graph = TaskGraph()
         for i, (work, accesses, deps) in enumerate(self.tasks):
-            real = _fill_slots(work, resolve)
+            real = map_buffers(work, Slot, resolve)
             graph.tasks.append(Task(i, real, tuple([Access(resolve(r), m, s, e) for r, m, s, e in accesses]),
                                     set(deps)))
         realized = [(key.order[pos], leaves[slot]) for pos, slot in self.realized]
         return graph, realized, [leaves[s] for s in self.outputs]
 
 
-def _map_buffers(work: Any, kind: type, fn: Any) -> Any:
+def map_buffers(work: Any, kind: type, fn: Callable[[Any], Any]) -> Any:
     """A copy of a work dataclass with every field that is a `kind` (or a tuple holding some) mapped
-    through `fn`: buffers to slots when capturing, slots to buffers when instantiating."""
-    changes = {}
-    for f in dataclasses.fields(work):
-        value = getattr(work, f.name)
-        if isinstance(value, kind):
-            changes[f.name] = fn(value)
-        elif isinstance(value, tuple) and any(isinstance(v, kind) for v in value):
-            changes[f.name] = tuple(fn(v) if isinstance(v, kind) else v for v in value)
-    return dataclasses.replace(work, **changes) if changes else work
-
-
-def _fill_slots(work: Any, resolve: Any) -> Any:
-    """A copy of a template's work with its slots resolved to buffers. The fields that hold slots are
-    found once per work class; the copy skips the dataclass __init__ (this runs once per task of every
-    cached realize)."""
+    through `fn`: buffers to slots when capturing, slots to buffers when instantiating, captured
+    buffers to a replay's (engine/lower.py). The one place a work is copied with other buffers. The
+    fields are found once per (work class, kind); the copy skips the dataclass __init__ (this runs
+    once per task of every cached realize)."""
     cls = type(work)
-    names = _slot_fields.get(cls)
-    if names is None:  # the fields that held buffers when this class of work was captured
-        names = _slot_fields[cls] = tuple(f.name for f in dataclasses.fields(work)
-                                          if _holds_slots(getattr(work, f.name)))
+    names = _buffer_fields.get((cls, kind))
+    if names is None:
+        names = _buffer_fields[(cls, kind)] = tuple(f.name for f in dataclasses.fields(work)
+                                                    if _holds(getattr(work, f.name), kind))
     real = object.__new__(cls)
     state = real.__dict__
     state.update(work.__dict__)
     for name in names:
         value = state[name]
-        state[name] = resolve(value) if isinstance(value, Slot) else \
-            tuple([resolve(v) if isinstance(v, Slot) else v for v in value])
+        state[name] = fn(value) if isinstance(value, kind) else \
+            tuple([fn(v) if isinstance(v, kind) else v for v in value])
     return real
 
 
-def _holds_slots(value: Any) -> bool:
-    return isinstance(value, Slot) or (isinstance(value, tuple) and any(isinstance(v, Slot) for v in value))
+def _holds(value: Any, kind: type) -> bool:
+    return isinstance(value, kind) or (isinstance(value, tuple) and any(isinstance(v, kind) for v in value))
 
 
-_slot_fields: dict[type, tuple[str, ...]] = {}
+_buffer_fields: dict[tuple[type, type], tuple[str, ...]] = {}
 _templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
 _lock = threading.Lock()
 stats = {"hits": 0, "misses": 0}

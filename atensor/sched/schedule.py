@@ -17,13 +17,13 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from atensor.graph.node import BufferSpec, GraphError, Node, toposort
 from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
-from atensor.graph.rewrite import substitute
+from atensor.graph.rewrite import substitute, unbind_ast
 from atensor.graph.simplify import simplify
-from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind, unbind_ast
+from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind
 from atensor.graph.view import View
 from atensor.sched.allreduce import Planner
 from atensor.config import settings
@@ -130,7 +130,7 @@ def set_head(spec: BufferSpec, head: Node) -> None:
 
 
 def settle_head(spec: BufferSpec) -> None:
-    """Counts `spec`'s pending assign as realized when a replayed graph (replay.py) has written the
+    """Counts `spec`'s pending assign as realized when a replayed graph (engine/jit.py) has written the
     version it makes: the assign's target is the version before the buffer's current one."""
     with _becomes_lock:
         head = spec.head
@@ -147,6 +147,14 @@ def drop_head(spec: BufferSpec, head: Node) -> None:
         if spec.head is head:
             spec.head = None
             _pending_specs.discard(spec)
+
+
+def advance_versions(specs: Iterable[BufferSpec]) -> None:
+    """Counts one more realized assign into each of `specs`: what a replayed graph's commit does
+    (engine/jit.py), under the same lock as `Schedule.commit`."""
+    with _becomes_lock:
+        for spec in specs:
+            spec.version += 1
 
 
 def pending_heads() -> list[Node]:

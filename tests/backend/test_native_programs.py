@@ -1,4 +1,4 @@
-"""Native programs (backend/native.py `Program`, engine/replayplan.py): a jit replay whose tasks are all native
+"""Native programs (backend/native.py `Program`, engine/plan.py): a jit replay whose tasks are all native
 runs as one command per queue, the queues handing work to each other through C timelines; runners of
 swapped buffers are rewritten in place between replays."""
 from __future__ import annotations
@@ -162,11 +162,11 @@ def test_a_program_waits_on_a_c_timeline_until_another_program_publishes():
     bases = (ctypes.c_uint64 * 1)(0)
     a = native.Program([(native.WAIT, slot, 0, 1), (native.RUN, 0, 0, 0)], [None, second]).bind(bases)
     b = native.Program([(native.RUN, 0, 0, 0), (native.PUBLISH, slot, 0, 1)], [first, None]).bind(bases)
-    waiter = threading.Thread(target=a)
+    waiter = threading.Thread(target=a.fn)
     waiter.start()
     time.sleep(0.05)
     assert waiter.is_alive() and not dst.any()  # still waiting: B has not published
-    b()
+    b.fn()
     waiter.join(timeout=10)
     assert not waiter.is_alive()
     np.testing.assert_array_equal(dst, src)

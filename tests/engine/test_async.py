@@ -434,6 +434,9 @@ def test_worker_threads_take_the_configured_niceness():
         pytest.skip("per-thread priorities are Linux's")
     code = ("import os, threading; from atensor import Tensor\n"
             "assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]\n"
+            "t = Tensor([1.0, 2.0])\n"  # a graph too big to plan on the caller's thread: the dispatcher's
+            "for _ in range(100): t = t + 1\n"
+            "assert t.tolist() == [101.0, 102.0]\n"
             "nice = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threading.enumerate()}\n"
             "print(nice['atensor-CPU:0-compute'], nice['atensor-dispatch'], nice['MainThread'])\n")
     base = os.getpriority(os.PRIO_PROCESS, 0)

@@ -13,6 +13,7 @@ import atensor
 from atensor import Tensor
 from atensor.hcq import doorbell
 from atensor.backend import native
+from atensor.backend.runner import Runner
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Command, Queue
 
@@ -49,14 +50,15 @@ def test_lists_run_in_order_through_the_ring_its_overflow_and_python():
 
     value = 1
     value += 1
-    queue.submit([Command(value, (), lambda: gate.wait(10), "gate", "kernel", value)])
+    queue.submit([Command(value, (), Runner(lambda: gate.wait(10)), "gate", "kernel", value)])
     for k in range(count):
         copy = native.native_copy(address(dst), address(sources[k]), dst.nbytes)
         program = native.Program([(native.RUN, 0, 0, 0)], [copy]).bind()
         value += 1
         queue.submit([Command(value, (), program, f"copy {k}", "copy", value)])
         value += 1
-        queue.submit([Command(value, (), lambda: seen.append(float(dst[0])), f"read {k}", "kernel", value)])
+        queue.submit([Command(value, (), Runner(lambda: seen.append(float(dst[0]))), f"read {k}", "kernel",
+                              value)])
     ran_before = queue._doorbell.ran
     gate.set()
     queue.signal.wait_blocking(value, timeout=30)

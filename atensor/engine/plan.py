@@ -1,69 +1,137 @@
-"""A captured TaskGraph lowered once, submitted many times (atensor.jit's replays).
+"""The `Plan`: a TaskGraph lowered to one command list per queue, submitted once or many times.
 
-Why: `execute` plans a graph from scratch: the queue of every task, its place in that queue, which
-tasks of other queues it waits for, its size, its callable, which buffers to tell about its work.
-For a graph that is submitted again and again with a few buffers swapped (jit inputs and results),
-all of that is the same every time except three things, which `submit` computes:
+Why one mechanism: an eager realize and an `atensor.jit` replay put the same kind of graph on the
+same queues. Lowering finds, once per graph, the queue of every task and its place in that queue's
+list, which tasks of other queues it waits for (waits merged: the newest per queue), its size, its
+runner (engine/lower.py), and which buffers to tell about its work. What changes from one submission
+to the next is computed by `submit`:
 
-- the signal values: each queue's values are reserved as one block, so a task's value is the block's
-  base plus its fixed place in the queue's list (waits between tasks of the graph likewise);
+- the signal values: each queue's values are reserved as one block (`Queue.reserve`), so a task's
+  value is the block's base plus its fixed place in the queue's list (waits between tasks likewise);
 - the waits on work still pending from earlier realizes, from each buffer's pending writers and
-  readers, exactly as `execute` finds them;
-- the callables of tasks that touch a swapped buffer (the others are kept).
+  readers (reads wait for pending writes and fail with them; writes also wait for pending reads);
+- for a jit replay, the buffers: `mapping` swaps captured buffers for the replay's. A kept native
+  runner is pointed at them by rewriting its address slots (patching.py); other runners of tasks that
+  touch a swapped buffer are made again from their works copied with the new buffers.
 
-Each buffer is told only of the last write and the last read per queue, which is all it keeps; in a
-submission of native programs the buffers every replay touches follow the plan's clock instead
-(buffer.py), told once: only the swapped buffers learn each replay's values.
+An eager realize makes a plan and submits it once (`execute`); a jit keeps its plans (one per
+captured realize) and submits them on every replay. Both go through `submit`, and this is the only
+module that hands command lists to queues.
 
-Native work (backend/native.py) is submitted in few commands when nothing is pending and no profile is
-being taken:
-- when every task of the graph is native (compiled kernels, memcpy copies), each queue gets ONE
-  command, a native program: its waits on other queues and the values other queues wait for go
-  through C timelines, so a multi-device step (backward, allreduce copies, optimizer) runs without
-  the GIL or a Python wake-up between its tasks; such replays use a plan in the producer layout, where
-  a copy between CPU devices runs on the queue that made its data instead of a copy queue's thread;
+Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
+- when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy
+  copies), each queue gets ONE command, a native program: its waits on other queues and the values
+  other queues wait for go through C timelines (backend/native.py `Program`), so a multi-device step
+  runs without the GIL or a Python wake-up between its tasks; jit replays then use the producer
+  layout, where a copy between CPU devices runs on the queue that made its data;
 - otherwise native kernels that follow each other on a queue are one command (`native.batch`); a run
-  ends at a task another queue waits for (its value is published as soon as it is done) and starts
-  at a task that waits for another queue.
+  ends at a task another queue waits for (its value is published as soon as it is done) and starts at
+  a task that waits for another queue.
 A command publishes the value of its last task; the values before it are reached at the same moment
 on the Python timeline and carry no stamp of their own (a profile, which needs a span per kernel,
 turns both off).
 
-Runners of tasks that touch swapped buffers are kept too: once the plan's last submission is done,
-`rebind` rewrites their argument blocks in place for the new buffers, so programs stay valid; while
-it still runs, a replay gets runners of its own.
+Failure propagation: a task that reads a buffer whose contents come from a failed task is refused
+before anything is submitted; a command whose wait fails does not run and publishes DependencyFailed.
+
+Each buffer is told only of the last write and the last read per queue, which is all it keeps; in a
+submission of native programs the buffers every replay touches follow the plan's clock instead
+(hcq/buffer.py), told once: only the swapped buffers learn each replay's values.
+
+Invariant: only the dispatching thread (the dispatcher, or a caller planning inline while it holds
+the dispatcher, hcq/host.py) calls `submit`, so reserving values and noting buffers need no lock.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Optional
+import time
+from dataclasses import dataclass, field
+from typing import Optional
 
+from atensor.backend import native
+from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
-from atensor.backend import native
+from atensor.graph.taskgraph import Copy, Task, TaskGraph
+from atensor.engine.lower import runner_for, swap_buffers
+from atensor.engine.patching import AddressSlots
 from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import Device, all_idle
-from atensor.engine.executor import Submission, _runner, take_task_ids, wait_for_pending
-from atensor.engine.patching import AddressSlots
-from atensor.hcq.queue import Command, Queue
+from atensor.hcq.queue import Command, DependencyFailed, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
-from atensor.graph.taskgraph import Copy, Task
+from atensor.profiler.events import HostSpan
 
 
-def _nothing_to_run() -> None:
-    """Kept in place of a task that runs nothing (NULL devices), so it is not looked up again."""
+@dataclass
+class Submission:
+    """What one submission put on the queues: the last value per queue and each task's place."""
+    final: dict[Queue, int] = field(default_factory=dict)
+    placed: list[tuple[Signal, int, Task]] = field(default_factory=list)
+
+    def waits(self) -> list[tuple[Signal, int]]:
+        """The (signal, value) pairs that are all reached once every command of it has run."""
+        return [(q.signal, v) for q, v in self.final.items()]
+
+    def first_failure(self) -> Optional[BaseException]:
+        """The root-cause error of the graph (a failed task, not one that was skipped because of it)."""
+        if not any(queue.signal.has_failures() for queue in self.final):
+            return None  # the common case: no value of these queues ever failed
+        skipped: Optional[BaseException] = None
+        for signal, value, _ in self.placed:
+            err = signal.failure(value)
+            if err is None:
+                continue
+            if not isinstance(err, DependencyFailed):
+                return err
+            skipped = skipped or err
+        return skipped
 
 
-_NOTHING_TO_RUN = _nothing_to_run
+_next_task_id = 0
 
 
-class ReplayPlan:
-    """`tasks` (a captured graph's, in order) lowered once; `swapped[i]` says task i touches a buffer
-    that `submit`'s mapping replaces."""
+def take_task_ids(count: int) -> int:
+    """The first of `count` new task ids. Ids are unique per process, so a profile never confuses two
+    realizes; only the dispatching thread plans, so no lock."""
+    global _next_task_id
+    base = _next_task_id
+    _next_task_id += count
+    return base
 
-    def __init__(self, tasks: list[Task], swapped: list[bool], copies_on_producer: bool = False):
+
+def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: list,
+                     pending_reads: list) -> None:
+    """Adds to `waits` (signal -> (value, check)) the work still pending on a buffer that a task on the
+    queue of `own` reads (`reading`) or writes: a read waits for pending writes (and fails with them);
+    a write also waits for pending reads. Work on the task's own queue is ordered already."""
+    for sig, v in pending_writes:
+        if sig is not own:
+            old = waits.get(sig)
+            if old is None or old[0] < v:
+                waits[sig] = (v, reading or (old is not None and old[1]))
+    if not reading:
+        for sig, v in pending_reads:
+            if sig is not own:
+                old = waits.get(sig)
+                if old is None or old[0] < v:
+                    waits[sig] = (v, old is not None and old[1])
+
+
+def execute(graph: TaskGraph) -> Submission:
+    """An eager realize's graph, planned and submitted once; returns what to await."""
+    return Plan(graph.tasks).submit()
+
+
+class Plan:
+    """`tasks` (a graph's, in topological order) lowered once. `swapped[i]` says task i touches a
+    buffer that `submit`'s mapping replaces (a jit replay's inputs and results); `once` says the plan
+    is submitted a single time (an eager realize: no runner is kept for later)."""
+
+    def __init__(self, tasks: list[Task], swapped: Optional[list[bool]] = None,
+                 copies_on_producer: bool = False, once: bool = False):
         self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
+        self.once = once or swapped is None
         self.queues: list[Queue] = []
         queue_index: dict[Queue, int] = {}
         self.buffers: list[BufferSpec] = []
@@ -78,8 +146,13 @@ class ReplayPlan:
         counts: list[int] = []
         written: set[int] = set()
         last: dict[tuple[int, int, bool], int] = {}                 # (buffer, queue, write) -> place
+        queue_of: dict[tuple[str, str], Queue] = {}
         for task in tasks:
-            queue = Device.get(task.device).queue(task.queue)
+            work = task.work
+            where = (work.device, work.queue)
+            queue = queue_of.get(where)
+            if queue is None:
+                queue = queue_of[where] = Device.get(where[0]).queue(where[1])
             if copies_on_producer:
                 queue = self._producer_queue(task, queue)
             qi = queue_index.get(queue)
@@ -99,7 +172,7 @@ class ReplayPlan:
             self.waits_inside.append(tuple(newest.items()))
             accesses = []
             nbytes = 0
-            var_vals = getattr(task.work, "var_vals", None)
+            var_vals = getattr(work, "var_vals", None)
             for acc in task.accesses:
                 bi = buffer_index.get(acc.buffer)
                 if bi is None:
@@ -112,13 +185,13 @@ class ReplayPlan:
                 last[(bi, qi, not reading)] = pos
                 span = acc.end - acc.start
                 nbytes += span if type(span) is int else evaluate(span, var_vals)
-            for spec in getattr(task.work, "buffers", ()):  # one without an access (size 0) is bound too
+            for spec in getattr(work, "buffers", ()):  # one without an access (size 0) is swapped too
                 if spec not in buffer_index:
                     buffer_index[spec] = len(self.buffers)
                     self.buffers.append(spec)
             written.update(bi for bi, reading in accesses if not reading)
             self.accesses.append(tuple(accesses))
-            self.static.append((task.name, task.work.kind, nbytes, getattr(task.work, "flops", 0),
+            self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
                                 tuple(sorted(task.deps))))
         self.counts = counts
         self.by_queue: list[list[int]] = [[] for _ in self.queues]
@@ -129,31 +202,33 @@ class ReplayPlan:
         for (bi, qi, write), pos in last.items():
             grouped.setdefault(bi, []).append((qi, pos + 1, write))
         self.notes = [(bi, tuple(entries)) for bi, entries in grouped.items()]
-        self.runners: list[Optional[Callable[[], None]]] = [None] * len(tasks)
         self.tasks = tasks
-        self.keep_runner = [not s for s in swapped]
+        self.touched = swapped if swapped is not None else [False] * len(tasks)
         # a task another queue waits for ends a batch of native kernels (its value is published as
         # soon as it is done); a task that waits for another queue starts one
         self.ends_batch = [False] * len(tasks)
         for i, waits in enumerate(self.waits_inside):
             for dq, dpos in waits:
                 self.ends_batch[self.by_queue[dq][dpos]] = True
-        self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[], None]]] = {}
+        self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Runner]] = {}
         # per queue: (the ids of the runners it was built of, program)
         self.programs: dict[int, tuple[tuple[int, ...], native.Program]] = {}
-        self.summaries: dict[int, tuple[str, int, int]] = {}  # per queue: its program command's name, bytes, flops
+        self.summaries: dict[int, tuple[str, int, int]] = {}  # per queue: its program's name, bytes, flops
         self.last_final: list[tuple[Signal, int]] = []  # the values the last submission ends at
-        # found on the first submission (the mapping's keys are the same on every replay):
-        self.swapped: Optional[list[BufferSpec]] = None    # the buffers replays swap, captured names
+        # found on the first submission (the mapping's keys are the same on every submission):
+        self.swapped: Optional[list[BufferSpec]] = None    # the buffers submissions swap, captured names
         self.swapped_index: list[int] = []                  # their places in `buffers`
         self.fixed_bufs: list[Buffer] = []                  # the Buffer of each captured spec
         # made on the first submission of native programs (`_note_program`):
         self.clock: Optional[Clock] = None                  # what the buffers every replay touches follow
         self.swapped_notes: list = []                       # `notes` of the swapped buffers
         self.written_fixed: list[Buffer] = []               # the buffers every replay writes
-        # once every runner is built and kept: where the swapped buffers' addresses sit (patching.py)
-        self.slots: Optional[AddressSlots] = None
-        self.runs: list = []
+        # the runners, made on the first submission from the captured works; `remake[i]`: task i
+        # touches a swapped buffer and its runner has no address slots (a numpy kernel), so every
+        # submission makes it again from its work with the new buffers
+        self.kept: Optional[list[Optional[Runner]]] = None
+        self.remake: list[int] = []
+        self.slots: Optional[AddressSlots] = None  # where the swapped buffers' addresses sit (patching.py)
         self.all_native = False
 
     def _producer_queue(self, task: Task, queue: Queue) -> Queue:
@@ -172,17 +247,57 @@ class ReplayPlan:
         producer = producers.pop()
         return producer if Device.get(producer.device).kind == "CPU" else queue
 
-    def submit(self, works_of: Callable[[], list[Any]], mapping: dict[BufferSpec, BufferSpec]) -> Submission:
-        """Puts the tasks on the queues; `works_of()` gives their works with the buffers `mapping`
-        swaps (only called when a runner must be built or rebound through its work)."""
-        if self.swapped is None:  # the buffers of the graph that replays swap: the same on every replay
+    # ---- runners ---------------------------------------------------------------------------------
+    def _lower_runners(self) -> None:
+        """Makes every task's runner from its captured work, and finds the address slots of the
+        swapped buffers in the native ones (they are kept: each submission rewrites the slots)."""
+        start = time.perf_counter_ns()
+        kept = [runner_for(task.work) for task in self.tasks]
+        if collector.is_active():
+            collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
+        self.kept = kept
+        self.all_native = all(r is not None and r.native is not None and r.threads == 1 for r in kept)
+        if self.swapped:
+            patchable = [t and r is not None and r.native is not None for t, r in zip(self.touched, kept)]
+            self.remake = [i for i, t in enumerate(self.touched) if t and not patchable[i]]
+            self.slots = AddressSlots.find(kept, self.swapped, patchable)
+
+    def _runners(self, mapping: dict[BufferSpec, BufferSpec], new_specs: list[BufferSpec]) -> list:
+        """This submission's runner per task: the kept ones, pointed at `new_specs` (the swapped
+        buffers' replacements) when the last submission is done with them; otherwise (still running)
+        fresh runners for the tasks that touch a swapped buffer."""
+        if self.kept is None:
+            self._lower_runners()
+        kept = self.kept
+        if not self.swapped:
+            return kept
+        get = mapping.get
+        if all(sig.value >= value for sig, value in self.last_final):  # no command still uses the slots
+            self.slots.bind(new_specs)
+            if not self.remake:
+                return kept
+            runs = kept.copy()
+            for i in self.remake:
+                runs[i] = runner_for(swap_buffers(self.tasks[i].work, get))
+            return runs
+        return [runner_for(swap_buffers(task.work, get)) if touched else run
+                for task, touched, run in zip(self.tasks, self.touched, kept)]
+
+    # ---- submission ------------------------------------------------------------------------------
+    def submit(self, mapping: Optional[dict[BufferSpec, BufferSpec]] = None) -> Submission:
+        """Puts the tasks on the queues, with the buffers `mapping` swaps (captured -> new); returns
+        what to await. The mapping's keys must be the same on every submission of a plan."""
+        mapping = mapping or {}
+        if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(self.buffers) if s in mapping]
             self.swapped = [self.buffers[bi] for bi in self.swapped_index]
             self.fixed_bufs = [Buffer.of(s) for s in self.buffers]
         new_specs = [mapping[s] for s in self.swapped]
-        bufs = self.fixed_bufs.copy()
-        for bi, spec in zip(self.swapped_index, new_specs):
-            bufs[bi] = Buffer.of(spec)
+        bufs = self.fixed_bufs
+        if new_specs:
+            bufs = bufs.copy()
+            for bi, spec in zip(self.swapped_index, new_specs):
+                bufs[bi] = Buffer.of(spec)
         for bi, name in self.read_first:
             failure = bufs[bi].failure
             if failure is not None:
@@ -193,39 +308,15 @@ class ReplayPlan:
         else:
             before = [b.pending() for b in bufs]
             quiet = not any(w or r for w, r in before)  # nothing pending: only the graph's own waits
-        bases = []
-        for queue, count in zip(self.queues, self.counts):
-            bases.append(queue._reserved)
-            queue._reserved += count
+        runs = self._runners(mapping, new_specs)
+        bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
         signals = [q.signal for q in self.queues]
         base_id = take_task_ids(len(self.tasks))
         placed: list = [None] * len(self.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         sub = Submission(placed=placed)
-        # queue by queue, each list handed over as soon as it is built: the first device starts while
-        # the next one's list is made (waits across queues are by value, so the order is free)
-        batching = quiet and not profiling
-        # a runner of swapped buffers is rewritten in place once the last submission is done with it
-        reuse = all(sig.value >= value for sig, value in self.last_final)
-        if reuse and self.slots is not None:  # every runner is built: only addresses change
-            self.slots.bind(new_specs)
-            runs = self.runs
-        else:
-            if self.slots is not None and not reuse:  # the runners still running keep their buffers
-                for run, kept_runner in zip(self.runs, self.keep_runner):
-                    if not kept_runner and run is not None:
-                        run.keep_alive = self.slots.bound
-            works = works_of()
-            runs = [self._run_of(i, works, reuse) for i in range(len(works))]
-            self.runs = runs
-            self.all_native = all(r is not None and getattr(r, "native", None) is not None and r.threads == 1
-                                  for r in runs)
-            kept = all(r is self.runners[i] for i, r in enumerate(runs) if not self.keep_runner[i])
-            self.slots = AddressSlots.find(self.tasks, runs, self.swapped, [not k for k in self.keep_runner]) \
-                if kept else None
-            if self.slots is not None:  # the runners' blocks point into this submission's buffers
-                self.slots.bound = new_specs
         self.last_final = [(q.signal, b + c) for q, b, c in zip(self.queues, bases, self.counts)]
+        batching = quiet and not profiling and not self.once
         if batching and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]
             if None not in slots:
@@ -236,14 +327,17 @@ class ReplayPlan:
                 for queue, commands in lists:
                     queue.submit(commands)
                 return sub
+        # queue by queue, each list handed over as soon as it is built: the first device starts while
+        # the next one's list is made (waits across queues are by value, so the order is free)
+        lists = []
         for qi, members in enumerate(self.by_queue):
             own = signals[qi]
-            commands = []
-            group: list[tuple[int, Callable[[], None]]] = []  # native kernels run as one command
+            commands: list[Command] = []
+            group: list[tuple[int, Runner]] = []  # native kernels run as one command
             for i in members:
                 run = runs[i]
                 if batching:
-                    if getattr(run, "native", None) is not None and run.threads == 1:
+                    if run is not None and run.native is not None and run.threads == 1:
                         if group and self.waits_inside[i]:
                             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
                         group.append((i, run))
@@ -264,8 +358,13 @@ class ReplayPlan:
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
-            queue.submit(commands)
+            if self.once:
+                lists.append((queue, commands))  # handed over once every buffer is told (below)
+            else:
+                queue.submit(commands)
         self._note(bufs, signals, bases)
+        for queue, commands in lists:
+            queue.submit(commands)
         return sub
 
     def _note(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
@@ -342,20 +441,7 @@ class ReplayPlan:
                                           sum(self.static[i][3] for i in members))
         return found
 
-    def _run_of(self, i: int, works: list[Any], reuse: bool) -> Optional[Callable[[], None]]:
-        run = self.runners[i]
-        if run is not None and not self.keep_runner[i]:  # touches a swapped buffer
-            if reuse:
-                run.rebind(works[i])
-                return run
-            run = None
-        if run is None:
-            run = _runner(works[i])
-            if self.keep_runner[i] or getattr(run, "rebind", None) is not None:
-                self.runners[i] = _NOTHING_TO_RUN if run is None else run
-        return None if run is _NOTHING_TO_RUN else run
-
-    def _flush(self, group: list[tuple[int, Callable[[], None]]], commands: list[Command], base: int,
+    def _flush(self, group: list[tuple[int, Runner]], commands: list[Command], base: int,
                base_id: int, signals: list[Signal], bases: list[int], placed: list, own: Signal) -> None:
         """The native kernels of `group` ((task, runner) pairs) as one command; empties it."""
         if not group:
@@ -382,10 +468,13 @@ class ReplayPlan:
     def _waits(self, i: int, own: Signal, signals: list[Signal], bases: list[int],
                before: list[tuple[list, list]]) -> tuple:
         """Task i's waits: on the graph's tasks of other queues, and on work still pending on its
-        buffers (reads wait for pending writes; writes also for pending reads), as `execute` finds."""
+        buffers (reads wait for pending writes; writes also for pending reads)."""
         waits: dict = {}
         for dq, dpos in self.waits_inside[i]:
             waits[signals[dq]] = (bases[dq] + dpos + 1, True)
         for bi, reading in self.accesses[i]:
             wait_for_pending(waits, own, reading, *before[bi])
         return tuple([(s, v, c) for s, (v, c) in waits.items()])
+
+
+__all__ = ["Plan", "Submission", "execute", "take_task_ids", "wait_for_pending"]

@@ -1,0 +1,40 @@
+"""`Runner`: what a queue runs for one command, as a typed record.
+
+Why a record and not a closure: the plan (engine/plan.py) and the queue (hcq/queue.py) need to know
+more about a command than "call it": whether it is one foreign call that a native program can hold
+(`native`), where the buffer addresses sit in its argument block (`args`, so a replay rewrites them
+in place), how many BLAS threads it uses, what must stay alive while it may run, whether it gives
+the GIL back for its whole run (`gil_free`), and what a doorbell posts to start it without the GIL
+(`ring_args`). These were attributes set on closures in many places and read back with getattr; here
+each is a named field with a default, set where the runner is made (engine/lower.py, backend/native.py).
+
+Invariant: while a command holding a runner may still run, the memory its `native` block points
+into is kept alive by `keep_alive` (or by whoever rewrote the block, engine/patching.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+
+@dataclass(eq=False, slots=True)
+class Runner:
+    """One command's work. `fn()` runs it; the other fields describe it (see the module docstring).
+
+    >>> calls = []
+    >>> run = Runner(lambda: calls.append(1))
+    >>> run.fn(); calls, run.native is None, run.threads, run.gil_free
+    ([1], True, 1, False)
+    """
+    fn: Callable[[], None]
+    # (C function address, ctypes argument block) of a runner that is one foreign call
+    native: Optional[tuple[int, Any]] = None
+    # per slot k of the native block: (buffer spec, byte offset) whose address + offset sits there
+    args: tuple[tuple[Any, int], ...] = ()
+    threads: int = 1              # BLAS threads it sets before running
+    keep_alive: Any = ()          # what must outlive every command that holds this runner
+    gil_free: bool = False        # one foreign call for its whole run: the queue need not yield after it
+    ring_args: Optional[tuple] = None  # what a doorbell posts to run it in C (a native program's)
+
+
+__all__ = ["Runner"]

@@ -1,0 +1,106 @@
+"""Lowering one task's work to the `Runner` a queue runs, and copying a work with its buffers swapped.
+
+Why a module of its own: the plan (plan.py) decides where and when each task runs; what runs is
+decided here, once per work: a compiled C kernel when backend/native.py has one (one foreign call,
+the GIL released for the whole kernel), else the numpy kernel; a memcpy in C for a copy when a
+native library is loaded, else numpy's copyto; nothing on NULL devices. The memory of every buffer a
+runner touches is allocated here, on first use.
+
+A native runner's argument block holds buffer addresses, and `Runner.args` says whose address sits
+in each slot: a replay points a kept runner at other buffers by rewriting those slots
+(patching.py), so no runner needs a closure of its own to be rebound.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from atensor.backend import blas, native
+from atensor.backend.numpy_backend import compile_kernel
+from atensor.backend.runner import Runner
+from atensor.config import settings
+from atensor.graph.node import BufferSpec
+from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
+from atensor.hcq import net
+from atensor.hcq.device import Device, DeviceError
+from atensor.sched.cache import map_buffers
+
+
+def runner_for(work: object) -> Optional[Runner]:
+    """The runner a queue runs for `work` (a Kernel, a Copy or a NetAllReduce); None on NULL devices."""
+    if isinstance(work, Kernel):
+        return _kernel_runner(work)
+    if isinstance(work, Copy):
+        return _copy_runner(work)
+    if isinstance(work, NetAllReduce):  # a collective across processes, on the device's net queue
+        return net.runner(work)
+    raise TypeError(f"atensor cannot lower a task of type {type(work).__name__}: only Kernel, Copy and "
+                    f"NetAllReduce works run on queues")
+
+
+def _kernel_runner(work: Kernel) -> Optional[Runner]:
+    device = Device.get(work.device)
+    specs = work.buffers
+    # a buffer seen before has its memory already (the common case in replays)
+    buffers = [b if (b := spec.runtime) is not None and b.memory is not None else device.allocate(spec)
+               for spec in specs]
+    if device.kind == "NULL":
+        return None
+    threads = blas.threads_for(work.flops)
+    use_threads = blas.use
+    mode = settings.native
+    compiled = None if work.var_vals or mode == "0" else native.lookup(work.ast)
+    if compiled is None and mode == "all" and not work.var_vals:
+        native.prepare([(work.ast, work.name)])
+        compiled = native.lookup(work.ast)
+    if compiled is not None:
+        call, block = compiled.fn, compiled.pointers([b.address() for b in buffers])
+
+        def run_native() -> None:  # one foreign call: the GIL is released for the whole kernel
+            use_threads(threads)
+            call(block)
+        # the addresses in `block` stay valid while `keep_alive` lives
+        return Runner(run_native, native=(compiled.address, block), args=tuple([(s, 0) for s in specs]),
+                      threads=threads, keep_alive=specs)
+    fn = compile_kernel(work.ast, work.name)
+    arrays = [b.memory for b in buffers]
+    extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets
+
+    def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
+        use_threads(threads)
+        fn(*arrays, **extra)
+    # the memory stays owned until this command is gone (device.py)
+    return Runner(run_kernel, threads=threads, keep_alive=specs)
+
+
+def _copy_runner(work: Copy) -> Optional[Runner]:
+    src_dev, dst_dev = Device.get(work.src.device), Device.get(work.dst.device)
+    src, dst = src_dev.allocate(work.src), dst_dev.allocate(work.dst)
+    if src_dev.kind == "NULL" or dst_dev.kind == "NULL":
+        if src_dev.kind != dst_dev.kind:
+            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no "
+                              f"data")
+        return None
+    if settings.native != "0":  # a memcpy in C, which a replay's native program can hold
+        run = native.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset,
+                                 work.nbytes)
+        if run is not None:
+            run.args = ((work.dst, work.dst_offset), (work.src, work.src_offset))
+            run.keep_alive = (work.src, work.dst)
+            return run
+    src_bytes = src.memory.view(np.uint8)[work.src_offset:work.src_offset + work.nbytes]
+    dst_bytes = dst.memory.view(np.uint8)[work.dst_offset:work.dst_offset + work.nbytes]
+
+    def run_copy() -> None:
+        np.copyto(dst_bytes, src_bytes)
+    return Runner(run_copy, keep_alive=(work.src, work.dst))
+
+
+def swap_buffers(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec]) -> Any:
+    """A copy of a Kernel or Copy with each of its buffers passed through `get(spec, spec)` (a
+    mapping's `get`): sched/cache.py's one mechanism for copying a work with other buffers."""
+    return map_buffers(work, BufferSpec, lambda spec: get(spec, spec))
+
+
+__all__ = ["runner_for", "swap_buffers"]
