@@ -81,7 +81,7 @@ class JitWarning(UserWarning):
 def _plain_values(shape: Any) -> list[Any]:
     """The non-tensor values in a flattened argument description, in order."""
     kind, body = shape
-    if kind == "V":
+    if kind in ("V", "Var"):  # a plain value, or a bound Variable (described unbound)
         return [body]
     if kind == "T":
         return []

@@ -299,7 +299,10 @@ class Plan:
             for bi, spec in zip(self.swapped_index, new_specs):
                 bufs[bi] = Buffer.of(spec)
         for bi, name in self.read_first:
-            failure = bufs[bi].failure
+            buf = bufs[bi]
+            if buf.writes:
+                buf.pending_writes()  # folds a finished write that failed into `failure`
+            failure = buf.failure
             if failure is not None:
                 raise RuntimeError(f"{name} reads {bufs[bi].name}, whose contents come from a task that "
                                    f"failed: {failure}") from failure

@@ -20,6 +20,7 @@ CONTROL = 3  # gguf TokenType.CONTROL
 class GGUFTokenizer:
     """Text <-> token ids for a GGUF BPE model, plus the chat template.
 
+    >>> from atensor.models.gguf import load_gguf
     >>> tok = GGUFTokenizer(load_gguf().metadata)
     >>> tok.encode("The capital of France is")
     [504, 3575, 282, 4649, 314]
