@@ -290,7 +290,7 @@ class AutogradOps:
         `loss.backward(); opt.step(); loss.item()` reads the loss as it was before the step, as eager
         code would. Why this works: the step overwrites the parameters the loss reads, and a realize
         that overwrites a version a pending assign reads realizes that assign along, first
-        (`sched.schedule._flush_along`); the loss costs one more output of the step's task graph, not a
+        (`sched.versions._flush_along`); the loss costs one more output of the step's task graph, not a
         copy of the parameters. A plain lazy value (not differentiated) still raises StaleReadError
         when read after its inputs were overwritten. `_ctx` keeps the graph for a later backward()."""
         node = self.node  # type: ignore[attr-defined]

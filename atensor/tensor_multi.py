@@ -151,8 +151,8 @@ class MultiOps:
         node = multi.gather(self.node, canonical(device))
         base = node.base()
         if base.op is Ops.ASSIGN:  # the parts are written into a new buffer: its newest version
-            from atensor.sched import schedule as sched
-            sched.set_head(sched.storage_of(base), base)
+            from atensor.sched import versions
+            versions.set_head(versions.storage_of(base), base)
         return self._new(node)
 
     def _assign_shards(self, value: Any) -> Self:
