@@ -31,7 +31,7 @@ from atensor.hcq.loop import running_library
 from atensor.engine.realize import _follow_storage, _storage_base, realize as realize_captured
 from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
-from atensor.sched import schedule as sched
+from atensor.sched import versions
 from atensor.tensor_autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
 from atensor.tensor_multi import MultiOps
 from atensor.tensor_conv import ConvOps
@@ -288,7 +288,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         spec = BufferSpec(node.device, node.size, node.dtype)
         view = View.create((node.size,)).reshape(node.shape)
         root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
-        sched.set_head(spec, root)
+        versions.set_head(spec, root)
         return self._new(root.view(view))
 
     def detach(self) -> Tensor:
@@ -327,7 +327,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
             return self
         view = _single_view(node, base)
         new = Node.make(Ops.ASSIGN, self.dtype, (base, value.node), view)
-        sched.set_head(sched.storage_of(base), new)
+        versions.set_head(versions.storage_of(base), new)
         self._node = new.view(view)
         return self
 

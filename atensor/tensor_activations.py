@@ -9,13 +9,11 @@ tinygrad's choice); acos and atan are built from it. The hyperbolic inverses use
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 from atensor.dtype import dtypes, least_upper_float
 from atensor.tensor_ops import TensorOps
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 _ASIN = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
          -0.2145988016, 1.5707963050)
@@ -34,57 +32,57 @@ class ActivationOps:
     """Elementwise math and activation methods of Tensor (a mixin)."""
     __slots__ = ()
 
-    def _as_float(self) -> Tensor:
+    def _as_float(self) -> Self:
         return self.cast(least_upper_float(self.dtype))
 
     # ---- inverse trigonometric and hyperbolic ------------------------------------------------------
-    def asin(self) -> Tensor:
+    def asin(self) -> Self:
         """arcsin, for x in [-1, 1] (NaN outside)."""
         x = self._as_float()
         a = x.abs()
         return x.sign() * (math.pi / 2 - (1.0 - a).sqrt() * _poly(a, _ASIN))
 
-    def acos(self) -> Tensor:
+    def acos(self) -> Self:
         """arccos, for x in [-1, 1]."""
         return math.pi / 2 - self.asin()
 
-    def atan(self) -> Tensor:
+    def atan(self) -> Self:
         """arctan: asin(x / sqrt(1 + x^2))."""
         x = self._as_float()
         return (x / (x * x + 1).sqrt()).asin()
 
-    def sinh(self) -> Tensor:
+    def sinh(self) -> Self:
         """(e^x - e^-x) / 2."""
         x = self._as_float()
         return (x.exp() - (-x).exp()) * 0.5
 
-    def cosh(self) -> Tensor:
+    def cosh(self) -> Self:
         """(e^x + e^-x) / 2."""
         x = self._as_float()
         return (x.exp() + (-x).exp()) * 0.5
 
-    def asinh(self) -> Tensor:
+    def asinh(self) -> Self:
         """sign(x) * log(|x| + sqrt(x^2 + 1))."""
         x = self._as_float()
         a = x.abs()
         return x.sign() * (a + (a * a + 1).sqrt()).log()
 
-    def acosh(self) -> Tensor:
+    def acosh(self) -> Self:
         """log(x + sqrt(x^2 - 1)), for x >= 1."""
         x = self._as_float()
         return (x + (x * x - 1).sqrt()).log()
 
-    def atanh(self) -> Tensor:
+    def atanh(self) -> Self:
         """log((1 + x) / (1 - x)) / 2, for x in (-1, 1)."""
         x = self._as_float()
         return ((1 + x) / (1 - x)).log() * 0.5
 
-    def log10(self) -> Tensor:
+    def log10(self) -> Self:
         """Base-10 logarithm."""
         return self._as_float().log2() * math.log10(2)
 
     # ---- two-operand helpers -----------------------------------------------------------------------
-    def copysign(self, other: Any) -> Tensor:
+    def copysign(self, other: Any) -> Self:
         """|self| with the sign of `other` (a -0.0 counts as negative, as in C and PyTorch)."""
         x = self._as_float()
         o = other if isinstance(other, TensorOps) else x._const_like(float(other))
@@ -92,7 +90,7 @@ class ActivationOps:
         a = x.abs()
         return negative.where(-a, a)
 
-    def fmod(self, other: Any) -> Tensor:
+    def fmod(self, other: Any) -> Self:
         """C's fmod: the remainder with the sign of the dividend, self - trunc(self / other) * other."""
         if dtypes.is_int(self.dtype) and not (isinstance(other, TensorOps) and dtypes.is_float(other.dtype)) \
                 and not isinstance(other, float):
@@ -100,7 +98,7 @@ class ActivationOps:
         x = self._as_float()
         return x - x.div(other, rounding_mode="trunc") * other
 
-    def logaddexp(self, other: Any) -> Tensor:
+    def logaddexp(self, other: Any) -> Self:
         """log(e^self + e^other), computed around the larger of the two."""
         x = self._as_float()
         m = x.maximum(other).detach()
@@ -108,44 +106,44 @@ class ActivationOps:
         return ((x - m).exp() + (other - m).exp()).log() + m
 
     # ---- activations ---------------------------------------------------------------------------------
-    def softsign(self) -> Tensor:
+    def softsign(self) -> Self:
         """x / (1 + |x|)."""
         x = self._as_float()
         return x / (1 + x.abs())
 
-    def quick_gelu(self) -> Tensor:
+    def quick_gelu(self) -> Self:
         """x * sigmoid(1.702 x), the GELU approximation of CLIP."""
         return self * (self * 1.702).sigmoid()
 
-    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
         """max(0, min(1, alpha * x + beta)); PyTorch's slope 1/6 and offset 1/2 by default."""
         y = self._as_float() * alpha + beta
         return y.relu() - (y - 1).relu()
 
-    def hardswish(self) -> Tensor:
+    def hardswish(self) -> Self:
         """x * relu6(x + 3) / 6."""
         x = self._as_float()
         return x * (x + 3).relu6() * (1 / 6)
 
-    def selu(self, alpha: float = _SELU_ALPHA, gamma: float = _SELU_SCALE) -> Tensor:
+    def selu(self, alpha: float = _SELU_ALPHA, gamma: float = _SELU_SCALE) -> Self:
         """gamma * (x where positive, else alpha * (e^x - 1)), with the self-normalizing constants."""
         x = self._as_float()
         return gamma * (x > 0).where(x, alpha * (x.exp() - 1))
 
-    def celu(self, alpha: float = 1.0) -> Tensor:
+    def celu(self, alpha: float = 1.0) -> Self:
         """max(0, x) + min(0, alpha * (e^(x / alpha) - 1))."""
         x = self._as_float()
         return x.maximum(0) + (alpha * ((x / alpha).exp() - 1)).minimum(0)
 
-    def logsigmoid(self) -> Tensor:
+    def logsigmoid(self) -> Self:
         """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
         return -(-self).softplus()
 
-    def softmin(self, axis: int = -1) -> Tensor:
+    def softmin(self, axis: int = -1) -> Self:
         """softmax(-x) along `axis`."""
         return (-self._as_float()).softmax(axis)
 
-    def sinc(self) -> Tensor:
+    def sinc(self) -> Self:
         """sin(pi x) / (pi x), 1 at 0."""
         x = self._as_float() * math.pi
         return (x == 0).where(x._const_like(1.0), x.sin() / x)

@@ -18,14 +18,12 @@ from __future__ import annotations
 import contextvars
 import weakref
 from contextlib import ContextDecorator
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Self
 
 from atensor.graph.gradient import combine_shards, compute_gradient
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 # tensors with requires_grad=True, by id: a WeakSet would compare tensors with ==, which is lazy
 _requiring_grad: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -232,14 +230,14 @@ class AutogradOps:
         elif old:
             _requiring_grad.pop(id(self), None)
 
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Sets `requires_grad` in place and returns this tensor."""
         self.requires_grad = requires_grad
         return self  # type: ignore[return-value]
 
     # ---- gradients -----------------------------------------------------------------------------
-    def gradient(self, *targets: Tensor, gradient: Optional[Tensor] = None,
-                 materialize_grads: bool = False) -> list[Tensor]:
+    def gradient(self, *targets: Self, gradient: Optional[Self] = None,
+                 materialize_grads: bool = False) -> list[Self]:
         """The gradients of this tensor with respect to `targets`, as lazy tensors (nothing runs).
         A target used only where no gradient flows (a comparison) gets zeros; one this tensor does not
         use at all raises, or gets zeros with `materialize_grads`.
@@ -253,7 +251,7 @@ class AutogradOps:
             raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
         used: list[bool] = []
         grads = _gradients(self._graph(), self._seed(gradient), [t.node for t in targets], used)
-        out: list[Tensor] = []
+        out: list[Self] = []
         for t, grad, in_graph in zip(targets, grads, used):
             if grad is None:
                 # used without a float path (only compared, say) or empty: the gradient is zero, as PyTorch's
@@ -265,7 +263,7 @@ class AutogradOps:
                 out.append(cls(grad))  # type: ignore[call-arg]
         return out
 
-    def backward(self, gradient: Optional[Tensor] = None) -> Tensor:
+    def backward(self, gradient: Optional[Self] = None) -> Self:
         """Adds to `.grad` of every tensor with `requires_grad=True` that this one depends on the
         gradient of this tensor with respect to it (lazily). A non-scalar needs `gradient`.
 
@@ -292,7 +290,7 @@ class AutogradOps:
         `loss.backward(); opt.step(); loss.item()` reads the loss as it was before the step, as eager
         code would. Why this works: the step overwrites the parameters the loss reads, and a realize
         that overwrites a version a pending assign reads realizes that assign along, first
-        (`sched.schedule._flush_along`); the loss costs one more output of the step's task graph, not a
+        (`sched.versions._flush_along`); the loss costs one more output of the step's task graph, not a
         copy of the parameters. A plain lazy value (not differentiated) still raises StaleReadError
         when read after its inputs were overwritten. `_ctx` keeps the graph for a later backward()."""
         node = self.node  # type: ignore[attr-defined]
@@ -315,7 +313,7 @@ class AutogradOps:
             return computed  # the storage `_keep_value` gave it, not yet filled
         return node
 
-    def _seed(self, gradient: Optional[Tensor]) -> Node:
+    def _seed(self, gradient: Optional[Self]) -> Node:
         node = self.node  # type: ignore[attr-defined]
         if gradient is None:
             if node.size != 1:

@@ -6,14 +6,13 @@ operand ('ii->i', a trace) takes that operand's diagonal first (a view).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import Any, Self, Sequence, Union
 
 from atensor.dtype import least_upper_dtype
 from atensor.graph.node import GraphError
 from atensor.tensor_pool import PoolOps
+from atensor.tensor_base import AnyTensor
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 IntPair = Union[int, Sequence[int]]
 
@@ -22,14 +21,14 @@ class ConvOps(PoolOps):
     """Contraction and window methods of Tensor (a mixin)."""
     __slots__ = ()
 
-    def outer(self, other: Tensor) -> Tensor:
+    def outer(self, other: Self) -> Self:
         """The outer product of two 1-D tensors: out[i, j] = self[i] * other[j]."""
         if self.ndim != 1 or other.ndim != 1:
             raise GraphError(f"outer needs two 1-D tensors, got {self.shape} and {other.shape}")
         return self.reshape(-1, 1) * other.reshape(1, -1)
 
     @staticmethod
-    def einsum(formula: str, *operands: Any) -> Tensor:
+    def einsum(formula: str, *operands: Any) -> AnyTensor:
         """Einstein summation, e.g. "ij,jk->ik", "bij,bjk->bik", "i,i->", "ij->ji", "...ij,...jk->...ik".
         Operands contract pairwise, left to right; an index repeated within one operand ("ii->i", a
         trace "ii->") takes that operand's diagonal first."""
@@ -104,10 +103,10 @@ def _expand_ellipsis(term: str, ndim: int, formula: str, output: bool = False, b
     return term.replace("...", letters)
 
 
-def _contract(a: Tensor, ta: str, b: Tensor, tb: str, later: set, sizes: dict) -> tuple[Tensor, str]:
+def _contract(a: AnyTensor, ta: str, b: AnyTensor, tb: str, later: set, sizes: dict) -> tuple[AnyTensor, str]:
     """a and b multiplied over the union of their indices, summed over those no later term needs."""
     union = ta + "".join(c for c in tb if c not in ta)
-    def aligned(x: Tensor, t: str) -> Tensor:
+    def aligned(x: AnyTensor, t: str) -> AnyTensor:
         order = [t.index(c) for c in union if c in t]
         x = x.permute(*order) if order != list(range(len(order))) else x
         shape = [x.shape[[c for c in union if c in t].index(c)] if c in t else 1 for c in union]

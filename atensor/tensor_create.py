@@ -13,7 +13,7 @@ the first).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import Any, Optional, Self, Sequence, Union
 
 import numpy as np
 
@@ -23,9 +23,8 @@ from atensor.dtype import dtypes, to_dtype
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.hcq.device import canonical
+from atensor.tensor_base import AnyTensor
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 Scalar = Union[int, float, bool]
 
@@ -47,7 +46,7 @@ def _shape_arg(shape: Sequence) -> tuple[int, ...]:
     return out
 
 
-def _grad(t: Tensor, requires_grad: Optional[bool]) -> Tensor:
+def _grad(t: AnyTensor, requires_grad: Optional[bool]) -> AnyTensor:
     """`t` with `requires_grad` set. A tensor that requires grad gets its own storage (filled lazily,
     as `clone()`): a constant is one broadcast scalar, whose gradient would be the sum over all its
     elements, where a user means one gradient per element."""
@@ -68,7 +67,7 @@ class CreationOps:
 
     @classmethod
     def empty(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-              requires_grad: Optional[bool] = None) -> Tensor:
+              requires_grad: Optional[bool] = None) -> Self:
         """A tensor with storage and unspecified values."""
         from atensor.graph.node import BufferSpec
         from atensor.hcq.device import Device
@@ -81,7 +80,7 @@ class CreationOps:
 
     @classmethod
     def full(cls, shape: Sequence[int], fill_value: Scalar, dtype: Any = None, device: Optional[str] = None,
-             requires_grad: Optional[bool] = None) -> Tensor:
+             requires_grad: Optional[bool] = None) -> Self:
         """A constant tensor (a broadcast scalar: no storage until realized)."""
         shape = _shape_arg((shape,)) if isinstance(shape, (tuple, list)) else _shape_arg((int(shape),))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
@@ -90,21 +89,21 @@ class CreationOps:
 
     @classmethod
     def zeros(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-              requires_grad: Optional[bool] = None) -> Tensor:
+              requires_grad: Optional[bool] = None) -> Self:
         """A tensor of zeros (the default float unless `dtype`)."""
         return cls.full(_shape_arg(shape), 0.0, dtype=dtype or dtypes.default_float, device=device,
                         requires_grad=requires_grad)
 
     @classmethod
     def ones(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-             requires_grad: Optional[bool] = None) -> Tensor:
+             requires_grad: Optional[bool] = None) -> Self:
         """A tensor of ones (the default float unless `dtype`); `Tensor.ones(3, requires_grad=True)`."""
         return cls.full(_shape_arg(shape), 1.0, dtype=dtype or dtypes.default_float, device=device,
                         requires_grad=requires_grad)
 
     @classmethod
     def arange(cls, start: Scalar, stop: Optional[Scalar] = None, step: Scalar = 1, dtype: Any = None,
-               device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Tensor:
+               device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Self:
         """Values start, start+step, ... below stop (as numpy's arange)."""
         if stop is None:
             start, stop = 0, start
@@ -126,7 +125,7 @@ class CreationOps:
 
     @classmethod
     def linspace(cls, start: Scalar, stop: Scalar, steps: int, dtype: Any = None,
-                 device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Tensor:
+                 device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Self:
         """`steps` values evenly spaced from `start` to `stop`, both included (PyTorch's linspace)."""
         if steps < 0:
             raise ValueError(f"linspace: the number of steps must be non-negative, got {steps}")
@@ -140,7 +139,7 @@ class CreationOps:
 
     @classmethod
     def eye(cls, n: int, m: Optional[int] = None, dtype: Any = None, device: Optional[str] = None,
-            requires_grad: Optional[bool] = None) -> Tensor:
+            requires_grad: Optional[bool] = None) -> Self:
         """The n x m identity matrix."""
         m = n if m is None else m
         if n < 0 or m < 0:
@@ -158,7 +157,7 @@ class CreationOps:
 
     @classmethod
     def rand(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-             requires_grad: Optional[bool] = None) -> Tensor:
+             requires_grad: Optional[bool] = None) -> Self:
         """Uniform values in [0, 1), from Threefry counters (see random.py)."""
         shape = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -167,7 +166,7 @@ class CreationOps:
 
     @classmethod
     def randn(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-              requires_grad: Optional[bool] = None) -> Tensor:
+              requires_grad: Optional[bool] = None) -> Self:
         """Standard normal values (Box-Muller on two uniform draws)."""
         shape = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -177,7 +176,7 @@ class CreationOps:
 
     @classmethod
     def randint(cls, *shape, low: int = 0, high: int = 10, dtype: Any = None, device: Optional[str] = None,
-                requires_grad: Optional[bool] = None) -> Tensor:
+                requires_grad: Optional[bool] = None) -> Self:
         """Integers uniform in [low, high)."""
         if high <= low:
             raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
@@ -190,13 +189,13 @@ class CreationOps:
 
     @classmethod
     def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, dtype: Any = None,
-               device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Tensor:
+               device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Self:
         """Normal values with `mean` and `std`."""
         return _grad(cls.randn(*shape, dtype=dtype, device=device) * std + mean, requires_grad)
 
     @classmethod
     def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, dtype: Any = None,
-                device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Tensor:
+                device: Optional[str] = None, requires_grad: Optional[bool] = None) -> Self:
         """Uniform values in [low, high)."""
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         x = cls.rand(*shape, dtype=dtypes.float32 if dtypes.is_int(dt) else dt, device=device)
@@ -204,7 +203,7 @@ class CreationOps:
 
     @classmethod
     def scaled_uniform(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-                       requires_grad: Optional[bool] = None) -> Tensor:
+                       requires_grad: Optional[bool] = None) -> Self:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel) (tinygrad's)."""
         dims = _shape_arg(shape)
         x = cls.uniform(*dims, low=-1.0, high=1.0, dtype=dtype, device=device) * (math.prod(dims) ** -0.5)
@@ -212,7 +211,7 @@ class CreationOps:
 
     @classmethod
     def glorot_uniform(cls, *shape, dtype: Any = None, device: Optional[str] = None,
-                       requires_grad: Optional[bool] = None) -> Tensor:
+                       requires_grad: Optional[bool] = None) -> Self:
         """Glorot (Xavier) uniform: bound sqrt(6 / (shape[0] + prod(shape[1:])))."""
         dims = _shape_arg(shape)
         bound = math.sqrt(6 / ((dims[0] if dims else 1) + math.prod(dims[1:])))
@@ -220,7 +219,7 @@ class CreationOps:
 
     @classmethod
     def kaiming_uniform(cls, *shape, a: float = 0.01, dtype: Any = None, device: Optional[str] = None,
-                        requires_grad: Optional[bool] = None) -> Tensor:
+                        requires_grad: Optional[bool] = None) -> Self:
         """He (Kaiming) uniform with leaky-ReLU slope `a`: bound sqrt(6 / ((1 + a^2) * fan_in))."""
         dims = _shape_arg(shape)
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(_fan_in(dims))
@@ -228,29 +227,29 @@ class CreationOps:
 
     @classmethod
     def kaiming_normal(cls, *shape, a: float = 0.01, dtype: Any = None, device: Optional[str] = None,
-                       requires_grad: Optional[bool] = None) -> Tensor:
+                       requires_grad: Optional[bool] = None) -> Self:
         """He (Kaiming) normal with leaky-ReLU slope `a`: std sqrt(2 / ((1 + a^2) * fan_in))."""
         dims = _shape_arg(shape)
         std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(_fan_in(dims))
         return _grad(cls.normal(*dims, mean=0.0, std=std, dtype=dtype, device=device), requires_grad)
 
     # ---- like another tensor -----------------------------------------------------------------------
-    def full_like(self, fill_value: Scalar, **kw) -> Tensor:
+    def full_like(self, fill_value: Scalar, **kw) -> Self:
         """A constant tensor of this tensor's shape (and dtype and device unless given)."""
         return type(self).full(self.shape, fill_value, dtype=kw.get("dtype", self.dtype),
                                device=kw.get("device", self.device), requires_grad=kw.get("requires_grad"))
 
-    def zeros_like(self, **kw) -> Tensor:
+    def zeros_like(self, **kw) -> Self:
         return self.full_like(0, **kw)
 
-    def ones_like(self, **kw) -> Tensor:
+    def ones_like(self, **kw) -> Self:
         return self.full_like(1, **kw)
 
-    def empty_like(self, **kw) -> Tensor:
+    def empty_like(self, **kw) -> Self:
         return type(self).empty(*self.shape, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))
 
-    def rand_like(self, **kw) -> Tensor:
+    def rand_like(self, **kw) -> Self:
         return type(self).rand(*self.shape, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))
 
-    def randn_like(self, **kw) -> Tensor:
+    def randn_like(self, **kw) -> Self:
         return type(self).randn(*self.shape, dtype=kw.get("dtype", self.dtype), device=kw.get("device", self.device))

@@ -23,7 +23,7 @@ with `v` a scalar (or broadcastable to the masked elements' trailing shape) stay
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Self, Sequence
 
 import numpy as np
 
@@ -31,9 +31,8 @@ from atensor.dtype import dtypes, least_upper_float
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops
 from atensor.tensor_ops import TensorOps, _axis, broadcast_shape
+from atensor.tensor_base import AnyTensor
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 _BASIC = (int, slice, type(None), type(Ellipsis))
 
@@ -120,7 +119,7 @@ class IndexOps:
         return out
 
     # ---- getitem ---------------------------------------------------------------------------------
-    def __getitem__(self, index: Any) -> Tensor:
+    def __getitem__(self, index: Any) -> Self:
         """numpy's indexing: ints, slices (any step), None, ..., and integer or boolean tensors (advanced
         indexing; several broadcast together, and their result axes go where numpy puts them)."""
         entries = self._index_entries(index)
@@ -134,7 +133,7 @@ class IndexOps:
         out = self._new(Node.make(Ops.GATHER, self.dtype, (source.node, full.node)))
         return _place_result(out, positions, flat.ndim)
 
-    def _advanced(self, entries: list[Any]) -> tuple[Tensor, list[int], Tensor, Tensor]:
+    def _advanced(self, entries: list[Any]) -> tuple[Self, list[int], Self, Self]:
         """(x, positions, flat, valid): x is this tensor under the basic part of the index (tensor and
         int entries kept as whole axes), positions are x's axes that tensors and ints index, flat is
         the row-major position into those axes (broadcast shape of the indices), -1 where invalid."""
@@ -148,8 +147,8 @@ class IndexOps:
                    for e, p in zip((entries[p] for p in positions), positions)]
         indices = [(i < 0).where(i + size, i) for i, size in zip(indices, sizes)]
         shape = broadcast_shape(*(i.shape for i in indices), op="indexing")
-        flat: Optional[Tensor] = None
-        valid: Optional[Tensor] = None
+        flat: Optional[Self] = None
+        valid: Optional[Self] = None
         stride = 1
         for i, size in reversed(list(zip(indices, sizes))):
             term = i * stride if stride != 1 else i
@@ -200,7 +199,7 @@ class IndexOps:
             self._node = self.clone().node
 
     # ---- gather / scatter ------------------------------------------------------------------------
-    def _positions(self, dim: int, index: Tensor, op: str) -> Tensor:
+    def _positions(self, dim: int, index: Self, op: str) -> Self:
         """Flat positions into this tensor for torch's gather/scatter: index's own coordinates on
         every axis but `dim`, where the index's values are used. -1 where out of range."""
         if index.ndim != self.ndim or not dtypes.is_int(index.dtype):
@@ -212,7 +211,7 @@ class IndexOps:
         cls = type(self)
         wide = dtypes.int64 if math.prod(self.shape) >= 2 ** 31 - 1 else dtypes.int32
         idx = index.cast(wide)
-        flat: Optional[Tensor] = None
+        flat: Optional[Self] = None
         stride = 1
         for d in reversed(range(self.ndim)):
             if d == dim:
@@ -228,14 +227,14 @@ class IndexOps:
         ok = (idx >= 0) & (idx < self.shape[dim])
         return ok.where(flat._broadcast_to(index.shape), -1)
 
-    def gather(self, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: int, index: Self) -> Self:
         """torch.gather: out[i][j] = self[index[i][j]][j] for dim 0 (and so on); index has this tensor's
         number of dimensions, and out has index's shape. Out-of-range indices give 0."""
         dim = _axis(dim, self.ndim)
         flat = self._positions(dim, index, "gather")
         return self._new(Node.make(Ops.GATHER, self.dtype, (self.reshape(-1).node, flat.node)))
 
-    def _scatter_flat(self, dim: int, index: Tensor, src: Any, reduce: str, op: str) -> Tensor:
+    def _scatter_flat(self, dim: int, index: Self, src: Any, reduce: str, op: str) -> Self:
         dim = _axis(dim, self.ndim)
         flat = self._positions(dim, index, op)
         cls = type(self)
@@ -248,7 +247,7 @@ class IndexOps:
         node = Node.make(Ops.SCATTER, self.dtype, (self.reshape(-1).node, flat.node, values.node), reduce)
         return self._new(node).reshape(self.shape)
 
-    def scatter(self, dim: int, index: Tensor, src: Any, reduce: Optional[str] = None) -> Tensor:
+    def scatter(self, dim: int, index: Self, src: Any, reduce: Optional[str] = None) -> Self:
         """torch.scatter (out of place): a copy with self[index[i][j]][j] = src[i][j] for dim 0. `src` may be
         a scalar. With duplicate positions the last write wins; reduce="add" or "multiply" combines them
         with this tensor's values instead."""
@@ -262,8 +261,8 @@ class IndexOps:
             return self._scatter_flat(dim, index, src, "sum", "scatter")
         return self._scatter_flat(dim, index, src, "set", "scatter")
 
-    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str,
-                       include_self: bool = True) -> Tensor:
+    def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str,
+                       include_self: bool = True) -> Self:
         """torch.scatter_reduce for reduce in "sum", "prod", "amax", "amin", "mean": values at the same
         position combine; `include_self=False` leaves this tensor's values out where something is
         scattered. `src` must have this tensor's dtype (PyTorch's rule)."""
@@ -292,7 +291,7 @@ class IndexOps:
         flip = (lambda t: ~t) if not dtypes.is_float(self.dtype) else (lambda t: -t)
         return flip(flip(base)._scatter_flat(dim, index, flip(src.cast(self.dtype)), "max", "scatter_reduce"))
 
-    def _scatter_prod(self, dim: int, index: Tensor, src: Tensor, include_self: bool) -> Tensor:
+    def _scatter_prod(self, dim: int, index: Self, src: Self, include_self: bool) -> Self:
         """The product of the values scattered to each position (times this tensor's value there with
         `include_self`), through sums the SCATTER op has: exp of the summed log-magnitudes, the sign from
         the count of negatives, zero where a zero was scattered. Floats keep ~1e-7 relative error per
@@ -311,20 +310,20 @@ class IndexOps:
         out = hit.where(combined, self.cast(ft))
         return out if dtypes.is_float(self.dtype) else out.round().cast(self.dtype)
 
-    def index_select(self, dim: int, index: Tensor) -> Tensor:
+    def index_select(self, dim: int, index: Self) -> Self:
         """The slices of `dim` named by the 1-D integer tensor `index`, in its order."""
         dim = _axis(dim, self.ndim)
         if index.ndim != 1:
             raise GraphError(f"index_select needs a 1-D index, got shape {index.shape}")
         return self[(slice(None),) * dim + (index,)]
 
-    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+    def masked_fill(self, mask: Self, value: Any) -> Self:
         """`value` where `mask` (broadcast) is true, else this tensor; the dtype stays this tensor's."""
         fill = value.cast(self.dtype) if _is_tensor(value) else type(self).full((), value, dtype=self.dtype,
                                                                                 device=self.device)
         return mask.cast(dtypes.bool).where(fill, self)
 
-    def one_hot(self, num_classes: int = -1) -> Tensor:
+    def one_hot(self, num_classes: int = -1) -> Self:
         """An integer tensor with a new last axis of size `num_classes`, 1 at each value (tinygrad and
         PyTorch). `num_classes=-1` takes max + 1, which needs this tensor's values (realized)."""
         if not dtypes.is_int(self.dtype):
@@ -361,7 +360,7 @@ def _is_mask_index(t: Any, index: Any, value: Any) -> bool:
         return False
 
 
-def _row_index(flat: Tensor, rest_shape: tuple[int, ...]) -> Tensor:
+def _row_index(flat: AnyTensor, rest_shape: tuple[int, ...]) -> AnyTensor:
     """Positions into (rows, *rest_shape) flattened: flat row indices (shape B) -> shape B + rest."""
     if not rest_shape:
         return flat
@@ -376,7 +375,7 @@ def _adjacent(positions: list[int]) -> bool:
     return positions == list(range(positions[0], positions[0] + len(positions)))
 
 
-def _place_result(out: Tensor, positions: list[int], nb: int) -> Tensor:
+def _place_result(out: AnyTensor, positions: list[int], nb: int) -> AnyTensor:
     """out has axes (index axes..., rest...); numpy puts the index axes where the indexed axes were when
     those were adjacent, else first."""
     if not _adjacent(positions) or positions[0] == 0:
@@ -395,7 +394,7 @@ def _placed_shape(index_shape: tuple[int, ...], rest_shape: tuple[int, ...],
     return tuple(rest_shape[:k]) + tuple(index_shape) + tuple(rest_shape[k:])
 
 
-def _unplace(value: Tensor, positions: list[int], nb: int) -> Tensor:
+def _unplace(value: AnyTensor, positions: list[int], nb: int) -> AnyTensor:
     """The inverse of `_place_result`: value in numpy's result layout -> (index axes..., rest...)."""
     if not _adjacent(positions) or positions[0] == 0:
         return value

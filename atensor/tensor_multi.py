@@ -11,7 +11,7 @@ reading each shard's own storage, and reading the whole value back into one nump
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Self, Sequence
 
 import numpy as np
 
@@ -20,8 +20,6 @@ from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.hcq.device import canonical
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 _REDUCE_OPS = {"sum": (ReduceOp.SUM, False), "max": (ReduceOp.MAX, False), "prod": (ReduceOp.PROD, False),
                "mean": (ReduceOp.SUM, True)}
@@ -38,7 +36,7 @@ class MultiOps:
     __slots__ = ()
 
     def shard(self, devices: Sequence[str], axis: Optional[int] = None,
-              splits: Optional[Sequence[int]] = None) -> Tensor:
+              splits: Optional[Sequence[int]] = None) -> Self:
         """This tensor split along `axis` over `devices` (`axis=None`: a full copy on each device).
         The split is as even as possible (the first `size % n` shards get one more row), or `splits`
         gives each device's size. Shapes and values stay those of the unsharded tensor; ops run per
@@ -72,7 +70,7 @@ class MultiOps:
         return Node.make(Ops.MULTI, node.dtype, parts, node.arg)
 
     def shard_(self, devices: Sequence[str], axis: Optional[int] = None,
-               splits: Optional[Sequence[int]] = None) -> Tensor:
+               splits: Optional[Sequence[int]] = None) -> Self:
         """`shard` in place: this tensor becomes the sharded one."""
         self._node = self.shard(devices, axis, splits).node
         return self
@@ -88,12 +86,12 @@ class MultiOps:
         return multi.layout(self.node)[1]
 
     @property
-    def shards(self) -> list[Tensor]:
+    def shards(self) -> list[Self]:
         """Each device's part as a single-device tensor (the tensor itself when on one device)."""
         return [self._new(s) for s in multi.shards(self.node)]
 
     @classmethod
-    def from_shards(cls, parts: Sequence[Tensor], axis: Optional[int] = None) -> Tensor:
+    def from_shards(cls, parts: Sequence[Self], axis: Optional[int] = None) -> Self:
         """One sharded tensor from one single-device tensor per device, without copying: the parts are
         its shards, concatenated along `axis` (`axis=None`: the parts are replicas of one value, so
         they must have one shape). What jax's `make_array_from_single_device_arrays` does; a batch
@@ -126,7 +124,7 @@ class MultiOps:
         return cls(multi.make(nodes, axis))  # type: ignore[call-arg]
 
     @classmethod
-    def allreduce(cls, parts: Sequence[Tensor], op: str = "sum", algorithm: str = "auto") -> Tensor:
+    def allreduce(cls, parts: Sequence[Self], op: str = "sum", algorithm: str = "auto") -> Self:
         """Combines one tensor per device (same shapes, distinct devices) with `op` ("sum", "max",
         "prod" or "mean") into a tensor replicated on all of them: one collective, lowered by the
         scheduler to naive or ring steps ("auto": chosen by the cost model in sched/allreduce.py).
@@ -146,18 +144,18 @@ class MultiOps:
         return cls(multi.allreduce(nodes, rop, algorithm, mean))  # type: ignore[call-arg]
 
     # ---- helpers for Tensor.to / assign / clone / numpy on sharded tensors -----------------------------
-    def _to_devices(self, device: Any) -> Tensor:
+    def _to_devices(self, device: Any) -> Self:
         """`to` for a tuple of devices (replicate) or from a sharded tensor to one device (gather)."""
         if isinstance(device, (tuple, list)):
             return self._new(self._own_storage(multi.reshard(self.node, _devices(device), None)))
         node = multi.gather(self.node, canonical(device))
         base = node.base()
         if base.op is Ops.ASSIGN:  # the parts are written into a new buffer: its newest version
-            from atensor.sched import schedule as sched
-            sched.set_head(sched.storage_of(base), base)
+            from atensor.sched import versions
+            versions.set_head(versions.storage_of(base), base)
         return self._new(node)
 
-    def _assign_shards(self, value: Any) -> Tensor:
+    def _assign_shards(self, value: Any) -> Self:
         """`assign` on a sharded tensor: each shard's storage gets its part of `value`, laid out like
         this tensor (a value sharded differently, or on one device, is moved first)."""
         cls = type(self)
@@ -176,7 +174,7 @@ class MultiOps:
         self._node = Node.make(Ops.MULTI, node.dtype, tuple(out), node.arg)
         return self
 
-    def _clone_shards(self) -> Tensor:
+    def _clone_shards(self) -> Self:
         cls = type(self)
         node = self.node
         parts = tuple(cls(s).clone().node for s in node.src)  # type: ignore[call-arg]

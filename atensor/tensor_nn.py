@@ -12,23 +12,22 @@ neighbours of (i + 0.5) * in / out - 0.5, or of i * (in - 1) / (out - 1) with `a
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import Optional, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_float
+from atensor.tensor_base import AnyTensor
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _reduced(loss: Tensor, reduction: str) -> Tensor:
+def _reduced(loss: AnyTensor, reduction: str) -> AnyTensor:
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
 
 
-def _one_hot_along(index: Tensor, num_classes: int, dim: int) -> Tensor:
+def _one_hot_along(index: AnyTensor, num_classes: int, dim: int) -> AnyTensor:
     """index (..., 1 at `dim`, ...) compared with 0..num_classes-1 laid along `dim` (bool)."""
     if not dtypes.is_int(index.dtype):
         raise RuntimeError(f"class indices must be an integer tensor, got {index.dtype.name}")
@@ -43,7 +42,7 @@ class NNOps:
     __slots__ = ()
 
     # ---- losses ------------------------------------------------------------------------------------
-    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    def cross_entropy(self, Y: Self, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:
         """Cross entropy of logits (N, C, ...) or (C,) against class indices (N, ...) or probabilities
         shaped like the logits (PyTorch's F.cross_entropy, tinygrad's method)."""
         if not 0.0 <= label_smoothing <= 1.0:
@@ -57,8 +56,8 @@ class NNOps:
         Y = Y * (1 - label_smoothing) + label_smoothing / self.shape[classes_dim]
         return _reduced(-(self.log_softmax(classes_dim) * Y).sum(classes_dim), reduction)
 
-    def nll_loss(self, Y: Tensor, weight: Optional[Tensor] = None, ignore_index: Optional[int] = None,
-                 reduction: str = "mean") -> Tensor:
+    def nll_loss(self, Y: Self, weight: Optional[Self] = None, ignore_index: Optional[int] = None,
+                 reduction: str = "mean") -> Self:
         """The negative log likelihood of log-probabilities (N, C, ...) at class indices Y (N, ...), with
         optional class `weight` and `ignore_index`; "mean" divides by the total weight (PyTorch's)."""
         w = Y._const_like(1.0, least_upper_float(self.dtype)) if weight is None else \
@@ -70,8 +69,8 @@ class NNOps:
         nll = -picked * w
         return nll.sum() / w.sum() if reduction == "mean" else _reduced(nll, reduction)
 
-    def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                        reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Self:
         """Cross entropy of logits (..., C) against class indices Y (...) over the last axis, tinygrad's;
         entries equal to `ignore_index` count for nothing."""
         if not 0.0 <= label_smoothing <= 1.0:
@@ -85,25 +84,25 @@ class NNOps:
             return -unreduced.sum() / keep.sum().cast(unreduced.dtype)
         return -_reduced(unreduced, reduction)
 
-    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    def binary_crossentropy(self, Y: Self, reduction: str = "mean") -> Self:
         """-[y log p + (1 - y) log(1 - p)] of probabilities p (this tensor)."""
         return _reduced(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
 
-    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean",
-                                   pos_weight: Optional[Tensor] = None) -> Tensor:
+    def binary_crossentropy_logits(self, Y: Self, reduction: str = "mean",
+                                   pos_weight: Optional[Self] = None) -> Self:
         """binary_crossentropy of sigmoid(this tensor), computed from the logits stably."""
         log_p, log_q = self.logsigmoid(), (-self).logsigmoid()
         weight = 1 if pos_weight is None else pos_weight
         return _reduced(-(weight * Y * log_p + (1 - Y) * log_q), reduction)
 
     # ---- normalization -----------------------------------------------------------------------------
-    def layernorm(self, axis: Union[int, Sequence[int]] = -1, eps: float = 1e-5) -> Tensor:
+    def layernorm(self, axis: Union[int, Sequence[int]] = -1, eps: float = 1e-5) -> Self:
         """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without scale and shift."""
         y = self - self.mean(axis, keepdim=True)
         return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
 
-    def batchnorm(self, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor, invstd: Tensor,
-                  axis: Union[int, Sequence[int]] = 1) -> Tensor:
+    def batchnorm(self, weight: Optional[Self], bias: Optional[Self], mean: Self, invstd: Self,
+                  axis: Union[int, Sequence[int]] = 1) -> Self:
         """(x - mean) * invstd * weight + bias with the statistics laid along `axis` (tinygrad's)."""
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(a + self.ndim if a < 0 else a for a in axes)
@@ -114,7 +113,7 @@ class NNOps:
         out = x * (invstd.reshape(*shape) if invstd.ndim == len(axes) else invstd)
         return out + bias.reshape(*shape) if bias is not None else out
 
-    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Self:
         """x / max(||x||_p, eps) along `dim` (PyTorch's F.normalize; p=0 counts the nonzeros)."""
         if p == 0:
             den = (self != 0).cast(least_upper_float(self.dtype)).sum(dim, keepdim=True)
@@ -122,7 +121,7 @@ class NNOps:
             den = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
         return self / den.maximum(eps)
 
-    def dropout(self, p: float = 0.5) -> Tensor:
+    def dropout(self, p: float = 0.5) -> Self:
         """In training mode (`Tensor.train()`), zeroes each element with probability `p` and scales the
         rest by 1 / (1 - p); otherwise the identity. The mask comes from the counter-based generator."""
         if not 0 <= p <= 1:
@@ -136,7 +135,7 @@ class NNOps:
 
     # ---- resampling --------------------------------------------------------------------------------
     def interpolate(self, size: Optional[Sequence[int]] = None, mode: str = "linear", align_corners: bool = False,
-                    scale_factor: Optional[Union[float, Sequence[float]]] = None) -> Tensor:
+                    scale_factor: Optional[Union[float, Sequence[float]]] = None) -> Self:
         """Resamples the last len(size) axes to `size` (or by `scale_factor`): mode "nearest",
         "nearest-exact", or "linear" (also "bilinear", "trilinear"); `align_corners` as PyTorch's."""
         if size is None:

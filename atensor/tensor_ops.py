@@ -6,15 +6,13 @@ and axes of size 1 expand (a stride-0 view, never a copy). Python scalars are we
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import Any, Optional, Self, Sequence, Union
 
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.tensor_create import CreationOps, _ints
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 Scalar = Union[int, float, bool]
 
@@ -43,10 +41,10 @@ class TensorOps(CreationOps):
     __slots__ = ()
 
     # ---- broadcasting and dtypes ---------------------------------------------------------------
-    def _const_like(self, value: Scalar, dtype: Optional[DType] = None) -> Tensor:
+    def _const_like(self, value: Scalar, dtype: Optional[DType] = None) -> Self:
         return type(self).full(self.shape, value, dtype=dtype or self.dtype, device=self.device)
 
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
         if self.shape == tuple(shape):
             return self
         full = broadcast_shape(self.shape, tuple(shape), op="expand")
@@ -57,7 +55,7 @@ class TensorOps(CreationOps):
             node = node.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
         return self._new(node.expand(tuple(shape)))
 
-    def _operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    def _operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Self, Self]:
         """Both operands as tensors of one dtype and shape; Python scalars are weak."""
         cls = type(self)
         x = self
@@ -85,55 +83,55 @@ class TensorOps(CreationOps):
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
 
-    def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+    def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Self:
         x, y = self._operands(other, name, reverse)
         return self._new(x.node.alu(op, y.node))
 
-    def cast(self, dtype: Any) -> Tensor:
+    def cast(self, dtype: Any) -> Self:
         """Values converted to `dtype` (float to int truncates toward zero)."""
         dt = to_dtype(dtype)
         return self if dt == self.dtype else self._new(self.node.cast(dt))
 
-    def bitcast(self, dtype: Any) -> Tensor:
+    def bitcast(self, dtype: Any) -> Self:
         """The same bits read as `dtype` (same item size)."""
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise GraphError(f"bitcast from {self.dtype.name} to {dt.name}: item sizes differ")
         return self._new(Node.make(Ops.BITCAST, dt, (self.node,)))
 
-    def float(self) -> Tensor:
+    def float(self) -> Self:
         return self.cast(dtypes.float32)
 
-    def half(self) -> Tensor:
+    def half(self) -> Self:
         return self.cast(dtypes.float16)
 
-    def double(self) -> Tensor:
+    def double(self) -> Self:
         return self.cast(dtypes.float64)
 
-    def int(self) -> Tensor:
+    def int(self) -> Self:
         return self.cast(dtypes.int32)
 
-    def long(self) -> Tensor:
+    def long(self) -> Self:
         return self.cast(dtypes.int64)
 
-    def bool(self) -> Tensor:
+    def bool(self) -> Self:
         return self.cast(dtypes.bool)
 
-    def _float_unary(self, op: Ops) -> Tensor:
+    def _float_unary(self, op: Ops) -> Self:
         x = self.cast(least_upper_float(self.dtype))
         return self._new(x.node.alu(op))
 
     # ---- elementwise ---------------------------------------------------------------------------
-    def add(self, x: Any, reverse: bool = False) -> Tensor:
+    def add(self, x: Any, reverse: bool = False) -> Self:
         return self._binary(Ops.ADD, x, "add", reverse)
 
-    def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    def sub(self, x: Any, reverse: bool = False) -> Self:
         return self._binary(Ops.SUB, x, "sub", reverse)
 
-    def mul(self, x: Any, reverse: bool = False) -> Tensor:
+    def mul(self, x: Any, reverse: bool = False) -> Self:
         return self._binary(Ops.MUL, x, "mul", reverse)
 
-    def div(self, x: Any, reverse: bool = False, rounding_mode: Optional[str] = None) -> Tensor:
+    def div(self, x: Any, reverse: bool = False, rounding_mode: Optional[str] = None) -> Self:
         """True division (integer operands give the default float); `rounding_mode="trunc"` rounds the
         quotient toward zero and `"floor"` toward -inf, keeping integer operands' dtype (PyTorch's)."""
         a, b = self._operands(x, "div", reverse)
@@ -151,24 +149,24 @@ class TensorOps(CreationOps):
             return q
         return q.trunc() if rounding_mode == "trunc" else q.floor()
 
-    def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
+    def floordiv(self, x: Any, reverse: bool = False) -> Self:
         """Floor division (numpy's and PyTorch's `//`)."""
         return self._binary(Ops.IDIV, x, "floordiv", reverse)
 
-    def mod(self, x: Any, reverse: bool = False) -> Tensor:
+    def mod(self, x: Any, reverse: bool = False) -> Self:
         """Remainder with the divisor's sign (numpy's and PyTorch's `%`)."""
         return self._binary(Ops.MOD, x, "mod", reverse)
 
-    def pow(self, x: Any, reverse: bool = False) -> Tensor:
+    def pow(self, x: Any, reverse: bool = False) -> Self:
         """self ** x; an integer tensor to a negative integer power raises (its result is not an integer)."""
         if not reverse and isinstance(x, int) and x < 0 and dtypes.is_int(self.dtype):
             raise RuntimeError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {x})")
         return self._binary(Ops.POW, x, "pow", reverse)
 
-    def maximum(self, x: Any) -> Tensor:
+    def maximum(self, x: Any) -> Self:
         return self._binary(Ops.MAX, x, "maximum")
 
-    def minimum(self, x: Any) -> Tensor:
+    def minimum(self, x: Any) -> Self:
         """The smaller of the two, elementwise: -max(-a, -b) (~max(~a, ~b) for integers), so NaN
         propagates and a tie splits the gradient in half, as PyTorch's minimum."""
         a, b = self._operands(x, "minimum")
@@ -211,13 +209,13 @@ class TensorOps(CreationOps):
     def __lshift__(self, x): return self.lshift(x)
     def __rshift__(self, x): return self.rshift(x)
 
-    def bitwise_not(self) -> Tensor:
+    def bitwise_not(self) -> Self:
         """~x for integers and bools (logical not for bools)."""
         if dtypes.is_float(self.dtype):
             raise RuntimeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype.name}")
         return self._new(self.node.alu(Ops.NOT))
 
-    def lshift(self, x: Any) -> Tensor:
+    def lshift(self, x: Any) -> Self:
         """x << n for an integer tensor: multiplication by 2**n (wrapping like the dtype); n may be an
         integer tensor."""
         if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
@@ -228,7 +226,7 @@ class TensorOps(CreationOps):
             raise RuntimeError(f"<< needs an integer tensor and a non-negative int, got {self.dtype.name} and {x!r}")
         return self * (1 << x) if x < self.dtype.itemsize * 8 else self * 0
 
-    def rshift(self, x: Any) -> Tensor:
+    def rshift(self, x: Any) -> Self:
         """x >> n for an integer tensor: floor division by 2**n (arithmetic shift for signed ints); n may be
         an integer tensor."""
         if isinstance(x, TensorOps) and dtypes.is_int(x.dtype) and dtypes.is_int(self.dtype):
@@ -243,7 +241,7 @@ class TensorOps(CreationOps):
             return (self.cast(dtypes.int64) // (1 << x)).cast(self.dtype)
         return self // (1 << x)
 
-    def sequential(self, layers: Sequence[Any]) -> Tensor:
+    def sequential(self, layers: Sequence[Any]) -> Self:
         """Applies the callables in `layers` in order: `x.sequential([l1, l2])` is `l2(l1(x))`."""
         out = self
         for layer in layers:
@@ -260,40 +258,40 @@ class TensorOps(CreationOps):
     def le(self, x): return self <= x
     def ge(self, x): return self >= x
 
-    def logical_not(self) -> Tensor:
+    def logical_not(self) -> Self:
         return self._new(self.cast(dtypes.bool).node.alu(Ops.NOT))
 
-    def logical_and(self, x: Any) -> Tensor:
+    def logical_and(self, x: Any) -> Self:
         return self.cast(dtypes.bool) & (x.cast(dtypes.bool) if isinstance(x, TensorOps) else bool(x))
 
-    def logical_or(self, x: Any) -> Tensor:
+    def logical_or(self, x: Any) -> Self:
         return self.cast(dtypes.bool) | (x.cast(dtypes.bool) if isinstance(x, TensorOps) else bool(x))
 
-    def neg(self) -> Tensor:
+    def neg(self) -> Self:
         if self.dtype == dtypes.bool:
             return self.logical_not()
         return self._new(self.node.alu(Ops.NEG))
 
-    def abs(self) -> Tensor:
+    def abs(self) -> Self:
         """|x|; for floats x * sign(x), so the gradient at 0 is 0 (PyTorch's)."""
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
         return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
 
-    def exp(self) -> Tensor: return self._float_unary(Ops.EXP)
-    def log(self) -> Tensor: return self._float_unary(Ops.LOG)
-    def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
-    def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
-    def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
-    def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
-    def cos(self) -> Tensor: return self._float_unary(Ops.COS)
-    def tanh(self) -> Tensor: return self._float_unary(Ops.TANH)
-    def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIP)
-    def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-    def tan(self) -> Tensor: return self.sin() / self.cos()
-    def square(self) -> Tensor: return self * self
+    def exp(self) -> Self: return self._float_unary(Ops.EXP)
+    def log(self) -> Self: return self._float_unary(Ops.LOG)
+    def exp2(self) -> Self: return self._float_unary(Ops.EXP2)
+    def log2(self) -> Self: return self._float_unary(Ops.LOG2)
+    def sqrt(self) -> Self: return self._float_unary(Ops.SQRT)
+    def sin(self) -> Self: return self._float_unary(Ops.SIN)
+    def cos(self) -> Self: return self._float_unary(Ops.COS)
+    def tanh(self) -> Self: return self._float_unary(Ops.TANH)
+    def reciprocal(self) -> Self: return self._float_unary(Ops.RECIP)
+    def rsqrt(self) -> Self: return self.sqrt().reciprocal()
+    def tan(self) -> Self: return self.sin() / self.cos()
+    def square(self) -> Self: return self * self
 
-    def sigmoid(self) -> Tensor:
+    def sigmoid(self) -> Self:
         """1 / (1 + e^-x), from t = e^-|x| (never overflows): 1 / (1 + t) for x >= 0, t / (1 + t) below,
         so the value and the gradient stay finite at any x."""
         x = self.cast(least_upper_float(self.dtype))
@@ -302,12 +300,12 @@ class TensorOps(CreationOps):
         inv = (1 + t).reciprocal()
         return positive.where(inv, t * inv)
 
-    def relu(self) -> Tensor:
+    def relu(self) -> Self:
         """x where positive, else 0; the gradient at 0 is 0 (PyTorch's and tinygrad's)."""
         return (self > 0).where(self, 0)
 
 
-    def where(self, x: Any, y: Any) -> Tensor:
+    def where(self, x: Any, y: Any) -> Self:
         """`x` where this (bool) tensor is true, else `y`; all three broadcast."""
         cls = type(self)
         cond = self.cast(dtypes.bool)
@@ -331,7 +329,7 @@ class TensorOps(CreationOps):
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         return tuple(sorted({_axis(a, self.ndim) for a in axes}))
 
-    def _reduce(self, op: ReduceOp, axis: Any, keepdim: bool) -> Tensor:
+    def _reduce(self, op: ReduceOp, axis: Any, keepdim: bool) -> Self:
         axes = self._reduce_axes(axis)
         node = self.node.reduce(op, axes) if self.ndim else self.node
         out = self._new(node)
@@ -339,37 +337,37 @@ class TensorOps(CreationOps):
             out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
         return out
 
-    def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Self:
         """Sum over `axis` (all when None); small ints and bools accumulate in int32 / uint32."""
         acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
         return self.cast(acc)._reduce(ReduceOp.SUM, axis, keepdim)
 
-    def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Self:
         acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
         return self.cast(acc)._reduce(ReduceOp.PROD, axis, keepdim)
 
-    def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def max(self, axis: Any = None, keepdim: bool = False) -> Self:
         return self._reduce(ReduceOp.MAX, axis, keepdim)
 
-    def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def min(self, axis: Any = None, keepdim: bool = False) -> Self:
         if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
             return ~((~self).max(axis, keepdim))
         return -((-self).max(axis, keepdim))
 
-    def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def mean(self, axis: Any = None, keepdim: bool = False) -> Self:
         """Arithmetic mean; integer tensors give the default float."""
         axes = self._reduce_axes(axis)
         count = math.prod(self.shape[a] for a in axes)
         out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
         return out / count if count else out * math.nan
 
-    def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def any(self, axis: Any = None, keepdim: bool = False) -> Self:
         return self.cast(dtypes.bool).max(axis, keepdim)
 
-    def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def all(self, axis: Any = None, keepdim: bool = False) -> Self:
         return self.logical_not().any(axis, keepdim).logical_not()
 
-    def argmax(self, axis: Optional[int] = None, keepdim: bool = False) -> Tensor:
+    def argmax(self, axis: Optional[int] = None, keepdim: bool = False) -> Self:
         """Index of the first maximum along `axis` (of the flattened tensor when None)."""
         if axis is None:
             return self.flatten().argmax(0, keepdim=False)
@@ -385,12 +383,12 @@ class TensorOps(CreationOps):
         count_down = type(self).arange(n, 0, -1, device=self.device).reshape(*shape)
         return (n - (is_max * count_down).max(axis, keepdim)).cast(dtypes.int32)
 
-    def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> Tensor:
+    def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> Self:
         flipped = ~self if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else -self
         return flipped.argmax(axis, keepdim)
 
     # ---- movement ------------------------------------------------------------------------------
-    def reshape(self, *shape) -> Tensor:
+    def reshape(self, *shape) -> Self:
         """The same values in a new shape; one axis may be -1."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
@@ -407,34 +405,34 @@ class TensorOps(CreationOps):
 
     view = reshape
 
-    def permute(self, *order) -> Tensor:
+    def permute(self, *order) -> Self:
         order = tuple(_axis(a, self.ndim) for a in _ints(order))
         if len(set(order)) != len(order) or len(order) != self.ndim:
             raise GraphError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
         return self._new(self.node.permute(order))
 
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
         order = list(range(self.ndim))
         a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
         order[a], order[b] = order[b], order[a]
         return self.permute(*order)
 
     @property
-    def T(self) -> Tensor:
+    def T(self) -> Self:
         return self.permute(*reversed(range(self.ndim)))
 
-    def expand(self, *shape) -> Tensor:
+    def expand(self, *shape) -> Self:
         shape = _ints(shape)
         new = tuple(s if n == -1 else n for s, n in zip((1,) * (len(shape) - self.ndim) + self.shape, shape))
         return self._broadcast_to(new)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         if self.ndim == 0:
             return self.reshape(1)
         a, b = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
         return self.reshape(*self.shape[:a], math.prod(self.shape[a:b + 1]), *self.shape[b + 1:])
 
-    def squeeze(self, dim: Optional[int] = None) -> Tensor:
+    def squeeze(self, dim: Optional[int] = None) -> Self:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         if self.ndim == 0:
@@ -443,11 +441,11 @@ class TensorOps(CreationOps):
         d = _axis(dim, self.ndim)
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> Self:
         d = _axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def pad(self, padding: Sequence, value: Scalar = 0.0) -> Tensor:
+    def pad(self, padding: Sequence, value: Scalar = 0.0) -> Self:
         """Pads with `value`. `padding` is ((before, after), ...) per axis (None for none), or torch's
         flat (left, right, top, bottom, ...) starting at the last axis."""
         if all(isinstance(p, int) for p in padding):
@@ -469,19 +467,19 @@ class TensorOps(CreationOps):
         inside = type(self).full(self.shape, True, dtype=dtypes.bool, device=self.device)
         return inside._new(inside.node.pad(tuple(pairs))).where(out, value)
 
-    def shrink(self, arg: Sequence) -> Tensor:
+    def shrink(self, arg: Sequence) -> Self:
         """Keeps [begin, end) per axis (None keeps the whole axis)."""
         bounds = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
         return self._new(self.node.shrink(bounds))
 
-    def flip(self, axis: Any) -> Tensor:
+    def flip(self, axis: Any) -> Self:
         listed = [_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)]
         axes = set(listed)
         if len(axes) != len(listed):
             raise GraphError(f"flip: axis {tuple(axis)} names an axis twice")
         return self._new(self.node.flip(tuple(i in axes for i in range(self.ndim))))
 
-    def __getitem__(self, index: Any) -> Tensor:
+    def __getitem__(self, index: Any) -> Self:
         """Basic indexing: ints, slices (any step), None and Ellipsis."""
         index = index if isinstance(index, tuple) else (index,)
         if any(isinstance(i, TensorOps) or isinstance(i, (list, type(None).__class__)) and not i is None
@@ -527,7 +525,7 @@ class TensorOps(CreationOps):
         return self._new(node.reshape(tuple(out_shape)))
 
     # ---- matmul --------------------------------------------------------------------------------
-    def dot(self, w: Tensor) -> Tensor:
+    def dot(self, w: Self) -> Self:
         """Matrix product with numpy's rules for 1-D and batched operands (a BLAS call in the kernel)."""
         x = self
         if x.ndim == 0 or w.ndim == 0:

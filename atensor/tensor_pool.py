@@ -21,15 +21,13 @@ extra right padding the last partial window needs (never counted by avg_pool's d
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import Any, Optional, Self, Sequence, Union
 
 import numpy as np
 
 from atensor.dtype import dtypes, least_upper_dtype, least_upper_float
 from atensor.tensor_ops import TensorOps
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 Ints = Union[int, Sequence[int]]
 
@@ -74,7 +72,7 @@ class PoolOps:
     __slots__ = ()
 
     def _windows(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-                 pads: list[tuple[int, int]], fill: Any) -> tuple[list[Tensor], tuple[int, ...]]:
+                 pads: list[tuple[int, int]], fill: Any) -> tuple[list[Self], tuple[int, ...]]:
         """One (N, C, *out) strided view of this tensor (padded with `fill`) per kernel offset, in
         row-major order of the offsets, and the output's spatial shape."""
         dims = len(kernel)
@@ -95,8 +93,8 @@ class PoolOps:
         return terms, out
 
     # ---- convolution ---------------------------------------------------------------------------------
-    def conv2d(self, weight: Tensor, bias: Optional[Tensor] = None, groups: int = 1, stride: Ints = 1,
-               dilation: Ints = 1, padding: Ints = 0, dtype: Any = None) -> Tensor:
+    def conv2d(self, weight: Self, bias: Optional[Self] = None, groups: int = 1, stride: Ints = 1,
+               dilation: Ints = 1, padding: Ints = 0, dtype: Any = None) -> Self:
         """Cross-correlation of this (N, Cin, *spatial) input with `weight` (Cout, Cin / groups, *kernel),
         PyTorch's conv1d/2d/3d by the weight's dimensions; see the module docstring for `padding`."""
         dims = weight.ndim - 2
@@ -121,16 +119,16 @@ class PoolOps:
             result = result + bias.cast(dt).reshape(1, cout, *([1] * dims))
         return result.cast(dtype) if dtype is not None else result
 
-    def conv1d(self, weight: Tensor, bias: Optional[Tensor] = None, **kw: Any) -> Tensor:
+    def conv1d(self, weight: Self, bias: Optional[Self] = None, **kw: Any) -> Self:
         """conv2d with a 1-D kernel (N, C, L) input."""
         return self.conv2d(weight, bias, **kw)
 
-    def conv3d(self, weight: Tensor, bias: Optional[Tensor] = None, **kw: Any) -> Tensor:
+    def conv3d(self, weight: Self, bias: Optional[Self] = None, **kw: Any) -> Self:
         """conv2d with a 3-D kernel (N, C, D, H, W) input."""
         return self.conv2d(weight, bias, **kw)
 
-    def conv_transpose2d(self, weight: Tensor, bias: Optional[Tensor] = None, groups: int = 1, stride: Ints = 1,
-                         dilation: Ints = 1, padding: Ints = 0, output_padding: Ints = 0) -> Tensor:
+    def conv_transpose2d(self, weight: Self, bias: Optional[Self] = None, groups: int = 1, stride: Ints = 1,
+                         dilation: Ints = 1, padding: Ints = 0, output_padding: Ints = 0) -> Self:
         """The transposed convolution (the gradient of conv2d with respect to its input) with `weight`
         (Cin, Cout / groups, *kernel), any number of spatial axes, as PyTorch's conv_transpose1d/2d/3d:
         the input is spread out by `stride` (zeros between), padded by dilation * (k - 1) - padding,
@@ -208,7 +206,7 @@ class PoolOps:
     max_pool1d = max_pool3d = max_pool2d
 
     def avg_pool2d(self, kernel_size: Ints = (2, 2), stride: Optional[Ints] = None, dilation: Ints = 1,
-                   padding: Ints = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+                   padding: Ints = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
         """The mean of each window, for any number of spatial axes; padding counts as 0 and, with
         count_include_pad=False, is left out of the count; ceil_mode's extra windows never count it."""
         k, s, d, pads, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
@@ -237,8 +235,8 @@ class PoolOps:
 
     avg_pool1d = avg_pool3d = avg_pool2d
 
-    def max_unpool2d(self, indices: Tensor, kernel_size: Ints = (2, 2), stride: Optional[Ints] = None,
-                     dilation: Ints = 1, padding: Ints = 0, output_size: Optional[Sequence[int]] = None) -> Tensor:
+    def max_unpool2d(self, indices: Self, kernel_size: Ints = (2, 2), stride: Optional[Ints] = None,
+                     dilation: Ints = 1, padding: Ints = 0, output_size: Optional[Sequence[int]] = None) -> Self:
         """The partial inverse of max_pool2d: zeros of the input's size with each value put back at the
         position `indices` (from max_pool2d(return_indices=True)) names."""
         dims = len(kernel_size) if not isinstance(kernel_size, int) else self.ndim - 2

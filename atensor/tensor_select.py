@@ -15,18 +15,17 @@ with `fill_value` after the last one.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Self
 
 import numpy as np
 
 from atensor.dtype import dtypes
 from atensor.tensor_ops import _axis
-
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
+from atensor.tensor_base import AnyTensor
 
 
-def _before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
+
+def _before(a: AnyTensor, b: AnyTensor, descending: bool) -> AnyTensor:
     """True where `a` sorts strictly before `b` (NaN after every number, in either direction)."""
     if not dtypes.is_float(a.dtype):
         return (a > b) if descending else (a < b)
@@ -35,7 +34,7 @@ def _before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
     return (plain & a_nan.logical_not()) | (b_nan & a_nan.logical_not())
 
 
-def _same(a: Tensor, b: Tensor) -> Tensor:
+def _same(a: AnyTensor, b: AnyTensor) -> AnyTensor:
     same = a == b
     return same | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else same
 
@@ -44,7 +43,7 @@ class SelectOps:
     """Sorting and selection methods of Tensor (a mixin)."""
     __slots__ = ()
 
-    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
         """(values, indices) sorted along `dim`, stably (equal values keep their order); indices are int32."""
         if self.ndim == 0:
             return self, self._const_like(0, dtypes.int32)
@@ -69,12 +68,12 @@ class SelectOps:
             values, idx = values.transpose(dim, -1), idx.transpose(dim, -1)
         return values, idx
 
-    def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
+    def argsort(self, dim: int = -1, descending: bool = False) -> Self:
         """The indices that sort this tensor along `dim` (stably)."""
         return self.sort(dim, descending)[1]
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True,
-             sorted: Optional[bool] = None) -> tuple[Tensor, Tensor]:  # noqa: A002 - PyTorch's name
+             sorted: Optional[bool] = None) -> tuple[Self, Self]:  # noqa: A002 - PyTorch's name
         """(values, indices) of the `k` largest (or smallest) elements along `dim`, in sorted order."""
         if sorted is False or not sorted_:
             raise NotImplementedError("topk(sorted=False) is not supported; the results come sorted")
@@ -89,7 +88,7 @@ class SelectOps:
         bounds[d] = (0, k)
         return values.shrink(bounds), idx.shrink(bounds)
 
-    def masked_select(self, mask: Tensor, size: Optional[int] = None, fill_value: Any = 0) -> Tensor:
+    def masked_select(self, mask: Self, size: Optional[int] = None, fill_value: Any = 0) -> Self:
         """The elements where `mask` (bool, broadcast to this shape) is true, as a 1-D tensor in row-major
         order. Without `size` the mask's values are read now; with `size` the result has that length
         (lazy), cut or padded with `fill_value`."""
@@ -110,7 +109,7 @@ class SelectOps:
         position = flat_mask.where(position, -1)
         return base.scatter(0, position, x)
 
-    def nonzero(self, size: Optional[int] = None, fill_value: int = 0) -> Tensor:
+    def nonzero(self, size: Optional[int] = None, fill_value: int = 0) -> Self:
         """The int32 coordinates (count, ndim) of the nonzero elements, in row-major order; `size` makes it
         lazy and of that many rows, as masked_select."""
         cls = type(self)

@@ -9,14 +9,13 @@ for views and elementwise ops; no new graph op is needed.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import Any, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_dtype
 from atensor.graph.node import GraphError
 from atensor.tensor_ops import TensorOps, _axis
+from atensor.tensor_base import AnyTensor
 
-if TYPE_CHECKING:
-    from atensor.tensor import Tensor
 
 
 def _ints(args: Sequence) -> tuple[int, ...]:
@@ -29,7 +28,7 @@ class ShapeOps:
     """Joining and rearranging methods of Tensor (a mixin)."""
     __slots__ = ()
 
-    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    def cat(self, *others: Self, dim: int = 0) -> Self:
         """This tensor and `others` joined along `dim`; every other axis must match. Parts of size 0
         along `dim` are allowed."""
         if isinstance(self, (list, tuple)):  # Tensor.cat([a, b]) (PyTorch's form)
@@ -60,7 +59,7 @@ class ShapeOps:
             return type(self).zeros(*shape, dtype=dt, device=self.device)
         return out
 
-    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    def stack(self, *others: Self, dim: int = 0) -> Self:
         """This tensor and `others` (all the same shape) joined along a new axis `dim`; also
         `Tensor.stack([a, b])`."""
         if isinstance(self, (list, tuple)):
@@ -73,7 +72,7 @@ class ShapeOps:
         dim = _axis(dim, self.ndim + 1)
         return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
 
-    def split(self, sizes: Union[int, Sequence[int]], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, sizes: Union[int, Sequence[int]], dim: int = 0) -> tuple[Self, ...]:
         """Pieces along `dim`: of `sizes` each (the last may be smaller) or of the listed sizes."""
         dim = _axis(dim, self.ndim)
         n = self.shape[dim]
@@ -91,14 +90,14 @@ class ShapeOps:
             at += s
         return tuple(out)
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """`chunks` pieces along `dim` of ceil(size / chunks) each (fewer when they run out), as PyTorch."""
         if chunks <= 0:
             raise GraphError(f"chunk needs a positive number of chunks, got {chunks}")
         n = self.shape[_axis(dim, self.ndim)]
         return self.split(max(1, -(-n // chunks)), dim) if n else (self,) * 1
 
-    def repeat(self, *repeats: int) -> Tensor:
+    def repeat(self, *repeats: int) -> Self:
         """PyTorch's repeat (numpy's tile with at least as many repeats as axes): the whole tensor
         repeated along each axis; extra leading repeats add axes."""
         reps = _ints(repeats)
@@ -110,12 +109,12 @@ class ShapeOps:
         final = [r * s for r, s in zip(reps, x.shape)]
         return x.reshape(*interleaved).expand(*expanded).reshape(*final)
 
-    def tile(self, *reps: int) -> Tensor:
+    def tile(self, *reps: int) -> Self:
         """numpy's tile: like repeat, but fewer repeats than axes repeat the trailing axes."""
         r = _ints(reps)
         return self.repeat(*((1,) * (self.ndim - len(r)) + r))
 
-    def repeat_interleave(self, repeats: int, dim: Any = None) -> Tensor:
+    def repeat_interleave(self, repeats: int, dim: Any = None) -> Self:
         """Each element repeated `repeats` times along `dim` (of the flattened tensor when None)."""
         if not isinstance(repeats, int):
             raise NotImplementedError("repeat_interleave with per-element repeats (a tensor) is not "
@@ -125,7 +124,7 @@ class ShapeOps:
         expanded = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:])
         return expanded.reshape(*x.shape[:d], x.shape[d] * repeats, *x.shape[d + 1:])
 
-    def pad(self, padding: Sequence, mode: str = "constant", value: Any = 0.0) -> Tensor:
+    def pad(self, padding: Sequence, mode: str = "constant", value: Any = 0.0) -> Self:
         """Pads with `mode`: "constant" (with `value`), "reflect" (mirror without the edge),
         "replicate" (the edge repeated) or "circular" (wrap around). `padding` is ((before, after), ...)
         per axis (None for none), or PyTorch's flat (left, right, top, bottom, ...) from the last axis."""
@@ -156,7 +155,7 @@ class ShapeOps:
             x = parts[0].cat(*parts[1:], dim=d)
         return x
 
-    def roll(self, shifts: Union[int, Sequence[int]], dims: Union[int, Sequence[int], None] = None) -> Tensor:
+    def roll(self, shifts: Union[int, Sequence[int]], dims: Union[int, Sequence[int], None] = None) -> Self:
         """Elements shifted by `shifts` along `dims`, wrapping around (of the flattened tensor when None)."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(*self.shape)
@@ -180,7 +179,7 @@ class ShapeOps:
         return x
 
     # ---- windows, diagonals and grids -------------------------------------------------------------
-    def unfold(self, dim: int, size: int, step: int) -> Tensor:
+    def unfold(self, dim: int, size: int, step: int) -> Self:
         """PyTorch's Tensor.unfold: the windows of `size` elements every `step` along `dim`; axis `dim`
         becomes the window count and a last axis of `size` is added. Each window offset is one strided
         slice, so the windows are views and the gradient adds up where they overlap."""
@@ -202,7 +201,7 @@ class ShapeOps:
             parts.append(self[tuple(index)].unsqueeze(-1))
         return parts[0].cat(*parts[1:], dim=-1)
 
-    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
         """Axis `dim` split into `sizes` (one may be -1)."""
         dim = _axis(dim, self.ndim)
         sizes = list(sizes)
@@ -213,7 +212,7 @@ class ShapeOps:
             sizes[sizes.index(-1)] = self.shape[dim] // known if known else 0
         return self.reshape(*self.shape[:dim], *sizes, *self.shape[dim + 1:])
 
-    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """The diagonal of the (dim1, dim2) planes (above it with offset > 0, below with < 0), as a last
         axis (PyTorch's). A view: the plane flattened, padded by one per row and the first column kept."""
         a, b = _axis(dim1, self.ndim), _axis(dim2, self.ndim)
@@ -235,7 +234,7 @@ class ShapeOps:
         padded = TensorOps.pad(square, [(0, 0)] * len(batch) + [(0, m)])
         return padded.reshape(*batch, m, m + 1)[..., 0]
 
-    def diag(self, diagonal: int = 0) -> Tensor:
+    def diag(self, diagonal: int = 0) -> Self:
         """A 1-D tensor made the `diagonal` of a square matrix (zeros elsewhere), or the diagonal of a 2-D
         one, as torch.diag."""
         if self.ndim == 2:
@@ -250,7 +249,7 @@ class ShapeOps:
             return rows
         return TensorOps.pad(rows, [(0, k), (k, 0)] if diagonal > 0 else [(k, 0), (0, k)])
 
-    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self, *others: Self, indexing: str = "ij") -> tuple[Self, ...]:
         """Coordinate grids of this tensor and `others` (each 1-D or 0-d), as torch.meshgrid: "ij" is
         matrix indexing, "xy" swaps the first two axes (Cartesian)."""
         if indexing not in ("ij", "xy"):
@@ -267,7 +266,7 @@ class ShapeOps:
             out.append(p.reshape(*shape).expand(*sizes))
         return tuple(out)
 
-    def _triangle(self, diagonal: int, lower: bool) -> Tensor:
+    def _triangle(self, diagonal: int, lower: bool) -> Self:
         if self.ndim < 2:
             raise GraphError(f"{'tril' if lower else 'triu'} needs at least 2 dimensions, got {self.shape}")
         rows, cols = self.shape[-2:]
@@ -277,11 +276,11 @@ class ShapeOps:
         keep = (c - r <= diagonal) if lower else (c - r >= diagonal)
         return keep.where(self, self._const_like(0))
 
-    def tril(self, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Self:
         """The lower triangle of the last two axes (element [i, j] kept where j - i <= diagonal), else 0."""
         return self._triangle(diagonal, True)
 
-    def triu(self, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Self:
         """The upper triangle of the last two axes (element [i, j] kept where j - i >= diagonal), else 0."""
         return self._triangle(diagonal, False)
 
@@ -300,7 +299,7 @@ def _pairs(padding: Sequence, ndim: int) -> list[tuple[int, int]]:
     return pairs
 
 
-def _edge(x: Tensor, d: int, mode: str, width: int, start: bool) -> Tensor:
+def _edge(x: AnyTensor, d: int, mode: str, width: int, start: bool) -> AnyTensor:
     """The `width` elements padded on one side of axis `d`."""
     n = x.shape[d]
     bounds: list[Any] = [None] * x.ndim

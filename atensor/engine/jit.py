@@ -59,6 +59,7 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
 from atensor.sched import schedule as sched
+from atensor.sched import versions
 from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor import Tensor
 from atensor.tensor_autograd import grad_disabled
@@ -289,10 +290,10 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
                    written: frozenset[BufferSpec] = frozenset()) -> Optional[RealizeHandle]:
     """Realizes the lazy assigns still pending (all of them, or those on a buffer in `accessed` or
     reading one in `written`); None when there are none."""
-    heads = sched.pending_heads()
+    heads = versions.pending_heads()
     if accessed is not None:
         heads = [h for h in heads
-                 if sched.storage_of(h) in accessed or not written.isdisjoint(sched.specs_read(h))]
+                 if versions.storage_of(h) in accessed or not written.isdisjoint(versions.specs_read(h))]
     if not heads:
         return None
     tensors = [Tensor(h) for h in heads]
@@ -307,7 +308,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     total: Optional[Submission] = None
     count = 0
     for record in records:
-        sched.advance_versions([mapping.get(spec, spec) for spec in record.assigned])
+        versions.advance_versions([mapping.get(spec, spec) for spec in record.assigned])
         sub = record.plan_for_now().submit(mapping)
         if total is None:
             total = sub
@@ -319,7 +320,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
         total = Submission()
     for spec in inputs:
         if spec.head is not None:
-            sched.settle_head(spec)
+            versions.settle_head(spec)
     if collector.is_active():
         collector.record_host(HostSpan(f"replay {count} tasks", "schedule", start, time.perf_counter_ns()))
     return total
@@ -467,7 +468,7 @@ class Jit:
                     self.stats["calls"] -= 1
                     return (yield from self._steps(args, kwargs))
             leaves = [leaf for g in graphs for leaf in g if leaf.op is Ops.BUFFER]
-            sched.check_versions(leaves)
+            versions.check_versions(leaves)
             if values:
                 if program.last is not None and not program.last.done():
                     yield _WAIT, program.last  # its kernels read the values about to change
@@ -504,7 +505,7 @@ class Jit:
         # than the inputs' own) are realized first, each on its own: one that cannot be realized (it
         # reads an overwritten version, or its kernel fails) is left to raise where its code realizes it
         keep = {n for node in nodes for n in toposort([node]) if n.op is Ops.ASSIGN}
-        for head in sched.pending_heads():
+        for head in versions.pending_heads():
             if head not in keep:
                 try:
                     yield _WAIT, Tensor(head)._dispatch()

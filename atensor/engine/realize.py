@@ -24,6 +24,7 @@ from atensor.hcq.buffer import Buffer
 from atensor.engine.handle import RealizeHandle, recording
 from atensor.hcq.host import Job, dispatcher
 from atensor.sched import schedule as sched
+from atensor.sched import versions
 
 
 def _storage_base(node: Node) -> Optional[Node]:
@@ -35,7 +36,7 @@ def _follow_storage(node: Node) -> Node:
     """`node` with its storage (if it is a view of one) at the storage's newest version."""
     base = _storage_base(node)
     if base is not None:
-        latest = sched.storage_of(base).latest()
+        latest = versions.storage_of(base).latest()
         if base is not latest:
             return substitute([node], {base: latest})[node]
     return node
@@ -52,7 +53,7 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     (it returns `result`). Small graphs are planned and submitted here, on the caller's thread, when
     nothing is queued before them; the others (and any realize while race proofs are on: z3 takes
     milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in issue order."""
-    pending = sched.pending_heads()
+    pending = versions.pending_heads()
     job = Job(None, [], [])
     job.record = recording.get()
     job.plan = lambda: _prepare(job, captured, pending)
@@ -103,7 +104,7 @@ def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]):
         # the output buffers this realize made hold nothing: their ASSIGNs must not stay pending, or
         # every later realize and jit capture would try them again and fail with this error
         for root in made:
-            sched.drop_head(sched.storage_of(root), root)
+            versions.drop_head(versions.storage_of(root), root)
         raise
     for t, swap in swaps:  # only a realize that was submitted gives its tensors their storage
         t._swap = swap
@@ -121,12 +122,12 @@ def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs
         return node
     if base is not None:  # a pending assign: realize it
         root = base
-        spec = sched.storage_of(base)
+        spec = versions.storage_of(base)
     else:
         spec = BufferSpec(node.device, node.size, node.dtype)
         view = View.create((node.size,)).reshape(node.shape)
         root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
-        sched.set_head(spec, root)
+        versions.set_head(spec, root)
         if made is not None:
             made.append(root)
         node = root.view(view)

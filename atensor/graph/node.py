@@ -128,7 +128,7 @@ class Node:
             return found
         node = object.__new__(Node)
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
-        node.realized = None  # set by the scheduler once the value sits in a buffer (sched/schedule.py)
+        node.realized = None  # set by the scheduler once the value sits in a buffer (sched/versions.py)
         node.shape, node.device = _infer(op, dtype, src, arg)
         with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
             ref = _interned.get(key)

@@ -20,7 +20,7 @@ async def test_a_small_realize_is_planned_on_the_callers_thread_and_a_big_one_on
 
     from atensor import Tensor
     from atensor.hcq.host import dispatcher
-    from atensor.sched import schedule as sched
+    from atensor.sched import versions
 
     gc.collect()  # the lazy assigns earlier tests left pending that nobody holds go
     while dispatcher.statistics()["dispatched"] < dispatcher.statistics()["issued"]:
@@ -31,7 +31,7 @@ async def test_a_small_realize_is_planned_on_the_callers_thread_and_a_big_one_on
         small = await (Tensor([1.0, 2.0]) * 2 + k).realize()
         assert small.tolist() == [2.0 + k, 4.0 + k]
         inline += dispatcher.statistics()["issued"] == before  # never handed to the dispatcher thread
-    assert inline >= 3, (inline, dispatcher.statistics(), len(sched.pending_heads()))
+    assert inline >= 3, (inline, dispatcher.statistics(), len(versions.pending_heads()))
     before = dispatcher.statistics()["issued"]
     big = Tensor([1.0, 2.0])
     for _ in range(100):  # more nodes than engine/realize.py plans inline

@@ -12,7 +12,7 @@ import pytest
 
 from atensor import Tensor
 from atensor.backend import numpy_backend
-from atensor.sched import schedule as sched
+from atensor.sched import versions
 from atensor.sched.schedule import StaleReadError
 
 
@@ -37,11 +37,11 @@ def test_a_failed_realize_leaves_no_pending_assign() -> None:
     stale = [t * k for k in range(1, 6)]
     t[...] = 3.0
     t.realize().wait()
-    before = len(sched.pending_heads())
+    before = len(versions.pending_heads())
     for s in stale:
         with pytest.raises(StaleReadError):
             s.numpy()
-    assert len(sched.pending_heads()) == before
+    assert len(versions.pending_heads()) == before
     assert (t + 1).tolist() == [4.0] * 3
 
 
