@@ -25,24 +25,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import table, write_results  # noqa: E402
+from common import memcpy_bandwidth, table, write_results  # noqa: E402
 
 from atensor import Tensor  # noqa: E402
 from atensor.sched.allreduce import MODEL  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
 
-
-def memcpy_bandwidth(nbytes: int = 256 * MIB, repeat: int = 5) -> float:
-    """Bytes per second that one numpy copy between two warm buffers moves (the best of `repeat`)."""
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.zeros_like(src)
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return nbytes / best
 
 
 def allreduce_seconds(n: int, nbytes: int, algorithm: str, repeat: int) -> float:

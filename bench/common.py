@@ -31,6 +31,40 @@ def median_of(fn: Callable[[], Any], repeat: int = 5) -> float:
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
+def memcpy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
+    """Bytes per second that one numpy copy between two warm buffers moves (the best of `repeat`): the
+    memory-bandwidth limit the allreduce and LLM benchmarks report against."""
+    import numpy as np
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.zeros_like(src)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best
+
+
+def time_steps(run: Callable[..., Any], params: Sequence[Any], inputs: Callable[[], tuple], steps: int,
+               warmup: int) -> list[float]:
+    """Seconds per training step `await run(*inputs())` (the loss read each step, as a training loop
+    does), after `warmup` steps; the parameters are realized first and the steps run in training mode,
+    under trio. The inputs are made inside the timed region: a real loop makes each batch's tensors."""
+    import trio
+    from atensor import Tensor
+    times: list[float] = []
+
+    async def loop() -> None:
+        await Tensor.realize(*params)
+        with Tensor.train():
+            for _ in range(warmup + steps):
+                start = time.perf_counter()
+                loss = await run(*inputs())
+                loss.item()
+                times.append(time.perf_counter() - start)
+    trio.run(loop)
+    return times[warmup:]
+
 
 def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain-text table with right-aligned numbers."""

@@ -30,22 +30,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import table, write_results  # noqa: E402
+from bench.common import memcpy_bandwidth, table, write_results  # noqa: E402
 
 PROMPT_TOKENS, DECODE_TOKENS, STREAM_TOKENS = 64, 64, 32
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 
-
-def memcpy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
-    """Bytes per second of one numpy copy between two warm buffers (best of `repeat`)."""
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.zeros_like(src)
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return nbytes / best
 
 
 def prompt_ids(tokenizer, n: int) -> list[int]:

@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import table, write_results  # noqa: E402
+from common import table, time_steps, write_results  # noqa: E402
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 WARMUP = 5
@@ -149,7 +149,6 @@ def worker_step(devices: int, batch: int, steps: int) -> dict:
     """examples/train.py's step: MLP, fused Adam, the rank's rows split over its devices inside the
     step, gradients and loss allreduced across processes (identity in one process)."""
     import numpy as np
-    import trio
     sys.path.insert(0, str(ROOT / "examples"))
     import train
     import atensor
@@ -181,18 +180,8 @@ def worker_step(devices: int, batch: int, steps: int) -> dict:
         await opt.step(loss)
         return loss
     run = atensor.jit(step)
-    times: list[float] = []
-
-    async def loop() -> None:
-        await Tensor.realize(*params)
-        with Tensor.train():
-            for _ in range(WARMUP + steps):
-                start = time.perf_counter()
-                loss = await run(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))
-                loss.item()
-                times.append(time.perf_counter() - start)
-    trio.run(loop)
-    measured = times[WARMUP:]
+    measured = time_steps(run, params, lambda: (Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0])),
+                          steps, WARMUP)
     return {"median_s": statistics.median(measured), "min_s": min(measured), "steps": len(measured),
             "ranks": world.size, "devices": devices, "batch": batch}
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import table, write_results  # noqa: E402
+from common import table, time_steps, write_results  # noqa: E402
 
 WARMUP = 5
 SIZES = (64, 256, 128, 10)
@@ -81,21 +81,10 @@ def flagship_step(devices: int, batch: int, jit: bool = True) -> tuple:
 
 
 def run_atensor(devices: int, batch: int, steps: int, jit: bool = True) -> list[float]:
-    import trio
     from atensor import Tensor
     run, params, names, x_np, y_np = flagship_step(devices, batch, jit)
-    times: list[float] = []
-
-    async def loop() -> None:
-        await Tensor.realize(*params)
-        with Tensor.train():
-            for _ in range(WARMUP + steps):
-                start = time.perf_counter()
-                loss = await run(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))
-                loss.item()
-                times.append(time.perf_counter() - start)
-    trio.run(loop)
-    return times[WARMUP:]
+    return time_steps(run, params, lambda: (Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0])),
+                      steps, WARMUP)
 
 
 def run_torch(batch: int, steps: int, threads: int) -> list[float]:
