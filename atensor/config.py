@@ -14,8 +14,8 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
 | malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy_plans.py); 0: malloc's defaults |
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
-| net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` calls MPI's blocking collective (MPI implementations spin in it) |
-| net_timeout_s | ATENSOR_NET_TIMEOUT | 0 | seconds a polling net command waits for an MPI collective before it fails (a rank stopped, or the ranks issued different collectives); the failure aborts the job. 0: no limit |
+| net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` spins for the whole wait (as MPI's blocking collectives do); read when a net command is lowered |
+| net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
 """
@@ -42,7 +42,7 @@ class Settings:
     native: str = os.environ.get("ATENSOR_NATIVE", "jit")
     worker_nice: int = int(os.environ.get("ATENSOR_WORKER_NICE", "0"))
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
-    net_timeout_s: float = float(os.environ.get("ATENSOR_NET_TIMEOUT", "0"))
+    net_timeout_s: float = float(os.environ.get("ATENSOR_NET_TIMEOUT", "300"))
     max_devices: int = int(os.environ.get("ATENSOR_MAX_DEVICES", "16"))
 
 

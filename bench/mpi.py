@@ -2,7 +2,10 @@
 the data-parallel step of the flagship on 2 ranks x 1 device, 1 rank x 2 devices and torch DDP
 (gloo) over 2 processes, and weak scaling beside the machine's floor.
 
-    python bench/mpi.py [--quick]
+    python bench/mpi.py [--quick] [--only allreduce,step,weak] [--baseline OTHER_CHECKOUT --rounds N]
+
+`--baseline` alternates rounds of another checkout's atensor (e.g. /work/main) and this one's, for
+A/B figures of a change: per round, each tree's ratios measured in the same processes.
 
 Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process ones):
 - allreduce, 4 KiB..64 MiB of float32 over 2 ranks: `dist.allreduce(x)` in an `atensor.jit`
@@ -67,7 +70,7 @@ def worker_allreduce(quick: bool) -> dict:
     rows = []
     net_queue = Device.get("CPU:0").queue("net")
 
-    async def warm_jit(xs: list) -> Any:
+    async def warm_jit(xs: list, wait: str = "poll") -> Any:
         """A jitted allreduce past its capture and verify calls. Two inputs alternate, so a replay
         must really reduce its input (a stale value would fail the checks); a verify call that sees
         different graphs (atensor.jit's capture depends on whether an equal value is still held in
@@ -75,8 +78,9 @@ def worker_allreduce(quick: bool) -> dict:
         for _ in range(5):
             jitted = atensor.jit(reduce)
             try:
-                for k in range(WARMUP):  # no result kept: a held equal value changes what is captured
-                    await jitted(xs[k % 2])
+                with atensor.Context(net_wait=wait):  # read when the net command is lowered (capture)
+                    for k in range(WARMUP):  # no result kept: a held equal value changes what is captured
+                        await jitted(xs[k % 2])
                 return jitted
             except JitError:
                 continue
@@ -92,7 +96,7 @@ def worker_allreduce(quick: bool) -> dict:
             xs = [Tensor(np.full(n, v, dtype=np.float32), device="CPU:0") for v in values]
             await Tensor.realize(*xs)
             comm.Barrier()
-            jitted = await warm_jit(xs)
+            jitted = {"poll": await warm_jit(xs), "block": await warm_jit(xs, "block")}
             for _ in range(WARMUP):
                 comm.Allreduce(data, out)
             reps = _reps(nbytes, quick)
@@ -119,9 +123,10 @@ def worker_allreduce(quick: bool) -> dict:
                     elif name == "atensor_stream":
                         await in_flight()
                     else:
-                        with atensor.Context(net_wait="block" if name == "atensor_block" else "poll"):
+                        wait = "block" if name == "atensor_block" else "poll"
+                        with atensor.Context(net_wait=wait):
                             for k in range(reps):
-                                last[k % 2] = await jitted(xs[k % 2])
+                                last[k % 2] = await jitted[wait](xs[k % 2])
                     times[name].append((time.perf_counter() - start) / reps)
                     if name != "mpi4py":  # every call ran its net command (no stale value was copied)
                         assert net_queue.commands_run - ran == reps, (name, net_queue.commands_run - ran, reps)
@@ -192,7 +197,8 @@ def worker_ddp(batch: int, steps: int, port: int) -> dict:
     import torch.distributed as tdist
     from torch.nn.parallel import DistributedDataParallel
     torch.set_num_threads(1)
-    rank, size = int(os.environ.get("PMI_RANK", "0")), int(os.environ.get("PMI_SIZE", "1"))
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
     tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     rng = np.random.default_rng(0)
     x_np = rng.random((batch, 64), dtype=np.float32)
@@ -240,7 +246,12 @@ def _mpiexec() -> str | None:
 
 def _command(config: dict, ranks: int) -> list[str]:
     command = [sys.executable, __file__, "--worker", json.dumps(config)]
-    return ([_mpiexec(), "-n", str(ranks)] + command) if ranks > 1 else command
+    if ranks == 1:
+        return command
+    launcher = [_mpiexec(), "-n", str(ranks)]
+    if "Open MPI" in subprocess.run([launcher[0], "--version"], capture_output=True, text=True).stdout:
+        launcher += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    return launcher + command
 
 
 def _result(proc: subprocess.CompletedProcess | tuple) -> dict:
@@ -251,17 +262,20 @@ def _result(proc: subprocess.CompletedProcess | tuple) -> dict:
     return json.loads(lines[-1])
 
 
-def run(config: dict, ranks: int = 1) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATENSOR_BLAS_THREADS="1")
-    done = subprocess.run(_command(config, ranks), capture_output=True, text=True, env=env, timeout=1800)
+def _env(tree: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(tree), ATENSOR_BLAS_THREADS="1")
+
+
+def run(config: dict, ranks: int = 1, tree: Path = ROOT) -> dict:
+    """One configuration in fresh processes, measuring the atensor of checkout `tree`."""
+    done = subprocess.run(_command(config, ranks), capture_output=True, text=True, env=_env(tree), timeout=1800)
     return _result(done)
 
 
-def run_together(config: dict, copies: int) -> dict:
+def run_together(config: dict, copies: int, tree: Path = ROOT) -> dict:
     """`copies` one-process runs at once, with no communication: the slowest one's timings."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATENSOR_BLAS_THREADS="1")
     procs = [subprocess.Popen(_command(config, 1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for _ in range(copies)]
+                              env=_env(tree)) for _ in range(copies)]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=1800)
@@ -276,85 +290,82 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and steps")
-    parser.add_argument("--steps", type=int, default=40)
-    args = parser.parse_args()
-    if args.worker:
-        result = worker(json.loads(args.worker))
-        if int(os.environ.get("PMI_RANK", "0")) == 0:
-            print(json.dumps(result))
-        return
-    if _mpiexec() is None:
-        sys.exit("bench/mpi.py needs mpiexec and mpi4py: pip install 'atensor[mpi]'")
-    steps = 10 if args.quick else args.steps
-    data: dict = {"threads": "1 BLAS thread per kernel (atensor), torch.set_num_threads(1) per process",
-                  "note": "shared 2-core machine: absolute times drift, compare ratios within the run"}
-    print(f"threads: {data['threads']}; {data['note']}\n")
+BATCH = 128
+PER_RANK = 128
 
-    ar = run({"kind": "allreduce", "quick": args.quick}, ranks=2)
-    data["allreduce"] = ar
+
+def measure_steps(steps: int, tree: Path = ROOT, torch: bool = True) -> dict:
+    step = {"2 ranks x 1 device": run({"kind": "step", "devices": 1, "batch": BATCH, "steps": steps}, 2, tree),
+            "1 rank x 2 devices": run({"kind": "step", "devices": 2, "batch": BATCH, "steps": steps}, 1, tree),
+            "1 rank x 1 device": run({"kind": "step", "devices": 1, "batch": BATCH, "steps": steps}, 1, tree)}
+    if torch and importlib.util.find_spec("torch") is not None:
+        step["torch DDP gloo, 2 processes"] = run({"kind": "ddp", "batch": BATCH, "steps": steps,
+                                                   "port": _free_port()}, ranks=2)
+        step["torch, 1 process"] = run({"kind": "ddp", "batch": BATCH, "steps": steps, "port": _free_port()})
+    return step
+
+
+def measure_weak(steps: int) -> dict:
+    alone = run({"kind": "step", "devices": 1, "batch": PER_RANK, "steps": steps})
+    two = run({"kind": "step", "devices": 1, "batch": 2 * PER_RANK, "steps": steps}, ranks=2)
+    floor = run_together({"kind": "step", "devices": 1, "batch": PER_RANK, "steps": steps}, 2)
+    weak = {"1 rank": alone, "2 ranks": two, "2 one-rank runs at once (no communication)": floor}
+    if all("median_s" in r for r in weak.values()):
+        weak["scaling"] = two["median_s"] / alone["median_s"]
+        weak["floor"] = floor["median_s"] / alone["median_s"]
+    return weak
+
+
+def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float32 (busbw = bytes / time for "
+                                           "2 ranks)") -> None:
     if "error" in ar:
         print("allreduce:", ar["error"])
-    else:
-        print(table("allreduce across 2 processes, float32 (busbw = bytes / time for 2 ranks)",
-                    ["size", "mpi4py us", "jit poll us", "jit block us", "in flight us", "net span us",
-                     "mpi4py GB/s", "in flight GB/s", "jit poll", "jit block", "in flight", "net span"],
-                    [[_size(r["bytes"]), r["mpi4py_s"] * 1e6, r["atensor_s"] * 1e6, r["atensor_block_s"] * 1e6,
-                      r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
-                      r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
-                      f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
-        print("\n  ".join([
-            "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
-            "from 1 MiB up.",
-            "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or in "
-            "MPI's blocking call: ATENSOR_NET_WAIT=block);",
-            "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
-            "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
-            "included"]))
-        print()
+        return
+    print(table(title,
+                ["size", "mpi4py us", "jit poll us", "jit block us", "in flight us", "net span us",
+                 "mpi4py GB/s", "in flight GB/s", "jit poll", "jit block", "in flight", "net span"],
+                [[_size(r["bytes"]), r["mpi4py_s"] * 1e6, r["atensor_s"] * 1e6, r["atensor_block_s"] * 1e6,
+                  r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
+                  r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
+                  f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
+    print("\n  ".join([
+        "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
+        "from 1 MiB up.",
+        "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or "
+        "spinning: ATENSOR_NET_WAIT=block);",
+        "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
+        "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
+        "included"]))
+    print()
 
-    batch = 128
-    step = {"2 ranks x 1 device": run({"kind": "step", "devices": 1, "batch": batch, "steps": steps}, ranks=2),
-            "1 rank x 2 devices": run({"kind": "step", "devices": 2, "batch": batch, "steps": steps}),
-            "1 rank x 1 device": run({"kind": "step", "devices": 1, "batch": batch, "steps": steps})}
-    if importlib.util.find_spec("torch") is not None:
-        step["torch DDP gloo, 2 processes"] = run({"kind": "ddp", "batch": batch, "steps": steps,
-                                                   "port": _free_port()}, ranks=2)
-        step["torch, 1 process"] = run({"kind": "ddp", "batch": batch, "steps": steps, "port": _free_port()})
-    data["step"] = step
+
+def print_steps(step: dict) -> None:
     base = step["1 rank x 1 device"].get("median_s")
-    print(table(f"data-parallel step of the flagship (MLP, Adam), global batch {batch}",
+    print(table(f"data-parallel step of the flagship (MLP, Adam), global batch {BATCH}",
                 ["configuration", "median ms", "min ms", "vs 1 rank x 1 device"],
                 [[name, r.get("median_s", float("nan")) * 1e3, r.get("min_s", float("nan")) * 1e3,
                   f"{r['median_s'] / base:.2f}x" if base and "median_s" in r else r.get("error", "")]
                  for name, r in step.items()]))
 
-    per_rank = 128
-    alone = run({"kind": "step", "devices": 1, "batch": per_rank, "steps": steps})
-    two = run({"kind": "step", "devices": 1, "batch": 2 * per_rank, "steps": steps}, ranks=2)
-    floor = run_together({"kind": "step", "devices": 1, "batch": per_rank, "steps": steps}, 2)
-    weak = {"1 rank": alone, "2 ranks": two, "2 one-rank runs at once (no communication)": floor}
-    if all("median_s" in r for r in weak.values()):
-        weak["scaling"] = two["median_s"] / alone["median_s"]
-        weak["floor"] = floor["median_s"] / alone["median_s"]
-    data["weak_scaling"] = weak
-    print()
-    print(table(f"weak scaling: {per_rank} rows per rank (ratio: step time / 1 rank's; 1.0 is perfect)",
+
+def print_weak(weak: dict) -> None:
+    alone = weak["1 rank"]
+    print(table(f"weak scaling: {PER_RANK} rows per rank (ratio: step time / 1 rank's; 1.0 is perfect)",
                 ["configuration", "median ms", "ratio"],
                 [[name, r.get("median_s", float("nan")) * 1e3,
                   f"{r['median_s'] / alone['median_s']:.2f}x" if "median_s" in r and "median_s" in alone
                   else r.get("error", "")] for name, r in weak.items() if isinstance(r, dict)]))
 
+
+def expectation_of(ar: dict, step: dict) -> dict:
+    """The multi-host expectation for the flagship from the measured allreduce and step."""
     grad_bytes = 4 * (64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
     rows_ar = ar.get("rows", [])
     near = min(rows_ar, key=lambda r: abs(r["bytes"] - grad_bytes), default=None)
     smallest = rows_ar[0] if rows_ar else None
     # what atensor adds per collective on top of MPI: the jitted 4 KiB allreduce's time less mpi4py's own
     overhead = max(0.0, smallest["atensor_s"] - smallest["mpi4py_s"]) if smallest else float("nan")
-    compute = step["1 rank x 1 device"].get("median_s", float("nan"))
+    compute = step.get("1 rank x 1 device", {}).get("median_s", float("nan"))
     expectation: dict = {"gradient_bytes": grad_bytes, "atensor_overhead_per_collective_s": overhead,
                          "one_rank_step_s": compute,
                          "model": "step on n hosts = one rank's step at its share of the batch (here: the "
@@ -367,7 +378,6 @@ def main() -> None:
         network = {n: 2 * (n - 1) / n * grad_bytes / gbps + 2 * (n - 1) * latency for n in (2, 4, 8)}
         expectation[name] = {f"{n} hosts": {"allreduce_s": t, "step_s": compute + t + overhead}
                              for n, t in network.items()}
-    data["multi_host_expectation"] = expectation
     print(f"\nmulti-host expectation for the flagship ({grad_bytes / 1024:.0f} KiB of gradient per step, one "
           f"allreduce; 1-rank step {compute * 1e3:.2f} ms, atensor's overhead per collective "
           f"{overhead * 1e6:.0f} us as measured above); ring allreduce over n hosts = 2 (n-1)/n * bytes / "
@@ -375,7 +385,111 @@ def main() -> None:
     for name in ("10 GbE", "100 Gb InfiniBand"):
         print(f"  {name}: " + ", ".join(f"{k}: allreduce {v['allreduce_s'] * 1e6:.0f} us, step "
                                         f"{v['step_s'] * 1e3:.2f} ms" for k, v in expectation[name].items()))
-    path = write_results("mpi", data)
+    return expectation
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) -> dict:
+    """`rounds` alternating rounds (baseline then this tree, then this tree then baseline, ...) of the
+    allreduce and step measurements; per-round figures and their medians and ranges."""
+    trees = {"baseline": baseline, "this": ROOT}
+    got: dict = {name: {"allreduce": [], "step": []} for name in trees}
+    for round_ in range(rounds):
+        order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
+        for name, tree in order:
+            if "allreduce" in parts:
+                got[name]["allreduce"].append(run({"kind": "allreduce", "quick": quick}, 2, tree))
+            if "step" in parts:
+                got[name]["step"].append(measure_steps(steps, tree, torch=False))
+        print(f"round {round_ + 1}/{rounds} done", flush=True)
+    summary: dict = {"baseline_tree": str(baseline), "rounds": rounds, "per_round": got}
+    if "allreduce" in parts:
+        rows = []
+        for name in trees:
+            runs = [r for r in got[name]["allreduce"] if "rows" in r]
+            for i, nbytes in enumerate(SIZES):
+                pick = [r["rows"][i] for r in runs]
+                if not pick:
+                    continue
+                entry = {"tree": name, "bytes": nbytes}
+                for key in ("ratio", "block_ratio", "stream_ratio", "span_ratio", "mpi4py_s", "atensor_s",
+                            "atensor_stream_s"):
+                    entry[key] = _spread([p[key] for p in pick])
+                rows.append(entry)
+        summary["allreduce"] = rows
+        print(table(f"allreduce, {rounds} alternating rounds: median [min-max] over rounds of mpi4py's time / "
+                    f"atensor's (each round's ratio measured in the same processes)",
+                    ["tree", "size", "mpi4py us", "jit poll us", "jit poll", "jit block", "in flight", "net span"],
+                    [[r["tree"], _size(r["bytes"]), r["mpi4py_s"]["median"] * 1e6, r["atensor_s"]["median"] * 1e6]
+                     + [f"{r[k]['median']:.2f}x [{r[k]['min']:.2f}-{r[k]['max']:.2f}]"
+                        for k in ("ratio", "block_ratio", "stream_ratio", "span_ratio")] for r in rows]))
+    if "step" in parts:
+        rows = []
+        for config in ("2 ranks x 1 device", "1 rank x 2 devices", "1 rank x 1 device"):
+            for name in trees:
+                values = [r[config]["median_s"] for r in got[name]["step"] if "median_s" in r.get(config, {})]
+                if values:
+                    rows.append({"tree": name, "configuration": config, "median_s": _spread(values)})
+        summary["step"] = rows
+        print(table(f"flagship step, {rounds} alternating rounds: median step time per round, median [min-max]",
+                    ["configuration", "tree", "median ms", "range ms"],
+                    [[r["configuration"], r["tree"], r["median_s"]["median"] * 1e3,
+                      f"{r['median_s']['min'] * 1e3:.2f}-{r['median_s']['max'] * 1e3:.2f}"] for r in rows]))
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and steps")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--only", default="allreduce,step,weak",
+                        help="comma-separated parts to run: allreduce, step, weak (default: all)")
+    parser.add_argument("--baseline", type=Path,
+                        help="another atensor checkout: alternate rounds of it and this one (allreduce, step)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --baseline (default 3)")
+    parser.add_argument("--out", default="mpi", help="bench/results/<OUT>.json (default mpi)")
+    args = parser.parse_args()
+    if args.worker:
+        result = worker(json.loads(args.worker))
+        if int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))) == 0:
+            print(json.dumps(result))
+        return
+    if _mpiexec() is None:
+        sys.exit("bench/mpi.py needs mpiexec and mpi4py: pip install 'atensor[mpi]'")
+    parts = set(args.only.split(","))
+    unknown = parts - {"allreduce", "step", "weak"}
+    if unknown:
+        sys.exit(f"--only: unknown parts {sorted(unknown)}; choose from allreduce, step, weak")
+    steps = 10 if args.quick else args.steps
+    mpi = subprocess.run([_mpiexec(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    data: dict = {"threads": "1 BLAS thread per kernel (atensor), torch.set_num_threads(1) per process",
+                  "note": "shared 2-core machine: absolute times drift, compare ratios within the run",
+                  "mpiexec": mpi[0] if mpi else "", "command": " ".join(sys.argv)}
+    print(f"threads: {data['threads']}; {data['note']}; {data['mpiexec']}\n")
+    if args.baseline is not None:
+        data["ab"] = ab(args.baseline.resolve(), args.rounds, parts, args.quick, steps)
+        path = write_results(args.out, data)
+        print(f"\nwritten: {path.relative_to(ROOT)}")
+        return
+    ar: dict = {}
+    step: dict = {}
+    if "allreduce" in parts:
+        ar = data["allreduce"] = run({"kind": "allreduce", "quick": args.quick}, ranks=2)
+        print_allreduce(ar)
+    if "step" in parts:
+        step = data["step"] = measure_steps(steps)
+        print_steps(step)
+    if "weak" in parts:
+        data["weak_scaling"] = measure_weak(steps)
+        print()
+        print_weak(data["weak_scaling"])
+    if ar and step:
+        data["multi_host_expectation"] = expectation_of(ar, step)
+    path = write_results(args.out, data)
     print(f"\nwritten: {path.relative_to(ROOT)}")
 
 

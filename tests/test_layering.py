@@ -30,7 +30,7 @@ _MAY_IMPORT: dict[str, set[str]] = {
     "sched": {"graph"} | _BASE,
     "backend": {"graph", "profiler"} | _BASE,
     "hcq": {"graph", "profiler", "backend"} | _BASE,
-    "dist": {"hcq", "graph", "profiler"} | _BASE,
+    "dist": {"hcq", "backend", "graph", "profiler"} | _BASE,
     "engine": {"sched", "hcq", "backend", "graph", "profiler"} | _BASE,
     "tensor": {"engine", "dist", "sched", "hcq", "backend", "graph", "profiler"} | _BASE,
     "nn": {"tensor", "engine", "dist", "sched", "hcq", "backend", "graph", "profiler"} | _BASE,

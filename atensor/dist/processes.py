@@ -9,19 +9,27 @@ ends the whole job when one process fails, instead of leaving the others blocked
 
 Thread level: the net queues' workers call MPI from their own threads while the main thread may call
 it too (a barrier, the start-up check), so atensor requires MPI_THREAD_MULTIPLE and checks it at
-`init` (MPICH, Open MPI and Intel MPI all provide it). Collectives run blocking (`Allreduce`), which
-mpi4py calls with the GIL released, but MPI implementations wait in it by spinning on a core. On a
+`init` (MPICH, Open MPI and Intel MPI all provide it).
+
+How a net command waits: MPI implementations wait in a collective by spinning on a core. On a
 machine with more runnable threads than cores (the host's event loop, the compute queues, other
-processes) a spinning waiter takes the core from the very work it waits for; measured on the 2-core
-development machine under load, a 4 KiB allreduce from a worker thread took 3.6 ms blocking and 1.8
-ms polling. So by default (`net_wait="poll"`) a net command starts `Iallreduce` and tests it,
-spinning for SPIN_NS and then giving the core (and the GIL) back between tests; `net_wait="block"`
-calls the blocking `Allreduce` (the better choice when every rank has cores to spare).
+processes) a spinning waiter takes the core from the very work it waits for, so by default
+(`net_wait="poll"`) a net command starts `Iallreduce` and tests it: in a tight loop for SPIN_NS
+(a small collective completes in it), then with a sched_yield between tests for YIELD_NS and a
+few ns per byte (the core goes to whoever else can run on it, else the loop goes on testing at once),
+then with a short sleep between tests (a peer that is late by milliseconds, or hangs, costs no core). `net_wait="block"`
+spins for the whole wait, as MPI's blocking call does (the better choice when every rank has cores
+to spare). The wait runs in C without the GIL when this MPI's ABI is known (native_net.py: MPICH's
+family and Open MPI), else in Python through mpi4py (the same policy, with `time.sleep(0)` as the
+yield).
 
 Faults: a rank that dies is ended with the job by the launcher; a rank that raises aborts the job
-(`init` installs the hook); a rank that stops issuing collectives (a deadlock, ranks that took
-different branches) leaves the others waiting, which a polling net command bounds with
-`net_timeout_s`: it fails naming the device and the wait, and the failure aborts the job.
+(`init` installs the hook); a rank that stops issuing collectives (a deadlock, a hang, ranks that
+took different branches) leaves the others waiting, which a net command bounds with
+`net_timeout_s` (ATENSOR_NET_TIMEOUT, default 300 s, 0: no limit): it fails naming the rank, the
+device and the collective, and the failure aborts the job. The default is far above any one
+collective of a legitimate step (a 1 GiB allreduce over 10 GbE takes ~2 s); a step that makes some
+rank wait longer than that for another (a long evaluation on rank 0 only) sets a larger one.
 
 Without mpi4py, or when the process was not started by an MPI launcher (no launcher variables in
 the environment), the world is this one process: size 1, rank 0, and every collective across
@@ -39,11 +47,17 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from atensor.config import settings
+from atensor.backend.runner import Runner
 from atensor.graph.ops import ReduceOp
+from atensor.dist import native_net
 from atensor.hcq import net
 
 REQUIRED_THREAD_LEVEL = "MPI_THREAD_MULTIPLE"
-SPIN_NS = 50_000  # a polling net command spins this long before it yields between tests
+SPIN_NS = 50_000  # a polling net command tests in a tight loop this long, then yields between tests
+# ... then yields the core between tests for YIELD_NS plus YIELD_NS_PER_BYTE per byte (longer than
+# the transfer itself at shared memory's speed: a late peer, not the data, makes the wait longer) ...
+YIELD_NS, YIELD_NS_PER_BYTE = 2_000_000, 4
+NAP_NS = (10_000, 50_000)  # ... then sleeps between tests: 10 us, doubling up to 50 us (native_net.py)
 # set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
 _LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
@@ -65,6 +79,7 @@ class World:
     devices: tuple[str, ...]
     comm: Any = None  # mpi4py's COMM_WORLD when size > 1 (or when launched by mpiexec -n 1)
     device_comms: dict[str, Any] = field(default_factory=dict)
+    native: Optional[native_net.Helper] = None  # net commands in C (None: through mpi4py, in Python)
 
     @property
     def is_root(self) -> bool:
@@ -118,29 +133,53 @@ class World:
                                     f"the same atensor")
 
     # ---- the Transport hcq/net.py calls (from the net queues' workers) -------------------------
-    def allreduce(self, device: str, send: Optional[np.ndarray], recv: np.ndarray, op: ReduceOp) -> None:
-        """MPI allreduce of `send` (None: in place) into `recv` on `device`'s own communicator."""
+    def _comm(self, device: str) -> Any:
         comm = self.device_comms.get(device)
         if comm is None:
             raise DistError(f"{device} has no communicator: pass it to atensor.dist.init(devices=...) "
                             f"(this process was given {self.devices})")
+        return comm
+
+    def _timeout_message(self, device: str, count: int, timeout: float) -> str:
+        return (f"atensor.dist: an allreduce of {count} elements on {device} (rank {self.rank} of "
+                f"{self.size}) did not complete in {timeout:g} s (ATENSOR_NET_TIMEOUT): another rank stopped "
+                f"or hangs, or the ranks issued different collectives")
+
+    def native_runner(self, device: str, send: int, recv: int, count: int, dtype: str, op: ReduceOp,
+                      in_place: bool, scale: Optional[float]) -> Optional[Runner]:
+        """The net command as one C call (native_net.py) allreducing `count` elements of `dtype` from
+        address `send` into `recv` on `device`'s communicator and multiplying by `scale`; None when
+        there is no native helper or it does not take this collective (then `allreduce` runs)."""
+        if self.native is None:
+            return None
+        comm = self._comm(device)
+        from mpi4py import MPI
+        timeout = settings.net_timeout_s
+        return self.native.runner(
+            comm, send, recv, count, dtype, _MPI_OPS[op](MPI), in_place, scale, settings.net_wait == "block",
+            SPIN_NS, YIELD_NS + YIELD_NS_PER_BYTE * count * np.dtype(dtype).itemsize, NAP_NS,
+            int(timeout * 1e9) if timeout > 0 else 0,
+            self._timeout_message(device, count, timeout),
+            f"atensor.dist: MPI_Iallreduce of {count} elements on {device} (rank {self.rank} of {self.size}) failed",
+            DistError)
+
+    def allreduce(self, device: str, send: Optional[np.ndarray], recv: np.ndarray, op: ReduceOp) -> None:
+        """MPI allreduce of `send` (None: in place) into `recv` on `device`'s own communicator, through
+        mpi4py (the Python wait; `native_runner` is the C one)."""
+        comm = self._comm(device)
         from mpi4py import MPI
         sendbuf, mpi_op = MPI.IN_PLACE if send is None else send, _MPI_OPS[op](MPI)
-        if settings.net_wait == "block":
-            comm.Allreduce(sendbuf, recv, op=mpi_op)
-            return
         request = comm.Iallreduce(sendbuf, recv, op=mpi_op)
         start = time.perf_counter_ns()
-        spin_until = start + SPIN_NS
+        spin_until = start + (1 << 62 if settings.net_wait == "block" else SPIN_NS)
+        yield_until = start + YIELD_NS + YIELD_NS_PER_BYTE * recv.nbytes
         timeout = settings.net_timeout_s
         while not request.Test():
             now = time.perf_counter_ns()
-            if now > spin_until:
-                time.sleep(0)  # the core and the GIL to whoever needs them; MPI progresses in Test
-                if timeout and now - start > timeout * 1e9:
-                    raise DistError(f"an allreduce of {recv.size} elements on {device} (rank {self.rank} of "
-                                    f"{self.size}) did not complete in {timeout:g} s (ATENSOR_NET_TIMEOUT): a "
-                                    f"rank stopped, or the ranks issued different collectives")
+            if timeout > 0 and now - start > timeout * 1e9:
+                raise DistError(self._timeout_message(device, recv.size, timeout))
+            if now > spin_until:  # the core and the GIL to whoever needs them; MPI progresses in Test
+                os.sched_yield() if now < yield_until else time.sleep(0)
 
 
 _MPI_OPS = {ReduceOp.SUM: lambda MPI: MPI.SUM, ReduceOp.MAX: lambda MPI: MPI.MAX,
@@ -199,6 +238,8 @@ def init(devices: Sequence[str] = ("CPU:0",), abort_on_error: bool = True) -> Wo
         comm = MPI.COMM_WORLD
         world = World(comm.Get_rank(), comm.Get_size(), devices, comm)
         world.device_comms = {d: comm.Dup() for d in devices}  # collective: same order on every rank
+        if world.size > 1:
+            world.native = native_net.helper(MPI)
         if abort_on_error:
             _abort_on_uncaught(comm)
         net.install(world if world.size > 1 else None)

@@ -4,7 +4,11 @@ Why a seam here and not MPI in hcq/: the runtime runs commands on queues and kno
 processes find each other; atensor/dist/ reads the world from MPI and installs a `Transport` here
 (`install`). A net command is then an ordinary queue command: the worker of a device's `net` queue
 waits on the producers' timeline signals, calls the transport (which blocks in MPI with the GIL
-released, so compute queues keep running), and publishes its own signal. With no transport
+released, so compute queues keep running), and publishes its own signal. A transport that can make
+the command one C call (`native_runner`, a Runner with `native` set and its send and receive
+addresses in slots 0 and 1) makes it a native runner like a compiled kernel's: a jit replay then
+puts the net queue's commands in a native program too (engine/plan.py), waiting on and publishing C
+timelines, and patches the addresses of swapped buffers as it does a kernel's. With no transport
 installed the process is a world of one, and the command is what an allreduce over one process is:
 a copy (and the mean's division by the local partials).
 
@@ -15,13 +19,14 @@ of different devices' net queues never interleave on one.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 
 from atensor.backend.runner import Runner
 from atensor.graph.ops import ReduceOp
 from atensor.graph.taskgraph import NetAllReduce
+from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 
 
@@ -32,6 +37,13 @@ class Transport(Protocol):
     def allreduce(self, device: str, send: Optional[np.ndarray], recv: np.ndarray, op: ReduceOp) -> None:
         """Reduces `send` (None: in place, `recv` holds the input) of every process into `recv`;
         blocks until done, with the GIL released."""
+        ...
+
+    def native_runner(self, device: str, send: int, recv: int, count: int, dtype: str, op: ReduceOp,
+                      in_place: bool, scale: Optional[float]) -> Optional[Runner]:
+        """The same allreduce from address `send` into `recv` (`count` elements of numpy dtype name
+        `dtype`), then `recv` times `scale` (None: no scaling), as one foreign call (`Runner.native`);
+        None when it cannot be (then `allreduce` runs)."""
         ...
 
 
@@ -62,6 +74,17 @@ def runner(work: NetAllReduce) -> Optional[Runner]:
     processes = 1 if transport is None else transport.size
     scale = 1.0 / (work.local_parts * processes) if work.mean else None
     device, op = work.device, work.op
+    make_native = getattr(transport, "native_runner", None)  # a transport may have no C path
+    if make_native is not None:
+        size = recv.dtype.itemsize
+        src_at, dst_at = work.src_offset * size, work.dst_offset * size
+        native = make_native(device, Buffer.of(work.src).address() + src_at,
+                             Buffer.of(work.dst).address() + dst_at, work.count, recv.dtype.name, op,
+                             in_place, scale)
+        if native is not None:
+            native.args = ((work.src, src_at), (work.dst, dst_at))  # slots 0 and 1: send, recv
+            native.keep_alive = (work.src, work.dst)
+            return native
 
     def run() -> None:
         if transport is None:

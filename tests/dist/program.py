@@ -8,7 +8,8 @@ a fixed global batch of 32 rows per step, jitted (steps from the fourth on are r
 tasks included). Rank 0 writes the loss of every step, the gradients of every step and the final
 weights to `--out` (npz). `--die-rank R --die-step S` kills rank R (SIGKILL) at step S; `--raise-rank`
 raises there instead, `--hang-rank` sleeps there; `--wrong-shape-rank R` builds a wider hidden layer
-on rank R (a start-up mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran.
+on rank R (a start-up mismatch); `--net-stats FILE` writes, per net queue, how many commands it ran,
+whether the net commands are C calls and which queues the replays ran as native programs.
 With several devices per process it also allreduces a 256 KiB buffer through the hierarchical ring
 (stored as "ring").
 """
@@ -18,7 +19,7 @@ import argparse
 import os
 import signal
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import trio
@@ -54,6 +55,17 @@ def on_devices(x: np.ndarray, names: tuple[str, ...]) -> Tensor:
 
 def first_replica(t: Tensor) -> np.ndarray:
     return (t.shards[0] if isinstance(t.device, tuple) else t).numpy()
+
+
+def native_program_queues(jitted: Any) -> list[str]:
+    """The queues ("CPU:0/net") that the jit's replays ran as one native program each (engine/plan.py)."""
+    names = set()
+    for captured in jitted._programs.values():
+        for record in captured.records:
+            plan = record.producer_plan
+            if plan is not None:
+                names.update(f"{plan.queues[qi].device}/{plan.queues[qi].kind}" for qi in plan.programs)
+    return sorted(names)
 
 
 async def run(args: argparse.Namespace) -> Optional[dict]:
@@ -106,7 +118,8 @@ async def run(args: argparse.Namespace) -> Optional[dict]:
         counts = {f"{d.name}/{q.kind}": q.commands_run for d in [Device.get(n) for n in names]
                   for q in d.queues if q.kind == "net"}
         with open(f"{args.net_stats}.{world.rank}", "w") as f:
-            f.write(repr({"counts": counts, "jit": jitted.stats}))
+            f.write(repr({"counts": counts, "jit": jitted.stats, "native": world.native is not None,
+                          "programs": native_program_queues(jitted)}))
     if world.is_root and args.out:
         arrays = {"losses": np.array(losses)}
         for i, step_grads in enumerate(grads):

@@ -82,6 +82,9 @@ async def test_two_ranks_match_one_process_with_all_the_devices(tmp_path, ranks,
     for rank in range(ranks):  # the replayed steps ran their net tasks too: one count per step at least
         seen = eval(Path(f"{stats}.{rank}").read_text())
         assert seen["jit"]["replays"] >= 1 and seen["counts"]["CPU:0/net"] >= 5
+        # the net commands are C calls (MPICH's and Open MPI's ABIs), so replays run the net queue as
+        # one native program, as they do the compute queues
+        assert seen["native"] and "CPU:0/net" in seen["programs"] and "CPU:0/compute" in seen["programs"], seen
         if devices > 1:  # the ring's net tasks: one per device, each on its own net queue
             assert seen["counts"]["CPU:1/net"] >= 1
 
@@ -109,23 +112,38 @@ async def test_the_flagship_under_mpiexec_gives_the_one_process_losses_and_one_m
     assert {("rank0/CPU:0", "net"), ("rank1/CPU:0", "net"), ("rank1/CPU:0", "compute")} <= tracks
 
 
-@pytest.mark.parametrize("fault", ["--die-rank", "--raise-rank", "--hang-rank"])
-def test_a_rank_killed_raising_or_hanging_mid_training_ends_the_job_non_zero_in_bounded_time(fault):
-    """Rank 1 is killed (SIGKILL), raises, or stops at step 4 while rank 0 waits for it in a collective:
+@pytest.mark.parametrize("fault,step", [("--die-rank", 4), ("--raise-rank", 4), ("--hang-rank", 4),
+                                        ("--hang-rank", 0)])
+def test_a_rank_killed_raising_or_hanging_mid_training_ends_the_job_non_zero_in_bounded_time(fault, step):
+    """Rank 1 is killed (SIGKILL), raises, or stops at a step while rank 0 waits for it in a collective:
     the launcher ends the job (a raise aborts it through atensor.dist's excepthook; a hang makes rank
-    0's net command fail after ATENSOR_NET_TIMEOUT, which aborts it)."""
+    0's net command fail after ATENSOR_NET_TIMEOUT, which aborts it). At step 4 the step is a jit
+    replay, whose net queue runs a native program (the C wait aborts the job itself); at step 0 it is
+    the capture, whose net command is called from Python (it raises DistError, and the hook aborts)."""
     start = time.monotonic()
-    done = mpiexec(2, "tests/dist/program.py", "--steps", "6", fault, "1", "--die-step", "4",
+    done = mpiexec(2, "tests/dist/program.py", "--steps", "6", fault, "1", "--die-step", str(step),
                    env={"ATENSOR_NET_TIMEOUT": "3"})
     assert done.returncode != 0
     assert time.monotonic() - start < BOUND_S
     if fault == "--raise-rank":
         assert "rank 1 fails on purpose at step 4" in done.stderr and "aborting every process" in done.stderr
     if fault == "--hang-rank":
-        assert "(rank 0 of 2) did not complete in 3 s" in done.stderr, done.stderr
+        assert "allreduce of 213 elements on CPU:0 (rank 0 of 2) did not complete in 3 s" in done.stderr, \
+            done.stderr
+        if step == 0:
+            assert "DistError" in done.stderr and "aborting every process" in done.stderr, done.stderr
 
 
 def test_ranks_that_disagree_at_start_up_fail_naming_the_difference():
     done = mpiexec(2, "tests/dist/program.py", "--wrong-shape-rank", "1")
     assert done.returncode != 0
     assert "rank 1 disagrees with rank 0 on parameters: entry 0 is ((24, 8)" in done.stderr, done.stderr
+
+
+def test_every_net_command_kind_matches_numpy_under_mpiexec():
+    """tests/dist/collectives.py: dtypes, ops, eager and jitted, hierarchical in place, each against numpy."""
+    done = mpiexec(2, "tests/dist/collectives.py")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["checks"] == 122 and got["ranks"] == 2
+    assert got["native"], "the net commands should be C calls with MPICH's or Open MPI's ABI"

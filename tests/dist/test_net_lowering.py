@@ -3,6 +3,10 @@ values through a stand-in transport, the net track in the profile, and the world
 MPI is needed here: `FakeTransport` plays a world where every other process holds the same partials."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -269,3 +273,13 @@ def test_a_polling_net_command_fails_after_the_timeout_naming_the_device():
             world.allreduce("CPU:0", None, np.zeros(4, np.float32), ReduceOp.SUM)
     with pytest.raises(DistError, match="has no communicator"):
         world.allreduce("CPU:1", None, np.zeros(4, np.float32), ReduceOp.SUM)
+
+
+def test_the_net_timeout_is_on_by_default():
+    """A hang is an error by default (300 s: far above a legitimate collective), and configurable."""
+    env = {k: v for k, v in os.environ.items() if k != "ATENSOR_NET_TIMEOUT"}
+    code = "from atensor.config import settings; print(settings.net_timeout_s)"
+    for extra, want in (({}, "300.0"), ({"ATENSOR_NET_TIMEOUT": "12.5"}, "12.5"), ({"ATENSOR_NET_TIMEOUT": "0"}, "0.0")):
+        out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=str(Path(__file__).resolve().parents[2]), **extra),
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == want

@@ -1,0 +1,258 @@
+"""A net command as one foreign call: MPI_Iallreduce and its wait, in C, without the GIL.
+
+Why C and not mpi4py's calls from the net queue's Python worker: a polling wait written in Python
+holds the GIL between its MPI_Test calls, so the host thread (planning the next step, waking the
+awaiting task) queues for the GIL behind it, and every yield between tests is a `time.sleep(0)` of
+at least the kernel's timer slack (~55 us). Measured on the 2-core machine, an awaited jitted 4 KiB
+allreduce over 2 ranks spent ~650 us in such a net command whose collective takes ~8 us, and
+the host's own syscalls (epoll, eventfd) waited ~100-300 us each for the GIL. A net runner that is
+one C call (`Runner.native`) also lets a jit replay put the net queue's commands in a native
+program like any kernel queue's (engine/plan.py): the net command waits on the producers' C
+timelines and publishes its own, so a replayed step has no Python on its communication path.
+
+How it reaches MPI without MPI's headers: mpi4py has loaded the MPI library; this module finds it
+in the process's maps, takes the addresses of MPI_Iallreduce, MPI_Test and MPI_Abort, and passes the
+handles mpi4py gives (`MPI._handleof`) as pointer-sized integers (an int handle of MPICH's ABI, or a
+pointer of Open MPI's, is passed in the same register by the x86-64 and AArch64 calling conventions).
+The two constants that differ between those ABIs (MPI_IN_PLACE and the size of a request) are
+chosen by the MPI's family; an MPI of another family gets no native runner (the Python one runs).
+
+The wait, in C (`atensor_net_allreduce`): MPI_Test in a tight loop for `spin_ns` (a small
+collective finishes in it at MPI's own latency), then MPI_Test with a sched_yield between tests
+(the core goes to any thread that can run on it, else the loop keeps testing at once) until
+`yield_ns`, then with a sleep between tests (10 us, doubling up to 50 us, at a timer slack of 1 us:
+a peer that is late by more than that, still computing or hung, costs no core). `net_wait="block"` spins for the whole wait. Past `timeout_ns` (0: never)
+it gives up: the Python call raises DistError; a native program's call (`..._or_abort`) prints the
+same message and aborts the job (a program has nowhere to raise to, and a rank that stopped leaves
+every other one waiting anyway).
+
+Invariants: the argument block's slots 0 and 1 hold the send and receive addresses (`Runner.args`,
+so a replay rewrites them in place, engine/patching.py); every other slot is fixed when the runner
+is made. A block is used by one command at a time (a queue runs its commands in order).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from atensor.backend import native
+from atensor.backend.runner import Runner
+
+# the argument block: one 64-bit slot each
+(SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS, YIELD_NS,
+ TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS, REQUEST,
+ STATUS) = range(24)
+SLOTS = STATUS + 8  # MPI_Status: 20 bytes in MPICH's ABI, 24 in Open MPI's
+FLAG_IN_PLACE, FLAG_SPIN = 1, 2
+KIND_NONE, KIND_F32, KIND_F64 = 0, 1, 2
+
+_SOURCE = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+#include <sched.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+typedef int (*iallreduce_t)(const void *, void *, int, intptr_t, intptr_t, intptr_t, void *);
+typedef int (*test_t)(void *, int *, void *);
+typedef int (*abort_t)(intptr_t, int);
+enum { SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS,
+       YIELD_NS, TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS,
+       REQUEST, STATUS };
+static uint64_t at_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+/* 0: done; 1: timed out; 2: MPI returned an error (its code in b[ERROR_CODE]) */
+int atensor_net_allreduce(uint64_t *b) {
+  const void *send = (b[FLAGS] & 1) ? (const void *)(uintptr_t)b[IN_PLACE] : (const void *)(uintptr_t)b[SEND];
+  void *recv = (void *)(uintptr_t)b[RECV];
+  b[REQUEST] = 0;
+  int rc = ((iallreduce_t)(uintptr_t)b[IALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE],
+                                                    (intptr_t)b[OP], (intptr_t)b[COMM], &b[REQUEST]);
+  if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+  test_t test = (test_t)(uintptr_t)b[TEST];
+  uint64_t start = at_now_ns(), spin_until = start + b[SPIN_NS], yield_until = start + b[YIELD_NS];
+  uint64_t timeout = b[TIMEOUT_NS], nap = b[NAP_NS];
+  int spin = (b[FLAGS] & 2) != 0;
+#ifdef __linux__
+  static _Thread_local int slack_set = 0;  /* naps of a few us need a timer slack below the 50 us default */
+  if (!slack_set) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); slack_set = 1; }
+#endif
+  for (unsigned long n = 0;; n++) {
+    int done = 0;
+    rc = test(&b[REQUEST], &done, &b[STATUS]);
+    if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+    if (done) break;
+    if (spin && (n & 1023)) continue;  /* the clock is read once every 1024 tests */
+    uint64_t now = at_now_ns();
+    if (timeout && now - start > timeout) return 1;
+    if (spin || now < spin_until) continue;
+    if (now < yield_until) { sched_yield(); continue; }
+    struct timespec t = {0, (long)nap};
+    nanosleep(&t, NULL);
+    if (nap < b[NAP_MAX_NS]) nap *= 2;
+  }
+  long long count = (long long)b[COUNT];
+  if (b[KIND] == 1) {
+    union { uint64_t u; double d; } s = { b[SCALE] };
+    float f = (float)s.d, *x = (float *)recv;
+    for (long long i = 0; i < count; i++) x[i] *= f;
+  } else if (b[KIND] == 2) {
+    union { uint64_t u; double d; } s = { b[SCALE] };
+    double *x = (double *)recv;
+    for (long long i = 0; i < count; i++) x[i] *= s.d;
+  }
+  return 0;
+}
+/* what a native program runs: a failure ends the job, with the message of the failure */
+void atensor_net_allreduce_or_abort(uint64_t *b) {
+  int rc = atensor_net_allreduce(b);
+  if (!rc) return;
+  if (rc == 1) fprintf(stderr, "%s\n", (const char *)(uintptr_t)b[TIMEOUT_MESSAGE]);
+  else fprintf(stderr, "%s (MPI error code %llu)\n", (const char *)(uintptr_t)b[ERROR_MESSAGE],
+               (unsigned long long)b[ERROR_CODE]);
+  fflush(stderr);
+  ((abort_t)(uintptr_t)b[ABORT])((intptr_t)b[WORLD], 1);
+}
+"""
+
+_lock = threading.Lock()
+_library: Optional[tuple[ctypes._CFuncPtr, int]] = None  # (the Python entry, the program entry's address)
+_tried = False
+why_not = ""  # why there is no native net runner, when there is none
+
+
+def _build() -> Optional[tuple[ctypes._CFuncPtr, int]]:
+    """The compiled helper (compiled once per machine into native.cache_dir()), or None."""
+    global _library, _tried, why_not
+    with _lock:
+        if _tried:
+            return _library
+        _tried = True
+        cc = native.compiler()
+        if cc is None:
+            why_not = "no C compiler"
+            return None
+        key = hashlib.sha256((_SOURCE + cc + " ".join(native.FLAGS)).encode()).hexdigest()[:16]
+        path = native.cache_dir() / f"net-{key}.so"
+        try:
+            if not path.exists():
+                native._compile(cc, _SOURCE, path, ())
+            lib = ctypes.CDLL(str(path))
+        except Exception as exc:  # noqa: BLE001 - no native runner: the Python one runs instead
+            why_not = f"the net helper did not compile: {exc}"
+            return None
+        entry = lib.atensor_net_allreduce
+        entry.argtypes, entry.restype = [ctypes.c_void_p], ctypes.c_int
+        _library = (entry, ctypes.cast(lib.atensor_net_allreduce_or_abort, ctypes.c_void_p).value)
+        return _library
+
+
+def _mpi_library(MPI: Any) -> Optional[str]:
+    """The path of the MPI library mpi4py loaded (from the process's maps), or None."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    found = sorted({line.split()[-1] for line in maps.splitlines()
+                    if "/" in line and os.path.basename(line.split()[-1]).startswith("libmpi")})
+    # MPICH's pip wheel loads libmpi.so.12; a libmpi_abi (the standard ABI) is refused below
+    return next((p for p in found if "_abi" not in os.path.basename(p)), None)
+
+
+def _family(MPI: Any) -> Optional[str]:
+    """'mpich' (MPICH, Intel MPI, MVAPICH: int handles) or 'openmpi' (pointer handles), else None."""
+    module = os.path.basename(getattr(MPI, "__file__", ""))
+    version = MPI.Get_library_version()
+    if ".mpiabi." in module or "abi" in module.split(".")[1:2]:
+        return None
+    if "Open MPI" in version:
+        return "openmpi"
+    if any(name in version for name in ("MPICH", "Intel(R) MPI", "MVAPICH")):
+        return "mpich"
+    return None
+
+
+class Helper:
+    """What a native net runner needs of this process's MPI: the functions' addresses and handles."""
+
+    def __init__(self, MPI: Any, entry: ctypes._CFuncPtr, program_entry: int, path: str, family: str):
+        lib = ctypes.CDLL(path)
+        address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+        self.MPI, self.entry, self.program_entry = MPI, entry, program_entry
+        self.iallreduce, self.test, self.abort = address("MPI_Iallreduce"), address("MPI_Test"), address("MPI_Abort")
+        self.world = _handle(MPI, MPI.COMM_WORLD)
+        self.in_place = (1 << 64) - 1 if family == "mpich" else 1  # (void *)-1 in MPICH's ABI, 1 in Open MPI's
+        self.dtypes = {"float32": (MPI.FLOAT, KIND_F32), "float64": (MPI.DOUBLE, KIND_F64),
+                       "int32": (MPI.INT32_T, KIND_NONE), "int64": (MPI.INT64_T, KIND_NONE)}
+
+    def runner(self, comm: Any, send: int, recv: int, count: int, dtype: str, op: Any, in_place: bool,
+               scale: Optional[float], spin: bool, spin_ns: int, yield_ns: int, nap_ns: tuple[int, int],
+               timeout_ns: int,
+               timeout_message: str, error_message: str, error: type = RuntimeError) -> Optional[Runner]:
+        """A runner whose `fn` (and `native`, for a program) allreduces `count` elements of `dtype`
+        from address `send` into `recv` on `comm`; None for a dtype or count it does not take (the
+        Python runner then runs). `fn` raises `error` with the message of a timeout or an MPI error.
+        `args` is left to the caller (slots 0 and 1 are send and recv)."""
+        found = self.dtypes.get(dtype)
+        if found is None or count >= 1 << 31 or (scale is not None and found[1] == KIND_NONE):
+            return None
+        mpi_dtype, kind = found
+        texts = (ctypes.create_string_buffer(timeout_message.encode()),
+                 ctypes.create_string_buffer(error_message.encode()))
+        block = (ctypes.c_uint64 * SLOTS)()
+        values = {SEND: send, RECV: recv, COUNT: count, DTYPE: _handle(self.MPI, mpi_dtype),
+                  OP: _handle(self.MPI, op), COMM: _handle(self.MPI, comm), IALLREDUCE: self.iallreduce,
+                  TEST: self.test, ABORT: self.abort, WORLD: self.world, IN_PLACE: self.in_place,
+                  FLAGS: (FLAG_IN_PLACE if in_place else 0) | (FLAG_SPIN if spin else 0), SPIN_NS: spin_ns,
+                  YIELD_NS: yield_ns, NAP_NS: max(1, nap_ns[0]), NAP_MAX_NS: nap_ns[1], TIMEOUT_NS: timeout_ns,
+                  SCALE: struct.unpack("<Q", struct.pack("<d", scale))[0] if scale is not None else 0,
+                  KIND: kind if scale is not None else KIND_NONE,
+                  TIMEOUT_MESSAGE: ctypes.addressof(texts[0]), ERROR_MESSAGE: ctypes.addressof(texts[1])}
+        for slot, value in values.items():
+            block[slot] = value
+        entry = self.entry
+
+        def run() -> None:  # the GIL is released for the whole call (ctypes)
+            rc = entry(block)
+            if rc == 1:
+                raise error(timeout_message)
+            if rc:
+                raise error(f"{error_message} (MPI error code {block[ERROR_CODE]})")
+        run.texts = texts  # type: ignore[attr-defined]  # the messages live as long as the runner's fn
+        return Runner(run, native=(self.program_entry, block), gil_free=True)
+
+
+def _handle(MPI: Any, obj: Any) -> int:
+    """The MPI handle of an mpi4py object as an unsigned 64-bit value (an int handle sign-extended)."""
+    return MPI._handleof(obj) & ((1 << 64) - 1)
+
+
+def helper(MPI: Any) -> Optional[Helper]:
+    """The native net helper for this process's MPI, or None (then `why_not` says why)."""
+    global why_not
+    family = _family(MPI)
+    if family is None:
+        why_not = f"an MPI of unknown ABI ({MPI.Get_library_version().splitlines()[0]})"
+        return None
+    path = _mpi_library(MPI)
+    if path is None:
+        why_not = "the MPI library mpi4py loaded was not found in /proc/self/maps"
+        return None
+    built = _build()
+    if built is None:
+        return None
+    try:
+        return Helper(MPI, built[0], built[1], path, family)
+    except (OSError, AttributeError) as exc:
+        why_not = f"the MPI library's functions were not found: {exc}"
+        return None
