@@ -240,6 +240,9 @@ def worker(config: dict) -> dict:
 
 # ---- the driver ----------------------------------------------------------------------------------
 def _mpiexec() -> str | None:
+    """The venv's mpiexec (pip's MPICH), or $ATENSOR_MPIEXEC (e.g. Open MPI's, with MPI4PY_LIBMPI set)."""
+    if os.environ.get("ATENSOR_MPIEXEC"):
+        return os.environ["ATENSOR_MPIEXEC"]
     search = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return shutil.which("mpiexec", path=search)
 
@@ -249,7 +252,7 @@ def _command(config: dict, ranks: int) -> list[str]:
     if ranks == 1:
         return command
     launcher = [_mpiexec(), "-n", str(ranks)]
-    if "Open MPI" in subprocess.run([launcher[0], "--version"], capture_output=True, text=True).stdout:
+    if "open-mpi.org" in subprocess.run([launcher[0], "--version"], capture_output=True, text=True).stdout:
         launcher += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     return launcher + command
 
@@ -465,7 +468,8 @@ def main() -> None:
     if unknown:
         sys.exit(f"--only: unknown parts {sorted(unknown)}; choose from allreduce, step, weak")
     steps = 10 if args.quick else args.steps
-    mpi = subprocess.run([_mpiexec(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    mpi = [line.strip() for line in subprocess.run([_mpiexec(), "--version"], capture_output=True,
+                                                   text=True).stdout.splitlines() if "ersion" in line]
     data: dict = {"threads": "1 BLAS thread per kernel (atensor), torch.set_num_threads(1) per process",
                   "note": "shared 2-core machine: absolute times drift, compare ratios within the run",
                   "mpiexec": mpi[0] if mpi else "", "command": " ".join(sys.argv)}

@@ -22,7 +22,10 @@ import pytest
 from tests.dist import program
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+# the venv's (pip's MPICH) unless ATENSOR_MPIEXEC names another launcher: for Open MPI,
+# ATENSOR_MPIEXEC=/usr/bin/mpiexec MPI4PY_LIBMPI=libmpi.so.40 (README, "More than one process or machine")
+MPIEXEC = os.environ.get("ATENSOR_MPIEXEC") or shutil.which(
+    "mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
@@ -34,7 +37,7 @@ def mpiexec(n: int, *args: str, env: dict | None = None) -> subprocess.Completed
     """`mpiexec -n n python args...` from the repository root; its time is bounded."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     command = [MPIEXEC, "-n", str(n)]
-    if "Open MPI" in subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True).stdout:
+    if "open-mpi.org" in subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True).stdout:
         command += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     # its own process group, so that a job over the bound is ended with every rank it started
     proc = subprocess.Popen(command + [sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
