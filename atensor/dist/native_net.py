@@ -21,7 +21,8 @@ The wait, in C (`atensor_net_allreduce`): MPI_Test in a tight loop for `spin_ns`
 collective finishes in it at MPI's own latency), then MPI_Test with a sched_yield between tests
 (the core goes to any thread that can run on it, else the loop keeps testing at once) until
 `yield_ns`, then with a sleep between tests (10 us, doubling up to 50 us, at a timer slack of 1 us:
-a peer that is late by more than that, still computing or hung, costs no core). `net_wait="block"` spins for the whole wait. Past `timeout_ns` (0: never)
+a peer that is late by more than that, still computing or hung, costs no core). `net_wait="block"` (`blocking`) calls MPI's blocking
+MPI_Allreduce instead (MPI's own wait; no timeout). Past `timeout_ns` (0: never)
 it gives up: the Python call raises DistError; a native program's call (`..._or_abort`) prints the
 same message and aborts the job (a program has nowhere to raise to, and a rank that stopped leaves
 every other one waiting anyway).
@@ -45,10 +46,10 @@ from atensor.backend.runner import Runner
 
 # the argument block: one 64-bit slot each
 (SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS, YIELD_NS,
- TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS, REQUEST,
- STATUS) = range(24)
+ TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS, ALLREDUCE, REQUEST,
+ STATUS) = range(25)
 SLOTS = STATUS + 8  # MPI_Status: 20 bytes in MPICH's ABI, 24 in Open MPI's
-FLAG_IN_PLACE, FLAG_SPIN = 1, 2
+FLAG_IN_PLACE, FLAG_BLOCK = 1, 2
 KIND_NONE, KIND_F32, KIND_F64 = 0, 1, 2
 
 _SOURCE = r"""
@@ -61,11 +62,12 @@ _SOURCE = r"""
 #include <sys/prctl.h>
 #endif
 typedef int (*iallreduce_t)(const void *, void *, int, intptr_t, intptr_t, intptr_t, void *);
+typedef int (*allreduce_t)(const void *, void *, int, intptr_t, intptr_t, intptr_t);
 typedef int (*test_t)(void *, int *, void *);
 typedef int (*abort_t)(intptr_t, int);
 enum { SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS,
        YIELD_NS, TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS,
-       REQUEST, STATUS };
+       ALLREDUCE, REQUEST, STATUS };
 static uint64_t at_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -75,32 +77,38 @@ static uint64_t at_now_ns(void) {
 int atensor_net_allreduce(uint64_t *b) {
   const void *send = (b[FLAGS] & 1) ? (const void *)(uintptr_t)b[IN_PLACE] : (const void *)(uintptr_t)b[SEND];
   void *recv = (void *)(uintptr_t)b[RECV];
+  int rc;
+  if (b[FLAGS] & 2) {  /* MPI's own blocking collective (its own wait; no timeout) */
+    rc = ((allreduce_t)(uintptr_t)b[ALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE], (intptr_t)b[OP],
+                                                (intptr_t)b[COMM]);
+    if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+    goto scale;
+  }
   b[REQUEST] = 0;
-  int rc = ((iallreduce_t)(uintptr_t)b[IALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE],
+  rc = ((iallreduce_t)(uintptr_t)b[IALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE],
                                                     (intptr_t)b[OP], (intptr_t)b[COMM], &b[REQUEST]);
   if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
   test_t test = (test_t)(uintptr_t)b[TEST];
   uint64_t start = at_now_ns(), spin_until = start + b[SPIN_NS], yield_until = start + b[YIELD_NS];
   uint64_t timeout = b[TIMEOUT_NS], nap = b[NAP_NS];
-  int spin = (b[FLAGS] & 2) != 0;
 #ifdef __linux__
   static _Thread_local int slack_set = 0;  /* naps of a few us need a timer slack below the 50 us default */
   if (!slack_set) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); slack_set = 1; }
 #endif
-  for (unsigned long n = 0;; n++) {
+  for (;;) {
     int done = 0;
     rc = test(&b[REQUEST], &done, &b[STATUS]);
     if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
     if (done) break;
-    if (spin && (n & 1023)) continue;  /* the clock is read once every 1024 tests */
     uint64_t now = at_now_ns();
     if (timeout && now - start > timeout) return 1;
-    if (spin || now < spin_until) continue;
+    if (now < spin_until) continue;
     if (now < yield_until) { sched_yield(); continue; }
     struct timespec t = {0, (long)nap};
     nanosleep(&t, NULL);
     if (nap < b[NAP_MAX_NS]) nap *= 2;
   }
+scale:;
   long long count = (long long)b[COUNT];
   if (b[KIND] == 1) {
     union { uint64_t u; double d; } s = { b[SCALE] };
@@ -158,22 +166,30 @@ def _build() -> Optional[tuple[ctypes._CFuncPtr, int]]:
 
 
 def _mpi_library(MPI: Any) -> Optional[str]:
-    """The path of the MPI library mpi4py loaded (from the process's maps), or None."""
+    """The path of the MPI library mpi4py loaded (from the process's maps: the loaded `libmpi*`
+    that exports MPI_Iallreduce; not a libmpi_abi, the standard ABI's), or None."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return None
     found = sorted({line.split()[-1] for line in maps.splitlines()
                     if "/" in line and os.path.basename(line.split()[-1]).startswith("libmpi")})
-    # MPICH's pip wheel loads libmpi.so.12; a libmpi_abi (the standard ABI) is refused below
-    return next((p for p in found if "_abi" not in os.path.basename(p)), None)
+    for path in found:
+        if "_abi" in os.path.basename(path):
+            continue
+        try:
+            if hasattr(ctypes.CDLL(path), "MPI_Iallreduce"):
+                return path
+        except OSError:
+            continue
+    return None
 
 
 def _family(MPI: Any) -> Optional[str]:
     """'mpich' (MPICH, Intel MPI, MVAPICH: int handles) or 'openmpi' (pointer handles), else None."""
-    module = os.path.basename(getattr(MPI, "__file__", ""))
+    module = os.path.basename(getattr(MPI, "__file__", ""))  # MPI.<abi>.cpython-...so in mpi4py 4's wheels
     version = MPI.Get_library_version()
-    if ".mpiabi." in module or "abi" in module.split(".")[1:2]:
+    if module.split(".")[1:2] == ["mpiabi"]:  # the MPI-5 standard ABI: other handles and constants
         return None
     if "Open MPI" in version:
         return "openmpi"
@@ -190,13 +206,14 @@ class Helper:
         address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
         self.MPI, self.entry, self.program_entry = MPI, entry, program_entry
         self.iallreduce, self.test, self.abort = address("MPI_Iallreduce"), address("MPI_Test"), address("MPI_Abort")
+        self.allreduce = address("MPI_Allreduce")
         self.world = _handle(MPI, MPI.COMM_WORLD)
         self.in_place = (1 << 64) - 1 if family == "mpich" else 1  # (void *)-1 in MPICH's ABI, 1 in Open MPI's
         self.dtypes = {"float32": (MPI.FLOAT, KIND_F32), "float64": (MPI.DOUBLE, KIND_F64),
                        "int32": (MPI.INT32_T, KIND_NONE), "int64": (MPI.INT64_T, KIND_NONE)}
 
     def runner(self, comm: Any, send: int, recv: int, count: int, dtype: str, op: Any, in_place: bool,
-               scale: Optional[float], spin: bool, spin_ns: int, yield_ns: int, nap_ns: tuple[int, int],
+               scale: Optional[float], blocking: bool, spin_ns: int, yield_ns: int, nap_ns: tuple[int, int],
                timeout_ns: int,
                timeout_message: str, error_message: str, error: type = RuntimeError) -> Optional[Runner]:
         """A runner whose `fn` (and `native`, for a program) allreduces `count` elements of `dtype`
@@ -211,9 +228,9 @@ class Helper:
                  ctypes.create_string_buffer(error_message.encode()))
         block = (ctypes.c_uint64 * SLOTS)()
         values = {SEND: send, RECV: recv, COUNT: count, DTYPE: _handle(self.MPI, mpi_dtype),
-                  OP: _handle(self.MPI, op), COMM: _handle(self.MPI, comm), IALLREDUCE: self.iallreduce,
+                  OP: _handle(self.MPI, op), COMM: _handle(self.MPI, comm), IALLREDUCE: self.iallreduce, ALLREDUCE: self.allreduce,
                   TEST: self.test, ABORT: self.abort, WORLD: self.world, IN_PLACE: self.in_place,
-                  FLAGS: (FLAG_IN_PLACE if in_place else 0) | (FLAG_SPIN if spin else 0), SPIN_NS: spin_ns,
+                  FLAGS: (FLAG_IN_PLACE if in_place else 0) | (FLAG_BLOCK if blocking else 0), SPIN_NS: spin_ns,
                   YIELD_NS: yield_ns, NAP_NS: max(1, nap_ns[0]), NAP_MAX_NS: nap_ns[1], TIMEOUT_NS: timeout_ns,
                   SCALE: struct.unpack("<Q", struct.pack("<d", scale))[0] if scale is not None else 0,
                   KIND: kind if scale is not None else KIND_NONE,

@@ -15,13 +15,13 @@ How a net command waits: MPI implementations wait in a collective by spinning on
 machine with more runnable threads than cores (the host's event loop, the compute queues, other
 processes) a spinning waiter takes the core from the very work it waits for, so by default
 (`net_wait="poll"`) a net command starts `Iallreduce` and tests it: in a tight loop for SPIN_NS
-(a small collective completes in it), then with a sched_yield between tests for YIELD_NS and a
-few ns per byte (the core goes to whoever else can run on it, else the loop goes on testing at once),
-then with a short sleep between tests (a peer that is late by milliseconds, or hangs, costs no core). `net_wait="block"`
-spins for the whole wait, as MPI's blocking call does (the better choice when every rank has cores
-to spare). The wait runs in C without the GIL when this MPI's ABI is known (native_net.py: MPICH's
-family and Open MPI), else in Python through mpi4py (the same policy, with `time.sleep(0)` as the
-yield).
+(a small collective completes in it), then with a sched_yield between tests for YIELD_NS and a few
+ns per byte (the core goes to whoever else can run on it, else the loop goes on testing at once),
+then with a short sleep between tests (a peer late by milliseconds, or hung, costs no core).
+`net_wait="block"` calls MPI's blocking collective, whose wait is MPI's own (the better choice when
+every rank has cores to spare; it has no timeout). The wait runs in C without the GIL when this
+MPI's ABI is known (native_net.py: MPICH's family and Open MPI), else in Python through mpi4py
+(the same policy, with os.sched_yield and time.sleep(0)).
 
 Faults: a rank that dies is ended with the job by the launcher; a rank that raises aborts the job
 (`init` installs the hook); a rank that stops issuing collectives (a deadlock, a hang, ranks that
@@ -169,9 +169,12 @@ class World:
         comm = self._comm(device)
         from mpi4py import MPI
         sendbuf, mpi_op = MPI.IN_PLACE if send is None else send, _MPI_OPS[op](MPI)
+        if settings.net_wait == "block":
+            comm.Allreduce(sendbuf, recv, op=mpi_op)  # mpi4py releases the GIL in it
+            return
         request = comm.Iallreduce(sendbuf, recv, op=mpi_op)
         start = time.perf_counter_ns()
-        spin_until = start + (1 << 62 if settings.net_wait == "block" else SPIN_NS)
+        spin_until = start + SPIN_NS
         yield_until = start + YIELD_NS + YIELD_NS_PER_BYTE * recv.nbytes
         timeout = settings.net_timeout_s
         while not request.Test():
