@@ -83,7 +83,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         buf = Device.get(dev).allocate(spec)  # the device's pooled memory: no fresh pages per batch
         if dev.startswith("CPU"):
             np.copyto(buf.memory.reshape(array.shape), array)
-        node = spec.node()
+        node = spec.node(0)
         # the contiguous view of the array's shape: what node.reshape(shape) gives, without its general path
         self._node = node if array.shape == node.shape else \
             Node.make(Ops.VIEW, atype, (node,), View.create(array.shape))
@@ -287,7 +287,7 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         node = src.node
         spec = BufferSpec(node.device, node.size, node.dtype)
         view = View.create((node.size,)).reshape(node.shape)
-        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
+        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), view)
         versions.set_head(spec, root)
         return self._new(root.view(view))
 

@@ -76,7 +76,7 @@ class CreationOps:
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         spec = BufferSpec(dev, math.prod(shape), dt)
         Device.get(dev).allocate(spec)
-        return _grad(cls(spec.node().reshape(shape)), requires_grad)
+        return _grad(cls(spec.node(0).reshape(shape)), requires_grad)
 
     @classmethod
     def full(cls, shape: Sequence[int], fill_value: Scalar, dtype: Any = None, device: Optional[str] = None,

@@ -8,8 +8,8 @@ import Node` an edge to atensor.graph.node (the implicit import of a parent pack
 counted: every module would then depend on its package's re-exports).
 
 The layers ("Packages, one job each" in DESIGN.md), top to bottom: the package root, tensor.py with its
-op mixins, nn/ and models/, engine/, dist/, sched/, backend/, hcq/, graph/, dtype.py and config.py,
-profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
+op mixins, nn/ and models/, engine/, dist/, sched/, backend/, hcq/, ledger.py (the storage ledger: under
+sched/ and hcq/, which both write it), graph/, dtype.py and config.py, profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
 """
 from __future__ import annotations
 
@@ -27,15 +27,17 @@ _MAY_IMPORT: dict[str, set[str]] = {
     "dtype": set(),
     "config": set(),
     "graph": {"dtype"},
-    "sched": {"graph"} | _BASE,
+    "ledger": {"graph"} | _BASE,
+    "sched": {"ledger", "graph"} | _BASE,
     "backend": {"graph", "profiler"} | _BASE,
-    "hcq": {"graph", "profiler", "backend"} | _BASE,
-    "dist": {"hcq", "backend", "graph", "profiler"} | _BASE,
-    "engine": {"sched", "hcq", "backend", "graph", "profiler"} | _BASE,
-    "tensor": {"engine", "dist", "sched", "hcq", "backend", "graph", "profiler"} | _BASE,
-    "nn": {"tensor", "engine", "dist", "sched", "hcq", "backend", "graph", "profiler"} | _BASE,
-    "models": {"nn", "tensor", "engine", "dist", "sched", "hcq", "backend", "graph", "profiler"} | _BASE,
-    "atensor": {"models", "nn", "tensor", "engine", "dist", "sched", "hcq", "backend", "graph",
+    "hcq": {"ledger", "graph", "profiler", "backend"} | _BASE,
+    "dist": {"hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
+    "engine": {"sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
+    "tensor": {"engine", "dist", "sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
+    "nn": {"tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
+    "models": {"nn", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
+               "profiler"} | _BASE,
+    "atensor": {"models", "nn", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
                 "profiler"} | _BASE,
 }
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field as dataclasses_field
 from typing import Any, Callable, Generator, Optional
 
 from atensor.config import settings
+from atensor import ledger
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph import symbolic
 from atensor.graph.symbolic import Variable
@@ -319,7 +320,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     if total is None:
         total = Submission()
     for spec in inputs:
-        if spec.head is not None:
+        if ledger.head(spec) is not None:
             versions.settle_head(spec)
     if collector.is_active():
         collector.record_host(HostSpan(f"replay {count} tasks", "schedule", start, time.perf_counter_ns()))

@@ -20,6 +20,7 @@ from atensor.backend import blas, native
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
+from atensor.ledger import runtime as runtime_of
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
@@ -43,7 +44,7 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     device = Device.get(work.device)
     specs = work.buffers
     # a buffer seen before has its memory already (the common case in replays)
-    buffers = [b if (b := spec.runtime) is not None and b.memory is not None else device.allocate(spec)
+    buffers = [b if (b := runtime_of(spec)) is not None and b.memory is not None else device.allocate(spec)
                for spec in specs]
     if device.kind == "NULL":
         return None

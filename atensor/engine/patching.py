@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from atensor.backend.runner import Runner
+from atensor import ledger
 from atensor.graph.node import BufferSpec
 from atensor.hcq.device import Device
 
@@ -53,7 +54,7 @@ class AddressSlots:
         for spec, device, places in zip(specs, self.devices, self.slots):
             if not places:  # no native runner holds its address (a numpy kernel's, a NULL device's)
                 continue
-            buf = spec.runtime
+            buf = ledger.runtime(spec)
             if buf is None or buf.memory is None:
                 buf = device.allocate(spec)
             address = buf.address()

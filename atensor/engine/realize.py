@@ -16,6 +16,7 @@ import time
 from typing import Any, Optional
 
 from atensor.config import settings
+from atensor import ledger
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
@@ -36,7 +37,7 @@ def _follow_storage(node: Node) -> Node:
     """`node` with its storage (if it is a view of one) at the storage's newest version."""
     base = _storage_base(node)
     if base is not None:
-        latest = versions.storage_of(base).latest()
+        latest = ledger.latest(versions.storage_of(base))
         if base is not latest:
             return substitute([node], {base: latest})[node]
     return node
@@ -76,7 +77,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
         seen.add(node)
         if len(seen) > limit:
             return False
-        if node.op is not Ops.BUFFER and node.realized is None:
+        if node.op is not Ops.BUFFER and ledger.value(node) is None:
             stack.extend(node.src)
     return True
 
@@ -126,7 +127,7 @@ def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs
     else:
         spec = BufferSpec(node.device, node.size, node.dtype)
         view = View.create((node.size,)).reshape(node.shape)
-        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), view)
+        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), view)
         versions.set_head(spec, root)
         if made is not None:
             made.append(root)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from atensor.dtype import DType
-from atensor.graph.node import GraphError, Node, register_multi
+from atensor.graph.node import GraphError, Node, ledger_hooks, register_multi
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.view import View
@@ -189,11 +189,11 @@ def assemble(parts: list[tuple[Node, Box]], shape: tuple[int, ...], dtype: DType
     if math.prod(shape) == 0 or not parts:
         return Node.const(0, dtype, device, shape)
     spec = BufferSpec(device, math.prod(shape), dtype)
-    storage = spec.node()
+    storage = spec.node(0)
     whole = View.create((spec.size,)).reshape(shape)
     for value, box in parts:
         storage = Node.make(Ops.ASSIGN, dtype, (storage, value), whole.shrink(box))
-    spec.head = storage  # the buffer's newest version is this lazy one (what a Tensor view follows)
+    ledger_hooks.set_head(spec, storage)  # the newest version is this lazy one (what a Tensor view follows)
     return storage.reshape(shape)
 
 

@@ -46,35 +46,62 @@ def register_multi(push: Any, view: Any, movement: Any, infer: Any) -> None:
     multi_rules.push, multi_rules.view, multi_rules.movement, multi_rules.infer = push, view, movement, infer
 
 
+class _LedgerHooks:
+    """What graph/ asks of the storage ledger (atensor/ledger.py), which registers it when imported
+    (`register_ledger`), so that graph/ does not import it back: `set_head(spec, node)` makes a lazy
+    ASSIGN a new buffer's newest version (graph/multi.py's `assemble`). `import atensor` imports it."""
+    set_head: Any
+
+    def __getattr__(self, name: str) -> Any:
+        raise GraphError("this needs the storage ledger: import atensor (or atensor.ledger) first")
+
+
+ledger_hooks = _LedgerHooks()
+
+
+def register_ledger(set_head: Any) -> None:
+    """atensor/ledger.py's hooks (see `_LedgerHooks`)."""
+    ledger_hooks.set_head = set_head
+
+
+def _frozen(self: Any, name: str, value: Any = None) -> None:
+    raise AttributeError(f"{type(self).__name__}.{name} cannot be set: graph objects are immutable; what "
+                         f"changes about storage (versions, pending heads, runtime buffers, realized "
+                         f"values) lives in atensor/ledger.py")
+
+
 class BufferSpec:
     """A buffer's identity in the graph: `uid` is unique for the process; `size` is in elements.
 
-    `version` counts the assigns realized into it (a BUFFER node names one version, so a lazy value
-    built before an assign can tell that its input has since been overwritten); `runtime` is the
-    device memory that hcq/ attaches, freed with the spec."""
-    __slots__ = ("uid", "device", "size", "dtype", "version", "head", "runtime", "__weakref__")
+    Immutable: what changes about a buffer (its version, pending head and runtime buffer) is the
+    storage ledger's (atensor/ledger.py), keyed by `uid`."""
+    __slots__ = ("uid", "device", "size", "dtype", "__weakref__")
     _next_uid = 0  # the last uid handed out; under _uid_lock (specs are made on several threads)
+    uid: int
+    device: str
+    size: int
+    dtype: DType
 
     def __init__(self, device: str, size: int, dtype: DType):
         with _uid_lock:
             BufferSpec._next_uid = uid = BufferSpec._next_uid + 1
-        self.uid, self.device, self.size, self.dtype = uid, device, size, dtype
-        self.version = 0
-        self.head: Node | None = None  # the newest lazy version (an ASSIGN) not yet realized
-        self.runtime: Any = None
+        setter = object.__setattr__
+        setter(self, "uid", uid)
+        setter(self, "device", device)
+        setter(self, "size", size)
+        setter(self, "dtype", dtype)
+
+    __setattr__ = _frozen
+    __delattr__ = _frozen
 
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def node(self) -> Node:
-        """The BUFFER node of this buffer's current version."""
-        return Node.make(Ops.BUFFER, self.dtype, (), (self, self.version))
-
-    def latest(self) -> Node:
-        """The newest version: the pending ASSIGN if one is lazy, else the realized buffer."""
-        head = self.head
-        return head if head is not None else self.node()
+    def node(self, version: int) -> Node:
+        """The BUFFER node of this buffer's version `version` (0: what it holds when made; the current
+        version is the ledger's, `atensor.ledger.current(spec)`)."""
+        return Node.make(Ops.BUFFER, self.dtype, (), (self, version))
 
     def __repr__(self) -> str:
         return f"buf{self.uid}@{self.device}[{self.size}]"
@@ -104,8 +131,9 @@ class Node:
     """An immutable graph vertex. Build with `Node.make`; never mutate.
 
     Nodes are interned, so identity is equality: hash and == are object identity (C-level, which
-    matters: every graph pass hashes nodes)."""
-    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "realized", "__weakref__")
+    matters: every graph pass hashes nodes). Attributes are read-only outside this module: a node's
+    realized value is the storage ledger's (atensor/ledger.py), not the node's."""
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[Node, ...]
@@ -126,10 +154,7 @@ class Node:
             found = multi_rules.push(op, dtype, src, arg)
             _interned[key] = weakref.KeyedRef(found, _forget, key)
             return found
-        node = object.__new__(Node)
-        node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
-        node.realized = None  # set by the scheduler once the value sits in a buffer (sched/versions.py)
-        node.shape, node.device = _infer(op, dtype, src, arg)
+        node = _new_node(op, dtype, src, arg, *_infer(op, dtype, src, arg))
         with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
             ref = _interned.get(key)
             found = ref() if ref is not None else None
@@ -149,10 +174,7 @@ class Node:
             found = ref()
             if found is not None:
                 return found
-        node = object.__new__(Node)
-        node.op, node.dtype, node.src, node.arg = template.op, template.dtype, src, arg
-        node.realized = None
-        node.shape, node.device = template.shape, template.device
+        node = _new_node(template.op, template.dtype, src, arg, template.shape, template.device)
         with _intern_lock:
             ref = _interned.get(key)
             found = ref() if ref is not None else None
@@ -160,6 +182,9 @@ class Node:
                 found = node
                 _interned[key] = weakref.KeyedRef(node, _forget, key)
         return found
+
+    __setattr__ = _frozen
+    __delattr__ = _frozen
 
     def __repr__(self) -> str:
         return f"Node({self.op.name}, {self.dtype.name}, shape={self.shape}, arg={self.arg!r}, src={len(self.src)})"
@@ -267,6 +292,22 @@ class Node:
         while node.op is Ops.VIEW:
             node = node.src[0]
         return node
+
+
+_set_op, _set_dtype, _set_src = Node.op.__set__, Node.dtype.__set__, Node.src.__set__  # type: ignore
+_set_arg, _set_shape, _set_device = Node.arg.__set__, Node.shape.__set__, Node.device.__set__  # type: ignore
+
+
+def _new_node(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any, shape: Shape, device: str) -> Node:
+    """A Node with its slots filled through their descriptors (`Node.__setattr__` refuses every write)."""
+    node = object.__new__(Node)
+    _set_op(node, op)
+    _set_dtype(node, dtype)
+    _set_src(node, src)
+    _set_arg(node, arg)
+    _set_shape(node, shape)
+    _set_device(node, device)
+    return node
 
 
 def toposort(roots: list[Node], stop: Any = None) -> list[Node]:

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from atensor import ledger
 from atensor.graph.node import BufferSpec
 from atensor.hcq.signal import Signal
 
@@ -68,8 +69,8 @@ class Buffer:
                  "_address", "__weakref__")
 
     def __init__(self, spec: BufferSpec):
-        # the spec owns this Buffer (spec.runtime); a reference back would make a cycle that only the
-        # cyclic collector frees, so the Buffer keeps the spec's description, not the spec
+        # the spec's ledger record owns this Buffer (ledger.runtime(spec)); a reference back would make
+        # a cycle that only the cyclic collector frees, so the Buffer keeps the spec's description only
         self.name, self.device = repr(spec), spec.device
         self.memory: Any = None
         self.writes: dict[Signal, int] = {}
@@ -87,10 +88,8 @@ class Buffer:
     @staticmethod
     def of(spec: BufferSpec) -> Buffer:
         """The Buffer of `spec`, made on first use."""
-        buf = spec.runtime
-        if buf is None:
-            buf = spec.runtime = Buffer(spec)
-        return buf
+        buf = ledger.runtime(spec)
+        return buf if buf is not None else ledger.attach_runtime(spec, Buffer)
 
     def pending_writes(self) -> list[tuple[Signal, int]]:
         found: list[tuple[Signal, int]] = []

@@ -10,8 +10,9 @@ Versions keep lazy reads honest. A BUFFER node names one version of its buffer; 
 next. A kernel reading version k must run before the ASSIGN that makes version k+1 (write after
 read), and a graph that reads a version older than the buffer's newest realized one would see data
 that was overwritten since it was built: that raises instead of silently differing from eager code.
-The bookkeeping of versions, pending assigns and realized values is sched/versions.py's; this module
-reads it while scheduling, and a `Schedule`'s commit writes it there.
+The bookkeeping of versions, pending assigns and realized values is the storage ledger's
+(atensor/ledger.py, its rules in sched/versions.py); this module reads it while scheduling, and a
+`Schedule`'s commit writes it there.
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ from atensor.sched.allreduce import Planner
 from atensor.config import settings
 from atensor.sched import cache
 from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
-from atensor.sched.versions import (AssignCycleError, _becomes_lock, _flush_along, _realized, check_versions,
-                                    record_realized, storage_of)
+from atensor.ledger import lock as _ledger_lock
+from atensor.sched.versions import (AssignCycleError, _flush_along, _realized, check_versions, record_realized,
+                                    storage_of)
 from atensor.sched.versions import StaleReadError  # noqa: F401 - imported from here (docs/semantics.md)
 
 
@@ -61,7 +63,7 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
     if pending:
         roots = _flush_along(roots, pending)
     original = toposort(roots, stop=lambda n: _realized(n) is not None)
-    with _becomes_lock:
+    with _ledger_lock:
         mapping = {n: m for n in original if (m := _realized(n)) is not None}
     if mapping:
         # a value cached in a buffer this graph assigns to is computed again instead: read from
@@ -72,7 +74,7 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedul
                 m = _realized(n)
                 return m is not None and (n.op is Ops.ASSIGN or m.base().arg[0] not in written)
             original = toposort(roots, stop=usable)
-            with _becomes_lock:
+            with _ledger_lock:
                 mapping = {n: m for n in original if usable(n) and (m := _realized(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]

@@ -1,6 +1,8 @@
-"""The version ledger: which buffer version each node names, which lazy assign is pending on each
-buffer, and which nodes' values already sit in a buffer. `schedule` (sched/schedule.py) reads it to
-decide what a graph must compute and what it must realize along; a `Schedule`'s commit writes it.
+"""The rules of the storage ledger: which buffer version each node names, which lazy assign is
+pending on each buffer, and which nodes' values already sit in a buffer. The state itself is
+atensor/ledger.py's; this module decides what it means and what a commit writes. `schedule`
+(sched/schedule.py) reads it to decide what a graph must compute and what it must realize along; a
+`Schedule`'s commit writes it (`record_realized`).
 
 Versions keep lazy reads honest. A BUFFER node names one version of its buffer; an ASSIGN makes the
 next. A graph that reads a version older than the buffer's newest realized one would see data that
@@ -8,47 +10,20 @@ was overwritten since it was built: that raises StaleReadError instead of silent
 eager code. A pending assign (`x.assign(y * 2)`, not yet realized) is program state, so it never
 goes stale: a realize that overwrites what it reads realizes it along (`_flush_along`).
 
-Locking: `_becomes_lock` guards every write of the ledger (`becomes`, `BufferSpec.version`,
-`BufferSpec.head`, `_pending_specs`): a Tensor sets a head from the user's thread while the
-dispatcher commits a graph. The names with an underscore are the ledger's own, read only by
-sched/schedule.py besides this module.
+Locking: every write here holds `ledger.lock` (see atensor/ledger.py's header for what it guards);
+`schedule` holds it too while it reads several realized values that must agree.
 """
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Iterable, Optional
 
+from atensor import ledger
 from atensor.graph.node import BufferSpec, GraphError, Node, toposort
 from atensor.graph.ops import Ops
+from atensor.ledger import pending_heads, set_head  # noqa: F401 - the ledger's, imported from here too
 
-
-# realized values: node -> BUFFER view that now holds it; written by a Schedule's commit, read by Tensor
-class _Becomes:
-    """node -> the BUFFER view that holds its realized value. Kept on the node itself (its `realized`
-    slot, which is not part of its identity): lookups happen for every node of every graph, and a
-    weak-keyed dict costs a Python call each. Lives and dies with the node, like a weak key."""
-
-    @staticmethod
-    def get(node: Node, default: Optional[Node] = None) -> Optional[Node]:
-        found = node.realized
-        return default if found is None else found
-
-    def __contains__(self, node: Node) -> bool:
-        return node.realized is not None
-
-    def __getitem__(self, node: Node) -> Node:
-        found = node.realized
-        if found is None:
-            raise KeyError(node)
-        return found
-
-    def __setitem__(self, node: Node, target: Node) -> None:
-        node.realized = target
-
-
-becomes = _Becomes()
-_becomes_lock = threading.Lock()
+_value, _version = ledger.value, ledger.version
 
 
 class StaleReadError(RuntimeError):
@@ -66,11 +41,11 @@ def _realized(node: Node) -> Optional[Node]:
     a realized *value* is only a cache: once its buffer is written again, the value is recomputed
     from its own inputs instead, so writing into a realized tensor never changes values that were
     derived from the same expression."""
-    found = becomes.get(node)
+    found = _value(node)
     if found is None or node.op is Ops.ASSIGN:
         return found
     base = found.base()
-    if base.op is not Ops.BUFFER or base.arg[1] != base.arg[0].version:
+    if base.op is not Ops.BUFFER or base.arg[1] != _version(base.arg[0]):
         return None
     # contents a failed task wrote are no value: a structurally equal graph built later computes it again
     return None if _holds_failure(base.arg[0]) else found
@@ -79,7 +54,7 @@ def _realized(node: Node) -> Optional[Node]:
 def _holds_failure(spec: BufferSpec) -> bool:
     """True when the device memory hcq/ attached to `spec` holds what a failed task wrote (duck-typed:
     sched/ knows no runtime, only that `runtime.write_failure()` says so)."""
-    runtime = spec.runtime
+    runtime = ledger.runtime(spec)
     return runtime is not None and runtime.write_failure() is not None
 
 
@@ -93,58 +68,35 @@ def storage_of(node: Node) -> BufferSpec:
     return node.arg[0]
 
 
-# buffers that may have a pending (lazy, unrealized) assign, see `set_head` and `_flush_along`
-_pending_specs: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
-
-
-def set_head(spec: BufferSpec, head: Node) -> None:
-    """Makes `head` (an ASSIGN into `spec`) the buffer's newest lazy version."""
-    with _becomes_lock:
-        spec.head = head
-        _pending_specs.add(spec)
-
-
 def settle_head(spec: BufferSpec) -> None:
     """Counts `spec`'s pending assign as realized when a replayed graph (engine/jit.py) has written the
     version it makes: the assign's target is the version before the buffer's current one."""
-    with _becomes_lock:
-        head = spec.head
-        if head is not None and head.src[0].op is Ops.BUFFER and head.src[0].arg[1] == spec.version - 1:
-            becomes[head] = spec.node()
-            spec.head = None
-            _pending_specs.discard(spec)
+    with ledger.lock:
+        head = ledger.head(spec)
+        target = head.src[0] if head is not None else None
+        if target is not None and target.op is Ops.BUFFER and target.arg[1] == ledger.version(spec) - 1:
+            ledger.set_value_locked(head, ledger.current(spec))
+            ledger.clear_head_locked(spec)
 
 
 def drop_head(spec: BufferSpec, head: Node) -> None:
     """Forgets `head` as `spec`'s pending assign (a realize that would have made it failed before
     anything was committed); a newer head set since is kept."""
-    with _becomes_lock:
-        if spec.head is head:
-            spec.head = None
-            _pending_specs.discard(spec)
+    with ledger.lock:
+        ledger.clear_head_locked(spec, head)
 
 
 def advance_versions(specs: Iterable[BufferSpec]) -> None:
     """Counts one more realized assign into each of `specs`: what a replayed graph's commit does
     (engine/jit.py), under the same lock as `Schedule.commit`."""
-    with _becomes_lock:
+    with ledger.lock:
         for spec in specs:
-            spec.version += 1
-
-
-def pending_heads() -> list[Node]:
-    """The newest lazy version of every buffer that has one, in no particular order. A realize takes
-    this snapshot when it is issued (program order), and `schedule` realizes along every pending
-    assign that still reads a version the realize overwrites."""
-    with _becomes_lock:
-        if not _pending_specs:  # the common case: a WeakSet's len is cheap, iterating it is not
-            return []
-        return [h for spec in list(_pending_specs) if (h := spec.head) is not None]
+            ledger.advance_locked(spec)
 
 
 def _version_key(node: Node) -> Node:
     """One identity per buffer version: a realized ASSIGN is the BUFFER node of the version it made."""
-    found = becomes.get(node) if node.op is Ops.ASSIGN else None
+    found = _value(node) if node.op is Ops.ASSIGN else None
     return found if found is not None else node
 
 
@@ -204,7 +156,7 @@ def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> Optional
             continue
         for i, src in enumerate(node.src):
             read = _version_key(src) if src.op is Ops.ASSIGN else src
-            if read.op is Ops.BUFFER and read.arg[1] < read.arg[0].version:
+            if read.op is Ops.BUFFER and read.arg[1] < _version(read.arg[0]):
                 return None
             if not (node.op is Ops.ASSIGN and i == 0) and src.op in (Ops.BUFFER, Ops.ASSIGN) \
                     and _version_key(src) in versions:
@@ -219,10 +171,10 @@ def check_versions(buffer_nodes: list[Node]) -> None:
     """Raises StaleReadError when a BUFFER node names a version a realized assign has overwritten."""
     for node in buffer_nodes:
         spec = node.arg[0]
-        if node.arg[1] < spec.version:
+        if node.arg[1] < _version(spec):
             raise StaleReadError(
                 f"a lazy value reads version {node.arg[1]} of {spec}, which a realized assign has "
-                f"overwritten since (now version {spec.version}); realize the value before assigning "
+                f"overwritten since (now version {_version(spec)}); realize the value before assigning "
                 f"to the buffer it reads, or .clone() the input first")
 
 
@@ -231,25 +183,21 @@ def record_realized(realized: list[tuple[Node, BufferSpec]], original: list[Node
     """What a scheduled graph's commit writes into the ledger, once it is submitted: each assign in
     `realized` makes its buffer's next version; the nodes the user holds (`original`, before the
     substitution `subbed` of realized values) learn where their values now live."""
-    with _becomes_lock:
+    with ledger.lock:
         for node, spec in realized:
-            spec.version += 1
-            becomes[node] = spec.node()
-            if spec.head is node:
-                spec.head = None
-                _pending_specs.discard(spec)
+            ledger.advance_locked(spec)
+            ledger.set_value_locked(node, ledger.current(spec))
+            ledger.clear_head_locked(spec, node)
         # the assigns the user holds are the nodes before substitution
         for node in original:
-            if node.op is Ops.ASSIGN and node not in becomes:
-                done = becomes.get(subbed.get(node, node))
+            if node.op is Ops.ASSIGN and _value(node) is None:
+                done = _value(subbed.get(node, node))
                 if done is not None:
-                    becomes[node] = done
-                    spec = storage_of(node)
-                    if spec.head is node:
-                        spec.head = None
-                        _pending_specs.discard(spec)
+                    ledger.set_value_locked(node, done)
+                    ledger.clear_head_locked(storage_of(node), node)
         for root, new_root in zip(roots, new_roots):
             value = root.src[1]
-            if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and value not in becomes \
-                    and new_root in becomes:
-                becomes[value] = becomes[new_root].view(root.arg)
+            if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and _value(value) is None:
+                done = _value(new_root)
+                if done is not None:
+                    ledger.set_value_locked(value, done.view(root.arg))

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 import atensor
-from atensor import Tensor, nn
+from atensor import Tensor, ledger, nn
 from atensor.backend import native
 from atensor.hcq.device import Device
 from atensor.nn import optim
@@ -245,7 +245,7 @@ async def test_every_address_a_replayed_program_uses_belongs_to_a_buffer_the_pla
     def check(plan) -> None:
         kept = {}
         for spec in plan.slots.bound:
-            buf = spec.runtime
+            buf = ledger.runtime(spec)
             kept[buf.address()] = spec
         for swapped, places in zip(plan.swapped, plan.slots.slots):
             for block, k, offset in places:

@@ -45,7 +45,7 @@ def test_the_kernel_that_copies_a_buffer_lists_the_read_of_that_buffer():
     x = Tensor(np.arange(4, dtype=np.float32))
     node = x.contiguous().node
     spec = BufferSpec(node.device, node.size, node.dtype)
-    root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(), node), View.create((4,)))
+    root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), View.create((4,)))
     graph = schedule([root]).graph
     source = x.node.base().arg[0]
     reads = [a for t in graph.tasks for a in t.accesses if a.mode == "r" and a.buffer is source]

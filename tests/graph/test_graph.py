@@ -14,7 +14,7 @@ F32 = dtypes.float32
 
 
 def _buf(size: int = 12) -> Node:
-    return BufferSpec("CPU:0", size, F32).node()
+    return BufferSpec("CPU:0", size, F32).node(0)
 
 
 def test_nodes_are_interned():
@@ -29,7 +29,7 @@ def test_inference_errors_name_op_and_operands():
     b = _buf().reshape((3, 4))
     with pytest.raises(GraphError, match=r"shape mismatch in ADD: \(3, 4\) and \(12,\)"):
         b.alu(Ops.ADD, _buf())
-    other = BufferSpec("CPU:1", 12, F32).node().reshape((3, 4))
+    other = BufferSpec("CPU:1", 12, F32).node(0).reshape((3, 4))
     with pytest.raises(GraphError, match="different devices.*CPU:0 and CPU:1"):
         b.alu(Ops.MUL, other)
     with pytest.raises(GraphError, match="reshape"):
@@ -76,7 +76,7 @@ def test_simplify_folds_constants_and_identities():
 
 
 def test_simplify_keeps_casts_that_change_dtype():
-    b = BufferSpec("CPU:0", 4, dtypes.int32).node()
+    b = BufferSpec("CPU:0", 4, dtypes.int32).node(0)
     expr = b.cast(F32).alu(Ops.ADD, Node.const(0.0, F32, "CPU:0", (4,)))
     out = simplify([expr])[expr]
     assert out.op is Ops.CAST and out.dtype == F32

@@ -71,7 +71,7 @@ def test_different_values_are_different_nodes_but_one_kernel():
     for x in (a, b):
         n = x.node
         spec = BufferSpec(n.device, n.size, n.dtype)
-        graphs.append(schedule([Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n),
+        graphs.append(schedule([Node.make(Ops.ASSIGN, n.dtype, (spec.node(0), n),
                                           View.create((n.size,)).reshape(n.shape))]).graph)
     (ka,), (kb,) = ([t.work for t in g.tasks] for g in graphs)
     assert isinstance(ka, Kernel) and ka.ast is kb.ast  # structure, not value

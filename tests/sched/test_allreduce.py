@@ -36,7 +36,7 @@ def graph_of(*tensors: Tensor) -> TaskGraph:
         for s in t.node.src:
             spec = BufferSpec(s.device, s.size, s.dtype)
             whole = View.create((s.size,)).reshape(s.shape)
-            roots.append(Node.make(Ops.ASSIGN, s.dtype, (spec.node(), s), whole))
+            roots.append(Node.make(Ops.ASSIGN, s.dtype, (spec.node(0), s), whole))
     return sched.schedule(roots).graph
 
 
@@ -131,7 +131,7 @@ def test_gather_of_one_result_reduces_to_that_device_only():
     """`sum` of a sharded tensor moved to one device needs the reduction there only: no broadcast."""
     t = Tensor(RNG.standard_normal((8, 5)).astype(np.float32)).shard(devices(4), axis=0)
     total = t.sum(axis=0).to("CPU:2")
-    roots = [Node.make(Ops.ASSIGN, total.dtype, (BufferSpec("CPU:2", 5, total.dtype).node(), total.node),
+    roots = [Node.make(Ops.ASSIGN, total.dtype, (BufferSpec("CPU:2", 5, total.dtype).node(0), total.node),
                        View.create((5,)))]
     graph = sched.schedule(roots).graph
     assert [s.phase for s in steps(graph)] == ["gather"] * 3 + ["reduce"]

@@ -73,7 +73,7 @@ def _roots(*tensors: Tensor) -> list[Node]:
         n = t.node
         spec = BufferSpec(n.device, n.size, n.dtype)
         view = View.create((n.size,)).reshape(n.shape)
-        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), view))
+        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(0), n), view))
     return roots
 
 

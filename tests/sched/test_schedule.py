@@ -18,7 +18,7 @@ def _roots(*tensors: Tensor) -> list[Node]:
     for t in tensors:
         n = t.node
         spec = BufferSpec(n.device, n.size, n.dtype)
-        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), View.create((n.size,)).reshape(n.shape)))
+        roots.append(Node.make(Ops.ASSIGN, n.dtype, (spec.node(0), n), View.create((n.size,)).reshape(n.shape)))
     return roots
 
 

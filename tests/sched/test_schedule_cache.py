@@ -46,7 +46,7 @@ def test_a_hit_schedules_the_same_task_graph_as_a_fresh_schedule():
     def roots(t: Tensor) -> list[Node]:
         n = t.node
         spec = BufferSpec(n.device, n.size, n.dtype)
-        return [Node.make(Ops.ASSIGN, n.dtype, (spec.node(), n), View.create((n.size,)).reshape(n.shape))]
+        return [Node.make(Ops.ASSIGN, n.dtype, (spec.node(0), n), View.create((n.size,)).reshape(n.shape))]
 
     def shape_of(graph) -> list:
         return [(t.work.kind, t.work.name, t.device, sorted(t.deps), [(a.mode, a.start, a.end) for a in t.accesses])

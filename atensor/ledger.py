@@ -1,0 +1,192 @@
+"""The storage ledger: what changes about storage while graph/ objects stay immutable values.
+
+A `BufferSpec` (graph/node.py) names a buffer and a `Node` names a value; neither changes once made.
+What does change lives here, and only here:
+
+- per buffer spec, its **version** (how many assigns into it were realized: a BUFFER node names one
+  version), its **pending head** (the newest lazy ASSIGN into it, what a Tensor viewing the buffer
+  follows) and its **runtime** (the device memory hcq/ attaches, an `hcq.buffer.Buffer`);
+- per node, its **realized value**: the BUFFER view that holds the node's value once a realize
+  committed it (sched/versions.py decides when such a value is still valid).
+
+Where it is kept, and why. Both tables sit here, keyed by identity, and hold the graph objects
+weakly, so an entry lives exactly as long as its spec or node (tests/test_ledger.py measures both):
+a spec's `Record` is keyed by the spec's `uid` (never reused) and dropped by a weak reference's
+callback when the spec dies, which frees its runtime buffer with it; a realized value is keyed by
+`id(node)` and dropped the same way when the node dies (the callback runs before the node's memory,
+and so its id, can be reused; a value view never refers back to the node it holds). Lookups are one
+dict probe: they happen for every node of every graph scheduled, and a `WeakKeyDictionary` costs a
+Python call and a new weak reference per probe. The graph objects carry nothing of this (their
+attributes are read-only, graph/node.py). One reference does keep a spec alive: a pending head is an
+ASSIGN into it, and the node table of graph/node.py holds its BUFFER node's key, spec included,
+strongly; so a lazy assign never realized keeps its buffer, exactly as when the head was an
+attribute of the spec.
+
+Locking. `lock` (a `threading.Lock`, not reentrant) guards every write of versions, heads, the set
+of pending specs and realized values: a Tensor sets a head on the user's thread while the
+dispatcher commits a graph, and a commit's writes must be seen together. Who writes: sched/versions.py
+(a Schedule's commit, the jit's version counts, heads set and dropped), through the `*_locked`
+functions while holding `lock` or through `set_head`, which takes it. Reads take no lock: each read
+is of one attribute or one dict entry, atomic under the GIL, and a reader that needs several to
+agree (scheduling a graph) holds `lock` itself. Runtimes are attached once per spec by hcq/buffer.py
+(`attach_runtime`, under `lock`, so two threads never make two Buffers for one spec). The weak
+callback that drops a dead node's value takes no lock (it may run on any thread, inside any code
+that drops the last reference to a node, including code holding `lock`); it only removes the entry
+it made.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Optional, TypeVar
+
+from atensor.graph.node import BufferSpec, Node, register_ledger
+from atensor.graph.ops import Ops
+
+T = TypeVar("T")
+
+lock = threading.Lock()
+
+
+class Record:
+    """The ledger's entry for one buffer spec. Written only under `lock`, by the functions below."""
+    __slots__ = ("version", "head", "runtime", "ref")
+
+    def __init__(self, spec: BufferSpec) -> None:
+        self.version = 0                   # realized assigns into the buffer
+        self.head: Optional[Node] = None   # the newest lazy version (an ASSIGN) not yet realized
+        self.runtime: Any = None           # the hcq Buffer (device memory), made on first use
+        self.ref = weakref.KeyedRef(spec, _drop_record, spec.uid)  # drops this record when the spec dies
+
+    def __repr__(self) -> str:
+        return f"Record(version={self.version}, head={self.head!r}, runtime={self.runtime!r})"
+
+
+# uid -> the record of a spec that has state (a version above 0, a head or a runtime buffer)
+_records: dict[int, Record] = {}
+_records_get = _records.get
+# buffers that may have a pending head: what `pending_heads` walks (a WeakSet: a spec that dies goes)
+_pending: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
+# realized values: id(node) -> (weak reference to the node, the BUFFER view holding its value)
+_values: dict[int, tuple[weakref.KeyedRef, Node]] = {}
+_values_get = _values.get
+
+
+def _drop_record(ref: weakref.KeyedRef, pop: Callable[..., Any] = _records.pop) -> None:
+    """A spec died: its record (and the runtime buffer it holds) goes. No lock: see the header."""
+    pop(ref.key, None)
+
+
+def _record(spec: BufferSpec) -> Record:
+    """`spec`'s record, made on first write. The caller holds `lock`."""
+    record = _records_get(spec.uid)
+    if record is None:
+        record = _records[spec.uid] = Record(spec)
+    return record
+
+
+# ---- buffer specs ---------------------------------------------------------------------------------
+def version(spec: BufferSpec) -> int:
+    """How many assigns into `spec` were realized (committed) so far."""
+    record = _records_get(spec.uid)
+    return 0 if record is None else record.version
+
+
+def current(spec: BufferSpec) -> Node:
+    """The BUFFER node of `spec`'s current (newest realized) version."""
+    return Node.make(Ops.BUFFER, spec.dtype, (), (spec, version(spec)))
+
+
+def head(spec: BufferSpec) -> Optional[Node]:
+    """`spec`'s pending head: its newest lazy ASSIGN, or None."""
+    record = _records_get(spec.uid)
+    return None if record is None else record.head
+
+
+def latest(spec: BufferSpec) -> Node:
+    """The newest version of `spec`: the pending ASSIGN if one is lazy, else the realized buffer."""
+    record = _records_get(spec.uid)
+    if record is None:
+        return Node.make(Ops.BUFFER, spec.dtype, (), (spec, 0))
+    found = record.head
+    return found if found is not None else Node.make(Ops.BUFFER, spec.dtype, (), (spec, record.version))
+
+
+def runtime(spec: BufferSpec) -> Any:
+    """The runtime buffer hcq/ attached to `spec`, or None when none was made yet."""
+    record = _records_get(spec.uid)
+    return None if record is None else record.runtime
+
+
+def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
+    """`spec`'s runtime buffer, made with `make(spec)` on first use (once, even from two threads).
+    It lives exactly as long as the spec."""
+    with lock:
+        record = _record(spec)
+        found = record.runtime
+        if found is None:
+            found = record.runtime = make(spec)
+    return found
+
+
+def set_head(spec: BufferSpec, node: Node) -> None:
+    """Makes `node` (an ASSIGN into `spec`) the buffer's newest lazy version."""
+    with lock:
+        _record(spec).head = node
+        _pending.add(spec)
+
+
+def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
+    """Forgets `spec`'s pending head (only if it is `node`, when given: a newer head set since stays).
+    The caller holds `lock`."""
+    record = _records_get(spec.uid)
+    if record is not None and record.head is not None and (node is None or record.head is node):
+        record.head = None
+        _pending.discard(spec)
+
+
+def advance_locked(spec: BufferSpec) -> int:
+    """Counts one more realized assign into `spec`; returns the new version. The caller holds `lock`."""
+    record = _record(spec)
+    record.version += 1
+    return record.version
+
+
+def pending_heads() -> list[Node]:
+    """The newest lazy version of every buffer that has one, in no particular order."""
+    with lock:
+        if not _pending:  # the common case: a WeakSet's len is cheap, iterating it is not
+            return []
+        return [h for spec in list(_pending) if (h := head(spec)) is not None]
+
+
+# ---- realized values ------------------------------------------------------------------------------
+def value(node: Node) -> Optional[Node]:
+    """The BUFFER view recorded as holding `node`'s value, or None (whether it still holds it is
+    sched/versions.py's question: `_realized`)."""
+    entry = _values_get(id(node))
+    return None if entry is None else entry[1]
+
+
+def set_value_locked(node: Node, target: Node) -> None:
+    """Records that `target` (a BUFFER view) holds `node`'s value, for as long as `node` lives.
+    The caller holds `lock`."""
+    key = id(node)
+    _values[key] = (weakref.KeyedRef(node, _forget, key), target)
+
+
+def _forget(ref: weakref.KeyedRef, get: Callable[..., Any] = _values_get,
+            pop: Callable[..., Any] = _values.pop) -> None:
+    """A node with a realized value died: its entry goes (no lock, see the header). Only the entry
+    this reference was made for: a replaced entry's reference died with it, before its node."""
+    entry = get(ref.key)
+    if entry is not None and entry[0] is ref:
+        pop(ref.key, None)
+
+
+register_ledger(set_head)
+
+
+def statistics() -> dict[str, int]:
+    """Sizes of the ledger's tables: buffer records, realized values, buffers with a pending head."""
+    return {"records": len(_records), "values": len(_values), "pending": len(_pending)}
