@@ -54,7 +54,7 @@ from atensor.hcq.device import Device
 from atensor.engine.plan import Plan, Submission
 from atensor.hcq import loop
 from atensor.hcq.host import Job, dispatcher
-from atensor.engine.handle import RealizeHandle, recording
+from atensor.engine.handle import RealizeHandle, Recording, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
@@ -511,10 +511,10 @@ class Jit:
                     yield _WAIT, Tensor(head)._dispatch()
                 except Exception:  # noqa: BLE001 - not this call's error; see above
                     pass
-        records: list[sched.Schedule] = []
+        records = Recording(BufferSpec.last_uid() + 1)  # realized values of earlier calls are not read
         if program is None:
             inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
-            first_uid = BufferSpec.last_uid() + 1
+            first_uid = records.since_uid
             self._capturing.add(key)
             try:
                 result, outs, result_shape = yield from self._run(tensors, records)
@@ -554,7 +554,8 @@ class Jit:
             f"same value comes again), so these calls are not replayed. Pass a value that changes per "
             f"call as a Tensor, or bind it to a Variable"), stacklevel=4)
 
-    def _run(self, tensors: list[Tensor], records: Optional[list]) -> Generator[tuple[str, Any], Any, tuple]:
+    def _run(self, tensors: list[Tensor],
+             records: Optional[Recording]) -> Generator[tuple[str, Any], Any, tuple]:
         """Steps that call the function and realize its tensor results: (result, result tensors,
         result shape). With `records` (capturing), the schedules of every realize are appended to it,
         and lazy inputs are realized first, so that a replay computes them too."""
