@@ -14,7 +14,10 @@ import atensor
 from atensor import Tensor
 
 
-@pytest.mark.parametrize("held", list(itertools.product(["dropped", "next call", "kept"], repeat=3)), ids="-".join)
+HOLDS = list(itertools.product(["dropped", "next call", "kept"], repeat=3))
+
+
+@pytest.mark.parametrize("held", HOLDS, ids="-".join)
 def test_held_results_of_earlier_calls_never_change_the_captured_graph(held):
     """Each of the first three calls' result is dropped at once, alive during the next call, or kept.
     A result is not read until the end: reading it gives the tensor its buffer's node, and the lazy
