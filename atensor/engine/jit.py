@@ -20,6 +20,9 @@ captured ones. What tinygrad's TinyJit does, with these rules:
   that changes the values first waits for the program's previous replay (its kernels read them).
 - State: buffers that existed before the call (parameters, optimizer state, constants) are the
   captured ones: updates by `assign` land in them on every replay, exactly as in the function.
+  A value an earlier call realized (its result, still held, is the same interned `x * 2`) is not
+  read back while capturing but computed again (handle.Recording), so a replay computes from its
+  inputs, and what earlier results are still alive never changes the captured graphs.
 - Results: the function returns tensors (or tuples/lists/dicts of them, or None); they are realized
   by the call. Buffers the call made for its results are fresh on every replay, so results of
   earlier calls keep their values. Tensors the function leaves elsewhere (`.grad`, attributes)
