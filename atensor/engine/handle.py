@@ -19,9 +19,25 @@ from atensor.hcq.signal import Signal, wait_all
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 
-# While atensor.jit captures a call, the list its realizes record their schedules into (engine/jit.py).
-# A context variable, so only the capturing task (and the tasks it starts) records.
-recording: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("atensor_recording", default=None)
+
+class Recording(list):
+    """The schedules the realizes of one jit capture ran (engine/jit.py), in order. `since_uid` is the
+    first buffer id made during the capture: a value realized into an older buffer (by an earlier call,
+    say, whose result is still held) is computed again instead of read from there, so the recorded
+    graphs read only the call's inputs and state, and two calls record the same graphs whatever
+    earlier results are still alive. `draws` are the random draws the call made (engine/rng.py), in
+    order: (their counter buffers, how many counters each took), redrawn on every replay."""
+
+    def __init__(self, since_uid: int):
+        super().__init__()
+        self.since_uid = since_uid
+        self.draws: list[tuple[tuple, int]] = []
+
+
+# While atensor.jit captures a call, the Recording its realizes append their schedules to. A context
+# variable, so only the capturing task (and the tasks it starts) records.
+recording: contextvars.ContextVar[Optional[Recording]] = contextvars.ContextVar("atensor_recording",
+                                                                                 default=None)
 
 
 class NotRealizedError(RuntimeError):
@@ -92,4 +108,4 @@ class RealizeHandle:
             raise err
 
 
-__all__ = ["NotRealizedError", "RealizeHandle", "recording"]
+__all__ = ["NotRealizedError", "RealizeHandle", "Recording", "recording"]

@@ -20,14 +20,20 @@ captured ones. What tinygrad's TinyJit does, with these rules:
   that changes the values first waits for the program's previous replay (its kernels read them).
 - State: buffers that existed before the call (parameters, optimizer state, constants) are the
   captured ones: updates by `assign` land in them on every replay, exactly as in the function.
+  A value an earlier call realized (its result, still held, is the same interned `x * 2`) is not
+  read back while capturing but computed again (handle.Recording), so a replay computes from its
+  inputs, and what earlier results are still alive never changes the captured graphs.
 - Results: the function returns tensors (or tuples/lists/dicts of them, or None); they are realized
   by the call. Buffers the call made for its results are fresh on every replay, so results of
   earlier calls keep their values. Tensors the function leaves elsewhere (`.grad`, attributes)
   belong to the captured call.
+- Random numbers (`rand`, `randn`, `randint`, `dropout`, ...) drawn inside the function are drawn
+  again on every replay, from the generator's counter at that time (engine/rng.py): a replay draws
+  the numbers an eager run of the same calls would, without a capture per call.
 - What is replayed is what was realized: Python side effects, non-tensor return values and
   `await`s of other things run only while capturing. A function whose graph differs from call to
-  call (random numbers drawn inside it, Python numbers that change) cannot be replayed: the
-  verifying call detects it and `JitError` says so.
+  call (Python numbers that change, say) cannot be replayed: the verifying call detects it and
+  `JitError` says so.
 - A replay is ordered like any realize: after work already issued, before work issued later. Lazy
   assigns still pending on the buffers a replay touches (a learning-rate schedule's new rate, say)
   are realized first, as a separate realize, so they take effect as they would without the jit.
@@ -45,21 +51,20 @@ from typing import Any, Callable, Generator, Optional
 from atensor.config import settings
 from atensor import ledger
 from atensor.graph.node import BufferSpec, Node, toposort
-from atensor.graph import symbolic
 from atensor.graph.symbolic import Variable
-from atensor.graph.view import View
 from atensor.graph.ops import Ops
 from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.plan import Plan, Submission
+from atensor.engine import rng
+from atensor.engine.callkey import call_key, only_plain_values_differ
 from atensor.hcq import loop
 from atensor.hcq.host import Job, dispatcher
-from atensor.engine.handle import RealizeHandle, recording
+from atensor.engine.handle import RealizeHandle, Recording, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
-from atensor.sched import schedule as sched
 from atensor.sched import versions
 from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor import Tensor
@@ -78,25 +83,6 @@ class JitError(RuntimeError):
 
 class JitWarning(UserWarning):
     """A jitted function runs without replaying (said once per function, with the reason)."""
-
-
-def _plain_values(shape: Any) -> list[Any]:
-    """The non-tensor values in a flattened argument description, in order."""
-    kind, body = shape
-    if kind in ("V", "Var"):  # a plain value, or a bound Variable (described unbound)
-        return [body]
-    if kind == "T":
-        return []
-    items = [v for _, v in body] if kind == "dict" else list(body)
-    return [x for item in items for x in _plain_values(item)]
-
-
-def _only_plain_values_differ(old: tuple, new: tuple) -> Optional[tuple[Any, Any]]:
-    """(old values, new values) when two call keys differ only in their non-tensor arguments."""
-    if old[1:] != new[1:]:
-        return None
-    a, b = _plain_values(old[0]), _plain_values(new[0])
-    return (a, b) if len(a) == len(b) and a != b else None
 
 
 # ---- arguments and results as flat lists of tensors -------------------------------------------------
@@ -138,16 +124,6 @@ def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
         return {k: _unflatten(v, tensors) for k, v in body}
     items = [_unflatten(v, tensors) for v in body]
     return tuple(items) if kind == "tuple" else items
-
-
-def _unbound_key(key: Any) -> Any:
-    """A schedule's structure key with the views' bound variables unbound, so that two calls at other
-    values of the same variables compare equal."""
-    if isinstance(key, tuple):
-        return tuple([_unbound_key(k) for k in key])
-    if isinstance(key, View) and key.variables():
-        return key.unbind({})
-    return key
 
 
 def _is_stored(node: Node) -> bool:
@@ -215,7 +191,8 @@ class _Program:
     written: frozenset[BufferSpec]    # every buffer a replay writes (captured names)
     tasks: int                        # tasks per replay, all records together
     accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
-    keys: list[Optional[tuple]]       # each record's graph structure, to verify the next call against
+    keys: list[Optional[tuple]]       # each record's graph structure and each draw: what a call repeats
+    draws: list[rng.Draw]             # the random draws the call made, redrawn on every replay
     verified: bool = False
     result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
     var_vals: list[dict] = dataclasses_field(default_factory=list)  # the kernels' variable values
@@ -230,9 +207,13 @@ class _Program:
                     var_vals[var] = new
 
     def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:
-        """The job that runs the captured graphs with `inputs` and fresh result buffers, the result
-        tensors (realized once the job is done) and the mapping from captured to replayed buffers."""
+        """The job that runs the captured graphs with `inputs`, fresh result buffers and fresh random
+        draws, the result tensors (realized once the job is done) and the mapping from captured to
+        replayed buffers."""
         mapping = dict(zip(self.inputs, inputs))
+        if self.draws:  # each captured draw's counter buffers, written anew from the counter as it is now
+            captured = [spec for specs, _ in self.draws for spec in specs]
+            mapping.update(zip(captured, rng.redraw(self.draws)))
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
         tensors = [Tensor(n) for n in self._results_on(mapping)]
@@ -327,10 +308,11 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     return total
 
 
-def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: list[Node], result_shape: Any,
-             first_uid: int) -> _Program:
-    """The program of a captured call: `records` are the schedules it ran, `first_uid` the first buffer
-    id made during it (so the buffers results live in can be told from the state they read)."""
+def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
+             result_shape: Any) -> _Program:
+    """The program of a captured call: `records` are the schedules it ran (and its random draws); the
+    buffers made during it (from `records.since_uid` on) that results live in are told from the state."""
+    first_uid = records.since_uid
     input_set = set(inputs)
     fresh: list[BufferSpec] = []
     for node in results:
@@ -338,7 +320,7 @@ def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: l
             spec = leaf.arg[0]
             if spec.uid >= first_uid and spec not in input_set and spec not in fresh:
                 fresh.append(spec)
-    substituted = input_set | set(fresh)
+    substituted = input_set | set(fresh) | {spec for specs, _ in records.draws for spec in specs}
     kept: list[_Record] = []
     written: set[BufferSpec] = set()
     accessed: set[BufferSpec] = set()
@@ -351,15 +333,8 @@ def _program(records: list[sched.Schedule], inputs: list[BufferSpec], results: l
         kept.append(_Record(tasks, touched, tuple(rec.assigned)))
     var_vals = [t.work.var_vals for r in kept for t in r.tasks if getattr(t.work, "var_vals", None)]
     return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
-                    sum(len(r.tasks) for r in kept), frozenset(accessed), [_record_key(r) for r in records],
-                    var_vals=var_vals)
-
-
-def _record_key(record: sched.Schedule) -> Optional[tuple]:
-    """The schedule's structure key, compared between the capturing and the verifying call."""
-    if record.key is None or not symbolic.any_bound:  # no variable was ever bound: nothing to unbind
-        return record.key
-    return _unbound_key(record.key)
+                    sum(len(r.tasks) for r in kept), frozenset(accessed), call_key(records),
+                    list(records.draws), var_vals=var_vals)
 
 
 # ---- the decorator ----------------------------------------------------------------------------------------
@@ -512,28 +487,28 @@ class Jit:
                     yield _WAIT, Tensor(head)._dispatch()
                 except Exception:  # noqa: BLE001 - not this call's error; see above
                     pass
-        records: list[sched.Schedule] = []
+        records = Recording(BufferSpec.last_uid() + 1)  # realized values of earlier calls are not read
         if program is None:
             inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
-            first_uid = BufferSpec.last_uid() + 1
             self._capturing.add(key)
             try:
                 result, outs, result_shape = yield from self._run(tensors, records)
             finally:
                 self._capturing.discard(key)
-            self._programs[key] = _program(records, inputs, [t.node for t in outs], result_shape, first_uid)
+            self._programs[key] = _program(records, inputs, [t.node for t in outs], result_shape)
             self.stats["captures"] += 1
             while len(self._programs) > self.max_programs:
                 self._programs.popitem(last=False)
             return result
         result, _, _ = yield from self._run(tensors, records)
-        if [_record_key(r) for r in records] != program.keys:
+        if call_key(records) != program.keys:
             del self._programs[key]
             raise JitError(
-                f"atensor.jit: {self._name} built different graphs on two "
-                f"calls with the same arguments ({len(program.keys)} realizes, then {len(records)}), so it "
-                f"cannot be replayed. Random numbers drawn inside it, or Python numbers that change between "
-                f"calls, do this: pass such values in as tensors, or do not jit the function")
+                f"atensor.jit: {self._name} built different graphs on two calls with the same arguments "
+                f"({len(program.records)} realizes and {len(program.draws)} random draws, then "
+                f"{len(records)} and {len(records.draws)}), so it cannot be replayed. Python numbers that "
+                f"change between calls do this: pass such values in as tensors (or bound Variables), or do "
+                f"not jit the function")
         program.verified = True
         kernels = _native_candidates(program.records)
         if kernels and self.compile == "background":
@@ -545,7 +520,7 @@ class Jit:
     def _warn_if_never_replayed(self, key: tuple, previous: tuple) -> None:
         """Says once why a function whose non-tensor arguments change on every call is never replayed:
         each new value is a new key, run normally (it would be captured on its second call)."""
-        differ = _only_plain_values_differ(previous, key)
+        differ = only_plain_values_differ(previous, key)
         if differ is None or self._warned_plain:
             return
         self._warned_plain = True
@@ -555,7 +530,8 @@ class Jit:
             f"same value comes again), so these calls are not replayed. Pass a value that changes per "
             f"call as a Tensor, or bind it to a Variable"), stacklevel=4)
 
-    def _run(self, tensors: list[Tensor], records: Optional[list]) -> Generator[tuple[str, Any], Any, tuple]:
+    def _run(self, tensors: list[Tensor],
+             records: Optional[Recording]) -> Generator[tuple[str, Any], Any, tuple]:
         """Steps that call the function and realize its tensor results: (result, result tensors,
         result shape). With `records` (capturing), the schedules of every realize are appended to it,
         and lazy inputs are realized first, so that a replay computes them too."""

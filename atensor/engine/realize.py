@@ -22,7 +22,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
-from atensor.engine.handle import RealizeHandle, recording
+from atensor.engine.handle import RealizeHandle, Recording, recording
 from atensor.hcq.host import Job, dispatcher
 from atensor.sched import schedule as sched
 from atensor.sched import versions
@@ -140,9 +140,9 @@ def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs
     return node
 
 
-def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[list] = None):
+def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[Recording] = None):
     start = time.perf_counter_ns()
-    result = sched.schedule(roots, pending)
+    result = sched.schedule(roots, pending, record.since_uid if record is not None else None)
     if record is not None:  # atensor.jit is capturing this call: keep what it ran
         record.append(result)
     # buffers this graph writes count as in flight until their writes are noted by execute(), so a

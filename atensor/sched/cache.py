@@ -14,8 +14,8 @@ output is kept as a *template* keyed by the graph's structure with its buffers a
 
 Computing a key costs one pass over the graph (a few microseconds per node) against the whole
 scheduler on a miss. Kernel ASTs name buffers by parameter index, not identity, so a template's
-kernels are the compiled ones already. Random numbers draw new counters per call, so graphs with
-`rand` differ in their ARANGE nodes and miss (correctly: their values differ).
+kernels are the compiled ones already. A random draw reads its seed and first counter from a buffer
+of its own (engine/rng.py), so two draws of one shape have equal keys and the second hits.
 """
 from __future__ import annotations
 

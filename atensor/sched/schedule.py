@@ -55,27 +55,43 @@ class Schedule:
             self._commit = None
 
 
-def schedule(roots: list[Node], pending: Optional[list[Node]] = None) -> Schedule:
+def _cached_in(since_uid: Optional[int]) -> Callable[[Node], Optional[Node]]:
+    """`_realized`, or with `since_uid` the same limited to realized values held in buffers made from
+    that id on (realized assigns always map: they are buffer versions, not cached values)."""
+    if since_uid is None:
+        return _realized
+
+    def found(node: Node) -> Optional[Node]:
+        m = _realized(node)
+        return m if m is None or node.op is Ops.ASSIGN or m.base().arg[0].uid >= since_uid else None
+    return found
+
+
+def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
+             since_uid: Optional[int] = None) -> Schedule:
     """Turns ASSIGN roots into a TaskGraph of kernels and copies; records what becomes realized.
     `pending` (from `pending_heads()`) are lazy assigns to realize along when this graph overwrites
-    a version they read; `Schedule.outputs` has one entry per given root."""
+    a version they read; `Schedule.outputs` has one entry per given root. With `since_uid` (a jit
+    capture, engine/jit.py), a value realized into a buffer older than that id is computed again
+    rather than read from there: the graph then depends only on what the capture was given."""
     requested = len(roots)
     if pending:
         roots = _flush_along(roots, pending)
-    original = toposort(roots, stop=lambda n: _realized(n) is not None)
+    cached = _cached_in(since_uid)
+    original = toposort(roots, stop=lambda n: cached(n) is not None)
     with _ledger_lock:
-        mapping = {n: m for n in original if (m := _realized(n)) is not None}
+        mapping = {n: m for n in original if (m := cached(n)) is not None}
     if mapping:
         # a value cached in a buffer this graph assigns to is computed again instead: read from
         # there, it would tie the assigns into a cycle (read version k, write k+1 and k+2 in one kernel)
         written = {storage_of(n) for n in original if n.op is Ops.ASSIGN and n not in mapping}
         if any(n.op is not Ops.ASSIGN and m.base().arg[0] in written for n, m in mapping.items()):
             def usable(n: Node) -> bool:
-                m = _realized(n)
+                m = cached(n)
                 return m is not None and (n.op is Ops.ASSIGN or m.base().arg[0] not in written)
             original = toposort(roots, stop=usable)
             with _ledger_lock:
-                mapping = {n: m for n in original if usable(n) and (m := _realized(n)) is not None}
+                mapping = {n: m for n in original if usable(n) and (m := cached(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
     new_roots = [subbed.get(r, r) for r in roots]
     if settings.schedule_cache:  # with nothing substituted, `original` is already new_roots' order

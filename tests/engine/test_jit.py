@@ -93,18 +93,6 @@ async def test_a_lazy_assign_before_the_call_takes_effect_first():
     assert f.stats["replays"] == 3
 
 
-async def test_random_numbers_inside_are_refused_with_a_clear_error():
-    @atensor.jit
-    async def noisy(x: Tensor) -> Tensor:
-        return x + Tensor.rand(*x.shape)
-
-    x = Tensor(_data(0))
-    await noisy(x)
-    await noisy(x)
-    with pytest.raises(atensor.JitError, match="different graphs.*Random numbers"):
-        await noisy(x)
-
-
 async def test_an_unhashable_plain_argument_is_refused():
     @atensor.jit
     async def f(x: Tensor, other: np.ndarray) -> Tensor:
