@@ -201,8 +201,9 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         if self._pending is None and self._is_ready_single():
             return self
         handle = self._pending
-        if handle is None or not handle.done():
-            self._refuse_in_loop("wait")
+        # inside a loop a realize is awaited, never waited for, even one already done: whether it is
+        # done by now depends on its size (a tiny one runs while it is planned) and on timing
+        self._refuse_in_loop("wait")
         if handle is None:
             handle = self._dispatch()
         try:

@@ -15,6 +15,7 @@ import time
 from typing import Any, Generator, Optional
 
 from atensor.hcq.host import Job, dispatcher, reaper
+from atensor.hcq.loop import checkpoint
 from atensor.hcq.signal import Signal, wait_all
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -59,9 +60,13 @@ class RealizeHandle:
     async def _wait_async(self) -> Any:
         start = time.perf_counter_ns()
         try:
-            await dispatcher.signal.wait(self.job.value, check=False)
-            self._raise_dispatch_error()
-            await wait_all(self._waits())
+            if self.done():  # it ran while it was planned (engine/plan.py's tiny plans): no wake-up
+                await checkpoint()
+                self._raise_dispatch_error()
+            else:
+                await dispatcher.signal.wait(self.job.value, check=False)
+                self._raise_dispatch_error()
+                await wait_all(self._waits())
             self._raise_task_error()
         finally:
             if collector.is_active():

@@ -52,7 +52,7 @@ from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
-from atensor.graph.taskgraph import Copy, Task, TaskGraph
+from atensor.graph.taskgraph import Copy, Kernel, Task, TaskGraph
 from atensor.engine.lower import runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.hcq.buffer import Buffer, Clock
@@ -116,6 +116,17 @@ def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: li
                 old = waits.get(sig)
                 if old is None or old[0] < v:
                     waits[sig] = (v, old is not None and old[1])
+
+
+# An eager plan of at most this many kernels and copies, touching at most this many bytes and doing at
+# most this many flops, runs on the thread that plans it (the caller's, for a realize planned inline)
+# when every queue it uses is idle and nothing is pending on its buffers: the await then finds its
+# values published and returns without a hand-off to a worker and back (two thread wake-ups, ~100 us
+# on these machines). The bound this keeps: such a plan runs for at most ~50 us (4 numpy kernels of
+# 16 KiB; bench/overhead.py's round trip runs one of 64 bytes in 5-10 us), less than planning it.
+INLINE_MAX_TASKS = 4
+INLINE_MAX_BYTES = 64 << 10
+INLINE_MAX_FLOPS = 1 << 16
 
 
 def execute(graph: TaskGraph) -> Submission:
@@ -194,6 +205,11 @@ class Plan:
             self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
                                 tuple(sorted(task.deps))))
         self.counts = counts
+        # tiny enough to run on the planning thread itself when its queues are idle (see `submit`)
+        self.tiny = len(tasks) <= INLINE_MAX_TASKS and \
+            all(type(t.work) in (Kernel, Copy) for t in tasks) and \
+            sum(st[2] for st in self.static) <= INLINE_MAX_BYTES and \
+            sum(st[3] for st in self.static) <= INLINE_MAX_FLOPS
         self.by_queue: list[list[int]] = [[] for _ in self.queues]
         for i, qi in enumerate(self.task_queue):
             self.by_queue[qi].append(i)
@@ -311,6 +327,9 @@ class Plan:
         else:
             before = [b.pending() for b in bufs]
             quiet = not any(w or r for w, r in before)  # nothing pending: only the graph's own waits
+        # a tiny eager plan runs here, on the planning thread, when its queues have nothing before it
+        here: Optional[list] = [] if quiet and self.once and self.tiny and \
+            all(q.idle() for q in self.queues) else None
         runs = self._runners(mapping, new_specs)
         bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
         signals = [q.signal for q in self.queues]
@@ -361,11 +380,18 @@ class Plan:
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
-            if self.once:
+            if here is not None:  # one command per task (a plan submitted once does not batch)
+                here.extend((members[k], queue, command) for k, command in enumerate(commands))
+            elif self.once:
                 lists.append((queue, commands))  # handed over once every buffer is told (below)
             else:
                 queue.submit(commands)
         self._note(bufs, signals, bases)
+        if here is not None:  # in task order, which is topological: every wait is reached already
+            here.sort(key=lambda entry: entry[0])
+            for _, queue, command in here:
+                queue.run_here([command])
+            return sub
         for queue, commands in lists:
             queue.submit(commands)
         return sub

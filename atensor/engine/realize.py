@@ -39,6 +39,10 @@ def _follow_storage(node: Node) -> Node:
     if base is not None:
         latest = ledger.latest(versions.storage_of(base))
         if base is not latest:
+            if node is base:  # the common cases without a general rewrite: the storage itself,
+                return latest
+            if node.src[0] is base:  # or one view of it
+                return latest.view(node.arg)
             return substitute([node], {base: latest})[node]
     return node
 

@@ -1,12 +1,25 @@
-"""Pausing the cyclic garbage collector while atensor's threads work.
+"""Pausing the cyclic garbage collector while atensor's threads work, and what it finds when it resumes.
 
 Why: CPython's cyclic collector stops every thread, the event loop's included, for a time that grows
-with the number of live container objects. A large realize keeps a few hundred thousand of them alive
-(nodes, tasks, commands), and a full collection triggered by any allocation in any thread then stalls
-the event loop for 100-250 ms (measured with bench/loop_lag.py: gaps of that size vanish with the
-collector off). So the dispatcher and the queue workers pause automatic collection while they plan or
-run work. A realize's objects are freed by reference counting (the graph is acyclic), so nothing
-accumulates; the collector resumes when the last of atensor's threads goes idle.
+with the number of tracked objects it traverses. The dispatcher and the queue workers therefore pause
+automatic collection while they plan or run work; a realize's own objects (tasks, commands) are
+freed by reference counting (the graph is acyclic), so nothing accumulates that only the collector
+could free.
+
+What the pause leaves behind: everything allocated meanwhile that is still alive sits in the young
+generation, and the first automatic collection after the pause traverses all of it. A realize of
+3000 outputs leaves about 200,000 such objects (its outputs' nodes, buffers and views, about 100,000,
+and the schedule cache's template of the graph, about 100,000: measured with gc.get_objects(0)); one
+collection of them took 160-540 ms on these shared 2-core machines, on any thread and so on the event
+loop too (bench/loop_lag.py, tests/engine/test_async.py). They are long-lived data, not garbage: so when
+the collector resumes with at least FREEZE_AT young objects, they are moved to the permanent generation
+(`gc.freeze()`, constant time), as servers do with their startup state. Frozen objects are still freed
+by reference counting; only a reference cycle among them waits. To keep that bounded, once the frozen
+count has grown to twice (plus FREEZE_AT) what it was after the last reset, the next resume unfreezes
+everything instead (`gc.unfreeze()`): the collector then sees it all again in one full collection, a
+stall as before but once per doubling of the live heap instead of once per big realize. An
+application that freezes objects itself may see them unfrozen at such a reset (they are then
+collected as ordinary objects).
 
 The pause is counted, since several threads enter and leave it independently, and it only ever
 restores the collector if it was on when the first pause began (an application that turned it off
@@ -19,9 +32,15 @@ import gc
 import threading
 from typing import Iterator
 
+# young objects at a resume from which they are frozen instead of left to the next collection; a
+# collection of this many costs 10-50 ms here, which the event loop may afford
+FREEZE_AT = 50_000
+
 _lock = threading.Lock()
 _depth = 0
 _was_enabled = False
+_frozen_base = 0  # the frozen count after the last reset (see the module docstring)
+stats = {"freezes": 0, "unfreezes": 0}
 
 
 @contextlib.contextmanager
@@ -40,4 +59,22 @@ def gc_paused() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _was_enabled:
+                _settle_young()
                 gc.enable()
+
+
+def _settle_young() -> None:
+    """Freezes the young generation when the pause left a large one (see the module docstring); called
+    under `_lock` by the thread that ends the last pause, before the collector is on again."""
+    global _frozen_base
+    if gc.get_count()[0] < FREEZE_AT:
+        return
+    if gc.get_freeze_count() > 2 * _frozen_base + FREEZE_AT:
+        gc.unfreeze()  # the frozen set doubled: let the collector see it once (cycles in it are freed)
+        _frozen_base = 0
+        stats["unfreezes"] += 1
+        return
+    gc.freeze()
+    if not _frozen_base:
+        _frozen_base = gc.get_freeze_count()
+    stats["freezes"] += 1

@@ -274,6 +274,17 @@ class _AsyncioWakeup(Wakeup):
             self.future = None
 
 
+async def checkpoint() -> None:
+    """Lets the loop run its other tasks once, then returns (trio's `checkpoint`, asyncio's
+    `sleep(0)`): for an await whose work is already done, so that a task awaiting tiny realizes in a
+    loop still gives the others their turn (and cancellation is checked), as any await on trio does."""
+    if current_library() == "trio":
+        import trio
+        await trio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
 async def run_sync(fn: Callable[[], T]) -> T:
     """Runs the blocking `fn` in a worker thread and returns its result; the loop stays free. The
     thread always runs to completion: cancelling the await only stops the waiting on asyncio, and on
@@ -284,5 +295,5 @@ async def run_sync(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
-__all__ = ["SUPPORTED", "UnsupportedLoopError", "Wakeup", "current_library", "in_running_loop",
+__all__ = ["SUPPORTED", "UnsupportedLoopError", "Wakeup", "checkpoint", "current_library", "in_running_loop",
            "run_sync", "running_library", "wakeup"]

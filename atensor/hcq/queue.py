@@ -102,6 +102,21 @@ class Queue:
         self._reserved = base + count
         return base
 
+    def idle(self) -> bool:
+        """True when every value reserved so far is published: no command is queued or running. Read by
+        the dispatching thread (the only one that reserves and submits), for which it stays true until
+        it submits again."""
+        return self.signal.value >= self._reserved
+
+    def run_here(self, commands: list[Command]) -> None:
+        """Runs `commands` on the calling thread, in this queue's place, exactly as its worker would
+        (waits, run, publish with stamps, failures). Only the dispatching thread calls it, right after
+        `idle()` said nothing is before them, so the queue's order still holds (engine/plan.py runs a
+        tiny eager plan this way: no hand-off to the worker and back)."""
+        with np.errstate(all="ignore"):  # as the worker runs (see _work)
+            for command in commands:
+                self._execute(command)
+
     def submit(self, commands: list[Command]) -> None:
         """Hands a whole command list to the worker (one submission per realize)."""
         if not commands:

@@ -31,21 +31,26 @@ except ImportError:  # optional: the uvloop runs skip
     uvloop = None
 
 LOOPS = ["trio", "asyncio", "uvloop"]
-# seconds: the longest the loop may be held, on any loop, whatever runs meanwhile. Generous, for a
-# shared 2-core machine; bench/loop_lag.py measures the worst gap per loop. The gap tests turn the
-# cyclic collector off: it resumes once atensor's threads go idle (hcq/gcpause.py), and its first
-# full collection after a 3000-output realize stops every thread for 100-200 ms here, on any loop.
-GAP_BOUND = 0.25
+# seconds: the longest the loop may be held, on any loop, whatever runs meanwhile, with the cyclic
+# collector on. bench/loop_lag.py measures the worst gap per loop. What made it 250 ms before: the first
+# collection after a 3000-output realize traversed the ~200,000 objects it left alive, 160-540 ms here;
+# hcq/gcpause.py now freezes them when the collector resumes. The `frozen_startup` fixture does what a
+# server does once warmed up (gc.freeze() of its startup state: modules, numpy, trio), so that a full
+# collection of the import-time heap (~140,000 objects, 80-100 ms here) does not land in the test.
+GAP_BOUND = 0.1
 
 
 @pytest.fixture
-def no_gc():
-    """The cyclic collector off for one test (see GAP_BOUND)."""
-    was = gc.isenabled()
-    gc.disable()
+def frozen_startup():
+    """The heap as it is now moved out of the collector's way for one test (see GAP_BOUND)."""
+    deadline = time.monotonic() + 60
+    while not gc.isenabled() and time.monotonic() < deadline:  # an earlier test's work still running
+        time.sleep(0.01)
+    assert gc.isenabled(), "the gap tests run with the cyclic collector on"
+    gc.collect()
+    gc.freeze()
     yield
-    if was:
-        gc.enable()
+    gc.unfreeze()
 
 
 @pytest.fixture(params=LOOPS)
@@ -80,31 +85,52 @@ def _long_matmuls(seconds: float) -> list[Tensor]:
 
 
 async def _realize_with_ticker(*tensors: Tensor) -> tuple[float, list[float]]:
+    """The realize's duration and the gaps between the wake-ups of a 1 ms ticker beside it, and for
+    0.3 s after it: the first collection after a big realize comes then (hcq/gcpause.py)."""
     async with ticking() as lag:
         start = time.perf_counter()
         await Tensor.realize(*tensors)
         elapsed = time.perf_counter() - start
+        await anyio.sleep(0.3)
     return elapsed, lag.gaps
 
 
-def test_event_loop_keeps_ticking_during_a_long_realize_of_big_kernels(run, no_gc):
-    outs = _long_matmuls(1.0)
-    elapsed, gaps = run(_realize_with_ticker, *outs)
-    assert elapsed >= 0.8, f"the realize took only {elapsed:.2f}s; the test wants one of about a second"
-    assert max(gaps) <= GAP_BOUND, (run.name, max(gaps), elapsed)
-    assert len(gaps) > elapsed / 0.01
+# a gap test measures up to this many realizes and keeps the best (the one with the smallest worst
+# gap): a stall atensor causes (a collection, a GIL held, a blocking call) is in every attempt, while a
+# gap made by other processes on a loaded shared machine is not
+ATTEMPTS = 3
 
 
-def test_event_loop_keeps_ticking_during_thousands_of_tiny_kernels(run, no_gc):
-    xs = [Tensor(np.full(8, i, dtype=np.float32)) for i in range(3000)]
-    outs = [(x * 2 + 1).contiguous().sum() for x in xs]
+def test_event_loop_keeps_ticking_during_a_long_realize_of_big_kernels(run, frozen_startup):
+    best = None
+    for _ in range(ATTEMPTS):
+        outs = _long_matmuls(1.0)
+        elapsed, gaps = run(_realize_with_ticker, *outs)
+        assert elapsed >= 0.8, f"the realize took only {elapsed:.2f}s; the test wants one of about a second"
+        assert len(gaps) > elapsed / 0.01
+        if best is None or max(gaps) < best[0]:
+            best = (max(gaps), elapsed)
+        if best[0] <= GAP_BOUND:
+            break
+    assert best[0] <= GAP_BOUND, (run.name, best)
 
-    async def main() -> tuple[float, list[float], list[float]]:
-        elapsed, gaps = await _realize_with_ticker(*outs)
-        return elapsed, gaps, [o.item() for o in outs[:3]]
-    elapsed, gaps, first = run(main)
-    assert max(gaps) <= GAP_BOUND, (run.name, max(gaps), elapsed)
-    assert first == [8.0, 24.0, 40.0]
+
+def test_event_loop_keeps_ticking_during_thousands_of_tiny_kernels(run, frozen_startup):
+    best = None
+    for attempt in range(ATTEMPTS):
+        xs = [Tensor(np.full(8, i + attempt, dtype=np.float32)) for i in range(3000)]
+        outs = [(x * 2 + 1).contiguous().sum() for x in xs]
+
+        async def main() -> tuple[float, list[float], list[float]]:
+            elapsed, gaps = await _realize_with_ticker(*outs)
+            return elapsed, gaps, [o.item() for o in outs[:3]]
+        elapsed, gaps, first = run(main)
+        assert first == [8.0 * (1 + 2 * attempt), 8.0 * (3 + 2 * attempt), 8.0 * (5 + 2 * attempt)]
+        if best is None or max(gaps) < best[0]:
+            best = (max(gaps), elapsed)
+        if best[0] <= GAP_BOUND:
+            break
+    assert best[0] <= GAP_BOUND, (run.name, best)
 
 
 def test_fifty_concurrent_tasks_match_a_sequential_run(run):
@@ -433,7 +459,7 @@ def test_worker_threads_take_the_configured_niceness():
     if not sys.platform.startswith("linux"):
         pytest.skip("per-thread priorities are Linux's")
     code = ("import os, threading; from atensor import Tensor\n"
-            "assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]\n"
+            "assert (Tensor([1.0] * 40000) * 2).sum().item() == 80000.0\n"  # too big to run on the caller's thread
             "t = Tensor([1.0, 2.0])\n"  # a graph too big to plan on the caller's thread: the dispatcher's
             "for _ in range(100): t = t + 1\n"
             "assert t.tolist() == [101.0, 102.0]\n"
