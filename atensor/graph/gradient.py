@@ -20,6 +20,7 @@ Only float nodes carry gradients; comparisons, integer and bool ops, and `DETACH
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from typing import Callable, Optional
@@ -101,7 +102,77 @@ def view_backward(grad: Node, view: View, src_shape: Shape) -> Node:
     try:
         return _undo_view(grad, view, src_shape)
     except _Overlap:
+        pass
+    try:
+        return _split_windows(grad, view, src_shape)
+    except _Overlap:
         return _scatter_back(grad, view, src_shape)
+
+
+SPLIT_MAX_PIECES = 512  # more kernel offsets than this: one scatter-add instead of a sum of pads
+
+
+def _split_windows(grad: Node, view: View, src_shape: Shape) -> Node:
+    """col2im: a view whose windows overlap (a convolution's (n, c, *kernel, *out) window view) as the
+    sum over the offsets of its fewest overlapping axes (the kernel's) of non-overlapping views, each
+    undone by a pad. The broadcast (stride-0) axes are summed once first, so the gradient they carry
+    (a contraction, when it is a product) stays one node."""
+    if view.size == 0 or (view.mask is not None and any(b >= e for b, e in view.mask)):
+        return Node.const(0.0, grad.dtype, grad.device, src_shape)
+    shape, strides, offset = list(view.shape), list(view.strides), view.offset
+    if view.mask is not None:  # elements outside the mask read nothing
+        grad = grad.shrink(view.mask)
+        offset += sum(b * st for (b, _), st in zip(view.mask, strides))
+        shape = [e - b for b, e in view.mask]
+    summed = tuple(i for i, (s, st) in enumerate(zip(shape, strides)) if st == 0 and s != 1)
+    grad = grad.reduce(ReduceOp.SUM, summed)
+    keep = [i for i, (s, st) in enumerate(zip(shape, strides)) if st != 0 and s != 1]
+    shape, strides = [shape[i] for i in keep], [strides[i] for i in keep]
+    grad = grad.reshape(tuple(shape))
+    best: Optional[tuple[int, ...]] = None
+    for chosen in _subsets(len(shape)):
+        pieces = math.prod(shape[i] for i in chosen)
+        if pieces > SPLIT_MAX_PIECES or (best is not None and pieces >= math.prod(shape[i] for i in best)):
+            continue
+        rest = [i for i in range(len(shape)) if i not in chosen]
+        if _disjoint([shape[i] for i in rest], [strides[i] for i in rest]):
+            best = chosen
+    if best is None:
+        raise _Overlap()
+    rest = [i for i in range(len(shape)) if i not in best]
+    sub_shape = tuple(shape[i] for i in rest)
+    parts = []
+    for at in itertools.product(*(range(shape[i]) for i in best)):
+        where = dict(zip(best, at))
+        piece = grad.shrink(tuple((where[i], where[i] + 1) if i in where else (0, s)
+                                  for i, s in enumerate(shape))).reshape(sub_shape)
+        sub = View(sub_shape, tuple(strides[i] for i in rest), offset + sum(k * strides[i] for i, k in where.items()))
+        parts.append(_undo_view(piece, sub, src_shape))
+    # each part is usually a pad reshaped to the source's shape: add the pads (an add into the padded
+    # region only, in the backends) and reshape the sum once
+    inner = [p.src[0] if p.op is Ops.VIEW and p.arg.contiguous and p.arg.offset == 0 else None for p in parts]
+    if all(i is not None and i.shape == inner[0].shape and i.size == p.size for i, p in zip(inner, parts)):
+        parts = inner
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.alu(Ops.ADD, part)
+    return total.reshape(tuple(src_shape))
+
+
+def _subsets(n: int) -> list[tuple[int, ...]]:
+    """Every subset of range(n) with at least one element, smallest first."""
+    return [c for r in range(1, n + 1) for c in itertools.combinations(range(n), r)]
+
+
+def _disjoint(shape: list[int], strides: list[int]) -> bool:
+    """True when a view of these (non-zero) strides reads each source element at most once (the rule
+    `_undo_view` places elements by: each axis's stride spans all the axes inside it)."""
+    canvas = 1
+    for n, st in sorted(zip(shape, (abs(s) for s in strides)), key=lambda p: p[1]):
+        if st < canvas:
+            return False
+        canvas += (n - 1) * st
+    return True
 
 
 def _scatter_back(grad: Node, view: View, src_shape: Shape) -> Node:
