@@ -9,9 +9,9 @@ code calls:
 
 - `Window`: one concrete view read from (or written into) a flat source: a reshape, a strided window
   or a zero-padded copy.
-- `Contraction`: a matmul-shaped reduce, sum(a * b, axes) over two broadcast views, as one np.matmul
-  on the views' sources: the broadcast (stride-0) axes are dropped from the views themselves, so the
-  operands go to BLAS without an intermediate broadcast array.
+- `Contraction` (contraction.py): a matmul-shaped reduce, sum(a * b, axes) over two broadcast views,
+  as np.matmul calls on the views' sources, chunked when an operand (a convolution's im2col) must be
+  copied.
 - `add_window`: x + pad(y) as an in-place add into the padded region (a concatenation, e.g. the
   gradients of parameters packed in one buffer, is a sum of such pads).
 
@@ -39,6 +39,7 @@ from typing import Optional
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from atensor.backend.contraction import Contraction, blasable, contraction_groups
 from atensor.graph.view import View
 
 _SAME_SIZE_INT = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
@@ -107,82 +108,6 @@ class Window:
         return out
 
 
-def contraction_groups(a_view: View, b_view: View, axes: tuple[int, ...]) -> tuple[list[int], ...]:
-    """The axes of sum(a * b, axes), a and b broadcast views, as (batch, rows, inner, cols): axes in
-    both operands that are kept, only in a, in both and reduced, only in b (axes in neither, or of
-    size 1, in none)."""
-    shape = a_view.shape
-    ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
-    rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
-    in_a, in_b = set(ra), set(rb)
-    batch = [i for i in ra if i in in_b and i not in axes]
-    rows = [i for i in ra if i not in in_b]
-    inner = [i for i in ra if i in in_b and i in axes]
-    cols = [i for i in rb if i not in in_a]
-    return batch, rows, inner, cols
-
-
-class Contraction:
-    """sum(a * b, axes) with keepdims, where a and b are the broadcast views `a_view`, `b_view` of two
-    sources: one np.matmul (a BLAS gemm per batch element). Axes in both operands that are kept are
-    batch axes, those only in one are the rows (a) or columns (b), those in both that are reduced are
-    the inner axis. `usable` is False for a one-sided sum (an axis reduced in only one operand), which
-    the backend leaves to einsum."""
-
-    def __init__(self, a_view: View, b_view: View, axes: tuple[int, ...], dtype: np.dtype):
-        shape = a_view.shape
-        batch, rows, inner, cols = contraction_groups(a_view, b_view, axes)
-        self.usable = not any(i in axes for i in rows + cols) and not a_view.variables() \
-            and not b_view.variables() and a_view.mask is None and b_view.mask is None
-        if not self.usable:
-            return
-        batch_shape = tuple(shape[i] for i in batch)
-        m, k, n = (math.prod(shape[i] for i in group) for group in (rows, inner, cols))
-        self.a = Window(_select(a_view, batch + rows + inner))
-        self.b = Window(_select(b_view, batch + inner + cols))
-        self.a_shape, self.b_shape = batch_shape + (m, k), batch_shape + (k, n)
-        self.result_shape = batch_shape + tuple(shape[i] for i in rows + cols)
-        order = batch + rows + cols
-        out_axes = sorted(order)
-        self.perm = None if order == out_axes else tuple(order.index(i) for i in out_axes)
-        present = set(batch + rows + inner + cols)
-        self.keep = tuple(1 if (i in axes or i not in present) else shape[i] for i in range(len(shape)))
-        full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
-        self.full = None if full == self.keep else full
-        self.dtype = dtype
-
-    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """The contraction of the sources `x` (of a_view) and `y` (of b_view)."""
-        left = blasable(self.a.read(x).reshape(self.a_shape))
-        right = blasable(self.b.read(y).reshape(self.b_shape))
-        result = np.matmul(left, right).reshape(self.result_shape)
-        if self.perm is not None:
-            result = result.transpose(self.perm)
-        if result.dtype != self.dtype:
-            result = result.astype(self.dtype)
-        result = result.reshape(self.keep)
-        return result if self.full is None else np.broadcast_to(result, self.full)
-
-
-def _select(view: View, axes: list[int]) -> View:
-    """`view` restricted to `axes` (in that order); the others are broadcast or size 1, so dropping
-    them reads the same elements."""
-    return View(tuple(view.shape[i] for i in axes), tuple(view.strides[i] for i in axes), view.offset, None)
-
-
-def blasable(x: np.ndarray) -> np.ndarray:
-    """`x`, copied to C order unless each matrix in it already has one unit stride (BLAS's condition;
-    numpy falls back to a slow loop otherwise)."""
-    rows, cols = x.shape[-2:]
-    s_row, s_col = x.strides[-2:]
-    item = x.itemsize
-    unit_col = s_col == item and s_row >= cols * item
-    unit_row = s_row == item and s_col >= rows * item
-    if unit_col or unit_row or rows * cols <= 1:
-        return x
-    return np.ascontiguousarray(x)
-
-
 def where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """np.where(cond, x, y), branch-free for large arrays: the bits of x where cond, else those of y.
     x and y are arrays of cond's shape or 0-d (as the operands of an elementwise node are)."""
@@ -221,3 +146,7 @@ def keep_freed_memory(keep_bytes: int) -> bool:
     keep = min(keep_bytes, 2**31 - 1)
     return bool(mallopt(_M_MMAP_THRESHOLD, min(keep, _MMAP_THRESHOLD_MAX))) and \
         bool(mallopt(_M_TRIM_THRESHOLD, keep))
+
+
+__all__ = ["Contraction", "Window", "blasable", "contraction_groups", "keep_freed_memory", "max_last",
+           "strided", "where"]
