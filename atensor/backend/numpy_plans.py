@@ -108,6 +108,46 @@ class Window:
         return out
 
 
+class AddPads:
+    """x + pad_1(s_1) + ... + pad_K(s_K), a chain of adds of padded views (a convolution's input
+    gradient, col2im: one pad per kernel offset, each a window of the same column gradient), in one
+    pass: the output is filled in slabs along its first axis, each slab small enough to stay in cache
+    while all K windows add into it, instead of K passes over the whole output. `x` is None when the
+    chain starts from the first pad itself (zeros elsewhere)."""
+    __slots__ = ("windows", "shape", "rows")
+
+    def __init__(self, windows: list[Window], shape: tuple[int, ...], itemsize: int):
+        self.windows, self.shape = [w for w in windows if w.inner is not None], shape
+        per_row = math.prod(shape[1:]) * itemsize if shape else itemsize
+        self.rows = max(1, ADD_PADS_SLAB_BYTES // max(per_row, 1))
+
+    def __call__(self, x: Optional[np.ndarray], in_place: bool, dtype: np.dtype, *sources: np.ndarray) -> np.ndarray:
+        """The sum; `x` is written when `in_place` (a temporary only this chain reads)."""
+        if x is None:
+            out = np.zeros(self.shape, dtype)
+        else:
+            out = x if in_place and x.shape == self.shape else np.array(np.broadcast_to(x, self.shape))
+        reads = []
+        for w, source in zip(self.windows, sources):
+            flat = np.ascontiguousarray(source).reshape(-1)
+            reads.append((w.pad, strided(flat, w.inner.offset, w.inner.shape, w.inner.strides)))
+        if not self.shape:
+            for _, view in reads:
+                out += view
+            return out
+        for start in range(0, self.shape[0], self.rows):
+            stop = min(start + self.rows, self.shape[0])
+            for pad, view in reads:
+                lo, hi = max(start, pad[0].start), min(stop, pad[0].stop)
+                if lo < hi:
+                    region = out[(slice(lo, hi),) + pad[1:]]
+                    np.add(region, view[lo - pad[0].start:hi - pad[0].start], out=region)
+        return out
+
+
+ADD_PADS_SLAB_BYTES = 512 << 10  # the slab of the output AddPads fills at a time
+
+
 def where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """np.where(cond, x, y), branch-free for large arrays: the bits of x where cond, else those of y.
     x and y are arrays of cond's shape or 0-d (as the operands of an elementwise node are)."""
@@ -148,5 +188,5 @@ def keep_freed_memory(keep_bytes: int) -> bool:
         bool(mallopt(_M_TRIM_THRESHOLD, keep))
 
 
-__all__ = ["Contraction", "Window", "blasable", "contraction_groups", "keep_freed_memory", "max_last",
+__all__ = ["AddPads", "Contraction", "Window", "blasable", "contraction_groups", "keep_freed_memory", "max_last",
            "strided", "where"]
