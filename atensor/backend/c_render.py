@@ -34,7 +34,7 @@ from atensor.graph.node import Node, toposort
 from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.view import View, strides_for
-from atensor.backend.numpy_plans import contraction_groups
+from atensor.backend.contraction import contraction_groups
 
 
 NUMPY_CONTRACTION_FLOPS = 1 << 20  # a contraction this large that cannot be a gemm here stays on numpy

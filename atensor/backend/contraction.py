@@ -31,7 +31,7 @@ from atensor.graph.view import View
 
 CHUNK_BYTES = 2 << 20  # an operand copy above this is done, and contracted, chunk by chunk
 SCRATCH_MAX_BYTES = 4 * CHUNK_BYTES  # a thread keeps at most this per operand for chunk copies
-KEPT_CHUNK_MIN_BYTES = 16 << 10  # a chunk along a kept axis is one index when its copy is at least this
+KEPT_CHUNK_MIN_BYTES = 16 << 10  # a chunk along a kept axis 0 is one index when its copy is at least this
 
 
 def contraction_groups(a_view: View, b_view: View, axes: tuple[int, ...]) -> tuple[list[int], ...]:
@@ -67,18 +67,23 @@ class Contraction:
         self.keep = tuple(1 if (i in axes or i not in present) else shape[i] for i in range(len(shape)))
         full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
         self.full = None if full == self.keep else full
+        self.views = (a_view, b_view, axes)
+        self.parts: dict[int, Contraction] = {}  # by chunk length
+        self.row_part: Optional[Contraction] = None  # one row of axis 0 (`row`)
+        self.row_strides = (a_view.strides[0], b_view.strides[0]) if shape else (0, 0)
         self.chunk = _chunk_plan(a_view, b_view, axes, dtype.itemsize, (batch, rows, inner), (batch, inner, cols))
         if self.chunk is not None:
             axis, block = self.chunk
             self.axis_reduced = axis in axes
             self.strides = (a_view.strides[axis], b_view.strides[axis])
-            self.parts: dict[int, Contraction] = {}
-            self.views = (a_view, b_view, axes)
             return
         self.batch_shape = tuple(shape[i] for i in batch)
         self.groups = (len(batch), len(rows), len(inner), len(cols))
         self.a = _select(a_view, batch + rows + inner)
         self.b = _select(b_view, batch + inner + cols)
+        item = dtype.itemsize
+        self.copies = (_copy_needed(self.a, len(batch), len(rows), len(inner), item),
+                       _copy_needed(self.b, len(batch), len(inner), len(cols), item))
         out_axes = sorted(batch + rows + cols)
         # the result's layout: (batch, rows, cols), or (batch, cols, rows) when that is the output's order
         self.swap = bool(rows) and bool(cols) and out_axes == sorted(batch) + cols + rows and \
@@ -97,8 +102,8 @@ class Contraction:
         if self.chunk is not None:
             return self._chunked(x, y, into)
         nb, nr, ni, nc = self.groups
-        left = _matrices(_read(x, self.a), nb, nr, ni, 0)
-        right = _matrices(_read(y, self.b), nb, ni, nc, 1)
+        left = _matrices(_read(x, self.a), nb, nr, ni, 0, self.copies[0])
+        right = _matrices(_read(y, self.b), nb, ni, nc, 1, self.copies[1])
         if self.swap:
             left, right = right.swapaxes(-1, -2), left.swapaxes(-1, -2)
         if into is not None and self.perm is None and into.dtype == self.dtype == left.dtype:
@@ -119,6 +124,25 @@ class Contraction:
             into[...] = result
             return into
         return result
+
+    def rows(self) -> int:
+        """How many rows `row` computes: the size of axis 0 when it is a kept axis (a convolution's
+        batch), else 0."""
+        shape, axes = self.views[0].shape, self.views[2]
+        if not shape or 0 in axes or shape[0] <= 1 or min(self.row_strides) < 0:
+            return 0
+        return shape[0]
+
+    def row(self, x: np.ndarray, y: np.ndarray, index: int, into: np.ndarray) -> None:
+        """Writes the result's row `index` of axis 0 into `into` (keepdims shape, axis 0 of size 1);
+        only when `rows()` is not 0. A consumer that reads the result one row at a time (numpy_plans.
+        RowsThenAddPads) then never needs the whole result in memory."""
+        part = self.row_part
+        if part is None:
+            part = self.row_part = Contraction(*(_cut(v, 0, 1) for v in self.views[:2]), self.views[2], self.dtype)
+        sa, sb = self.row_strides
+        fx, fy = _flat(x), _flat(y)
+        part._kept(fx[index * sa:] if sa else fx, fy[index * sb:] if sb else fy, into=into)
 
     def _chunked(self, x: np.ndarray, y: np.ndarray, into: Optional[np.ndarray]) -> np.ndarray:
         axis, block = self.chunk  # type: ignore[misc]
@@ -165,8 +189,8 @@ def _chunk_plan(a_view: View, b_view: View, axes: tuple[int, ...], item: int, a_
         if a_view.strides[axis] < 0 or b_view.strides[axis] < 0:
             continue
         per_index = nbytes // view.shape[axis]
-        if axis not in axes and per_index >= KEPT_CHUNK_MIN_BYTES:
-            return axis, 1  # one index of a kept axis per gemm: the result needs no transpose
+        if axis == 0 and axis not in axes and per_index >= KEPT_CHUNK_MIN_BYTES:
+            return axis, 1  # one index of a kept first axis (a batch) per gemm: no transposed result
         return axis, max(1, min(view.shape[axis], CHUNK_BYTES // max(per_index, 1)))
     return None
 
@@ -222,19 +246,20 @@ def _read(x: np.ndarray, view: View) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(flat[view.offset:], view.shape, byte_strides)
 
 
-def _matrices(x: np.ndarray, nb: int, n1: int, n2: int, slot: int) -> np.ndarray:
+def _matrices(x: np.ndarray, nb: int, n1: int, n2: int, slot: int, copy: bool = False) -> np.ndarray:
     """x, whose axes are nb batch axes then two groups of n1 and n2 axes, as (batch..., M1, M2)
     matrices BLAS reads: a reshape when the layout allows it, else a copy into this thread's scratch
     buffer `slot` that reads x in order (the group with the smaller source strides inner; BLAS then
-    reads the transpose)."""
+    reads the transpose). `copy`: known (at plan time) to need the copy."""
     batch = x.shape[:nb]
     m1, m2 = math.prod(x.shape[nb:nb + n1]), math.prod(x.shape[nb + n1:])
-    try:
-        merged = np.reshape(x, batch + (m1, m2), copy=False)
-    except ValueError:
-        merged = None
-    if merged is not None and blasable_in_place(merged):
-        return merged
+    if not copy:
+        try:
+            merged = np.reshape(x, batch + (m1, m2), copy=False)
+        except ValueError:
+            merged = None
+        if merged is not None and blasable_in_place(merged):
+            return merged
     g1, g2 = list(range(nb, nb + n1)), list(range(nb + n1, nb + n1 + n2))
     transposed = _inner_key(x, g1) < _inner_key(x, g2)  # g1 varies fastest: copy as (g2, g1)
     source = x.transpose(list(range(nb)) + g2 + g1) if transposed else x

@@ -30,7 +30,7 @@ from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
 from atensor.backend import numpy_plans
-from atensor.backend.numpy_plans import AddPads, Contraction, Window
+from atensor.backend.numpy_plans import AddPads, Contraction, RowsThenAddPads, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
 _cache_lock = threading.Lock()
@@ -310,6 +310,19 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
                     break
     add_chains = _pad_add_chains(order, pad_adds, users)
     folded = {m for members in add_chains.values() for m in members[2]}
+    # a chain whose pads all read one contraction, computed row by row, that nothing else reads: the
+    # contraction is not rendered; the chain computes it a row at a time (numpy_plans.RowsThenAddPads)
+    row_chains: dict[Node, RowsThenAddPads] = {}
+    for end, (base, pads, _) in add_chains.items():
+        source = pads[0].src[0]
+        plan = contractions.get(source)
+        windows = [Window(p.arg) for p in pads]
+        if plan is not None and plan.rows() and all(p.src[0] is source for p in pads) and \
+                users[source] == len(pads) and source.dtype == end.dtype and \
+                source.size * source.dtype.itemsize >= ROW_CHAIN_MIN_BYTES and \
+                RowsThenAddPads.fits(windows, source.shape, end.shape):
+            row_chains[end] = RowsThenAddPads(plan, windows, source.shape, end.shape, end.dtype.np)
+            folded.add(source)
 
     def reads(n: Node) -> tuple[Node, ...]:  # what rendering `n` reads (a skipped product: its reduce)
         if n in contractions:
@@ -477,6 +490,13 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             expr = f"_bitcast({src[0]}, {const(n.dtype)})"
             if n.src[0] in scalars and n.shape:
                 expr = f"np.broadcast_to({expr}, {n.shape!r})"
+        elif n in row_chains:
+            base = add_chains[n][0]
+            in_place = base is not None and base in fresh and users[base] == 1 and base.shape == n.shape
+            a, b = (names[s.src[0]] for s in add_chains[n][1][0].src[0].src[0].src)
+            expr = f"{const(row_chains[n])}({a}, {b}, {names[base] if base is not None else None}, " \
+                   f"{in_place}, {const(n.dtype.np)})"
+            fresh.add(n)
         elif n in add_chains:  # x + pad_1(s_1) + ... + pad_K(s_K) in one pass (numpy_plans.AddPads)
             base, pads, _ = add_chains[n]
             plan = AddPads([Window(p.arg) for p in pads], n.shape, n.dtype.np.itemsize)
@@ -519,6 +539,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
 
 
 ADD_CHAIN_MIN = 3  # pads in a chain of adds worth one AddPads pass
+ROW_CHAIN_MIN_BYTES = 1 << 20  # a contraction result this large is computed row by row into its pads
 
 
 def _pad_add_chains(order: list[Node], pad_adds: dict[Node, tuple[Node, Node]],

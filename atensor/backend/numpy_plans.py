@@ -40,7 +40,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from atensor.backend.contraction import Contraction, blasable, contraction_groups
-from atensor.graph.view import View
+from atensor.backend.window_kernels import WindowAdds
+from atensor.graph.view import View, strides_for
 
 _SAME_SIZE_INT = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 WHERE_MIN_SIZE = 1024  # below this np.where's single call beats the select's four
@@ -148,6 +149,69 @@ class AddPads:
 ADD_PADS_SLAB_BYTES = 512 << 10  # the slab of the output AddPads fills at a time
 
 
+class RowsThenAddPads:
+    """A chain of adds of padded windows of one contraction's result that is computed one row (index
+    of axis 0) at a time and read by nothing else: a convolution's input gradient, where the result is
+    the column gradient (n, c, *kernel, *out) and the windows are col2im's. Each row is computed into
+    a buffer that stays in cache and added into the output's row right away, so the column gradient
+    (25x the input for a 5x5 kernel) never goes through memory whole. Each window must read row i of
+    the result for row i of the output (checked by `fits`)."""
+    __slots__ = ("contraction", "shape", "row_shape", "reads", "adds")
+
+    def __init__(self, contraction: Contraction, windows: list[Window], result_shape: tuple[int, ...],
+                 shape: tuple[int, ...], dtype: np.dtype):
+        self.contraction, self.shape = contraction, shape
+        self.row_shape = (1,) + tuple(result_shape[1:])
+        self.reads = [(w.pad[1:], w.inner.offset, w.inner.shape[1:], w.inner.strides[1:]) for w in windows
+                      if w.inner is not None]
+        row_strides = strides_for(tuple(shape[1:]))
+        # the same adds as one C call per row (window_kernels.py), where a compiler exists
+        self.adds = WindowAdds([(view_shape, sum(p.start * st for p, st in zip(pad, row_strides)),
+                                 tuple(st if n != 1 else 0 for st, n in zip(row_strides, view_shape)),
+                                 offset, strides)
+                                for pad, offset, view_shape, strides in self.reads], dtype)
+
+    @staticmethod
+    def fits(windows: list[Window], result_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+        """True when every window reads, for row i of the output, only row i of the result."""
+        if not shape or not result_shape or shape[0] != result_shape[0]:
+            return False
+        row = math.prod(result_shape[1:])
+        for w in windows:
+            if w.inner is None:
+                continue
+            if w.pad[0] != slice(0, shape[0]) or w.inner.strides[0] != row:
+                return False
+            lo, hi = View(w.inner.shape[1:], w.inner.strides[1:], w.inner.offset, None).index_range()
+            if not (0 <= lo and hi < row) or not isinstance(lo, int) or not isinstance(hi, int):
+                return False
+        return True
+
+    def __call__(self, x: np.ndarray, y: np.ndarray, base: Optional[np.ndarray], in_place: bool,
+                 dtype: np.dtype) -> np.ndarray:
+        """base + the windows' sum, from the contraction's sources `x` and `y`."""
+        if base is None:
+            out = np.zeros(self.shape, dtype)
+        else:
+            out = base if in_place and base.shape == self.shape else np.array(np.broadcast_to(base, self.shape))
+        row = np.empty(self.row_shape, dtype)
+        flat = row.reshape(-1)
+        if self.adds.available and out.flags.c_contiguous and out.dtype == dtype:
+            rows = out.reshape(self.shape[0], -1)
+            for i in range(self.shape[0]):
+                self.contraction.row(x, y, i, row)
+                self.adds.run(rows[i], flat)
+            return out
+        views = [(pad, strided(flat, offset, shape, strides)) for pad, offset, shape, strides in self.reads]
+        for i in range(self.shape[0]):
+            self.contraction.row(x, y, i, row)
+            target = out[i]
+            for pad, view in views:
+                region = target[pad]
+                np.add(region, view, out=region)
+        return out
+
+
 def where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """np.where(cond, x, y), branch-free for large arrays: the bits of x where cond, else those of y.
     x and y are arrays of cond's shape or 0-d (as the operands of an elementwise node are)."""
@@ -188,5 +252,5 @@ def keep_freed_memory(keep_bytes: int) -> bool:
         bool(mallopt(_M_TRIM_THRESHOLD, keep))
 
 
-__all__ = ["AddPads", "Contraction", "Window", "blasable", "contraction_groups", "keep_freed_memory", "max_last",
+__all__ = ["AddPads", "Contraction", "RowsThenAddPads", "Window", "blasable", "contraction_groups", "keep_freed_memory", "max_last",
            "strided", "where"]
