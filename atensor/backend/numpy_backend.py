@@ -319,7 +319,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         windows = [Window(p.arg) for p in pads]
         if plan is not None and plan.rows() and all(p.src[0] is source for p in pads) and \
                 users[source] == len(pads) and source.dtype == end.dtype and \
-                source.size * source.dtype.itemsize >= ROW_CHAIN_MIN_BYTES and \
+                source.size // source.shape[0] * source.dtype.itemsize >= ROW_CHAIN_MIN_BYTES and \
                 RowsThenAddPads.fits(windows, source.shape, end.shape):
             row_chains[end] = RowsThenAddPads(plan, windows, source.shape, end.shape, end.dtype.np)
             folded.add(source)
@@ -539,7 +539,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
 
 
 ADD_CHAIN_MIN = 3  # pads in a chain of adds worth one AddPads pass
-ROW_CHAIN_MIN_BYTES = 1 << 20  # a contraction result this large is computed row by row into its pads
+ROW_CHAIN_MIN_BYTES = 256 << 10  # a contraction result with rows this large is computed row by row into its pads
 
 
 def _pad_add_chains(order: list[Node], pad_adds: dict[Node, tuple[Node, Node]],

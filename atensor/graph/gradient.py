@@ -141,13 +141,26 @@ def _split_windows(grad: Node, view: View, src_shape: Shape) -> Node:
         raise _Overlap()
     rest = [i for i in range(len(shape)) if i not in best]
     sub_shape = tuple(shape[i] for i in rest)
+    # the source framed by all the view's strides (a strided convolution's (n, c, h / s, s, w / s, s)):
+    # there every piece, strided or not, is a plain window, undone by one pad
+    frame = _stride_frame(strides, math.prod(src_shape))
+    target = tuple(src_shape) if frame is None else frame
     parts = []
     for at in itertools.product(*(range(shape[i]) for i in best)):
         where = dict(zip(best, at))
         piece = grad.shrink(tuple((where[i], where[i] + 1) if i in where else (0, s)
                                   for i, s in enumerate(shape))).reshape(sub_shape)
-        sub = View(sub_shape, tuple(strides[i] for i in rest), offset + sum(k * strides[i] for i, k in where.items()))
-        parts.append(_undo_view(piece, sub, src_shape))
+        start = offset + sum(k * strides[i] for i, k in where.items())
+        sub = View(sub_shape, tuple(strides[i] for i in rest), start)
+        if frame is not None:
+            framed = _in_frame(piece, sub, frame)
+            if framed is not None:
+                parts.append(framed)
+                continue
+            target = tuple(src_shape)
+            parts = [p.reshape(target) for p in parts]
+            frame = None
+        parts.append(_undo_view(piece, sub, target))
     # each part is usually a pad reshaped to the source's shape: add the pads (an add into the padded
     # region only, in the backends) and reshape the sum once
     inner = [p.src[0] if p.op is Ops.VIEW and p.arg.contiguous and p.arg.offset == 0 else None for p in parts]
@@ -157,6 +170,40 @@ def _split_windows(grad: Node, view: View, src_shape: Shape) -> Node:
     for part in parts[1:]:
         total = total.alu(Ops.ADD, part)
     return total.reshape(tuple(src_shape))
+
+
+def _stride_frame(strides: list[int], size: int) -> Optional[tuple[int, ...]]:
+    """The shape whose contiguous strides are exactly the view's distinct strides (and 1), when each
+    divides the one above it and the source's size: e.g. (n, c, h / 2, 2, w / 2, 2) for a stride-2
+    convolution's window view of an (n, c, h, w) source. None otherwise."""
+    distinct = sorted({abs(st) for st in strides} | {1}, reverse=True)
+    if any(st <= 0 for st in strides) or size % distinct[0]:
+        return None
+    dims = [size // distinct[0]]
+    for outer, inner in zip(distinct, distinct[1:]):
+        if outer % inner:
+            return None
+        dims.append(outer // inner)
+    return tuple(dims)
+
+
+def _in_frame(piece: Node, sub: View, frame: tuple[int, ...]) -> Optional[Node]:
+    """The gradient of the non-overlapping view `sub` placed in the source framed as `frame` (one pad),
+    or None when `sub` is not a window of the frame (its axes do not each walk one frame axis)."""
+    frame_strides = strides_for(frame)
+    place = {st: i for i, st in enumerate(frame_strides) if frame[i] != 1}
+    lengths, last = [1] * len(frame), -1
+    for n, st in zip(sub.shape, sub.strides):
+        if n == 1:
+            continue
+        axis = place.get(st)
+        if axis is None or axis <= last:  # not a frame axis, or out of the frame's order
+            return None
+        lengths[axis], last = n, axis
+    window = _as_window(lengths, list(frame_strides), sub.offset, frame)
+    if window is None:
+        return None
+    return piece.reshape(tuple(lengths)).pad(window)
 
 
 def _subsets(n: int) -> list[tuple[int, ...]]:
