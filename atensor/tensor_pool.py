@@ -26,6 +26,7 @@ from typing import Any, Optional, Self, Sequence, Union
 import numpy as np
 
 from atensor.dtype import dtypes, least_upper_dtype, least_upper_float
+from atensor.graph.view import View, strides_for
 from atensor.tensor_ops import TensorOps
 
 
@@ -92,6 +93,30 @@ class PoolOps:
             terms.append(x[tuple(index)])
         return terms, out
 
+    def _window_view(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                     pads: list[tuple[int, int]], groups: int) -> tuple[Self, tuple[int, ...]]:
+        """This (N, C, *spatial) tensor, zero-padded, as the one strided view (N, groups, 1, C / groups,
+        *kernel, *out) of its sliding windows (the axes overlap: element [..., k, o] reads the padded
+        input at k * dilation + o * stride), and the output's spatial shape."""
+        dims = len(kernel)
+        if self.ndim != dims + 2:
+            raise RuntimeError(f"expected a (N, C, {dims} spatial) tensor, got shape {self.shape}")
+        if min(kernel + stride + dilation) < 1:
+            raise RuntimeError(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive")
+        x = TensorOps.pad(self, [(0, 0), (0, 0), *pads], 0) if any(p != (0, 0) for p in pads) else self
+        n, c, *sizes = x.shape
+        out = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(sizes, kernel, stride, dilation))
+        if any(o <= 0 for o in out):
+            raise RuntimeError(f"kernel {kernel} with dilation {dilation} does not fit the padded input "
+                               f"{tuple(sizes)}")
+        spatial = strides_for(tuple(sizes))
+        plane = math.prod(sizes)
+        shape = (n, groups, 1, c // groups, *kernel, *out)
+        strides = (c * plane, c // groups * plane, 0, plane, *(d * st for d, st in zip(dilation, spatial)),
+                   *(s * st for s, st in zip(stride, spatial)))
+        size_one = tuple(0 if size == 1 else st for size, st in zip(shape, strides))  # View's convention
+        return x._new(x.node.view(View(shape, size_one, 0, None))), out
+
     # ---- convolution ---------------------------------------------------------------------------------
     def conv2d(self, weight: Self, bias: Optional[Self] = None, groups: int = 1, stride: Ints = 1,
                dilation: Ints = 1, padding: Ints = 0, dtype: Any = None) -> Self:
@@ -106,15 +131,13 @@ class PoolOps:
         if cin != cin_g * groups or cout % groups:
             raise RuntimeError(f"conv: input has {cin} channels, weight {weight.shape} with groups={groups}")
         dt = least_upper_dtype(self.dtype, weight.dtype)
-        terms, out = self.cast(dt)._windows(tuple(kernel), _per_axis(stride, dims, "stride"),
-                                            _per_axis(dilation, dims, "dilation"), _pads(padding, dims), 0)
-        taps, positions = len(terms), math.prod(out)
-        cols = terms[0].unsqueeze(2).cat(*(t.unsqueeze(2) for t in terms[1:]), dim=2) if taps > 1 else \
-            terms[0].unsqueeze(2)
-        cols = cols.contiguous().reshape(n, groups, 1, cin_g * taps, positions)   # im2col, realized once
+        cols, out = self.cast(dt)._window_view(tuple(kernel), _per_axis(stride, dims, "stride"),
+                                               _per_axis(dilation, dims, "dilation"), _pads(padding, dims), groups)
         og = cout // groups
-        w = weight.cast(dt).reshape(1, groups, og, cin_g * taps, 1)
-        result = (cols * w).sum(axis=3).reshape(n, cout, *out)
+        # cols (n, groups, 1, cin_g, *kernel, *out) against w (1, groups, og, cin_g, *kernel, 1...): a
+        # contraction over (cin_g, *kernel), which the backends run as BLAS gemms (im2col chunk by chunk)
+        w = weight.cast(dt).reshape(1, groups, og, cin_g, *kernel, *([1] * dims))
+        result = (w * cols).sum(axis=tuple(range(3, 3 + 1 + dims))).reshape(n, cout, *out)
         if bias is not None:
             result = result + bias.cast(dt).reshape(1, cout, *([1] * dims))
         return result.cast(dtype) if dtype is not None else result

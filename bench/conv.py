@@ -1,6 +1,6 @@
 """conv2d forward, and forward plus backward, against PyTorch CPU (same threads) and tinygrad, in one run.
 
-    python bench/conv.py [--repeat 3]          # ATENSOR_BLAS_THREADS=1 on a shared machine
+    python bench/conv.py [--rounds 5]          # ATENSOR_BLAS_THREADS=1 on a shared machine
 
 Layers: MNIST-sized (beautiful_mnist's second convolution, 128x32x24x24 by 32x32x5x5, the kernel
 r_sum_128x1x32x32x20x20 of issue 18) and ResNet-block-sized (8x64x56x56 by 64x64x3x3, padding 1).
@@ -12,17 +12,25 @@ layer inside a network gets), realized together. PyTorch runs with
 cores other processes also use, OpenBLAS's spinning threads collapse (measured here: a batched sgemm
 at 47 GFLOP/s on one thread, 0.6 on two), so run with ATENSOR_BLAS_THREADS=1 there.
 
-Physical limit: atensor lowers a convolution to im2col plus one batched sgemm (tensor_pool.py), so its
-ceiling is the BLAS sgemm throughput numpy reaches on this machine; the run measures it (np.matmul of
-the layer's im2col shapes) and prints each layer's floor at that rate. Ratios are per layer: time / the
-PyTorch time of the same run. Numbers on a shared machine are noisy: best of `--repeat` runs.
+Rounds alternate the peers (atensor, torch, tinygrad, then again), so a drift of the machine's speed
+hits all of them; the table gives the median over the rounds of the wall time and of the process's
+CPU time (on a loaded machine the CPU time is the steadier figure: it leaves out the time other
+processes held the core), the range of the wall times, and each ratio to PyTorch's median in the
+same run.
+
+Physical limit: atensor lowers a convolution to im2col plus sgemm (tensor_pool.py, backend/
+contraction.py: one window chunk per sample, copied into cache, then one gemm), so its ceiling is the
+BLAS sgemm throughput numpy reaches on this machine for the layer's per-sample product; the run
+measures it (np.matmul of the per-sample im2col shapes, all samples) and prints the forward's floor.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -52,14 +60,20 @@ def _flops(x: tuple, w: tuple, pad: int) -> int:
 
 
 def _sgemm_floor(x: tuple, w: tuple, pad: int, repeat: int, threads: int) -> float:
-    """Seconds numpy's BLAS takes for the layer's forward product (im2col shapes), measured now."""
+    """Seconds numpy's BLAS takes for the layer's forward products, one per sample on its im2col
+    columns (the shapes atensor's chunked contraction multiplies), measured now."""
     n, _, h, wd = x
     cout, cin, kh, kw = w
     p = (h + 2 * pad - kh + 1) * (wd + 2 * pad - kw + 1)
-    cols = np.random.rand(n, cin * kh * kw, p).astype(np.float32)
+    cols = np.random.rand(cin * kh * kw, p).astype(np.float32)
     weight = np.random.rand(cout, cin * kh * kw).astype(np.float32)
+    out = np.empty((cout, p), np.float32)
     blas.use(threads)
-    return best_of(lambda: np.matmul(weight, cols), repeat)
+
+    def products() -> None:
+        for _ in range(n):
+            np.matmul(weight, cols, out=out)
+    return best_of(products, repeat)
 
 
 def _atensor(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Callable, Callable]:
@@ -100,9 +114,30 @@ def _tinygrad(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Ca
     return forward, backward
 
 
+def _rounds(make: dict[str, Callable], rounds: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """(wall, cpu) seconds of every peer's forward and backward, the peers alternating each round."""
+    runs: dict[str, tuple[Callable, Callable]] = {}
+    for peer, factory in make.items():
+        try:
+            forward, backward = factory()
+            forward(), backward()  # warm up: compile, caches, allocations
+            runs[peer] = (forward, backward)
+        except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
+            print(f"{peer} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {
+        p: {"forward": [], "forward+backward": []} for p in runs}
+    for _ in range(rounds):
+        for peer, fns in runs.items():
+            for mode, fn in zip(("forward", "forward+backward"), fns):
+                wall, cpu = time.perf_counter(), time.process_time()
+                fn()
+                times[peer][mode].append((time.perf_counter() - wall, time.process_time() - cpu))
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     Tensor([0.0]).numpy()  # the CPU device exists: its BLAS share is known
     threads = settings.blas_threads or blas.threads_for(1 << 62)
@@ -116,32 +151,38 @@ def main() -> None:
         w = (rng.standard_normal(ws) / math.sqrt(math.prod(ws[1:]))).astype(np.float32)
         n, _, h, wd = xs
         g = rng.standard_normal((n, ws[0], h + 2 * pad - ws[2] + 1, wd + 2 * pad - ws[3] + 1)).astype(np.float32)
-        floor = _sgemm_floor(xs, ws, pad, args.repeat, threads)
-        times: dict[str, dict[str, float]] = {}
-        for peer, make in peers.items():
-            try:
-                forward, backward = make(x, w, g, pad)
-                forward(), backward()  # warm up: compile, caches, allocations
-                times[peer] = {"forward": best_of(forward, args.repeat),
-                               "forward+backward": best_of(backward, args.repeat)}
-            except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
-                print(f"{peer} failed on {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        floor = _sgemm_floor(xs, ws, pad, args.rounds, threads)
+        times = _rounds({p: (lambda make=make: make(x, w, g, pad)) for p, make in peers.items()}, args.rounds)
         flops = _flops(xs, ws, pad)
+        summary: dict[str, dict[str, dict[str, float]]] = {}
         for mode in ("forward", "forward+backward"):
             ref = times.get("torch", {}).get(mode)
+            ref_wall = statistics.median(t[0] for t in ref) if ref else None
+            ref_cpu = statistics.median(t[1] for t in ref) if ref else None
             for peer in peers:
-                t = times.get(peer, {}).get(mode)
-                if t is None:
+                got = times.get(peer, {}).get(mode)
+                if not got:
                     continue
+                walls = [t[0] for t in got]
+                wall, cpu = statistics.median(walls), statistics.median(t[1] for t in got)
                 work = flops * (3 if mode != "forward" else 1)
-                rows.append([name, mode, peer, t * 1e3, work / t / 1e9, f"{t / ref:.2f}x" if ref else "-"])
-        results[name] = {"flops_forward": flops, "numpy_sgemm_floor_ms": floor * 1e3, "ms": {
-            p: {m: v * 1e3 for m, v in t.items()} for p, t in times.items()}}
-        rows.append([name, "forward", "sgemm floor", floor * 1e3, flops / floor / 1e9, "(numpy BLAS limit)"])
-    print(table(f"conv2d, best of {args.repeat} (BLAS and torch threads: {threads}; cores: {os.cpu_count()})",
-                ["layer", "mode", "peer", "ms", "GFLOP/s", "vs torch"], rows))
-    path = write_results("conv", {"threads": threads, "repeat": args.repeat, "layers": results,
-                                  "note": "forward+backward GFLOP/s counts 3x the forward's flops"})
+                summary.setdefault(peer, {})[mode] = {"wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3,
+                                                      "wall_min_ms": min(walls) * 1e3,
+                                                      "wall_max_ms": max(walls) * 1e3}
+                rows.append([name, mode, peer, wall * 1e3, f"{min(walls) * 1e3:.1f}-{max(walls) * 1e3:.1f}",
+                             cpu * 1e3, work / wall / 1e9,
+                             f"{wall / ref_wall:.2f}x" if ref_wall else "-", f"{cpu / ref_cpu:.2f}x" if ref_cpu else "-"])
+        results[name] = {"flops_forward": flops, "numpy_sgemm_floor_ms": floor * 1e3, "peers": summary}
+        rows.append([name, "forward", "sgemm floor", floor * 1e3, "-", "-", flops / floor / 1e9, "(numpy BLAS limit)", ""])
+    print(table(f"conv2d, median of {args.rounds} alternating rounds (BLAS and torch threads: {threads}; "
+                f"cores: {os.cpu_count()})",
+                ["layer", "mode", "peer", "wall ms", "wall range", "cpu ms", "GFLOP/s", "vs torch (wall)",
+                 "vs torch (cpu)"], rows))
+    path = write_results("conv", {"threads": threads, "rounds": args.rounds, "layers": results,
+                                  "command": "ATENSOR_BLAS_THREADS=1 python bench/conv.py --rounds "
+                                             f"{args.rounds}",
+                                  "note": "medians over alternating rounds; forward+backward GFLOP/s counts 3x "
+                                          "the forward's flops; cpu_ms is the process's CPU time"})
     print(f"wrote {path}")
 
 

@@ -30,7 +30,7 @@ from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
 from atensor.backend import numpy_plans
-from atensor.backend.numpy_plans import Contraction, Window
+from atensor.backend.numpy_plans import AddPads, Contraction, RowsThenAddPads, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
 _cache_lock = threading.Lock()
@@ -308,6 +308,21 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
                         users[pad] == 1 and pad.shape == n.shape and pad.dtype == other.dtype == n.dtype:
                     pad_adds[n] = (other, pad)
                     break
+    add_chains = _pad_add_chains(order, pad_adds, users)
+    folded = {m for members in add_chains.values() for m in members[2]}
+    # a chain whose pads all read one contraction, computed row by row, that nothing else reads: the
+    # contraction is not rendered; the chain computes it a row at a time (numpy_plans.RowsThenAddPads)
+    row_chains: dict[Node, RowsThenAddPads] = {}
+    for end, (base, pads, _) in add_chains.items():
+        source = pads[0].src[0]
+        plan = contractions.get(source)
+        windows = [Window(p.arg) for p in pads]
+        if plan is not None and plan.rows() and all(p.src[0] is source for p in pads) and \
+                users[source] == len(pads) and source.dtype == end.dtype and \
+                source.size // source.shape[0] * source.dtype.itemsize >= ROW_CHAIN_MIN_BYTES and \
+                RowsThenAddPads.fits(windows, source.shape, end.shape):
+            row_chains[end] = RowsThenAddPads(plan, windows, source.shape, end.shape, end.dtype.np)
+            folded.add(source)
 
     def reads(n: Node) -> tuple[Node, ...]:  # what rendering `n` reads (a skipped product: its reduce)
         if n in contractions:
@@ -422,7 +437,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         if n.op is Ops.PARAM:
             names[n] = f"b{n.arg[0]}"
             continue
-        if n in skip or n not in live:
+        if n in skip or n not in live or n in folded:
             continue
         if n.op is Ops.STORE:
             target = n.src[0]
@@ -475,6 +490,21 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             expr = f"_bitcast({src[0]}, {const(n.dtype)})"
             if n.src[0] in scalars and n.shape:
                 expr = f"np.broadcast_to({expr}, {n.shape!r})"
+        elif n in row_chains:
+            base = add_chains[n][0]
+            in_place = base is not None and base in fresh and users[base] == 1 and base.shape == n.shape
+            a, b = (names[s.src[0]] for s in add_chains[n][1][0].src[0].src[0].src)
+            expr = f"{const(row_chains[n])}({a}, {b}, {names[base] if base is not None else None}, " \
+                   f"{in_place}, {const(n.dtype.np)})"
+            fresh.add(n)
+        elif n in add_chains:  # x + pad_1(s_1) + ... + pad_K(s_K) in one pass (numpy_plans.AddPads)
+            base, pads, _ = add_chains[n]
+            plan = AddPads([Window(p.arg) for p in pads], n.shape, n.dtype.np.itemsize)
+            in_place = base is not None and base in fresh and users[base] == 1 and base.shape == n.shape
+            sources = ", ".join(names[p.src[0]] for p in pads)
+            expr = f"{const(plan)}({names[base] if base is not None else None}, {in_place}, " \
+                   f"{const(n.dtype.np)}, {sources})"
+            fresh.add(n)
         elif n in pad_adds:
             other, pad = pad_adds[n]
             in_place = other in fresh and users[other] == 1 and other.shape == n.shape
@@ -506,6 +536,32 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         lines.append(f"{out} = {expr}")
     body = "\n    ".join(lines) or "pass"
     return f"def {name}({args}):\n    {body}\n", env
+
+
+ADD_CHAIN_MIN = 3  # pads in a chain of adds worth one AddPads pass
+ROW_CHAIN_MIN_BYTES = 256 << 10  # a contraction result with rows this large is computed row by row into its pads
+
+
+def _pad_add_chains(order: list[Node], pad_adds: dict[Node, tuple[Node, Node]],
+                    users: dict[Node, int]) -> dict[Node, tuple[Any, list[Node], list[Node]]]:
+    """Chains of adds of padded views (col2im, a concatenation): chain end -> (the base operand or
+    None, the padded views in order, the nodes folded into the end's one call). A link joins when the
+    previous link is read only by it; a chain that starts from a padded view read only there starts
+    from zeros."""
+    chains: dict[Node, tuple[Any, list[Node], list[Node]]] = {}
+    for n in order:
+        if n not in pad_adds:
+            continue
+        other, pad = pad_adds[n]
+        if other in chains and users[other] == 1:
+            base, pads, members = chains.pop(other)
+            chains[n] = (base, pads + [pad], members + [other])
+        elif other.op is Ops.VIEW and other.arg.mask is not None and not other.arg.variables() and \
+                users[other] == 1 and other.shape == n.shape and other.dtype == n.dtype:
+            chains[n] = (None, [other, pad], [other])
+        else:
+            chains[n] = (other, [pad], [])
+    return {n: c for n, c in chains.items() if len(c[1]) >= ADD_CHAIN_MIN}
 
 
 def compile_kernel(ast: Node, name: str) -> Callable[..., None]:

@@ -9,9 +9,9 @@ code calls:
 
 - `Window`: one concrete view read from (or written into) a flat source: a reshape, a strided window
   or a zero-padded copy.
-- `Contraction`: a matmul-shaped reduce, sum(a * b, axes) over two broadcast views, as one np.matmul
-  on the views' sources: the broadcast (stride-0) axes are dropped from the views themselves, so the
-  operands go to BLAS without an intermediate broadcast array.
+- `Contraction` (contraction.py): a matmul-shaped reduce, sum(a * b, axes) over two broadcast views,
+  as np.matmul calls on the views' sources, chunked when an operand (a convolution's im2col) must be
+  copied.
 - `add_window`: x + pad(y) as an in-place add into the padded region (a concatenation, e.g. the
   gradients of parameters packed in one buffer, is a sum of such pads).
 
@@ -39,7 +39,9 @@ from typing import Optional
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from atensor.graph.view import View
+from atensor.backend.contraction import Contraction, blasable, contraction_groups
+from atensor.backend.window_kernels import WindowAdds
+from atensor.graph.view import View, strides_for
 
 _SAME_SIZE_INT = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 WHERE_MIN_SIZE = 1024  # below this np.where's single call beats the select's four
@@ -107,80 +109,107 @@ class Window:
         return out
 
 
-def contraction_groups(a_view: View, b_view: View, axes: tuple[int, ...]) -> tuple[list[int], ...]:
-    """The axes of sum(a * b, axes), a and b broadcast views, as (batch, rows, inner, cols): axes in
-    both operands that are kept, only in a, in both and reduced, only in b (axes in neither, or of
-    size 1, in none)."""
-    shape = a_view.shape
-    ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
-    rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
-    in_a, in_b = set(ra), set(rb)
-    batch = [i for i in ra if i in in_b and i not in axes]
-    rows = [i for i in ra if i not in in_b]
-    inner = [i for i in ra if i in in_b and i in axes]
-    cols = [i for i in rb if i not in in_a]
-    return batch, rows, inner, cols
+class AddPads:
+    """x + pad_1(s_1) + ... + pad_K(s_K), a chain of adds of padded views (a convolution's input
+    gradient, col2im: one pad per kernel offset, each a window of the same column gradient), in one
+    pass: the output is filled in slabs along its first axis, each slab small enough to stay in cache
+    while all K windows add into it, instead of K passes over the whole output. `x` is None when the
+    chain starts from the first pad itself (zeros elsewhere)."""
+    __slots__ = ("windows", "shape", "rows")
+
+    def __init__(self, windows: list[Window], shape: tuple[int, ...], itemsize: int):
+        self.windows, self.shape = [w for w in windows if w.inner is not None], shape
+        per_row = math.prod(shape[1:]) * itemsize if shape else itemsize
+        self.rows = max(1, ADD_PADS_SLAB_BYTES // max(per_row, 1))
+
+    def __call__(self, x: Optional[np.ndarray], in_place: bool, dtype: np.dtype, *sources: np.ndarray) -> np.ndarray:
+        """The sum; `x` is written when `in_place` (a temporary only this chain reads)."""
+        if x is None:
+            out = np.zeros(self.shape, dtype)
+        else:
+            out = x if in_place and x.shape == self.shape else np.array(np.broadcast_to(x, self.shape))
+        reads = []
+        for w, source in zip(self.windows, sources):
+            flat = np.ascontiguousarray(source).reshape(-1)
+            reads.append((w.pad, strided(flat, w.inner.offset, w.inner.shape, w.inner.strides)))
+        if not self.shape:
+            for _, view in reads:
+                out += view
+            return out
+        for start in range(0, self.shape[0], self.rows):
+            stop = min(start + self.rows, self.shape[0])
+            for pad, view in reads:
+                lo, hi = max(start, pad[0].start), min(stop, pad[0].stop)
+                if lo < hi:
+                    region = out[(slice(lo, hi),) + pad[1:]]
+                    np.add(region, view[lo - pad[0].start:hi - pad[0].start], out=region)
+        return out
 
 
-class Contraction:
-    """sum(a * b, axes) with keepdims, where a and b are the broadcast views `a_view`, `b_view` of two
-    sources: one np.matmul (a BLAS gemm per batch element). Axes in both operands that are kept are
-    batch axes, those only in one are the rows (a) or columns (b), those in both that are reduced are
-    the inner axis. `usable` is False for a one-sided sum (an axis reduced in only one operand), which
-    the backend leaves to einsum."""
-
-    def __init__(self, a_view: View, b_view: View, axes: tuple[int, ...], dtype: np.dtype):
-        shape = a_view.shape
-        batch, rows, inner, cols = contraction_groups(a_view, b_view, axes)
-        self.usable = not any(i in axes for i in rows + cols) and not a_view.variables() \
-            and not b_view.variables() and a_view.mask is None and b_view.mask is None
-        if not self.usable:
-            return
-        batch_shape = tuple(shape[i] for i in batch)
-        m, k, n = (math.prod(shape[i] for i in group) for group in (rows, inner, cols))
-        self.a = Window(_select(a_view, batch + rows + inner))
-        self.b = Window(_select(b_view, batch + inner + cols))
-        self.a_shape, self.b_shape = batch_shape + (m, k), batch_shape + (k, n)
-        self.result_shape = batch_shape + tuple(shape[i] for i in rows + cols)
-        order = batch + rows + cols
-        out_axes = sorted(order)
-        self.perm = None if order == out_axes else tuple(order.index(i) for i in out_axes)
-        present = set(batch + rows + inner + cols)
-        self.keep = tuple(1 if (i in axes or i not in present) else shape[i] for i in range(len(shape)))
-        full = tuple(1 if i in axes else shape[i] for i in range(len(shape)))
-        self.full = None if full == self.keep else full
-        self.dtype = dtype
-
-    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """The contraction of the sources `x` (of a_view) and `y` (of b_view)."""
-        left = blasable(self.a.read(x).reshape(self.a_shape))
-        right = blasable(self.b.read(y).reshape(self.b_shape))
-        result = np.matmul(left, right).reshape(self.result_shape)
-        if self.perm is not None:
-            result = result.transpose(self.perm)
-        if result.dtype != self.dtype:
-            result = result.astype(self.dtype)
-        result = result.reshape(self.keep)
-        return result if self.full is None else np.broadcast_to(result, self.full)
+ADD_PADS_SLAB_BYTES = 512 << 10  # the slab of the output AddPads fills at a time
 
 
-def _select(view: View, axes: list[int]) -> View:
-    """`view` restricted to `axes` (in that order); the others are broadcast or size 1, so dropping
-    them reads the same elements."""
-    return View(tuple(view.shape[i] for i in axes), tuple(view.strides[i] for i in axes), view.offset, None)
+class RowsThenAddPads:
+    """A chain of adds of padded windows of one contraction's result that is computed one row (index
+    of axis 0) at a time and read by nothing else: a convolution's input gradient, where the result is
+    the column gradient (n, c, *kernel, *out) and the windows are col2im's. Each row is computed into
+    a buffer that stays in cache and added into the output's row right away, so the column gradient
+    (25x the input for a 5x5 kernel) never goes through memory whole. Each window must read row i of
+    the result for row i of the output (checked by `fits`)."""
+    __slots__ = ("contraction", "shape", "row_shape", "reads", "adds")
 
+    def __init__(self, contraction: Contraction, windows: list[Window], result_shape: tuple[int, ...],
+                 shape: tuple[int, ...], dtype: np.dtype):
+        self.contraction, self.shape = contraction, shape
+        self.row_shape = (1,) + tuple(result_shape[1:])
+        self.reads = [(w.pad[1:], w.inner.offset, w.inner.shape[1:], w.inner.strides[1:]) for w in windows
+                      if w.inner is not None]
+        row_strides = strides_for(tuple(shape[1:]))
+        # the same adds as one C call per row (window_kernels.py), where a compiler exists
+        self.adds = WindowAdds([(view_shape, sum(p.start * st for p, st in zip(pad, row_strides)),
+                                 tuple(st if n != 1 else 0 for st, n in zip(row_strides, view_shape)),
+                                 offset, strides)
+                                for pad, offset, view_shape, strides in self.reads], dtype)
 
-def blasable(x: np.ndarray) -> np.ndarray:
-    """`x`, copied to C order unless each matrix in it already has one unit stride (BLAS's condition;
-    numpy falls back to a slow loop otherwise)."""
-    rows, cols = x.shape[-2:]
-    s_row, s_col = x.strides[-2:]
-    item = x.itemsize
-    unit_col = s_col == item and s_row >= cols * item
-    unit_row = s_row == item and s_col >= rows * item
-    if unit_col or unit_row or rows * cols <= 1:
-        return x
-    return np.ascontiguousarray(x)
+    @staticmethod
+    def fits(windows: list[Window], result_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+        """True when every window reads, for row i of the output, only row i of the result."""
+        if not shape or not result_shape or shape[0] != result_shape[0]:
+            return False
+        row = math.prod(result_shape[1:])
+        for w in windows:
+            if w.inner is None:
+                continue
+            if w.pad[0] != slice(0, shape[0]) or w.inner.strides[0] != row:
+                return False
+            lo, hi = View(w.inner.shape[1:], w.inner.strides[1:], w.inner.offset, None).index_range()
+            if not (0 <= lo and hi < row) or not isinstance(lo, int) or not isinstance(hi, int):
+                return False
+        return True
+
+    def __call__(self, x: np.ndarray, y: np.ndarray, base: Optional[np.ndarray], in_place: bool,
+                 dtype: np.dtype) -> np.ndarray:
+        """base + the windows' sum, from the contraction's sources `x` and `y`."""
+        if base is None:
+            out = np.zeros(self.shape, dtype)
+        else:
+            out = base if in_place and base.shape == self.shape else np.array(np.broadcast_to(base, self.shape))
+        row = np.empty(self.row_shape, dtype)
+        flat = row.reshape(-1)
+        if self.adds.available and out.flags.c_contiguous and out.dtype == dtype:
+            rows = out.reshape(self.shape[0], -1)
+            for i in range(self.shape[0]):
+                self.contraction.row(x, y, i, row)
+                self.adds.run(rows[i], flat)
+            return out
+        views = [(pad, strided(flat, offset, shape, strides)) for pad, offset, shape, strides in self.reads]
+        for i in range(self.shape[0]):
+            self.contraction.row(x, y, i, row)
+            target = out[i]
+            for pad, view in views:
+                region = target[pad]
+                np.add(region, view, out=region)
+        return out
 
 
 def where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -221,3 +250,7 @@ def keep_freed_memory(keep_bytes: int) -> bool:
     keep = min(keep_bytes, 2**31 - 1)
     return bool(mallopt(_M_MMAP_THRESHOLD, min(keep, _MMAP_THRESHOLD_MAX))) and \
         bool(mallopt(_M_TRIM_THRESHOLD, keep))
+
+
+__all__ = ["AddPads", "Contraction", "RowsThenAddPads", "Window", "blasable", "contraction_groups", "keep_freed_memory", "max_last",
+           "strided", "where"]

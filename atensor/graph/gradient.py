@@ -20,6 +20,7 @@ Only float nodes carry gradients; comparisons, integer and bool ops, and `DETACH
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from typing import Callable, Optional
@@ -101,7 +102,124 @@ def view_backward(grad: Node, view: View, src_shape: Shape) -> Node:
     try:
         return _undo_view(grad, view, src_shape)
     except _Overlap:
+        pass
+    try:
+        return _split_windows(grad, view, src_shape)
+    except _Overlap:
         return _scatter_back(grad, view, src_shape)
+
+
+SPLIT_MAX_PIECES = 512  # more kernel offsets than this: one scatter-add instead of a sum of pads
+
+
+def _split_windows(grad: Node, view: View, src_shape: Shape) -> Node:
+    """col2im: a view whose windows overlap (a convolution's (n, c, *kernel, *out) window view) as the
+    sum over the offsets of its fewest overlapping axes (the kernel's) of non-overlapping views, each
+    undone by a pad. The broadcast (stride-0) axes are summed once first, so the gradient they carry
+    (a contraction, when it is a product) stays one node."""
+    if view.size == 0 or (view.mask is not None and any(b >= e for b, e in view.mask)):
+        return Node.const(0.0, grad.dtype, grad.device, src_shape)
+    shape, strides, offset = list(view.shape), list(view.strides), view.offset
+    if view.mask is not None:  # elements outside the mask read nothing
+        grad = grad.shrink(view.mask)
+        offset += sum(b * st for (b, _), st in zip(view.mask, strides))
+        shape = [e - b for b, e in view.mask]
+    summed = tuple(i for i, (s, st) in enumerate(zip(shape, strides)) if st == 0 and s != 1)
+    grad = grad.reduce(ReduceOp.SUM, summed)
+    keep = [i for i, (s, st) in enumerate(zip(shape, strides)) if st != 0 and s != 1]
+    shape, strides = [shape[i] for i in keep], [strides[i] for i in keep]
+    grad = grad.reshape(tuple(shape))
+    best: Optional[tuple[int, ...]] = None
+    for chosen in _subsets(len(shape)):
+        pieces = math.prod(shape[i] for i in chosen)
+        if pieces > SPLIT_MAX_PIECES or (best is not None and pieces >= math.prod(shape[i] for i in best)):
+            continue
+        rest = [i for i in range(len(shape)) if i not in chosen]
+        if _disjoint([shape[i] for i in rest], [strides[i] for i in rest]):
+            best = chosen
+    if best is None:
+        raise _Overlap()
+    rest = [i for i in range(len(shape)) if i not in best]
+    sub_shape = tuple(shape[i] for i in rest)
+    # the source framed by all the view's strides (a strided convolution's (n, c, h / s, s, w / s, s)):
+    # there every piece, strided or not, is a plain window, undone by one pad
+    frame = _stride_frame(strides, math.prod(src_shape))
+    target = tuple(src_shape) if frame is None else frame
+    parts = []
+    for at in itertools.product(*(range(shape[i]) for i in best)):
+        where = dict(zip(best, at))
+        piece = grad.shrink(tuple((where[i], where[i] + 1) if i in where else (0, s)
+                                  for i, s in enumerate(shape))).reshape(sub_shape)
+        start = offset + sum(k * strides[i] for i, k in where.items())
+        sub = View(sub_shape, tuple(strides[i] for i in rest), start)
+        if frame is not None:
+            framed = _in_frame(piece, sub, frame)
+            if framed is not None:
+                parts.append(framed)
+                continue
+            target = tuple(src_shape)
+            parts = [p.reshape(target) for p in parts]
+            frame = None
+        parts.append(_undo_view(piece, sub, target))
+    # each part is usually a pad reshaped to the source's shape: add the pads (an add into the padded
+    # region only, in the backends) and reshape the sum once
+    inner = [p.src[0] if p.op is Ops.VIEW and p.arg.contiguous and p.arg.offset == 0 else None for p in parts]
+    if all(i is not None and i.shape == inner[0].shape and i.size == p.size for i, p in zip(inner, parts)):
+        parts = inner
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.alu(Ops.ADD, part)
+    return total.reshape(tuple(src_shape))
+
+
+def _stride_frame(strides: list[int], size: int) -> Optional[tuple[int, ...]]:
+    """The shape whose contiguous strides are exactly the view's distinct strides (and 1), when each
+    divides the one above it and the source's size: e.g. (n, c, h / 2, 2, w / 2, 2) for a stride-2
+    convolution's window view of an (n, c, h, w) source. None otherwise."""
+    distinct = sorted({abs(st) for st in strides} | {1}, reverse=True)
+    if any(st <= 0 for st in strides) or size % distinct[0]:
+        return None
+    dims = [size // distinct[0]]
+    for outer, inner in zip(distinct, distinct[1:]):
+        if outer % inner:
+            return None
+        dims.append(outer // inner)
+    return tuple(dims)
+
+
+def _in_frame(piece: Node, sub: View, frame: tuple[int, ...]) -> Optional[Node]:
+    """The gradient of the non-overlapping view `sub` placed in the source framed as `frame` (one pad),
+    or None when `sub` is not a window of the frame (its axes do not each walk one frame axis)."""
+    frame_strides = strides_for(frame)
+    place = {st: i for i, st in enumerate(frame_strides) if frame[i] != 1}
+    lengths, last = [1] * len(frame), -1
+    for n, st in zip(sub.shape, sub.strides):
+        if n == 1:
+            continue
+        axis = place.get(st)
+        if axis is None or axis <= last:  # not a frame axis, or out of the frame's order
+            return None
+        lengths[axis], last = n, axis
+    window = _as_window(lengths, list(frame_strides), sub.offset, frame)
+    if window is None:
+        return None
+    return piece.reshape(tuple(lengths)).pad(window)
+
+
+def _subsets(n: int) -> list[tuple[int, ...]]:
+    """Every subset of range(n) with at least one element, smallest first."""
+    return [c for r in range(1, n + 1) for c in itertools.combinations(range(n), r)]
+
+
+def _disjoint(shape: list[int], strides: list[int]) -> bool:
+    """True when a view of these (non-zero) strides reads each source element at most once (the rule
+    `_undo_view` places elements by: each axis's stride spans all the axes inside it)."""
+    canvas = 1
+    for n, st in sorted(zip(shape, (abs(s) for s in strides)), key=lambda p: p[1]):
+        if st < canvas:
+            return False
+        canvas += (n - 1) * st
+    return True
 
 
 def _scatter_back(grad: Node, view: View, src_shape: Shape) -> Node:

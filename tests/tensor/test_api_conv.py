@@ -51,3 +51,26 @@ def test_pooling_matches_pytorch(kernel, stride, padding, dilation):
             got = Tensor(x).avg_pool2d(kernel, stride, padding=padding, count_include_pad=include)
             ref = F.avg_pool2d(tx, kernel, stride, padding=padding, count_include_pad=include)
             np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ---- the bench's layers (bench/conv.py) at a small batch: values and both gradients ----------------------
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 32, 24, 24), (32, 32, 5, 5), {}),                        # MNIST-sized: chunked per sample
+    ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": 1}),            # ResNet-sized: chunked along channels
+    ((2, 16, 20, 20), (32, 8, 3, 3), {"groups": 2, "stride": 2, "padding": 1, "dilation": 2}),
+    ((2, 8, 12, 10, 9), (6, 8, 3, 2, 3), {"padding": (1, 0, 1), "stride": (2, 1, 1)}),
+])
+def test_conv_forward_and_gradients_match_pytorch_on_the_bench_layers(x_shape, w_shape, kw):
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    w = (RNG.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    tx, tw = Tensor(x), Tensor(w)
+    out = tx.conv2d(tw, **kw)
+    g = RNG.standard_normal(out.shape).astype(np.float32)
+    gx, gw = out.gradient(tx, tw, gradient=Tensor(g))
+    out.realize(gx, gw)
+    px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ref = (F.conv2d if len(x_shape) == 4 else F.conv3d)(px, pw, **kw)
+    ref.backward(torch.tensor(g))
+    for got, want in ((out, ref), (gx, px.grad), (gw, pw.grad)):
+        want = want.detach().numpy()
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
