@@ -15,8 +15,8 @@ error in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) and th
 Continuous batching (`Batcher`): each request gets a KV-cache slot. At every token boundary the batcher
 admits waiting requests (a bucketed prefill of each into its free slot), then runs one decode step
 over the slots in use, hands each request its token, and frees the slots of requests that finished,
-hit a stop string or end-of-turn token, or whose client went away (a disconnected stream is noticed
-at the next token and its generation stops). `--slots` requests run at once; up to `--max-waiting`
+hit a stop string or end-of-turn token, or whose client went away (a disconnected client, streaming
+or not, is noticed at the next token and its generation stops). `--slots` requests run at once; up to `--max-waiting`
 more wait; beyond that a request gets 503. Greedy results are the same alone or batched (rows are
 independent; tests/examples/test_serve_llm.py checks it).
 
@@ -314,7 +314,7 @@ def make_app(server: Server) -> Any:
 
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @asynccontextmanager
@@ -382,9 +382,14 @@ def make_app(server: Server) -> Any:
             return StreamingResponse(_sse(gen, rid, created, chat, kind), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         parts: list[str] = []
+        # the body is read: the next ASGI message is http.disconnect, when the client goes away (uvicorn
+        # does not cancel a handler whose client left, so the handler watches for it itself)
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
             while True:
-                item = await gen.events.get()
+                item = await _next_event(gen, gone)
+                if item is None:  # the client went away: its generation stops at the next token
+                    return Response(status_code=499)
                 if isinstance(item, str):
                     parts.append(item)
                 elif "error" in item:
@@ -393,6 +398,7 @@ def make_app(server: Server) -> Any:
                     break
         finally:
             gen.cancelled = True  # a handler cancelled (client gone) frees the slot; a finished one is gone
+            gone.cancel()
         text = "".join(parts)
         choice: dict = {"index": 0, "finish_reason": item["finish_reason"], "logprobs": None}
         if chat:
@@ -413,6 +419,27 @@ def make_app(server: Server) -> Any:
         return await complete(request, chat=True)
 
     return app
+
+
+async def _disconnected(request: Any) -> None:
+    """Returns once the client of `request` (whose body was read) has disconnected."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _next_event(gen: Generation, gone: "asyncio.Future[None]") -> Any:
+    """The generation's next event, or None once the client is gone (`gone` done)."""
+    if not gen.events.empty():
+        return gen.events.get_nowait()
+    getter = asyncio.ensure_future(gen.events.get())
+    try:
+        await asyncio.wait((getter, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getter.done():
+            getter.cancel()
+    if getter.done() and not getter.cancelled():
+        return getter.result()
+    return None
 
 
 async def _sse(gen: Generation, rid: str, created: int, chat: bool, kind: str) -> AsyncIterator[str]:

@@ -1,7 +1,8 @@
 """The C every native library starts with (backend/native.py compiles it ahead of the rendered kernels).
 
 - numpy's integer and float semantics as helpers (floor division and modulo signed like the divisor,
-  0 on division by zero, NaN-propagating max) and the BLAS gemm pointers numpy's OpenBLAS provides;
+  0 on division by zero, NaN-propagating max) and the BLAS gemm and gemv pointers numpy's OpenBLAS
+  provides;
 - the program runner (native.Program): a list of run / wait / publish operations, the waits and
   publishes on C timelines (a value and a futex word per queue), so queues hand work to each other
   without the GIL or a Python wake-up;
@@ -32,9 +33,17 @@ typedef void (*sgemm_t)(int, int, int, blasint, blasint, blasint, float, const f
                         const float *, blasint, float, float *, blasint);
 typedef void (*dgemm_t)(int, int, int, blasint, blasint, blasint, double, const double *, blasint,
                         const double *, blasint, double, double *, blasint);
+typedef void (*sgemv_t)(int, int, blasint, blasint, float, const float *, blasint, const float *, blasint,
+                        float, float *, blasint);
+typedef void (*dgemv_t)(int, int, blasint, blasint, double, const double *, blasint, const double *, blasint,
+                        double, double *, blasint);
 static sgemm_t at_sgemm;
 static dgemm_t at_dgemm;
-void atensor_set_blas(void *s, void *d) { at_sgemm = (sgemm_t)s; at_dgemm = (dgemm_t)d; }
+static sgemv_t at_sgemv;
+static dgemv_t at_dgemv;
+void atensor_set_blas(void *s, void *d, void *sv, void *dv) {
+  at_sgemm = (sgemm_t)s; at_dgemm = (dgemm_t)d; at_sgemv = (sgemv_t)sv; at_dgemv = (dgemv_t)dv;
+}
 typedef void (*at_kernel_t)(void **);
 /* timelines of native programs (native.py): a queue's value, and a futex word for sleeping waiters */
 typedef struct { _Atomic uint64_t value; _Atomic uint32_t seq; _Atomic uint32_t sleepers; } at_timeline;

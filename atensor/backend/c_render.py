@@ -18,7 +18,10 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
   index, 0 outside the source;
 - the STORE nest writes the value through the target view; a value that reads the target anywhere
   else (`t[1:] = t[:-1]`, a gather from it) is computed into a temporary first.
-Anything this file does not know (symbolic views, scatter, threefry, bitcast, half floats,
+A view whose offset or mask bounds use Variables (a KV cache written at `start_pos`) reads each
+variable's value from an argument slot after the buffers (`variable_slots`), so one compiled
+function serves every position and a jit replay rebinds it by writing that slot.
+Anything this file does not know (scatter, threefry, bitcast, half floats,
 integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
 graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
 integers, NaN-propagating max, wrapping integer arithmetic, and numpy's float-to-integer casts (a
@@ -33,7 +36,9 @@ from atensor.dtype import DType, dtypes
 from atensor.graph.node import Node, toposort
 from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
+from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
+from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_shape, merged_stride
 from atensor.backend.contraction import contraction_groups
 
 
@@ -66,7 +71,6 @@ def _float_op(table: dict[Ops, str], op: Ops, dtype: DType, ct: str, **operands:
     return template.format(f="f" if dtype == dtypes.float32 else "", t=ct, **operands)
 _CMP = {Ops.CMPLT: "<", Ops.CMPEQ: "==", Ops.CMPNE: "!="}
 _BITS = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
-CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 
 
 def _ctype(dtype: DType) -> str:
@@ -93,9 +97,38 @@ def _literal(value: Any, dtype: DType) -> str:
         else f"(({ct})(-9223372036854775807LL - 1))"
 
 
-def _concrete(view: View) -> None:
-    if view.variables():
-        raise Unsupported("a view at a symbolic offset")
+def variable_slots(ast: Node) -> tuple[int, tuple[Variable, ...]]:
+    """(the first argument slot after the buffers, the kernel's variables in slot order): a kernel
+    whose views' offsets or mask bounds use (unbound) Variables reads variable j's value, an int64,
+    from `bufs[base + j]`, so one compiled function serves every value and a replay rebinds it by
+    writing that slot (engine/lower.py)."""
+    base, found = 0, {}
+    for n in toposort([ast]):
+        if n.op is Ops.PARAM:
+            base = max(base, n.arg[0] + 1)
+        elif n.op is Ops.VIEW:
+            for v in n.arg.variables():
+                found[v] = None
+    return base, tuple(sorted(found, key=lambda v: (v.name, v.min, v.max)))
+
+
+def _int_c(x: Expr, names: dict[Variable, str]) -> str:
+    """C text of an index expression: an int, or a linear Sym over the kernel's variables."""
+    if type(x) is int:
+        return str(x) if -2**31 < x < 2**31 else f"{x}LL"
+    s = as_sym(x)
+    terms = [names[v] if c == 1 else f"{c}LL * {names[v]}" for v, c in s.terms]
+    if s.const:
+        terms.append(f"{s.const}LL")
+    return "(" + " + ".join(terms) + ")"
+
+
+def _never_valid(b: Expr, e: Expr) -> bool:
+    """A mask range that holds no element for any value of its variables."""
+    try:
+        return bool(b >= e)
+    except SymbolicError:
+        return False
 
 
 class _Nest:
@@ -133,6 +166,8 @@ class CRenderer:
         # materialized node -> (array name, element strides per axis)
         self.arrays: dict[Node, tuple[str, tuple[int, ...]]] = {}
         self.params: dict[Node, str] = {}
+        self.var_base, variables = variable_slots(ast)
+        self.vars: dict[Variable, str] = {v: f"var{j}" for j, v in enumerate(variables)}
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -143,7 +178,7 @@ class CRenderer:
         op = n.op
         if n in self.arrays:
             name, strides = self.arrays[n]
-            return f"{name}[{_offset(0, strides, n.shape, index)}]"
+            return f"{name}[{self.offset(0, strides, n.shape, index)}]"
         if op is Ops.PARAM:
             return f"{self.params[n]}[{index[0] if n.shape and n.shape[0] != 1 else '0'}]"
         if op is Ops.CONST:
@@ -183,9 +218,8 @@ class CRenderer:
 
     def _view(self, n: Node, index: list[str]) -> str:
         view: View = n.arg
-        _concrete(view)
         src = n.src[0]
-        flat = _offset(view.offset, view.strides, view.shape, index)
+        flat = self.offset(view.offset, view.strides, view.shape, index)
         if src.op is Ops.CONST:
             read = _literal(src.arg[0], src.dtype)
         elif src.op is Ops.ARANGE:
@@ -199,9 +233,10 @@ class CRenderer:
             read = f"{name}[{flat}]"
         if view.mask is None:
             return read
-        conds = [f"({b} <= {i} && {i} < {e})" for (b, e), s, i in zip(view.mask, view.shape, index)
-                 if not (b == 0 and e == s)]
-        if any(b >= e for b, e in view.mask):
+        conds = [f"({self.int_c(b)} <= {i} && {i} < {self.int_c(e)})"
+                 for (b, e), s, i in zip(view.mask, view.shape, index)
+                 if not (type(b) is int and type(e) is int and b == 0 and e == s)]
+        if any(_never_valid(b, e) for b, e in view.mask):
             return _literal(0, n.dtype)
         if not conds:
             return read
@@ -265,6 +300,14 @@ class CRenderer:
             return f"(({ct}){fn}(({wide}){a}, ({wide}){b}))"
         raise Unsupported(f"{op} on {dtype}")
 
+    def int_c(self, x: Expr) -> str:
+        """C text of an int or a symbolic index expression over this kernel's variables."""
+        return _int_c(x, self.vars)
+
+    def offset(self, base: Expr, strides: tuple[int, ...], shape: tuple[int, ...], index: list[str]) -> str:
+        """C text of the flat index `base + sum(index[i] * strides[i])`; `base` may be symbolic."""
+        return _offset(self.int_c(base), strides, shape, index)
+
     # ---- loop nests ---------------------------------------------------------------------------------
     def _loops(self, shape: tuple[int, ...], axes: list[int], index: list[str], depth: int) -> tuple[list[str], int]:
         """`for` lines over `axes` of `shape` (size-1 axes are index 0, no loop)."""
@@ -310,7 +353,7 @@ class CRenderer:
         strides = strides_for(n.shape)
 
         def body(nest: _Nest) -> list[str]:
-            return [f"{name}[{_offset(0, strides, n.shape, nest.index)}] = {nest.value(n)};"]
+            return [f"{name}[{self.offset(0, strides, n.shape, nest.index)}] = {nest.value(n)};"]
         self._emit_nest(n.shape, body)
         self.arrays[n] = (name, strides)
 
@@ -339,7 +382,7 @@ class CRenderer:
         kept = [a for a in range(len(shape)) if a not in axes]
         reduced = [a for a in range(len(shape)) if a in axes]
         index = ["0"] * len(shape)
-        out_index = lambda: _offset(0, out_strides, n.shape, [("0" if a in axes else index[a])
+        out_index = lambda: self.offset(0, out_strides, n.shape, [("0" if a in axes else index[a])
                                                                 for a in range(len(shape))])
         if reduced and all(a > max(kept, default=-1) for a in reduced):
             # inner reduction: a register accumulator per output element
@@ -376,7 +419,7 @@ class CRenderer:
         if op is not ReduceOp.SUM or prod.op is not Ops.MUL or n.dtype not in (dtypes.float32, dtypes.float64):
             return False
         a, b = prod.src
-        if any(x.op is not Ops.VIEW or x.arg.mask is not None or x.arg.variables() or x.dtype != n.dtype
+        if any(x.op is not Ops.VIEW or x.arg.mask is not None or x.dtype != n.dtype
                or x.src[0].op in (Ops.CONST, Ops.ARANGE) for x in (a, b)):
             return False
         va, vb = a.arg, b.arg
@@ -387,10 +430,10 @@ class CRenderer:
         m, k, nn = (math.prod(shape[i] for i in g) for g in (rows, inner, cols))
         if m * k * nn == 0:
             return False
-        sa_m, sa_k = _merged(va, rows), _merged(va, inner)
-        sb_k, sb_n = _merged(vb, inner), _merged(vb, cols)
-        la = _blas_layout(m, k, sa_m, sa_k) if None not in (sa_m, sa_k) else None
-        lb = _blas_layout(k, nn, sb_k, sb_n) if None not in (sb_k, sb_n) else None
+        sa_m, sa_k = merged_stride(va, rows), merged_stride(va, inner)
+        sb_k, sb_n = merged_stride(vb, inner), merged_stride(vb, cols)
+        la = blas_layout(m, k, sa_m, sa_k) if None not in (sa_m, sa_k) else None
+        lb = blas_layout(k, nn, sb_k, sb_n) if None not in (sb_k, sb_n) else None
         if la is None or lb is None:
             if math.prod(shape[i] for i in batch) * m * k * nn >= NUMPY_CONTRACTION_FLOPS:
                 # an operand BLAS cannot read in place (a convolution's window view): numpy's chunked
@@ -410,16 +453,26 @@ class CRenderer:
                 return False
         index = ["0"] * len(shape)
         opened, depth = self._loops(shape, batch, index, 1)
-        off_a = _offset(va.offset, va.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
-        off_b = _offset(vb.offset, vb.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
+        off_a = self.offset(va.offset, va.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
+        off_b = self.offset(vb.offset, vb.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
         batch_strides = strides_for(tuple(shape[i] for i in batch))
         off_c = " + ".join([f"{index[i]} * {s * m * nn}" for i, s in zip(batch, batch_strides)
                             if shape[i] != 1] or ["0"])
-        fn = "at_sgemm" if n.dtype == dtypes.float32 else "at_dgemm"
+        f = "s" if n.dtype == dtypes.float32 else "d"
+        a_at, b_at, c_at = f"{ptr(a)} + ({off_a})", f"{ptr(b)} + ({off_b})", f"{out} + ({off_c})"
+        gemv = gemv_shape(m, k, nn, la, lb, sa_k, sb_k)
+        if gemv is not None:
+            # one row or one column: a matrix-vector product, which reads the matrix once (OpenBLAS's
+            # gemm with m = 1 packs the whole matrix first: 3x slower at batch-1 decode, measured)
+            trans, rows_, cols_, ld, vector_first = gemv
+            matrix, vector, inc = (b_at, a_at, sa_k or 1) if vector_first else (a_at, b_at, sb_k or 1)
+            call = (f"at_{f}gemv({CBLAS_ROW_MAJOR}, {trans}, {rows_}, {cols_}, 1, {matrix}, {ld}, {vector}, "
+                    f"{inc}, 0, {c_at}, 1);")
+        else:
+            call = (f"at_{f}gemm({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, {a_at}, {la[1]}, "
+                    f"{b_at}, {lb[1]}, 0, {c_at}, {nn});")
         self.lines.extend(opened)
-        self.lines.append("  " * depth + f"{fn}({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, "
-                          f"{ptr(a)} + ({off_a}), {la[1]}, {ptr(b)} + ({off_b}), {lb[1]}, 0, "
-                          f"{out} + ({off_c}), {nn});")
+        self.lines.append("  " * depth + call)
         self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
         # element strides of the [batch, rows, cols] result along each axis of n's shape
         strides = [0] * len(shape)
@@ -440,6 +493,9 @@ class CRenderer:
         header = [f"{'AT_NEGATIVE_STEPS ' if negative else ''}void {self.name}(void **bufs) {{"]
         header += [f"  {_ctype(p.dtype)} *restrict b{p.arg[0]} = ({_ctype(p.dtype)} *)bufs[{p.arg[0]}];"
                    for p in params]
+        # a bound Variable's value sits in the slots after the buffers, as an int64 (variable_slots)
+        header += [f"  const int64_t {name} = (int64_t)(intptr_t)bufs[{self.var_base + j}];"
+                   for j, name in enumerate(self.vars.values())]
         need: set[Node] = set()
         for n in self.order:
             if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
@@ -450,7 +506,6 @@ class CRenderer:
             elif n.op is Ops.GATHER and not _readable_anywhere(n.src[0]):
                 need.add(n.src[0])
             elif n.op is Ops.VIEW and n is not self.ast.src[0]:
-                _concrete(n.arg)
                 if n.src[0].op not in (Ops.PARAM, Ops.CONST, Ops.ARANGE):
                     need.add(n.src[0])
         for n in self.order:
@@ -472,7 +527,6 @@ class CRenderer:
             view, param = target.arg, target.src[0]
         else:
             view, param = View.create(target.shape), target
-        _concrete(view)
         if view.mask is not None or param.op is not Ops.PARAM:
             raise Unsupported("a masked store")
         ct = _ctype(param.dtype)
@@ -484,7 +538,7 @@ class CRenderer:
             v = nest.value(value)
             if value.dtype != param.dtype:
                 v = self._cast(v, value.dtype, param.dtype)
-            return [f"{buf}[{_offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
+            return [f"{buf}[{self.offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
         self._emit_nest(value.shape, body)
 
 
@@ -507,37 +561,14 @@ def _reads_at(n: Node, param: Node, view: View, arrays: dict, seen: set) -> bool
     return any(_reads_at(s, param, view, arrays, seen) for s in n.src)
 
 
-def _offset(base: Any, strides: tuple[int, ...], shape: tuple[int, ...], index: list[str]) -> str:
-    terms = [str(base)] if base else []
+def _offset(base: str, strides: tuple[int, ...], shape: tuple[int, ...], index: list[str]) -> str:
+    """C text of `base + sum(index[i] * strides[i])` (`base` is C text already, "0" for none)."""
+    terms = [base] if base != "0" else []
     for st, s, i in zip(strides, shape, index):
         if st == 0 or s == 1 or i == "0":
             continue
         terms.append(i if st == 1 else f"{i} * {st}")
     return " + ".join(terms) or "0"
-
-
-def _merged(view: View, group: list[int]) -> int | None:
-    """The one stride that walks `group`'s axes of `view` as a single row-major axis; None when
-    their strides do not chain (an empty group walks nothing: stride 0)."""
-    if not group:
-        return 0
-    for x, y in zip(group, group[1:]):
-        if view.strides[x] != view.strides[y] * view.shape[y]:
-            return None
-    return view.strides[group[-1]]
-
-
-def _blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int] | None:
-    """(transpose flag, leading dimension) for a rows x cols matrix at these strides, or None."""
-    if s_row < 0 or s_col < 0:
-        return None
-    if cols == 1 or s_col == 1:
-        ld = s_row if rows > 1 else max(cols, 1)
-        return (CBLAS_NO_TRANS, ld) if ld >= max(cols, 1) else None
-    if rows == 1 or s_row == 1:
-        ld = s_col if cols > 1 else max(rows, 1)
-        return (CBLAS_TRANS, ld) if ld >= max(rows, 1) else None
-    return None
 
 
 def render_c(ast: Node, name: str, blas: bool = True) -> str:

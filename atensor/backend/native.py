@@ -29,11 +29,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 from atensor.graph.node import Node
+from atensor.graph.symbolic import Variable
 from atensor.backend.c_prelude import PRELUDE
-from atensor.backend.c_render import Unsupported, render_c
+from atensor.backend.c_render import Unsupported, render_c, variable_slots
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.backend.runner import Runner
@@ -48,7 +49,7 @@ _lock = threading.Lock()
 _kernels: dict[Node, "NativeKernel"] = {}
 _refused: dict[Node, str] = {}
 _libraries: list[ctypes.CDLL] = []  # loaded libraries stay loaded (their functions are registered)
-_blas: Optional[tuple[int, int, bool]] = None
+_blas: Optional[tuple[int, int, bool, int, int]] = None
 _blas_bound = False
 _compiler: Optional[str] = None
 _compiler_checked = False
@@ -161,17 +162,39 @@ def native_copy(dst: int, src: int, nbytes: int) -> Optional[Runner]:
     return Runner(run_copy, native=(ctypes.cast(fn, ctypes.c_void_p).value, block))
 
 
-class NativeKernel:
-    """A compiled kernel: `__call__(pointers)` takes a ctypes array of the buffers' addresses."""
-    __slots__ = ("name", "fn", "source", "address")
+_WORD = (1 << 64) - 1
 
-    def __init__(self, name: str, fn: ctypes._CFuncPtr, source: str):
+
+class NativeKernel:
+    """A compiled kernel: `fn(block)` takes a ctypes array of the buffers' addresses, followed by the
+    values of its `variables` from slot `var_base` on (c_render.variable_slots)."""
+    __slots__ = ("name", "fn", "source", "address", "var_base", "variables")
+
+    def __init__(self, name: str, fn: ctypes._CFuncPtr, source: str, var_base: int = 0,
+                 variables: tuple[Variable, ...] = ()):
         self.name, self.fn, self.source = name, fn, source
         self.address: int = ctypes.cast(fn, ctypes.c_void_p).value  # what a batch calls
+        self.var_base, self.variables = var_base, variables
 
-    def pointers(self, addresses: list[int]) -> ctypes.Array:
-        """The argument block for buffers at these addresses (built once per runner)."""
-        return (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+    def pointers(self, addresses: list[int], var_vals: Optional[Mapping[Variable, int]] = None) -> ctypes.Array:
+        """The argument block for buffers at these addresses and the variables' values in `var_vals`
+        (built once per runner; `bind_values` rewrites the values)."""
+        size = max(len(addresses), self.var_base + len(self.variables), 1)
+        block = (ctypes.c_void_p * size)(*addresses)
+        if self.variables:
+            self.bind_values(block, var_vals or {})
+        return block
+
+    def bind_values(self, block: ctypes.Array, var_vals: Mapping[Variable, int]) -> None:
+        """Writes the variables' current values (keyed by the unbound variable) into `block`; only
+        while no command running `block` is in flight."""
+        base = self.var_base
+        for j, var in enumerate(self.variables):
+            value = var_vals.get(var)
+            if value is None:
+                raise ValueError(f"kernel {self.name} needs a value for variable {var.name!r}; bind it "
+                                 f"with {var.name}.bind(value)")
+            block[base + j] = value & _WORD  # read back as int64_t: a negative value survives
 
 
 def compiler() -> Optional[str]:
@@ -186,9 +209,9 @@ def compiler() -> Optional[str]:
     return _compiler
 
 
-def _bind_blas() -> Optional[tuple[int, int, bool]]:
-    """Addresses of the gemm functions of the BLAS numpy uses (found through threadpoolctl), and
-    whether it takes 64-bit integers; None when there is no such BLAS."""
+def _bind_blas() -> Optional[tuple[int, int, bool, int, int]]:
+    """Addresses of the gemm functions of the BLAS numpy uses (found through threadpoolctl), whether
+    it takes 64-bit integers, and its gemv functions; None when there is no such BLAS."""
     global _blas, _blas_bound
     if _blas_bound:
         return _blas
@@ -202,10 +225,11 @@ def _bind_blas() -> Optional[tuple[int, int, bool]]:
         getter = getattr(lib, "_get_symbol", None)
         if getter is None or getattr(lib, "internal_api", "") != "openblas":
             continue
-        s, d = getter("cblas_sgemm"), getter("cblas_dgemm")
-        if s is not None and d is not None:
+        found = [getter(name) for name in ("cblas_sgemm", "cblas_dgemm", "cblas_sgemv", "cblas_dgemv")]
+        if None not in found:
+            s, d, sv, dv = (ctypes.cast(f, ctypes.c_void_p).value for f in found)
             ilp64 = "64_" in os.path.basename(str(getattr(lib, "filepath", "")))
-            _blas = (ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value, ilp64)
+            _blas = (s, d, ilp64, sv, dv)
             return _blas
     return None
 
@@ -304,13 +328,13 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
         _bind_doorbell(lib)
         _program_runner = runner
     if blas is not None:
-        lib.atensor_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]))
+        lib.atensor_set_blas(*(ctypes.c_void_p(blas[i]) for i in (0, 1, 3, 4)))
     with _lock:
         _libraries.append(lib)
         for ast, (symbol, src) in todo.items():
             fn = getattr(lib, symbol)
             fn.argtypes, fn.restype = [ctypes.c_void_p], None
-            _kernels[ast] = NativeKernel(symbol, fn, src)
+            _kernels[ast] = NativeKernel(symbol, fn, src, *variable_slots(ast))
         compiled += len(todo)
         epoch += 1
     return len(todo)

@@ -4,9 +4,10 @@ Why a record and not a closure: the plan (engine/plan.py) and the queue (hcq/que
 more about a command than "call it": whether it is one foreign call that a native program can hold
 (`native`), where the buffer addresses sit in its argument block (`args`, so a replay rewrites them
 in place), how many BLAS threads it uses, what must stay alive while it may run, whether it gives
-the GIL back for its whole run (`gil_free`), and what a doorbell posts to start it without the GIL
-(`ring_args`). These were attributes set on closures in many places and read back with getattr; here
-each is a named field with a default, set where the runner is made (engine/lower.py, backend/native.py).
+the GIL back for its whole run (`gil_free`), what a doorbell posts to start it without the GIL
+(`ring_args`), and how to refresh the Variable values its block holds (`rebind`). These were
+attributes set on closures in many places and read back with getattr; here each is a named field
+with a default, set where the runner is made (engine/lower.py, backend/native.py).
 
 Invariant: while a command holding a runner may still run, the memory its `native` block points
 into is kept alive by `keep_alive` (or by whoever rewrote the block, engine/patching.py).
@@ -35,6 +36,9 @@ class Runner:
     keep_alive: Any = ()          # what must outlive every command that holds this runner
     gil_free: bool = False        # one foreign call for its whole run: the queue need not yield after it
     ring_args: Optional[tuple] = None  # what a doorbell posts to run it in C (a native program's)
+    # copies the current values of its work's bound Variables into its `native` block (a jit replay
+    # rebinds them in place); the plan calls it before each submission, while no command runs the block
+    rebind: Optional[Callable[[], None]] = None
 
 
 __all__ = ["Runner"]

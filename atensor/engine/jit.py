@@ -262,7 +262,7 @@ def _native_candidates(records: list[_Record]) -> list[tuple[Node, str]]:
     for record in records:
         for task in record.tasks:
             work = task.work
-            if isinstance(work, Kernel) and not work.var_vals and native.lookup(work.ast) is None \
+            if isinstance(work, Kernel) and native.lookup(work.ast) is None \
                     and Device.get(work.device).kind == "CPU":
                 found.append((work.ast, work.name))
     return found

@@ -2,7 +2,8 @@
 
 Why a module of its own: the plan (plan.py) decides where and when each task runs; what runs is
 decided here, once per work: a compiled C kernel when backend/native.py has one (one foreign call,
-the GIL released for the whole kernel), else the numpy kernel; a memcpy in C for a copy when a
+the GIL released for the whole kernel; bound Variables' values sit in its argument block, rewritten
+by `Runner.rebind` before each submission), else the numpy kernel; a memcpy in C for a copy when a
 native library is loaded, else numpy's copyto; nothing on NULL devices. The memory of every buffer a
 runner touches is allocated here, on first use.
 
@@ -51,19 +52,26 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     threads = blas.threads_for(work.flops)
     use_threads = blas.use
     mode = settings.native
-    compiled = None if work.var_vals or mode == "0" else native.lookup(work.ast)
-    if compiled is None and mode == "all" and not work.var_vals:
+    compiled = None if mode == "0" else native.lookup(work.ast)
+    if compiled is None and mode == "all":
         native.prepare([(work.ast, work.name)])
         compiled = native.lookup(work.ast)
     if compiled is not None:
-        call, block = compiled.fn, compiled.pointers([b.address() for b in buffers])
+        var_vals = work.var_vals
+        call, block = compiled.fn, compiled.pointers([b.address() for b in buffers], var_vals)
+        rebind = None
+        if compiled.variables:  # the jit rebinds `var_vals` in place; the plan copies them into the block
+            bind_values = compiled.bind_values
+
+            def rebind() -> None:
+                bind_values(block, var_vals)
 
         def run_native() -> None:  # one foreign call: the GIL is released for the whole kernel
             use_threads(threads)
             call(block)
         # the addresses in `block` stay valid while `keep_alive` lives
         return Runner(run_native, native=(compiled.address, block), args=tuple([(s, 0) for s in specs]),
-                      threads=threads, keep_alive=specs)
+                      threads=threads, keep_alive=specs, rebind=rebind)
     fn = compile_kernel(work.ast, work.name)
     arrays = [b.memory for b in buffers]
     extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets

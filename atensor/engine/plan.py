@@ -243,6 +243,7 @@ class Plan:
         # touches a swapped buffer and its runner has no address slots (a numpy kernel), so every
         # submission makes it again from its work with the new buffers
         self.kept: Optional[list[Optional[Runner]]] = None
+        self.rebinds: list = []  # the kept native runners' `rebind`s (kernels with Variables)
         self.remake: list[int] = []
         self.slots: Optional[AddressSlots] = None  # where the swapped buffers' addresses sit (patching.py)
         self.all_native = False
@@ -272,6 +273,7 @@ class Plan:
         if collector.is_active():
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
         self.kept = kept
+        self.rebinds = [r.rebind for r in kept if r is not None and r.rebind is not None]
         self.all_native = all(r is not None and r.native is not None and r.threads == 1 for r in kept)
         if self.swapped:
             patchable = [t and r is not None and r.native is not None for t, r in zip(self.touched, kept)]
@@ -284,6 +286,8 @@ class Plan:
         fresh runners for the tasks that touch a swapped buffer."""
         if self.kept is None:
             self._lower_runners()
+        for rebind in self.rebinds:  # bound Variables' new values into the kept native blocks
+            rebind()
         kept = self.kept
         if not self.swapped:
             return kept

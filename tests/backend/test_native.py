@@ -17,6 +17,7 @@ from atensor import Tensor, dtypes, nn
 from atensor.nn import optim
 from atensor.backend import native
 from atensor.graph.node import Node
+from atensor.graph.symbolic import Variable
 
 from tests.tensor import test_ops
 
@@ -479,3 +480,92 @@ def test_bool_min_and_max_over_small_nests_are_0_or_1():
             raw = got.numpy()
             assert raw.view(np.uint8).max() <= 1, (shape, raw.view(np.uint8))  # a bool is stored as 0 or 1
             _same(got, np.asarray(want))
+
+
+# ---- kernels whose views use bound Variables ----------------------------------------------------------
+def _variable_kernels(looked: dict) -> list:
+    return [native._kernels[ast] for ast, ok in looked.items() if ok and native._kernels[ast].variables]
+
+
+def test_a_jitted_kernel_with_a_variable_runs_in_c_and_matches_numpy_at_each_bound_value(every_kernel_native):
+    """A KV-cache-like step: a write at a Variable row, a gemm reading a Variable-offset window and a
+    padded (masked) read of that window. One compiled function per kernel serves every value: the
+    value sits in the kernel's argument block, rebound per replay."""
+    pos = Variable("pos", 0, 12)
+    rng = np.random.default_rng(5)
+    w_np = rng.standard_normal((4, 4)).astype(np.float32)
+    cache, w = Tensor(np.zeros((16, 4), np.float32)), Tensor(w_np)
+    ref = np.zeros((16, 4), np.float32)
+
+    @atensor.jit
+    def step(x, p):
+        cache.shrink(((p, p + 1), None)).assign(x @ w)               # a store at a symbolic offset
+        window = cache.shrink(((p, p + 4), None))                    # a gemm operand at one
+        padded = window.pad(((1, 1), None))                          # a mask over a symbolic offset
+        return window @ w + padded[1:5].sum(1, keepdim=True) + padded[:4]
+    for p in [0, 1, 2, 5, 3, 12, 7, 0, 9]:
+        x_np = rng.standard_normal((1, 4)).astype(np.float32)
+        out = step(Tensor(x_np), pos.bind(p)).numpy()
+        ref[p] = x_np @ w_np
+        padded = np.pad(ref[p:p + 4], ((1, 1), (0, 0)))
+        want = ref[p:p + 4] @ w_np + padded[1:5].sum(1, keepdims=True) + padded[:4]
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cache.numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert step.stats["replays"] >= 5
+    kernels = _variable_kernels(every_kernel_native)
+    assert kernels, "no kernel with a Variable was compiled"
+    assert any("at_sgemm" in k.source and "var0" in k.source for k in kernels), [k.source for k in kernels]
+    assert all(k.variables == (Variable("pos", 0, 12),) for k in kernels)
+
+
+def test_jit_mode_compiles_the_variable_kernels_of_a_replayed_step():
+    """In the default mode ("jit") the kernels of a captured step are compiled, those with Variables
+    too: the replays of a decode-like step run in C, not on numpy."""
+    pos = Variable("slot", 0, 7)
+    table = Tensor(np.arange(32, dtype=np.float32).reshape(8, 4))
+
+    @atensor.jit
+    def pick(scale, p):
+        return table.shrink(((p, p + 1), None)) * scale + 1
+    with atensor.Context(native="jit"):
+        for i in [0, 3, 5, 7, 2, 6]:
+            out = pick(Tensor(np.full((1, 4), 2.0, np.float32)), pos.bind(i)).numpy()
+            np.testing.assert_allclose(out, np.arange(32, dtype=np.float32).reshape(8, 4)[i:i + 1] * 2 + 1)
+    compiled = [k for k in native._kernels.values() if Variable("slot", 0, 7) in k.variables]
+    assert compiled, native.status()
+    assert pick.stats["replays"] == 3
+
+
+def test_a_negative_variable_value_reaches_the_kernel_as_a_signed_int():
+    v = Variable("shift", -3, 3)
+    src = np.arange(12, dtype=np.float32)
+    base = Tensor(src)
+
+    @atensor.jit
+    def window(x, s):
+        return base.shrink(((s + 4, s + 8),)) + x
+    for s in [-3, 2, -1, 0, 3, -2]:
+        out = window(Tensor(np.zeros(4, np.float32)), v.bind(s)).numpy()
+        np.testing.assert_allclose(out, src[s + 4:s + 8])
+
+
+def test_matrix_vector_products_are_gemv_calls_matching_numpy(every_kernel_native):
+    """A product with one row or one column (batch-1 decode's every matmul) is a BLAS gemv, for each
+    layout of the matrix and a strided vector, in float32 and float64."""
+    rng = np.random.default_rng(11)
+    for dtype in (np.float32, np.float64):
+        k, n = 37, 29
+        x, w = rng.standard_normal((1, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+        wt = np.ascontiguousarray(w.T)
+        col = rng.standard_normal((k, 1)).astype(dtype)
+        wide = rng.standard_normal((1, 2 * k)).astype(dtype)
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12)
+        np.testing.assert_allclose((Tensor(x) @ Tensor(w)).numpy(), x @ w, **tol)            # B^T x
+        np.testing.assert_allclose((Tensor(x) @ Tensor(wt).T).numpy(), x @ w, **tol)          # B x
+        np.testing.assert_allclose((Tensor(wt) @ Tensor(col)).numpy(), wt @ col, **tol)       # A b
+        np.testing.assert_allclose((Tensor(w).T @ Tensor(col)).numpy(), wt @ col, **tol)      # A^T b
+        np.testing.assert_allclose((Tensor(wide)[:, ::2] @ Tensor(w)).numpy(), wide[:, ::2] @ w, **tol)
+        batched = rng.standard_normal((3, 1, k)).astype(dtype)
+        np.testing.assert_allclose((Tensor(batched) @ Tensor(w)).numpy(), batched @ w, **tol)
+    sources = [native._kernels[ast].source for ast in every_kernel_native]
+    assert sum("at_sgemv(" in src for src in sources) >= 5 and any("at_dgemv(" in src for src in sources)

@@ -236,3 +236,33 @@ def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_503(se
     latencies.sort()
     # generous absolute bound on a shared 2-core machine (bench/llm.py measures p99 and worst)
     assert latencies[len(latencies) // 2] < 0.25, latencies
+
+
+def test_a_non_streaming_request_whose_client_disconnects_stops_its_generation(server):
+    """The client of a long non-streaming completion goes away mid-generation (its request task is
+    cancelled, closing the connection): the server notices, frees the slot and runs no more decode
+    steps for it."""
+    async def run() -> tuple[int, dict]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            before = (await client.get(server + "/health")).json()["steps"]
+            request = asyncio.create_task(client.post(
+                server + "/v1/completions", json={"prompt": "Count: 1, 2, 3,", "max_tokens": CONTEXT - 16,
+                                                  "temperature": 0, "ignore_eos": True}))
+            deadline = time.monotonic() + 120
+            while (await client.get(server + "/health")).json()["steps"] < before + 3:
+                assert time.monotonic() < deadline and not request.done()
+                await asyncio.sleep(0.05)
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            return before, (await client.get(server + "/health")).json()
+    before, at_cancel = asyncio.run(run())
+    deadline = time.monotonic() + 60
+    while _stats(server)["active"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stats = _stats(server)
+    assert stats["active"] == 0 and stats["free_slots"] == SLOTS
+    assert stats["steps"] - at_cancel["steps"] <= 3  # it stopped at the next token boundaries
+    assert stats["steps"] - before < CONTEXT - 24     # long before its max_tokens
+    time.sleep(0.5)
+    assert _stats(server)["steps"] == stats["steps"]
