@@ -29,7 +29,7 @@ def _state_node(device: Devices, size: int) -> Node:
     """The [seed, first counter] buffer of a new draw of `size` numbers (replicated on a tuple of
     devices: every device draws the same values)."""
     devices = device if isinstance(device, tuple) else (device,)
-    nodes = tuple(spec.node() for spec in rng.draw_buffers(devices, size))
+    nodes = tuple(spec.node(0) for spec in rng.draw_buffers(devices, size))
     if isinstance(device, tuple):
         return Node.make(Ops.MULTI, dtypes.uint64, nodes, (None, None))
     return nodes[0]
