@@ -334,8 +334,8 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
     print("\n  ".join([
         "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
         "from 1 MiB up.",
-        "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or "
-        "spinning: ATENSOR_NET_WAIT=block);",
+        "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or in "
+        "MPI's blocking call: ATENSOR_NET_WAIT=block);",
         "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
         "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
         "included"]))
