@@ -334,8 +334,8 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
     print("\n  ".join([
         "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
         "from 1 MiB up.",
-        "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or "
-        "spinning: ATENSOR_NET_WAIT=block);",
+        "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or in "
+        "MPI's blocking call: ATENSOR_NET_WAIT=block);",
         "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
         "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
         "included"]))
@@ -468,8 +468,9 @@ def main() -> None:
     if unknown:
         sys.exit(f"--only: unknown parts {sorted(unknown)}; choose from allreduce, step, weak")
     steps = 10 if args.quick else args.steps
-    mpi = [line.strip() for line in subprocess.run([_mpiexec(), "--version"], capture_output=True,
-                                                   text=True).stdout.splitlines() if "ersion" in line]
+    lines = subprocess.run([_mpiexec(), "--version"], capture_output=True, text=True).stdout.splitlines()
+    # hydra (MPICH) prints "Version: 5.0.2" among its build details; Open MPI "mpiexec (OpenRTE) 4.1.4"
+    mpi = [" ".join(line.split()) for line in lines if "Version:" in line or "OpenRTE" in line]
     data: dict = {"threads": "1 BLAS thread per kernel (atensor), torch.set_num_threads(1) per process",
                   "note": "shared 2-core machine: absolute times drift, compare ratios within the run",
                   "mpiexec": mpi[0] if mpi else "", "command": " ".join(sys.argv)}

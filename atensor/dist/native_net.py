@@ -21,11 +21,11 @@ The wait, in C (`atensor_net_allreduce`): MPI_Test in a tight loop for `spin_ns`
 collective finishes in it at MPI's own latency), then MPI_Test with a sched_yield between tests
 (the core goes to any thread that can run on it, else the loop keeps testing at once) until
 `yield_ns`, then with a sleep between tests (10 us, doubling up to 50 us, at a timer slack of 1 us:
-a peer that is late by more than that, still computing or hung, costs no core). `net_wait="block"` (`blocking`) calls MPI's blocking
-MPI_Allreduce instead (MPI's own wait; no timeout). Past `timeout_ns` (0: never)
-it gives up: the Python call raises DistError; a native program's call (`..._or_abort`) prints the
-same message and aborts the job (a program has nowhere to raise to, and a rank that stopped leaves
-every other one waiting anyway).
+a peer that is late by more than that, still computing or hung, costs no core). `Wait.blocking`
+(`net_wait="block"`) calls MPI's blocking MPI_Allreduce instead (MPI's own wait; no timeout). Past
+`timeout_ns` (0: never) it gives up: the Python call raises the caller's error; a native program's
+call (`..._or_abort`) prints the same message and aborts the job (a program has nowhere to raise
+to, and a rank that stopped leaves every other one waiting anyway).
 
 Invariants: the argument block's slots 0 and 1 hold the send and receive addresses (`Runner.args`,
 so a replay rewrites them in place, engine/patching.py); every other slot is fixed when the runner
@@ -38,6 +38,7 @@ import hashlib
 import os
 import struct
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -79,8 +80,8 @@ int atensor_net_allreduce(uint64_t *b) {
   void *recv = (void *)(uintptr_t)b[RECV];
   int rc;
   if (b[FLAGS] & 2) {  /* MPI's own blocking collective (its own wait; no timeout) */
-    rc = ((allreduce_t)(uintptr_t)b[ALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE], (intptr_t)b[OP],
-                                                (intptr_t)b[COMM]);
+    rc = ((allreduce_t)(uintptr_t)b[ALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE],
+                                                (intptr_t)b[OP], (intptr_t)b[COMM]);
     if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
     goto scale;
   }
@@ -198,6 +199,18 @@ def _family(MPI: Any) -> Optional[str]:
     return None
 
 
+@dataclass(frozen=True)
+class Wait:
+    """How a net command waits (see the module docstring): MPI's blocking call, or tests in a tight
+    loop for `spin_ns`, with a sched_yield between them until `yield_ns`, then with naps growing
+    from `nap_ns[0]` to `nap_ns[1]`; it gives up after `timeout_ns` (0: never). Times from its start."""
+    blocking: bool
+    spin_ns: int
+    yield_ns: int
+    nap_ns: tuple[int, int]
+    timeout_ns: int
+
+
 class Helper:
     """What a native net runner needs of this process's MPI: the functions' addresses and handles."""
 
@@ -205,33 +218,35 @@ class Helper:
         lib = ctypes.CDLL(path)
         address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
         self.MPI, self.entry, self.program_entry = MPI, entry, program_entry
-        self.iallreduce, self.test, self.abort = address("MPI_Iallreduce"), address("MPI_Test"), address("MPI_Abort")
-        self.allreduce = address("MPI_Allreduce")
+        self.iallreduce, self.allreduce = address("MPI_Iallreduce"), address("MPI_Allreduce")
+        self.test, self.abort = address("MPI_Test"), address("MPI_Abort")
         self.world = _handle(MPI, MPI.COMM_WORLD)
-        self.in_place = (1 << 64) - 1 if family == "mpich" else 1  # (void *)-1 in MPICH's ABI, 1 in Open MPI's
+        self.in_place = (1 << 64) - 1 if family == "mpich" else 1  # (void *)-1 in MPICH's ABI; Open MPI's: 1
         self.dtypes = {"float32": (MPI.FLOAT, KIND_F32), "float64": (MPI.DOUBLE, KIND_F64),
                        "int32": (MPI.INT32_T, KIND_NONE), "int64": (MPI.INT64_T, KIND_NONE)}
 
     def runner(self, comm: Any, send: int, recv: int, count: int, dtype: str, op: Any, in_place: bool,
-               scale: Optional[float], blocking: bool, spin_ns: int, yield_ns: int, nap_ns: tuple[int, int],
-               timeout_ns: int,
-               timeout_message: str, error_message: str, error: type = RuntimeError) -> Optional[Runner]:
+               scale: Optional[float], wait: Wait, messages: tuple[str, str],
+               error: type = RuntimeError) -> Optional[Runner]:
         """A runner whose `fn` (and `native`, for a program) allreduces `count` elements of `dtype`
-        from address `send` into `recv` on `comm`; None for a dtype or count it does not take (the
-        Python runner then runs). `fn` raises `error` with the message of a timeout or an MPI error.
-        `args` is left to the caller (slots 0 and 1 are send and recv)."""
+        from address `send` into `recv` on `comm`, waiting as `wait` says; None for a dtype or count it
+        does not take (the Python runner then runs). `fn` raises `error` with `messages` (a timeout's,
+        an MPI error's). `args` is left to the caller (slots 0 and 1 are send and recv)."""
         found = self.dtypes.get(dtype)
         if found is None or count >= 1 << 31 or (scale is not None and found[1] == KIND_NONE):
             return None
         mpi_dtype, kind = found
+        timeout_message, error_message = messages
         texts = (ctypes.create_string_buffer(timeout_message.encode()),
                  ctypes.create_string_buffer(error_message.encode()))
         block = (ctypes.c_uint64 * SLOTS)()
         values = {SEND: send, RECV: recv, COUNT: count, DTYPE: _handle(self.MPI, mpi_dtype),
-                  OP: _handle(self.MPI, op), COMM: _handle(self.MPI, comm), IALLREDUCE: self.iallreduce, ALLREDUCE: self.allreduce,
-                  TEST: self.test, ABORT: self.abort, WORLD: self.world, IN_PLACE: self.in_place,
-                  FLAGS: (FLAG_IN_PLACE if in_place else 0) | (FLAG_BLOCK if blocking else 0), SPIN_NS: spin_ns,
-                  YIELD_NS: yield_ns, NAP_NS: max(1, nap_ns[0]), NAP_MAX_NS: nap_ns[1], TIMEOUT_NS: timeout_ns,
+                  OP: _handle(self.MPI, op), COMM: _handle(self.MPI, comm), IALLREDUCE: self.iallreduce,
+                  ALLREDUCE: self.allreduce, TEST: self.test, ABORT: self.abort, WORLD: self.world,
+                  IN_PLACE: self.in_place,
+                  FLAGS: (FLAG_IN_PLACE if in_place else 0) | (FLAG_BLOCK if wait.blocking else 0),
+                  SPIN_NS: wait.spin_ns, YIELD_NS: wait.yield_ns, NAP_NS: max(1, wait.nap_ns[0]),
+                  NAP_MAX_NS: wait.nap_ns[1], TIMEOUT_NS: wait.timeout_ns,
                   SCALE: struct.unpack("<Q", struct.pack("<d", scale))[0] if scale is not None else 0,
                   KIND: kind if scale is not None else KIND_NONE,
                   TIMEOUT_MESSAGE: ctypes.addressof(texts[0]), ERROR_MESSAGE: ctypes.addressof(texts[1])}

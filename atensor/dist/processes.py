@@ -155,13 +155,13 @@ class World:
         comm = self._comm(device)
         from mpi4py import MPI
         timeout = settings.net_timeout_s
-        return self.native.runner(
-            comm, send, recv, count, dtype, _MPI_OPS[op](MPI), in_place, scale, settings.net_wait == "block",
-            SPIN_NS, YIELD_NS + YIELD_NS_PER_BYTE * count * np.dtype(dtype).itemsize, NAP_NS,
-            int(timeout * 1e9) if timeout > 0 else 0,
-            self._timeout_message(device, count, timeout),
-            f"atensor.dist: MPI_Iallreduce of {count} elements on {device} (rank {self.rank} of {self.size}) failed",
-            DistError)
+        wait = native_net.Wait(settings.net_wait == "block", SPIN_NS,
+                               YIELD_NS + YIELD_NS_PER_BYTE * count * np.dtype(dtype).itemsize, NAP_NS,
+                               int(timeout * 1e9) if timeout > 0 else 0)
+        failed = (f"atensor.dist: an MPI allreduce of {count} elements on {device} (rank {self.rank} of "
+                  f"{self.size}) failed")
+        return self.native.runner(comm, send, recv, count, dtype, _MPI_OPS[op](MPI), in_place, scale, wait,
+                                  (self._timeout_message(device, count, timeout), failed), DistError)
 
     def allreduce(self, device: str, send: Optional[np.ndarray], recv: np.ndarray, op: ReduceOp) -> None:
         """MPI allreduce of `send` (None: in place) into `recv` on `device`'s own communicator, through
@@ -181,8 +181,12 @@ class World:
             now = time.perf_counter_ns()
             if timeout > 0 and now - start > timeout * 1e9:
                 raise DistError(self._timeout_message(device, recv.size, timeout))
-            if now > spin_until:  # the core and the GIL to whoever needs them; MPI progresses in Test
-                os.sched_yield() if now < yield_until else time.sleep(0)
+            if now < spin_until:
+                continue
+            if now < yield_until:  # the core and the GIL to whoever needs them; MPI progresses in Test
+                os.sched_yield()
+            else:
+                time.sleep(0)
 
 
 _MPI_OPS = {ReduceOp.SUM: lambda MPI: MPI.SUM, ReduceOp.MAX: lambda MPI: MPI.MAX,
