@@ -102,16 +102,19 @@ ATTEMPTS = 3
 
 
 def test_event_loop_keeps_ticking_during_a_long_realize_of_big_kernels(run, frozen_startup):
-    best = None
+    best, short = None, []
     for _ in range(ATTEMPTS):
         outs = _long_matmuls(1.0)
         elapsed, gaps = run(_realize_with_ticker, *outs)
-        assert elapsed >= 0.8, f"the realize took only {elapsed:.2f}s; the test wants one of about a second"
         assert len(gaps) > elapsed / 0.01
+        if elapsed < 0.8:  # the timing of _long_matmuls missed on a loaded machine: not a measurement
+            short.append(elapsed)
+            continue
         if best is None or max(gaps) < best[0]:
             best = (max(gaps), elapsed)
         if best[0] <= GAP_BOUND:
             break
+    assert best is not None, f"the realizes took only {short} s; the test wants one of about a second"
     assert best[0] <= GAP_BOUND, (run.name, best)
 
 
