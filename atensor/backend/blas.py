@@ -28,7 +28,12 @@ _ready = False
 
 
 def _bind() -> None:
-    """Finds OpenBLAS's `openblas_set_num_threads` through threadpoolctl (once)."""
+    """Finds `openblas_set_num_threads` of every BLAS library loaded, through threadpoolctl (once).
+
+    Every one, not the first: a process can hold two OpenBLAS builds (numpy's and scipy's, loaded
+    when scikit-learn is imported), and threadpoolctl lists them in no fixed order. Setting only the
+    first left numpy's at its default thread count in about half of the runs of examples/train.py
+    --model cnn: its spinning second thread made every product ~10x slower in CPU time."""
     global _set_threads, _ready
     _ready = True
     try:
@@ -36,15 +41,19 @@ def _bind() -> None:
         controllers = ThreadpoolController().select(user_api="blas").lib_controllers
     except Exception:  # noqa: BLE001 - no threadpoolctl or no BLAS it knows: leave BLAS as it is
         return
+    setters = []
     for lib in controllers:
         getter = getattr(lib, "_get_symbol", None)
         symbol = getter("openblas_set_num_threads") if getter is not None else None
         if symbol is not None:
-            _set_threads = symbol
-            return
-        if hasattr(lib, "set_num_threads"):  # another BLAS: its own per-call API
-            _set_threads = lib.set_num_threads
-            return
+            setters.append(symbol)
+        elif hasattr(lib, "set_num_threads"):  # another BLAS: its own per-call API
+            setters.append(lib.set_num_threads)
+    if setters:
+        def set_all(threads: int) -> None:
+            for setter in setters:
+                setter(threads)
+        _set_threads = set_all
 
 
 def set_share(cpu_devices: int) -> None:

@@ -98,7 +98,9 @@ def view_backward(grad: Node, view: View, src_shape: Shape) -> Node:
     The View reads source element `offset + sum(idx[i] * strides[i])` for each valid `idx`; the
     source's gradient sums the output gradient of every `idx` that reads it. Movement ops give views
     that undo with movement ops and sums; a view whose windows overlap (the sliding windows of a
-    convolution or pooling) is undone by a scatter-add of the gradient to the positions read."""
+    convolution) is split into one non-overlapping view per kernel offset, each undone by a pad
+    (col2im as a sum of pads, `_split_windows`); a scatter-add of the gradient to the positions read
+    is the last resort (more than SPLIT_MAX_PIECES pieces, or no split makes the pieces disjoint)."""
     try:
         return _undo_view(grad, view, src_shape)
     except _Overlap:
