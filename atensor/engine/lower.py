@@ -69,6 +69,8 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
         def run_native() -> None:  # one foreign call: the GIL is released for the whole kernel
             use_threads(threads)
             call(block)
+            if threads != 1:
+                use_threads(1)  # the one-thread invariant (below)
         # the addresses in `block` stay valid while `keep_alive` lives
         return Runner(run_native, native=(compiled.address, block), args=tuple([(s, 0) for s in specs]),
                       threads=threads, keep_alive=specs, rebind=rebind)
@@ -79,8 +81,17 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
         use_threads(threads)
         fn(*arrays, **extra)
+        if threads != 1:
+            use_threads(1)
     # the memory stays owned until this command is gone (device.py)
     return Runner(run_kernel, threads=threads, keep_alive=specs)
+
+
+# Invariant (one BLAS thread between kernels): outside a kernel that asked for more, OpenBLAS runs one
+# thread. A batch or native program of one-thread kernels (native.batch, native.Program) calls them in
+# C without setting the count, so a big kernel sets it back to 1 when it is done: otherwise the next
+# step's batched matrix-vector products ran on two spinning BLAS threads (a batch-4 decode step took
+# 5.5 s instead of 0.5 s on a loaded 2-core machine).
 
 
 def _copy_runner(work: Copy) -> Optional[Runner]:

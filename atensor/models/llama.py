@@ -12,9 +12,9 @@ RoPE is applied in GGUF's interleaved layout (pairs (2i, 2i+1) rotate together),
 stores q and k in, so the weights are used without a permute. Grouped-query attention goes through
 `Tensor.scaled_dot_product_attention(enable_gqa=True)`.
 
-The KV cache: per layer, persistent tensors of shape (slots, kv_heads, context, head_dim). A forward
-over L tokens of row b writes its keys and values with `assign` into a shrink of its slot at
-[start, start + L), where `start` is a bound `Variable`: the kernels and task graph are the same for
+The KV cache: per layer, one persistent tensor of shape (slots, 2, kv_heads, context, head_dim), keys
+and values side by side. A forward over L tokens of row b writes its keys and values with one `assign`
+(one kernel) into a shrink of its slot at [start, start + L), where `start` is a bound `Variable`: the kernels and task graph are the same for
 every position, so a jitted decode step is replayed with the next position bound, never recaptured.
 Attention reads the whole cache of the row's slot with an additive mask (0 for the cells the row may
 see, -inf elsewhere), so shapes never depend on the position. Rows are independent: a batch of slots,
@@ -68,8 +68,7 @@ class _Layer:
     ffn_norm: Tensor
     w_gate_up: Tensor  # (dim, 2 hidden): gate and up in one matmul
     w_down: Tensor   # (hidden, dim)
-    cache_k: Tensor  # (slots, Hkv, context, D)
-    cache_v: Tensor
+    cache: Tensor    # (slots, 2, Hkv, context, D): keys at [:, 0], values at [:, 1]
 
 
 class Llama:
@@ -94,7 +93,7 @@ class Llama:
         output = w.get("output.weight", w["token_embd.weight"])
         self.output = t(output.T)                # (dim, vocab)
         self.norm = t(w["output_norm.weight"])
-        shape = (slots, cfg.n_kv_heads, context, cfg.head_dim)
+        shape = (slots, 2, cfg.n_kv_heads, context, cfg.head_dim)
         self.layers = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
@@ -102,7 +101,6 @@ class Llama:
             gate_up = np.concatenate([w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"]], 0)
             self.layers.append(_Layer(t(w[p + "attn_norm.weight"]), t(qkv.T), t(w[p + "attn_output.weight"].T),
                                       t(w[p + "ffn_norm.weight"]), t(gate_up.T), t(w[p + "ffn_down.weight"].T),
-                                      Tensor(np.zeros(shape, np.float32), device=device),
                                       Tensor(np.zeros(shape, np.float32), device=device)))
         cos, sin = rope_tables(cfg, context)
         self.rope_cos, self.rope_sin = t(cos), t(sin)
@@ -155,13 +153,13 @@ class Llama:
             q = apply_rope(qkv[..., :heads * hd].reshape(b, length, heads, hd), cos, sin)
             k = apply_rope(qkv[..., heads * hd:(heads + kv) * hd].reshape(b, length, kv, hd), cos, sin)
             v = qkv[..., (heads + kv) * hd:].reshape(b, length, kv, hd)
-            k, v = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)  # (B, Hkv, L, D)
+            fresh = k.stack(v, dim=1).permute(0, 1, 3, 2, 4)  # (B, 2, Hkv, L, D): one write per row
             for row, start in enumerate(starts):
-                cells = ((first_slot + row, first_slot + row + 1), None, (start, start + length), None)
-                layer.cache_k.shrink(cells).assign(k[row:row + 1])
-                layer.cache_v.shrink(cells).assign(v[row:row + 1])
-            rows = ((first_slot, first_slot + b), None, None, None)
-            keys, values = layer.cache_k.shrink(rows), layer.cache_v.shrink(rows)
+                cells = ((first_slot + row, first_slot + row + 1), None, None, (start, start + length), None)
+                layer.cache.shrink(cells).assign(fresh[row:row + 1])
+            rows = (first_slot, first_slot + b)
+            keys = layer.cache.shrink((rows, (0, 1), None, None, None)).reshape(b, kv, self.context, hd)
+            values = layer.cache.shrink((rows, (1, 2), None, None, None)).reshape(b, kv, self.context, hd)
             attended = q.permute(0, 2, 1, 3).scaled_dot_product_attention(keys, values, attn_mask=mask,
                                                                           enable_gqa=True)
             h = x + attended.permute(0, 2, 1, 3).reshape(b, length, heads * hd).contiguous() @ layer.wo
