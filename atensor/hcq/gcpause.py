@@ -14,12 +14,12 @@ collection of them took 160-540 ms on these shared 2-core machines, on any threa
 loop too (bench/loop_lag.py, tests/engine/test_async.py). They are long-lived data, not garbage: so when
 the collector resumes with at least FREEZE_AT young objects, they are moved to the permanent generation
 (`gc.freeze()`, constant time), as servers do with their startup state. Frozen objects are still freed
-by reference counting; only a reference cycle among them waits. To keep that bounded, once the frozen
-count has grown to twice (plus FREEZE_AT) what it was after the last reset, the next resume unfreezes
-everything instead (`gc.unfreeze()`): the collector then sees it all again in one full collection, a
-stall as before but once per doubling of the live heap instead of once per big realize. An
-application that freezes objects itself may see them unfrozen at such a reset (they are then
-collected as ordinary objects).
+by reference counting; only a reference cycle among them (garbage that other code made while
+atensor worked) waits, until `release_frozen()` (gc.unfreeze() and one full collection: a stall the
+application schedules, say between epochs or when idle). atensor never unfreezes on its own: an
+automatic reset would put one full collection of the whole heap at an arbitrary moment, the stall this
+module exists to avoid, and deciding when needs `gc.get_freeze_count()`, which walks the whole frozen
+list (8 ms per 400,000 objects here) with the GIL held.
 
 The pause is counted, since several threads enter and leave it independently, and it only ever
 restores the collector if it was on when the first pause began (an application that turned it off
@@ -39,8 +39,7 @@ FREEZE_AT = 50_000
 _lock = threading.Lock()
 _depth = 0
 _was_enabled = False
-_frozen_base = 0  # the frozen count after the last reset (see the module docstring)
-stats = {"freezes": 0, "unfreezes": 0}
+stats = {"freezes": 0}
 
 
 @contextlib.contextmanager
@@ -66,15 +65,14 @@ def gc_paused() -> Iterator[None]:
 def _settle_young() -> None:
     """Freezes the young generation when the pause left a large one (see the module docstring); called
     under `_lock` by the thread that ends the last pause, before the collector is on again."""
-    global _frozen_base
-    if gc.get_count()[0] < FREEZE_AT:
-        return
-    if gc.get_freeze_count() > 2 * _frozen_base + FREEZE_AT:
-        gc.unfreeze()  # the frozen set doubled: let the collector see it once (cycles in it are freed)
-        _frozen_base = 0
-        stats["unfreezes"] += 1
-        return
-    gc.freeze()
-    if not _frozen_base:
-        _frozen_base = gc.get_freeze_count()
-    stats["freezes"] += 1
+    if gc.get_count()[0] >= FREEZE_AT:
+        gc.freeze()
+        stats["freezes"] += 1
+
+
+def release_frozen() -> int:
+    """Gives every frozen object back to the collector and runs one full collection (a stall of the
+    whole process for as long as it takes: call it at a quiet moment); returns what it collected. For
+    applications that make reference cycles while atensor works (see the module docstring)."""
+    gc.unfreeze()
+    return gc.collect()

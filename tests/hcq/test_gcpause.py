@@ -1,5 +1,5 @@
-"""hcq/gcpause.py: the collector is off while atensor's threads work, and what survives a pause is
-frozen (not traversed by the next collection), with the frozen set's growth bounded."""
+"""hcq/gcpause.py: the collector is off while atensor's threads work, and what survives a big pause is
+frozen (not traversed by the next collection) until the application releases it."""
 from __future__ import annotations
 
 import gc
@@ -18,13 +18,12 @@ class _Cell:
 
 
 @pytest.fixture
-def clean_gc(monkeypatch):
+def clean_gc():
     """The collector on, nothing frozen, gcpause's bookkeeping fresh; restored afterwards."""
     was = gc.isenabled()
     gc.enable()
     gc.collect()
     gc.unfreeze()
-    monkeypatch.setattr(gcpause, "_frozen_base", 0)
     yield
     gc.unfreeze()
     gc.collect()
@@ -70,22 +69,15 @@ def test_what_survives_a_big_pause_is_frozen_and_still_freed_by_reference_counti
     assert gc.get_freeze_count() <= frozen - gcpause.FREEZE_AT
 
 
-def test_a_frozen_set_that_doubled_is_unfrozen_so_its_cycles_are_collected(clean_gc):
-    with gcpause.gc_paused():  # the first freeze sets the base
-        base = [_Cell() for _ in range(gcpause.FREEZE_AT)]
+def test_a_frozen_cycle_waits_for_release_frozen(clean_gc):
     a, b = _Cell(), _Cell()
     a.other, b.other = b, a  # a cycle, frozen by the next big pause
     probe = weakref.ref(a)
-    with gcpause.gc_paused():  # more than doubles the frozen set (the whole heap was frozen with `base`)
-        grown = [_Cell() for _ in range(gcpause._frozen_base + 2 * gcpause.FREEZE_AT)]
+    with gcpause.gc_paused():
+        kept = [_Cell() for _ in range(gcpause.FREEZE_AT)]
     del a, b
     gc.collect()
     assert probe() is not None  # frozen: even a full collection does not see the cycle
-    unfreezes = gcpause.stats["unfreezes"]
-    with gcpause.gc_paused():
-        more = [_Cell() for _ in range(gcpause.FREEZE_AT)]
-    assert gcpause.stats["unfreezes"] == unfreezes + 1  # frozen count > 2 * base + FREEZE_AT
-    assert gc.get_freeze_count() == 0
-    gc.collect()
-    assert probe() is None
-    assert len(base) == len(more) == gcpause.FREEZE_AT and grown
+    assert gcpause.release_frozen() >= 2
+    assert probe() is None and gc.get_freeze_count() == 0
+    assert len(kept) == gcpause.FREEZE_AT
