@@ -26,7 +26,9 @@ Locking. `lock` (a `threading.Lock`, not reentrant) guards every write of versio
 of pending specs and realized values: a Tensor sets a head on the user's thread while the
 dispatcher commits a graph, and a commit's writes must be seen together. Who writes: sched/versions.py
 (a Schedule's commit, the jit's version counts, heads set and dropped), through the `*_locked`
-functions while holding `lock` or through `set_head`, which takes it. Reads take no lock: each read
+functions while holding `lock` or through `set_head`, which takes it (tensor*.py and engine/ set
+heads through sched/versions.py; graph/multi.py's `assemble` through the hook registered with
+graph/node.py, as graph/ may not import this module). Reads take no lock: each read
 is of one attribute or one dict entry, atomic under the GIL, and a reader that needs several to
 agree (scheduling a graph) holds `lock` itself. Runtimes are attached once per spec by hcq/buffer.py
 (`attach_runtime`, under `lock`, so two threads never make two Buffers for one spec). The weak
