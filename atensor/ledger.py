@@ -26,7 +26,9 @@ Locking. `lock` (a `threading.Lock`, not reentrant) guards every write of versio
 of pending specs and realized values: a Tensor sets a head on the user's thread while the
 dispatcher commits a graph, and a commit's writes must be seen together. Who writes: sched/versions.py
 (a Schedule's commit, the jit's version counts, heads set and dropped), through the `*_locked`
-functions while holding `lock` or through `set_head`, which takes it. Reads take no lock: each read
+functions while holding `lock` or through `set_head`, which takes it (tensor*.py and engine/ set
+heads through sched/versions.py; graph/multi.py's `assemble` through the hook registered with
+graph/node.py, as graph/ may not import this module). Reads take no lock: each read
 is of one attribute or one dict entry, atomic under the GIL, and a reader that needs several to
 agree (scheduling a graph) holds `lock` itself. Runtimes are attached once per spec by hcq/buffer.py
 (`attach_runtime`, under `lock`, so two threads never make two Buffers for one spec). The weak
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from functools import partial
 from typing import Any, Callable, Optional, TypeVar
 
 from atensor.graph.node import BufferSpec, Node, register_ledger
@@ -56,7 +59,7 @@ class Record:
         self.version = 0                   # realized assigns into the buffer
         self.head: Optional[Node] = None   # the newest lazy version (an ASSIGN) not yet realized
         self.runtime: Any = None           # the hcq Buffer (device memory), made on first use
-        self.ref = weakref.KeyedRef(spec, _drop_record, spec.uid)  # drops this record when the spec dies
+        self.ref = weakref.ref(spec, partial(_drop_record, spec.uid))  # drops this record when the spec dies
 
     def __repr__(self) -> str:
         return f"Record(version={self.version}, head={self.head!r}, runtime={self.runtime!r})"
@@ -68,13 +71,14 @@ _records_get = _records.get
 # buffers that may have a pending head: what `pending_heads` walks (a WeakSet: a spec that dies goes)
 _pending: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
 # realized values: id(node) -> (weak reference to the node, the BUFFER view holding its value)
-_values: dict[int, tuple[weakref.KeyedRef, Node]] = {}
+_values: dict[int, tuple[weakref.ref, Node]] = {}
 _values_get = _values.get
 
 
-def _drop_record(ref: weakref.KeyedRef, pop: Callable[..., Any] = _records.pop) -> None:
-    """A spec died: its record (and the runtime buffer it holds) goes. No lock: see the header."""
-    pop(ref.key, None)
+def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop) -> None:
+    """A spec died: its record (and the runtime buffer it holds) goes. No lock: see the header.
+    (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
+    pop(uid, None)
 
 
 def _record(spec: BufferSpec) -> Record:
@@ -121,18 +125,24 @@ def runtime(spec: BufferSpec) -> Any:
 def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
     """`spec`'s runtime buffer, made with `make(spec)` on first use (once, even from two threads).
     It lives exactly as long as the spec."""
-    with lock:
-        record = _record(spec)
-        found = record.runtime
-        if found is None:
-            found = record.runtime = make(spec)
+    record = _records_get(spec.uid)
+    found = record.runtime if record is not None else None
+    if found is None:
+        with lock:
+            record = _record(spec)
+            found = record.runtime
+            if found is None:
+                found = record.runtime = make(spec)
     return found
 
 
 def set_head(spec: BufferSpec, node: Node) -> None:
     """Makes `node` (an ASSIGN into `spec`) the buffer's newest lazy version."""
     with lock:
-        _record(spec).head = node
+        record = _records_get(spec.uid)
+        if record is None:
+            record = _records[spec.uid] = Record(spec)
+        record.head = node
         _pending.add(spec)
 
 
@@ -150,6 +160,23 @@ def advance_locked(spec: BufferSpec) -> int:
     record = _record(spec)
     record.version += 1
     return record.version
+
+
+def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
+    """A realized assign `node` into `spec`: the buffer's next version, which holds `node`'s value;
+    `node` stops being the pending head. The caller holds `lock`. (One call for what a commit does per
+    assign: `advance_locked`, `set_value_locked` of `current`, `clear_head_locked`.)"""
+    uid = spec.uid
+    record = _records_get(uid)
+    if record is None:
+        record = _records[uid] = Record(spec)
+    record.version = version = record.version + 1
+    key = id(node)
+    target = Node.make(Ops.BUFFER, spec.dtype, (), (spec, version))
+    _values[key] = (weakref.ref(node, partial(_forget, key)), target)
+    if record.head is node:
+        record.head = None
+        _pending.discard(spec)
 
 
 def pending_heads() -> list[Node]:
@@ -172,16 +199,16 @@ def set_value_locked(node: Node, target: Node) -> None:
     """Records that `target` (a BUFFER view) holds `node`'s value, for as long as `node` lives.
     The caller holds `lock`."""
     key = id(node)
-    _values[key] = (weakref.KeyedRef(node, _forget, key), target)
+    _values[key] = (weakref.ref(node, partial(_forget, key)), target)
 
 
-def _forget(ref: weakref.KeyedRef, get: Callable[..., Any] = _values_get,
+def _forget(key: int, ref: weakref.ref, get: Callable[..., Any] = _values_get,
             pop: Callable[..., Any] = _values.pop) -> None:
     """A node with a realized value died: its entry goes (no lock, see the header). Only the entry
     this reference was made for: a replaced entry's reference died with it, before its node."""
-    entry = get(ref.key)
+    entry = get(key)
     if entry is not None and entry[0] is ref:
-        pop(ref.key, None)
+        pop(key, None)
 
 
 register_ledger(set_head)

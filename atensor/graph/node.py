@@ -154,7 +154,10 @@ class Node:
             found = multi_rules.push(op, dtype, src, arg)
             _interned[key] = weakref.KeyedRef(found, _forget, key)
             return found
-        node = _new_node(op, dtype, src, arg, *_infer(op, dtype, src, arg))
+        node = object.__new__(_NewNode)  # filled with plain slot stores, then made a Node (see _NewNode)
+        node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+        node.shape, node.device = _infer(op, dtype, src, arg)
+        _set_class(node, "__class__", Node)
         with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
             ref = _interned.get(key)
             found = ref() if ref is not None else None
@@ -174,7 +177,10 @@ class Node:
             found = ref()
             if found is not None:
                 return found
-        node = _new_node(template.op, template.dtype, src, arg, template.shape, template.device)
+        node = object.__new__(_NewNode)
+        node.op, node.dtype, node.src, node.arg = template.op, template.dtype, src, arg
+        node.shape, node.device = template.shape, template.device
+        _set_class(node, "__class__", Node)
         with _intern_lock:
             ref = _interned.get(key)
             found = ref() if ref is not None else None
@@ -294,20 +300,15 @@ class Node:
         return node
 
 
-_set_op, _set_dtype, _set_src = Node.op.__set__, Node.dtype.__set__, Node.src.__set__  # type: ignore
-_set_arg, _set_shape, _set_device = Node.arg.__set__, Node.shape.__set__, Node.device.__set__  # type: ignore
+class _NewNode(Node):
+    """A node being filled in by `Node.make`: plain slot stores (the interpreter's fast path), then it
+    becomes a `Node` (`__class__` set once), whose `__setattr__` refuses writes. Half the cost of six
+    descriptor calls; a new node is made for every op a Tensor records."""
+    __slots__ = ()
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
 
 
-def _new_node(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any, shape: Shape, device: str) -> Node:
-    """A Node with its slots filled through their descriptors (`Node.__setattr__` refuses every write)."""
-    node = object.__new__(Node)
-    _set_op(node, op)
-    _set_dtype(node, dtype)
-    _set_src(node, src)
-    _set_arg(node, arg)
-    _set_shape(node, shape)
-    _set_device(node, device)
-    return node
+_set_class = object.__setattr__
 
 
 def toposort(roots: list[Node], stop: Any = None) -> list[Node]:

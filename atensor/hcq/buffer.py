@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Optional
+from functools import partial
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -85,11 +86,9 @@ class Buffer:
     def __repr__(self) -> str:
         return f"Buffer({self.name}, writes={self.writes}, reads={self.reads})"
 
-    @staticmethod
-    def of(spec: BufferSpec) -> Buffer:
-        """The Buffer of `spec`, made on first use."""
-        buf = ledger.runtime(spec)
-        return buf if buf is not None else ledger.attach_runtime(spec, Buffer)
+    # `Buffer.of(spec)`: the Buffer of `spec`, made on first use and kept by the storage ledger for as
+    # long as the spec lives (set below the class: `ledger.attach_runtime` with `make=Buffer`, one call)
+    of: Callable[[BufferSpec], Buffer]
 
     def pending_writes(self) -> list[tuple[Signal, int]]:
         found: list[tuple[Signal, int]] = []
@@ -186,3 +185,6 @@ class Buffer:
         if self.memory is None:
             raise RuntimeError(f"{self.name} holds no data yet")
         return self.memory
+
+
+Buffer.of = staticmethod(partial(ledger.attach_runtime, make=Buffer))  # type: ignore[assignment]

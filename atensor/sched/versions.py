@@ -185,9 +185,7 @@ def record_realized(realized: list[tuple[Node, BufferSpec]], original: list[Node
     substitution `subbed` of realized values) learn where their values now live."""
     with ledger.lock:
         for node, spec in realized:
-            ledger.advance_locked(spec)
-            ledger.set_value_locked(node, ledger.current(spec))
-            ledger.clear_head_locked(spec, node)
+            ledger.commit_assign_locked(node, spec)
         # the assigns the user holds are the nodes before substitution
         for node in original:
             if node.op is Ops.ASSIGN and _value(node) is None:
