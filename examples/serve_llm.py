@@ -26,7 +26,9 @@ dedicated thread, through the blocking accessors (`LlamaEngine.prefill` / `.deco
 event loop). Every await of model work is in `Batcher._step` (the only place the thread touches the
 model); handlers only validate, tokenize and await their request's token queue, which the thread fills
 through `loop.call_soon_threadsafe`. Once atensor's realize is awaitable under asyncio, `_step` becomes
-an asyncio task awaiting the two jitted steps, and nothing else changes.
+an asyncio task awaiting the two jitted steps, and nothing else changes. The steps' kernels, those
+writing the KV cache at Variable positions too, run compiled to C with the GIL released, so what the
+event loop shares the GIL with is the thread's Python between steps (replay, sampling, detokenizing).
 """
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request) at definition
 

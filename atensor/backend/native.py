@@ -33,6 +33,7 @@ from typing import Iterable, Mapping, Optional
 
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
+from atensor.backend import blas
 from atensor.backend.c_prelude import PRELUDE
 from atensor.backend.c_render import Unsupported, render_c, variable_slots
 from atensor.profiler import collector
@@ -118,8 +119,10 @@ class Program:
                     fn()
             return Runner(run_each, keep_alive=self)
         timelines = _timelines
+        one_thread = blas.use
 
         def run_program() -> None:
+            one_thread(1)  # its kernels are one-thread ones and do not set the count (engine/lower.py)
             call(count, ops, fns, blocks, bases, timelines)
         # one foreign call: the queue need not yield the GIL after it; a doorbell posts `ring_args`
         return Runner(run_program, keep_alive=(self, bases), gil_free=True,

@@ -81,17 +81,15 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     def run_kernel() -> None:  # queue workers run with numpy's float warnings off (queue.py)
         use_threads(threads)
         fn(*arrays, **extra)
-        if threads != 1:
-            use_threads(1)
     # the memory stays owned until this command is gone (device.py)
     return Runner(run_kernel, threads=threads, keep_alive=specs)
 
 
-# Invariant (one BLAS thread between kernels): outside a kernel that asked for more, OpenBLAS runs one
-# thread. A batch or native program of one-thread kernels (native.batch, native.Program) calls them in
-# C without setting the count, so a big kernel sets it back to 1 when it is done: otherwise the next
-# step's batched matrix-vector products ran on two spinning BLAS threads (a batch-4 decode step took
-# 5.5 s instead of 0.5 s on a loaded 2-core machine).
+# Why a C kernel that asked for more BLAS threads sets one again when done: a batch or native program of
+# one-thread C kernels (native.batch, native.Program) calls them in C without setting the count, and
+# after the output projection the next decode step's matrix-vector products ran on two spinning BLAS
+# threads (a batch-4 step took 5.5 s instead of 0.5 s on a loaded 2-core machine). A numpy kernel
+# leaves the count as it is (the next numpy kernel sets its own); a batch sets one before it runs.
 
 
 def _copy_runner(work: Copy) -> Optional[Runner]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from atensor import Context, Tensor
-from atensor.backend import blas
+from atensor.backend import blas, native
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -19,21 +19,32 @@ def _openblas_threads() -> int:
 
 
 @pytest.mark.parametrize("n,expected", [(32, 1), (512, 2)])
-async def test_a_kernel_sets_the_blas_threads_its_size_calls_for(n, expected, monkeypatch):
-    """The kernel runs with the count its size calls for (OpenBLAS reports it while it is set), and
-    OpenBLAS is back at one thread afterwards: batches of small kernels run in C without setting it."""
+async def test_a_kernel_sets_the_blas_threads_its_size_calls_for(n, expected):
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    with Context(blas_threads=2, blas_parallel_flops=64 << 20):
+        out = Tensor(a) @ Tensor(a)
+        await out.realize()
+    np.testing.assert_allclose(out.numpy(), a @ a, rtol=1e-4, atol=1e-3)
+    assert blas._current == expected
+    assert _openblas_threads() == expected
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler: no C kernels")
+async def test_a_c_kernel_with_more_blas_threads_sets_one_again_when_done(monkeypatch):
+    """The C kernel runs with the count its size calls for (OpenBLAS reports it while it is set), then
+    sets one again: batches of one-thread C kernels call them without setting the count."""
+    a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
     real, seen = blas.use, []
 
     def use(threads: int) -> None:
         real(threads)
         seen.append((threads, _openblas_threads()))
     monkeypatch.setattr(blas, "use", use)
-    with Context(blas_threads=2, blas_parallel_flops=64 << 20):
-        out = Tensor(a) @ Tensor(a)
+    with Context(blas_threads=2, blas_parallel_flops=64 << 20, native="all"):
+        out = Tensor(a) @ Tensor(a) + 1
         await out.realize()
-    np.testing.assert_allclose(out.numpy(), a @ a, rtol=1e-4, atol=1e-3)
-    assert (expected, expected) in seen, seen
+    np.testing.assert_allclose(out.numpy(), a @ a + 1, rtol=1e-4, atol=1e-3)
+    assert (2, 2) in seen, seen
     assert blas._current == 1 and _openblas_threads() == 1
 
 
