@@ -499,7 +499,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             fresh.add(n)
         elif n in add_chains:  # x + pad_1(s_1) + ... + pad_K(s_K) in one pass (numpy_plans.AddPads)
             base, pads, _ = add_chains[n]
-            plan = AddPads([Window(p.arg) for p in pads], n.shape, n.dtype.np.itemsize)
+            plan = AddPads([Window(p.arg) for p in pads], n.shape, n.dtype.np)
             in_place = base is not None and base in fresh and users[base] == 1 and base.shape == n.shape
             sources = ", ".join(names[p.src[0]] for p in pads)
             expr = f"{const(plan)}({names[base] if base is not None else None}, {in_place}, " \

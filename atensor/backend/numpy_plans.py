@@ -113,14 +113,22 @@ class AddPads:
     """x + pad_1(s_1) + ... + pad_K(s_K), a chain of adds of padded views (a convolution's input
     gradient, col2im: one pad per kernel offset, each a window of the same column gradient), in one
     pass: the output is filled in slabs along its first axis, each slab small enough to stay in cache
-    while all K windows add into it, instead of K passes over the whole output. `x` is None when the
-    chain starts from the first pad itself (zeros elsewhere)."""
-    __slots__ = ("windows", "shape", "rows")
+    while all K windows add into it, instead of K passes over the whole output; when every pad reads
+    one source and the output fits in cache, one C call (window_kernels.py) does all the adds. `x` is
+    None when the chain starts from the first pad itself (zeros elsewhere)."""
+    __slots__ = ("windows", "keep", "shape", "rows", "adds")
 
-    def __init__(self, windows: list[Window], shape: tuple[int, ...], itemsize: int):
-        self.windows, self.shape = [w for w in windows if w.inner is not None], shape
-        per_row = math.prod(shape[1:]) * itemsize if shape else itemsize
+    def __init__(self, windows: list[Window], shape: tuple[int, ...], dtype: np.dtype):
+        self.keep = [i for i, w in enumerate(windows) if w.inner is not None]  # fully padded: adds 0
+        self.windows, self.shape = [windows[i] for i in self.keep], shape
+        per_row = math.prod(shape[1:]) * dtype.itemsize if shape else dtype.itemsize
         self.rows = max(1, ADD_PADS_SLAB_BYTES // max(per_row, 1))
+        self.adds: Optional[WindowAdds] = None
+        if shape and math.prod(shape) * dtype.itemsize <= ADD_PADS_C_MAX_BYTES:
+            out_strides = strides_for(tuple(shape))
+            self.adds = WindowAdds([(w.inner.shape, sum(p.start * st for p, st in zip(w.pad, out_strides)),
+                                     tuple(st if n != 1 else 0 for st, n in zip(out_strides, w.inner.shape)),
+                                     w.inner.offset, w.inner.strides) for w in self.windows], dtype)
 
     def __call__(self, x: Optional[np.ndarray], in_place: bool, dtype: np.dtype, *sources: np.ndarray) -> np.ndarray:
         """The sum; `x` is written when `in_place` (a temporary only this chain reads)."""
@@ -128,6 +136,11 @@ class AddPads:
             out = np.zeros(self.shape, dtype)
         else:
             out = x if in_place and x.shape == self.shape else np.array(np.broadcast_to(x, self.shape))
+        sources = tuple(sources[i] for i in self.keep)
+        if self.adds is not None and self.adds.available and sources and out.flags.c_contiguous and \
+                out.dtype == dtype and all(s is sources[0] for s in sources) and sources[0].dtype == dtype:
+            self.adds.run(out, np.ascontiguousarray(sources[0]))
+            return out
         reads = []
         for w, source in zip(self.windows, sources):
             flat = np.ascontiguousarray(source).reshape(-1)
@@ -146,6 +159,7 @@ class AddPads:
         return out
 
 
+ADD_PADS_C_MAX_BYTES = 8 << 20  # an output up to this size gets all its adds in one C call
 ADD_PADS_SLAB_BYTES = 512 << 10  # the slab of the output AddPads fills at a time
 
 

@@ -91,8 +91,16 @@ class WindowAdds:
                  dtype: np.dtype):
         functions = _load() if windows else None
         self.fn = functions.get(np.dtype(dtype)) if functions else None
-        ndim = len(windows[0][0]) if windows else 0
-        if self.fn is None or not 0 < ndim <= MAX_DIMS or any(len(w[0]) != ndim for w in windows):
+        # size-1 axes add nothing but loop overhead (a strided convolution's frame has them innermost):
+        # dropped, and every window given the same rank with leading size-1 axes
+        squeezed = []
+        for shape, d_off, d_st, s_off, s_st in windows:
+            axes = [i for i, n in enumerate(shape) if n != 1] or [len(shape) - 1]
+            squeezed.append(([shape[i] for i in axes], d_off, [d_st[i] for i in axes], s_off, [s_st[i] for i in axes]))
+        ndim = max((len(w[0]) for w in squeezed), default=0)
+        windows = [([1] * (ndim - len(sh)) + sh, d_off, [0] * (ndim - len(sh)) + ds, s_off,
+                    [0] * (ndim - len(sh)) + ss) for sh, d_off, ds, s_off, ss in squeezed]
+        if self.fn is None or not 0 < ndim <= MAX_DIMS:
             self.fn = None
             return
         self.count, self.ndim = len(windows), ndim

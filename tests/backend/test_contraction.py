@@ -80,6 +80,10 @@ def test_add_pads_equals_adding_each_zero_padded_window(monkeypatch, with_base, 
                 ((0, 5), (0, 3), (a, a + 1), (b, b + 1), (0, 4), (0, 4))).reshape((5, 3, 4, 4))
             windows.append(Window(piece.pad(((0, 0), (0, 0), (a, 1 - a), (b, 1 - b)))))
             want[:, :, a:a + 4, b:b + 4] += source[:, :, a, b]
-    plan = AddPads(windows, (5, 3, 5, 5), 4)
+    plan = AddPads(windows, (5, 3, 5, 5), np.dtype(np.float32))
+    assert plan.adds is not None  # the C path, where a compiler exists; the numpy path below
     got = plan(base.copy() if with_base else None, True, np.dtype(np.float32), *([source] * 4))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    copies = [source.copy() for _ in range(4)]  # distinct sources: the numpy slabs
+    got = plan(base.copy() if with_base else None, True, np.dtype(np.float32), *copies)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
