@@ -34,6 +34,7 @@ is made. A block is used by one command at a time (a queue runs its commands in 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import struct
 import threading
@@ -146,8 +147,16 @@ def _build() -> Optional[tuple[ctypes._CFuncPtr, int]]:
         if _tried:
             return _library
         _tried = True
+        cc = native.compiler()
+        if cc is None:
+            why_not = "no C compiler"
+            return None
+        key = hashlib.sha256((_SOURCE + cc + " ".join(native.FLAGS)).encode()).hexdigest()[:16]
+        path = native.cache_dir() / f"net-{key}.so"
         try:
-            lib = native.load_helper("net", _SOURCE)
+            if not path.exists():
+                native._compile(cc, _SOURCE, path, ())
+            lib = ctypes.CDLL(str(path))
         except Exception as exc:  # noqa: BLE001 - no native runner: the Python one runs instead
             why_not = f"the net helper did not compile: {exc}"
             return None
