@@ -371,6 +371,20 @@ def wait_background() -> None:
     _background.join()
 
 
+def load_helper(name: str, source: str) -> ctypes.CDLL:
+    """A standalone C helper library (not a kernel: its own entry points, no prelude), compiled once per
+    machine, compiler, flags and source into `cache_dir()` and loaded. Raises `RuntimeError` without a
+    compiler and `subprocess.SubprocessError` when it does not compile; callers fall back to Python."""
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler ($CC, cc, gcc or clang) on PATH")
+    key = hashlib.sha256("\0".join((source, cc, *FLAGS, _cpu_key())).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{name}-{key}.so"
+    if not path.exists():
+        _compile(cc, source, path, ())
+    return ctypes.CDLL(str(path))
+
+
 def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="atensor-cc-") as tmp:

@@ -13,9 +13,7 @@ is compiled. Without a compiler, `add_windows` is None and callers use numpy.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import threading
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -60,15 +58,8 @@ def _load() -> Optional[dict[np.dtype, ctypes._CFuncPtr]]:
         if _tried:
             return _functions
         _tried = True
-        cc = native.compiler()
-        if cc is None:
-            return None
-        key = hashlib.sha256("\0".join((SOURCE, cc, *native.FLAGS, native._cpu_key())).encode()).hexdigest()[:32]
-        path: Path = native.cache_dir() / f"windows-{key}.so"
         try:
-            if not path.exists():
-                native._compile(cc, SOURCE, path, ())
-            lib = ctypes.CDLL(str(path))
+            lib = native.load_helper("windows", SOURCE)
         except Exception:  # noqa: BLE001 - no working compiler or loader: numpy does the adds
             return None
         functions = {}

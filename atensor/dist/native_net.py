@@ -25,7 +25,8 @@ a peer that is late by more than that, still computing or hung, costs no core). 
 (`net_wait="block"`) calls MPI's blocking MPI_Allreduce instead (MPI's own wait; no timeout). Past
 `timeout_ns` (0: never) it gives up: the Python call raises the caller's error; a native program's
 call (`..._or_abort`) prints the same message and aborts the job (a program has nowhere to raise
-to, and a rank that stopped leaves every other one waiting anyway).
+to, and a rank that stopped leaves every other one waiting anyway), once the message has left the
+process's stderr pipe (`drain_stderr` in processes.py says why).
 
 Invariants: the argument block's slots 0 and 1 hold the send and receive addresses (`Runner.args`,
 so a replay rewrites them in place, engine/patching.py); every other slot is fixed when the runner
@@ -34,7 +35,6 @@ is made. A block is used by one command at a time (a queue runs its commands in 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import struct
 import threading
@@ -59,6 +59,7 @@ _SOURCE = r"""
 #include <stdio.h>
 #include <time.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -122,6 +123,19 @@ scale:;
   }
   return 0;
 }
+/* MPICH's mpiexec exits as soon as an abort reaches it, and what a rank wrote to stderr just before,
+   still unread in the pipe to its proxy, is lost (the job ended with an empty stderr): wait, at most
+   2 s, until the reader has taken all of it (FIONREAD: the bytes not yet read from the pipe) */
+static void at_drain_stderr(void) {
+#ifdef FIONREAD
+  struct timespec t = {0, 1000000};
+  for (int i = 0; i < 2000; i++) {
+    int unread = 0;
+    if (ioctl(2, FIONREAD, &unread) != 0 || unread <= 0) return;
+    nanosleep(&t, NULL);
+  }
+#endif
+}
 /* what a native program runs: a failure ends the job, with the message of the failure */
 void atensor_net_allreduce_or_abort(uint64_t *b) {
   int rc = atensor_net_allreduce(b);
@@ -130,6 +144,7 @@ void atensor_net_allreduce_or_abort(uint64_t *b) {
   else fprintf(stderr, "%s (MPI error code %llu)\n", (const char *)(uintptr_t)b[ERROR_MESSAGE],
                (unsigned long long)b[ERROR_CODE]);
   fflush(stderr);
+  at_drain_stderr();
   ((abort_t)(uintptr_t)b[ABORT])((intptr_t)b[WORLD], 1);
 }
 """
@@ -147,16 +162,8 @@ def _build() -> Optional[tuple[ctypes._CFuncPtr, int]]:
         if _tried:
             return _library
         _tried = True
-        cc = native.compiler()
-        if cc is None:
-            why_not = "no C compiler"
-            return None
-        key = hashlib.sha256((_SOURCE + cc + " ".join(native.FLAGS)).encode()).hexdigest()[:16]
-        path = native.cache_dir() / f"net-{key}.so"
         try:
-            if not path.exists():
-                native._compile(cc, _SOURCE, path, ())
-            lib = ctypes.CDLL(str(path))
+            lib = native.load_helper("net", _SOURCE)
         except Exception as exc:  # noqa: BLE001 - no native runner: the Python one runs instead
             why_not = f"the net helper did not compile: {exc}"
             return None

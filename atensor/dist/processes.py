@@ -265,6 +265,29 @@ def world() -> World:
     return World(0, 1, ("CPU:0",))
 
 
+def drain_stderr(timeout_s: float = 2.0) -> None:
+    """Waits, at most `timeout_s`, until what this process wrote to stderr has been read from its pipe.
+    Call it before MPI_Abort: MPICH's mpiexec exits as soon as the abort reaches it (hydra's server,
+    fn_abort), and bytes its proxy had not yet read from the rank's pipe are lost (a test of a timed-out
+    rank saw the job end with an empty stderr). FIONREAD gives the unread bytes of a pipe from either
+    end; on a file or a terminal it gives 0 at once."""
+    try:
+        import fcntl
+        import termios
+    except ImportError:  # not a POSIX system: nothing to wait for
+        return
+    deadline = time.monotonic() + timeout_s
+    unread = bytearray(4)
+    while time.monotonic() < deadline:
+        try:
+            fcntl.ioctl(2, termios.FIONREAD, unread)
+        except OSError:
+            return
+        if int.from_bytes(unread, sys.byteorder, signed=True) <= 0:
+            return
+        time.sleep(0.001)
+
+
 def _abort_on_uncaught(comm: Any) -> None:
     """Makes an uncaught exception print its traceback and then abort every process of the job."""
     previous = sys.excepthook
@@ -273,5 +296,6 @@ def _abort_on_uncaught(comm: Any) -> None:
         previous(kind, value, tb)
         sys.stderr.write(f"atensor.dist: rank {comm.Get_rank()} failed; aborting every process\n")
         sys.stderr.flush()
+        drain_stderr()
         comm.Abort(1)
     sys.excepthook = hook
