@@ -9,8 +9,9 @@ A/B figures of a change: per round, each tree's ratios measured in the same proc
 
 Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process ones):
 - allreduce, 4 KiB..64 MiB of float32 over 2 ranks: `dist.allreduce(x)` in an `atensor.jit`
-  function (a replay submits one NetAllReduce task to CPU:0's net queue, which calls MPI_Allreduce
-  with the GIL released; the result buffer is new on every call, as a step's would be) against
+  function (a replay of that one NetAllReduce task starts the collective in C on the calling thread
+  and waits there up to 2 ms, else CPU:0's net queue finishes it, with the GIL released; the result
+  buffer is new on every call, as a step's would be) against
   `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor).
   Bus bandwidth = 2 (n - 1) / n * bytes / time (NCCL's convention; n = 2 ranks: bytes / time);
 - step: examples/train.py's MLP and fused Adam at the flagship's global batch (128), the step an
@@ -133,6 +134,20 @@ def worker_allreduce(quick: bool) -> dict:
             assert float(out[0]) == want[0] and float(target.numpy()[-1]) == want[(reps - 1) % 2]
             assert all(float(last[k].numpy()[-1]) == want[k] for k in last), "a replay gave a wrong sum"
             comm.Barrier()
+            # where an awaited jitted call's time goes (poll): host before the net command starts
+            # (replay, hand-off), the command itself (the peer's lateness included), host after it (the
+            # wake-up, the result), from the net queue's stamps on the host clock
+            before, during, after = [], [], []
+            with atensor.Context(net_wait="poll"):
+                for k in range(reps):
+                    called = time.perf_counter_ns()
+                    last[k % 2] = await jitted["poll"](xs[k % 2])
+                    returned = time.perf_counter_ns()
+                    stamp = net_queue.signal.stamp(net_queue.signal.value)
+                    before.append(stamp[0] - called)
+                    during.append(stamp[1] - stamp[0])
+                    after.append(returned - stamp[1])
+            comm.Barrier()
             with atensor.profile() as prof:  # the net command's own time on its queue, per allreduce
                 await in_flight()
             spans = [sp.duration_ns * 1e-9 for sp in prof.spans if sp.queue == "net"]
@@ -145,7 +160,10 @@ def worker_allreduce(quick: bool) -> dict:
                          "mpi4py_busbw_GBps": bus / t_mpi / 1e9, "ratio": t_mpi / t_at,
                          "block_ratio": t_mpi / t_block, "atensor_stream_s": t_stream,
                          "atensor_stream_busbw_GBps": bus / t_stream / 1e9, "stream_ratio": t_mpi / t_stream,
-                         "atensor_span_s": t_span, "span_ratio": t_mpi / t_span, "reps": reps})
+                         "atensor_span_s": t_span, "span_ratio": t_mpi / t_span, "reps": reps,
+                         "poll_host_before_s": statistics.median(before) * 1e-9,
+                         "poll_net_s": statistics.median(during) * 1e-9,
+                         "poll_host_after_s": statistics.median(after) * 1e-9})
     trio.run(main)
     return {"ranks": world.size, "rows": rows}
 
@@ -331,6 +349,10 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
                   r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
                   r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
                   f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
+    print(table("where an awaited jitted call (poll) spends its time: per-call medians (us)",
+                ["size", "host before net", "net command", "host after net"],
+                [[_size(r["bytes"]), r["poll_host_before_s"] * 1e6, r["poll_net_s"] * 1e6,
+                  r["poll_host_after_s"] * 1e6] for r in ar["rows"]]))
     print("\n  ".join([
         "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
         "from 1 MiB up.",
@@ -338,7 +360,10 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
         "MPI's blocking call: ATENSOR_NET_WAIT=block);",
         "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
         "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
-        "included"]))
+        "included;",
+        "host before/after net: an awaited jitted call from its start to its net command's start (the "
+        "replay, the hand-off to the net queue unless the command starts on the calling thread), and from "
+        "the command's end to the call's return (the wake-up, the result)"]))
     print()
 
 
@@ -419,8 +444,9 @@ def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) ->
                     continue
                 entry = {"tree": name, "bytes": nbytes}
                 for key in ("ratio", "block_ratio", "stream_ratio", "span_ratio", "mpi4py_s", "atensor_s",
-                            "atensor_stream_s"):
-                    entry[key] = _spread([p[key] for p in pick])
+                            "atensor_stream_s", "poll_host_before_s", "poll_net_s", "poll_host_after_s"):
+                    if all(key in p for p in pick):
+                        entry[key] = _spread([p[key] for p in pick])
                 rows.append(entry)
         summary["allreduce"] = rows
         print(table(f"allreduce, {rounds} alternating rounds: median [min-max] over rounds of mpi4py's time / "
@@ -429,6 +455,13 @@ def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) ->
                     [[r["tree"], _size(r["bytes"]), r["mpi4py_s"]["median"] * 1e6, r["atensor_s"]["median"] * 1e6]
                      + [f"{r[k]['median']:.2f}x [{r[k]['min']:.2f}-{r[k]['max']:.2f}]"
                         for k in ("ratio", "block_ratio", "stream_ratio", "span_ratio")] for r in rows]))
+        print(table(f"where an awaited jitted call (poll) spends its time, {rounds} alternating rounds: median "
+                    f"per round of the per-call medians, median [min-max] over rounds (us)",
+                    ["tree", "size", "host before net", "net command", "host after net"],
+                    [[r["tree"], _size(r["bytes"])]
+                     + [f"{r[k]['median'] * 1e6:.0f} [{r[k]['min'] * 1e6:.0f}-{r[k]['max'] * 1e6:.0f}]"
+                        if k in r else "-" for k in ("poll_host_before_s", "poll_net_s", "poll_host_after_s")]
+                     for r in rows]))
     if "step" in parts:
         rows = []
         for config in ("2 ranks x 1 device", "1 rank x 2 devices", "1 rank x 1 device"):

@@ -5,7 +5,8 @@ more about a command than "call it": whether it is one foreign call that a nativ
 (`native`), where the buffer addresses sit in its argument block (`args`, so a replay rewrites them
 in place), how many BLAS threads it uses, what must stay alive while it may run, whether it gives
 the GIL back for its whole run (`gil_free`), what a doorbell posts to start it without the GIL
-(`ring_args`), and how to refresh the Variable values its block holds (`rebind`). These were
+(`ring_args`), how to refresh the Variable values its block holds (`rebind`), and how to start it
+on the submitting thread (`here`). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
 with a default, set where the runner is made (engine/lower.py, backend/native.py).
 
@@ -39,6 +40,10 @@ class Runner:
     # copies the current values of its work's bound Variables into its `native` block (a jit replay
     # rebinds them in place); the plan calls it before each submission, while no command runs the block
     rebind: Optional[Callable[[], None]] = None
+    # starts the work on the calling thread and waits for it a bounded time: True when it is done
+    # there, False when it is still in flight and `fn` (or the `native` entry) must finish it (a net
+    # command, dist/native_net.py; the plan calls it for a replay of that one task, engine/plan.py)
+    here: Optional[Callable[[], bool]] = None
 
 
 __all__ = ["Runner"]

@@ -28,9 +28,18 @@ call (`..._or_abort`) prints the same message and aborts the job (a program has 
 to, and a rank that stopped leaves every other one waiting anyway), once the message has left the
 process's stderr pipe (`drain_stderr` in processes.py says why).
 
+Started on the caller's thread (`Runner.here`, `atensor_net_start`): a jit replay whose only task
+is the net command starts the collective on the thread that submits it and tests it there (tight,
+then yielding, never napping) for at most `here_ns`. Done by then, the command is published there:
+no hand-off to the net queue's worker and no wake-up of the awaiting task (each 50-300 us on a busy
+2-core machine, more than a 1 MiB collective's own time). Still in flight, it is submitted as usual
+and the queue's call goes on with the same request (the block's STATE says it was started).
+
 Invariants: the argument block's slots 0 and 1 hold the send and receive addresses (`Runner.args`,
 so a replay rewrites them in place, engine/patching.py); every other slot is fixed when the runner
-is made. A block is used by one command at a time (a queue runs its commands in order).
+is made, except STATE, START_NS and REQUEST, which only the call that runs the command touches. A
+block is used by one command at a time (a queue runs its commands in order; a start on the caller's
+thread happens only while the queue is idle, and its hand-off is that command's submission).
 """
 from __future__ import annotations
 
@@ -47,8 +56,8 @@ from atensor.backend.runner import Runner
 
 # the argument block: one 64-bit slot each
 (SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS, YIELD_NS,
- TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS, ALLREDUCE, REQUEST,
- STATUS) = range(25)
+ TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS, ALLREDUCE, STATE,
+ START_NS, HERE_NS, REQUEST, STATUS) = range(28)
 SLOTS = STATUS + 8  # MPI_Status: 20 bytes in MPICH's ABI, 24 in Open MPI's
 FLAG_IN_PLACE, FLAG_BLOCK = 1, 2
 KIND_NONE, KIND_F32, KIND_F64 = 0, 1, 2
@@ -69,48 +78,55 @@ typedef int (*test_t)(void *, int *, void *);
 typedef int (*abort_t)(intptr_t, int);
 enum { SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS,
        YIELD_NS, TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS,
-       ALLREDUCE, REQUEST, STATUS };
+       ALLREDUCE, STATE, START_NS, HERE_NS, REQUEST, STATUS };
 static uint64_t at_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
-/* 0: done; 1: timed out; 2: MPI returned an error (its code in b[ERROR_CODE]) */
-int atensor_net_allreduce(uint64_t *b) {
-  const void *send = (b[FLAGS] & 1) ? (const void *)(uintptr_t)b[IN_PLACE] : (const void *)(uintptr_t)b[SEND];
-  void *recv = (void *)(uintptr_t)b[RECV];
-  int rc;
-  if (b[FLAGS] & 2) {  /* MPI's own blocking collective (its own wait; no timeout) */
-    rc = ((allreduce_t)(uintptr_t)b[ALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE],
-                                                (intptr_t)b[OP], (intptr_t)b[COMM]);
-    if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
-    goto scale;
-  }
-  b[REQUEST] = 0;
-  rc = ((iallreduce_t)(uintptr_t)b[IALLREDUCE])(send, recv, (int)b[COUNT], (intptr_t)b[DTYPE],
-                                                    (intptr_t)b[OP], (intptr_t)b[COMM], &b[REQUEST]);
-  if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+/* the wait for the collective b[REQUEST] started at b[START_NS]; `here_until` (0: none) is where a
+   wait on the caller's thread stops. 0: done; 1: timed out; 2: MPI returned an error (its code in
+   b[ERROR_CODE]); 3: still in flight at `here_until` (b[STATE] stays 1: the next call goes on with it) */
+static int at_wait(uint64_t *b, uint64_t here_until) {
   test_t test = (test_t)(uintptr_t)b[TEST];
-  uint64_t start = at_now_ns(), spin_until = start + b[SPIN_NS], yield_until = start + b[YIELD_NS];
+  uint64_t start = b[START_NS], spin_until = start + b[SPIN_NS], yield_until = start + b[YIELD_NS];
   uint64_t timeout = b[TIMEOUT_NS], nap = b[NAP_NS];
-#ifdef __linux__
-  static _Thread_local int slack_set = 0;  /* naps of a few us need a timer slack below the 50 us default */
-  if (!slack_set) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); slack_set = 1; }
-#endif
+  int rc;
   for (;;) {
     int done = 0;
     rc = test(&b[REQUEST], &done, &b[STATUS]);
-    if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+    if (rc) { b[STATE] = 0; b[ERROR_CODE] = (uint64_t)rc; return 2; }
     if (done) break;
     uint64_t now = at_now_ns();
-    if (timeout && now - start > timeout) return 1;
+    if (timeout && now - start > timeout) { b[STATE] = 0; return 1; }
+    if (here_until && now >= here_until) return 3;
     if (now < spin_until) continue;
-    if (now < yield_until) { sched_yield(); continue; }
+    if (here_until || now < yield_until) { sched_yield(); continue; }  /* no naps on the caller's thread */
+#ifdef __linux__
+    static _Thread_local int slack_set = 0;  /* naps of a few us need a timer slack below the 50 us default */
+    if (!slack_set) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); slack_set = 1; }
+#endif
     struct timespec t = {0, (long)nap};
     nanosleep(&t, NULL);
     if (nap < b[NAP_MAX_NS]) nap *= 2;
   }
-scale:;
+  b[STATE] = 0;
+  return 0;
+}
+static int at_start(uint64_t *b) {
+  const void *send = (b[FLAGS] & 1) ? (const void *)(uintptr_t)b[IN_PLACE] : (const void *)(uintptr_t)b[SEND];
+  b[REQUEST] = 0;
+  int rc = ((iallreduce_t)(uintptr_t)b[IALLREDUCE])(send, (void *)(uintptr_t)b[RECV], (int)b[COUNT],
+                                                    (intptr_t)b[DTYPE], (intptr_t)b[OP], (intptr_t)b[COMM],
+                                                    &b[REQUEST]);
+  if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+  b[START_NS] = at_now_ns();
+  b[STATE] = 1;
+  return 0;
+}
+/* the mean's scaling of the result */
+static void at_scale(uint64_t *b) {
+  void *recv = (void *)(uintptr_t)b[RECV];
   long long count = (long long)b[COUNT];
   if (b[KIND] == 1) {
     union { uint64_t u; double d; } s = { b[SCALE] };
@@ -121,6 +137,31 @@ scale:;
     double *x = (double *)recv;
     for (long long i = 0; i < count; i++) x[i] *= s.d;
   }
+}
+/* 0: done; 1: timed out; 2: MPI returned an error (its code in b[ERROR_CODE]). A collective that
+   atensor_net_start left in flight (b[STATE] 1) is waited for, not started again. */
+int atensor_net_allreduce(uint64_t *b) {
+  int rc;
+  if (b[FLAGS] & 2) {  /* MPI's own blocking collective (its own wait; no timeout) */
+    const void *send = (b[FLAGS] & 1) ? (const void *)(uintptr_t)b[IN_PLACE] : (const void *)(uintptr_t)b[SEND];
+    rc = ((allreduce_t)(uintptr_t)b[ALLREDUCE])(send, (void *)(uintptr_t)b[RECV], (int)b[COUNT],
+                                                (intptr_t)b[DTYPE], (intptr_t)b[OP], (intptr_t)b[COMM]);
+    if (rc) { b[ERROR_CODE] = (uint64_t)rc; return 2; }
+    at_scale(b);
+    return 0;
+  }
+  if (b[STATE] == 0 && (rc = at_start(b))) return rc;
+  if ((rc = at_wait(b, 0))) return rc;
+  at_scale(b);
+  return 0;
+}
+/* on the caller's thread: starts the collective and tests it (tight, then with sched_yield) for at
+   most b[HERE_NS]; 0: done; 3: in flight, to be finished by atensor_net_allreduce; 1, 2: as there */
+int atensor_net_start(uint64_t *b) {
+  int rc = at_start(b);
+  if (rc) return rc;
+  if ((rc = at_wait(b, b[START_NS] + b[HERE_NS]))) return rc;
+  at_scale(b);
   return 0;
 }
 /* MPICH's mpiexec exits as soon as an abort reaches it, and what a rank wrote to stderr just before,
@@ -150,12 +191,13 @@ void atensor_net_allreduce_or_abort(uint64_t *b) {
 """
 
 _lock = threading.Lock()
-_library: Optional[tuple[ctypes._CFuncPtr, int]] = None  # (the Python entry, the program entry's address)
+# (the Python entry, the program entry's address, the entry that starts a collective on the caller's thread)
+_library: Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr]] = None
 _tried = False
 why_not = ""  # why there is no native net runner, when there is none
 
 
-def _build() -> Optional[tuple[ctypes._CFuncPtr, int]]:
+def _build() -> Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr]]:
     """The compiled helper (compiled once per machine into native.cache_dir()), or None."""
     global _library, _tried, why_not
     with _lock:
@@ -167,9 +209,10 @@ def _build() -> Optional[tuple[ctypes._CFuncPtr, int]]:
         except Exception as exc:  # noqa: BLE001 - no native runner: the Python one runs instead
             why_not = f"the net helper did not compile: {exc}"
             return None
-        entry = lib.atensor_net_allreduce
-        entry.argtypes, entry.restype = [ctypes.c_void_p], ctypes.c_int
-        _library = (entry, ctypes.cast(lib.atensor_net_allreduce_or_abort, ctypes.c_void_p).value)
+        entry, start = lib.atensor_net_allreduce, lib.atensor_net_start
+        for fn in (entry, start):
+            fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+        _library = (entry, ctypes.cast(lib.atensor_net_allreduce_or_abort, ctypes.c_void_p).value, start)
         return _library
 
 
@@ -210,21 +253,25 @@ def _family(MPI: Any) -> Optional[str]:
 class Wait:
     """How a net command waits (see the module docstring): MPI's blocking call, or tests in a tight
     loop for `spin_ns`, with a sched_yield between them until `yield_ns`, then with naps growing
-    from `nap_ns[0]` to `nap_ns[1]`; it gives up after `timeout_ns` (0: never). Times from its start."""
+    from `nap_ns[0]` to `nap_ns[1]`; it gives up after `timeout_ns` (0: never). Times from its start.
+    `here_ns`: how long a start on the caller's thread (`Runner.here`) may wait before it leaves the
+    rest of the wait to the queue (0: never started there; a blocking wait never is)."""
     blocking: bool
     spin_ns: int
     yield_ns: int
     nap_ns: tuple[int, int]
     timeout_ns: int
+    here_ns: int = 0
 
 
 class Helper:
     """What a native net runner needs of this process's MPI: the functions' addresses and handles."""
 
-    def __init__(self, MPI: Any, entry: ctypes._CFuncPtr, program_entry: int, path: str, family: str):
+    def __init__(self, MPI: Any, entry: ctypes._CFuncPtr, program_entry: int, start: ctypes._CFuncPtr,
+                 path: str, family: str):
         lib = ctypes.CDLL(path)
         address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-        self.MPI, self.entry, self.program_entry = MPI, entry, program_entry
+        self.MPI, self.entry, self.program_entry, self.start = MPI, entry, program_entry, start
         self.iallreduce, self.allreduce = address("MPI_Iallreduce"), address("MPI_Allreduce")
         self.test, self.abort = address("MPI_Test"), address("MPI_Abort")
         self.world = _handle(MPI, MPI.COMM_WORLD)
@@ -253,22 +300,32 @@ class Helper:
                   IN_PLACE: self.in_place,
                   FLAGS: (FLAG_IN_PLACE if in_place else 0) | (FLAG_BLOCK if wait.blocking else 0),
                   SPIN_NS: wait.spin_ns, YIELD_NS: wait.yield_ns, NAP_NS: max(1, wait.nap_ns[0]),
-                  NAP_MAX_NS: wait.nap_ns[1], TIMEOUT_NS: wait.timeout_ns,
+                  NAP_MAX_NS: wait.nap_ns[1], TIMEOUT_NS: wait.timeout_ns, HERE_NS: wait.here_ns,
                   SCALE: struct.unpack("<Q", struct.pack("<d", scale))[0] if scale is not None else 0,
                   KIND: kind if scale is not None else KIND_NONE,
                   TIMEOUT_MESSAGE: ctypes.addressof(texts[0]), ERROR_MESSAGE: ctypes.addressof(texts[1])}
         for slot, value in values.items():
             block[slot] = value
-        entry = self.entry
+        entry, start = self.entry, self.start
 
-        def run() -> None:  # the GIL is released for the whole call (ctypes)
-            rc = entry(block)
+        def check(rc: int) -> None:
             if rc == 1:
                 raise error(timeout_message)
             if rc:
                 raise error(f"{error_message} (MPI error code {block[ERROR_CODE]})")
+
+        def run() -> None:  # the GIL is released for the whole call (ctypes)
+            check(entry(block))
+
+        def here() -> bool:  # starts it on the caller's thread; False: `run` or the program finishes it
+            rc = start(block)
+            if rc == 3:
+                return False
+            check(rc)
+            return True
         run.texts = texts  # type: ignore[attr-defined]  # the messages live as long as the runner's fn
-        return Runner(run, native=(self.program_entry, block), gil_free=True)
+        return Runner(run, native=(self.program_entry, block), gil_free=True,
+                      here=here if wait.here_ns > 0 and not wait.blocking else None)
 
 
 def _handle(MPI: Any, obj: Any) -> int:
@@ -291,7 +348,7 @@ def helper(MPI: Any) -> Optional[Helper]:
     if built is None:
         return None
     try:
-        return Helper(MPI, built[0], built[1], path, family)
+        return Helper(MPI, built[0], built[1], built[2], path, family)
     except (OSError, AttributeError) as exc:
         why_not = f"the MPI library's functions were not found: {exc}"
         return None

@@ -58,6 +58,10 @@ SPIN_NS = 50_000  # a polling net command tests in a tight loop this long, then 
 # the transfer itself at shared memory's speed: a late peer, not the data, makes the wait longer) ...
 YIELD_NS, YIELD_NS_PER_BYTE = 2_000_000, 4
 NAP_NS = (10_000, 50_000)  # ... then sleeps between tests: 10 us, doubling up to 50 us (native_net.py)
+# a jit replay whose only task is a net command starts it on the calling thread (the event loop's) and
+# waits there at most HERE_NS (tight, then yielding the core), so the loop is never held longer; a
+# collective still in flight then is finished by the net queue as usual (engine/plan.py, Runner.here)
+HERE_NS = 2_000_000
 # set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
 _LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
@@ -157,7 +161,7 @@ class World:
         timeout = settings.net_timeout_s
         wait = native_net.Wait(settings.net_wait == "block", SPIN_NS,
                                YIELD_NS + YIELD_NS_PER_BYTE * count * np.dtype(dtype).itemsize, NAP_NS,
-                               int(timeout * 1e9) if timeout > 0 else 0)
+                               int(timeout * 1e9) if timeout > 0 else 0, HERE_NS)
         failed = (f"atensor.dist: an MPI allreduce of {count} elements on {device} (rank {self.rank} of "
                   f"{self.size}) failed")
         return self.native.runner(comm, send, recv, count, dtype, _MPI_OPS[op](MPI), in_place, scale, wait,

@@ -27,6 +27,9 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
 - otherwise native kernels that follow each other on a queue are one command (`native.batch`); a run
   ends at a task another queue waits for (its value is published as soon as it is done) and starts at
   a task that waits for another queue.
+- a replay of ONE task on an idle queue whose runner can start on this thread (`Runner.here`: a net
+  command) starts it here (`Queue.start_here`); only if it is still in flight after the runner's
+  bound is its command submitted, and the queue finishes it.
 A command publishes the value of its last task; the values before it are reached at the same moment
 on the Python timeline and carry no stamp of their own (a profile, which needs a span per kernel,
 turns both off).
@@ -334,6 +337,9 @@ class Plan:
         # a tiny eager plan runs here, on the planning thread, when its queues have nothing before it
         here: Optional[list] = [] if quiet and self.once and self.tiny and \
             all(q.idle() for q in self.queues) else None
+        # a replayed plan of one task on an idle queue may start it on this thread (Runner.here: a net
+        # command), without the hand-off to the queue's worker and the wake-up back
+        alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
         runs = self._runners(mapping, new_specs)
         bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
         signals = [q.signal for q in self.queues]
@@ -348,6 +354,8 @@ class Plan:
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
                 self._note_program(bufs, signals, bases)
+                if alone and runs[0].here is not None and lists[0][0].start_here(lists[0][1][0], runs[0].here):
+                    return sub  # done here (its program is one RUN op: that runner's work)
                 # handed over last and back to back: the queues start at once (doorbell.py), so
                 # the host's bookkeeping above does not compete with them for the cores
                 for queue, commands in lists:
@@ -388,7 +396,7 @@ class Plan:
                 here.extend((members[k], queue, command) for k, command in enumerate(commands))
             elif self.once:
                 lists.append((queue, commands))  # handed over once every buffer is told (below)
-            else:
+            elif not (alone and runs[0].here is not None and queue.start_here(commands[0], runs[0].here)):
                 queue.submit(commands)
         self._note(bufs, signals, bases)
         if here is not None:  # in task order, which is topological: every wait is reached already

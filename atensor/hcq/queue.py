@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -91,6 +91,7 @@ class Queue:
         self._thread: Optional[threading.Thread] = None
         self._doorbell: Optional[Doorbell] = None  # set by the worker once a native library is loaded
         self.commands_run = 0
+        self.ran_here = 0  # commands `start_here` finished on the submitting thread
 
     def __repr__(self) -> str:
         return f"Queue({self.device}/{self.kind})"
@@ -116,6 +117,24 @@ class Queue:
         with np.errstate(all="ignore"):  # as the worker runs (see _work)
             for command in commands:
                 self._execute(command)
+
+    def start_here(self, command: Command, here: Callable[[], bool]) -> bool:
+        """Starts `command` on the calling thread through `here` (its runner's `Runner.here`) and, when
+        that finishes it, publishes its value as the worker would (stamps, failure) and returns True;
+        False when it is still in flight: the caller then submits `command`, whose run finishes it.
+        As for `run_here`, only the dispatching thread calls it, right after `idle()` was true."""
+        start = time.perf_counter_ns()
+        try:
+            if not here():
+                return False
+            self.ran_here += 1
+            error: Optional[BaseException] = None
+        except Exception as exc:  # the command's own error, surfaced by the awaiting host
+            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
+                                f"{self.device}/{self.kind}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        self._finish(command, start, time.perf_counter_ns(), error)
+        return True
 
     def submit(self, commands: list[Command]) -> None:
         """Hands a whole command list to the worker (one submission per realize)."""

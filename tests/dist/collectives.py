@@ -10,19 +10,27 @@ the world's result with numpy alone. Checked:
   command does not take (int16, through mpi4py); ops sum, max, prod and mean (floats); eagerly and
   in an `atensor.jit` function (whose replays run the net queue in a native program);
 - the hierarchical allreduce of 2 devices per rank (the local partials reduced first, then the net
-  command in place on the reduced buffer), sum and mean.
-Prints one line: the number of checks and whether the net commands ran in C ("native": true/false).
+  command in place on the reduced buffer), sum and mean;
+- a replay of one net task started on the calling thread (processes.HERE_NS): with the peer on time
+  and a wait there long enough, it finishes there; with the peer late (rank 1 sleeps) and a wait
+  there of 1 ns, the collective left in flight is finished by the net queue, with the right sums.
+Prints one line: the number of checks, whether the net commands ran in C ("native": true/false), and
+for each of the two last cases how many calls finished on the calling thread and how many replays
+there were ("here").
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 import trio
 
 import atensor
 from atensor import Tensor, dist
+from atensor.dist import processes
+from atensor.hcq.device import Device
 
 N = 1000
 
@@ -85,8 +93,25 @@ async def main() -> None:
             got = await jitted(a, b)
             for shard in got.shards:
                 check(shard.numpy(), want, f"hierarchical {op} call {call}")
+    net = Device.get("CPU:0").queue("net")
+    here = []
+    for here_ns, late_s in ((60_000_000_000, 0.0), (1, 0.2)):
+        processes.HERE_NS = here_ns  # read when the net runner is made (the capture lowers it)
+
+        async def plain(x: Tensor) -> Tensor:
+            return dist.allreduce(x)
+        jitted = atensor.jit(plain)
+        ran_here = net.ran_here
+        for call in range(7):  # a plain call, the capture, the verify, then replays
+            if call >= 2 and world.rank == 1:
+                time.sleep(late_s)
+            want = reference("sum", [values(r + call, "float32") for r in range(world.size)])
+            got = await jitted(Tensor(values(world.rank + call, "float32"), device="CPU:0"))
+            check(got.numpy(), want, f"replay here (wait there {here_ns} ns, peer late {late_s} s) call {call}")
+        here.append((net.ran_here - ran_here, jitted.stats["replays"]))
     if world.is_root:
-        print(json.dumps({"checks": checks, "native": world.native is not None, "ranks": world.size}))
+        print(json.dumps({"checks": checks, "native": world.native is not None, "ranks": world.size,
+                          "here": here}))
 
 
 if __name__ == "__main__":

@@ -151,5 +151,11 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
                    env={"ATENSOR_NET_WAIT": wait})
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["checks"] == 122 and got["ranks"] == 2
+    assert got["checks"] == 136 and got["ranks"] == 2
     assert got["native"] == (path == "C")
+    # a replay of one net task: finished on the calling thread when the peer is on time (the wait
+    # there is long enough), else handed to the net queue (1 ns there, the peer 200 ms late); only a
+    # polling C net command starts there
+    (on_time, replays), (late, late_replays) = got["here"]
+    assert replays >= 2 and late_replays >= 2, got
+    assert (on_time, late) == ((replays, 0) if (wait, path) == ("poll", "C") else (0, 0)), got
