@@ -61,7 +61,9 @@ NAP_NS = (10_000, 50_000)  # ... then sleeps between tests: 10 us, doubling up t
 # a jit replay whose only task is a net command starts it on the calling thread (the event loop's) and
 # waits there at most HERE_NS (tight, then yielding the core), so the loop is never held longer; a
 # collective still in flight then is finished by the net queue as usual (engine/plan.py, Runner.here)
-HERE_NS = 2_000_000
+# on this 2-core machine's shared memory a 4 MiB allreduce takes ~1 ms idle, so a larger one would not
+# finish within HERE_NS even there: it goes to the net queue at once (HERE_MAX_BYTES)
+HERE_NS, HERE_MAX_BYTES = 2_000_000, 4 << 20
 # set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
 _LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
@@ -161,7 +163,8 @@ class World:
         timeout = settings.net_timeout_s
         wait = native_net.Wait(settings.net_wait == "block", SPIN_NS,
                                YIELD_NS + YIELD_NS_PER_BYTE * count * np.dtype(dtype).itemsize, NAP_NS,
-                               int(timeout * 1e9) if timeout > 0 else 0, HERE_NS)
+                               int(timeout * 1e9) if timeout > 0 else 0,
+                               HERE_NS if count * np.dtype(dtype).itemsize <= HERE_MAX_BYTES else 0)
         failed = (f"atensor.dist: an MPI allreduce of {count} elements on {device} (rank {self.rank} of "
                   f"{self.size}) failed")
         return self.native.runner(comm, send, recv, count, dtype, _MPI_OPS[op](MPI), in_place, scale, wait,

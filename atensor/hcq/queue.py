@@ -54,12 +54,13 @@ class DependencyFailed(RuntimeError):
 
 class Command:
     """One entry of a queue's list: wait for `waits`, run `run`, publish `value` with a stamp."""
-    __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps")
+    __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps", "started")
 
     def __init__(self, value: int, waits: tuple, run: Optional[Runner], name: str, kind: str,
                  task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
+        self.started = 0  # set by `Queue.start_here` when it hands over a command it started: its stamp's start
 
 
 YIELD_EVERY_NS = 500_000
@@ -126,6 +127,7 @@ class Queue:
         start = time.perf_counter_ns()
         try:
             if not here():
+                command.started = start  # its span starts here, where it was started
                 return False
             self.ran_here += 1
             error: Optional[BaseException] = None
@@ -179,7 +181,7 @@ class Queue:
                 with self._cond:
                     commands = self._pending.popleft()
                 if stamps is not None:
-                    self._finish(commands[0], stamps[0], stamps[1], None)
+                    self._finish(commands[0], commands[0].started or stamps[0], stamps[1], None)
                     del commands
                     last_yield = time.perf_counter_ns()
                     continue
@@ -211,7 +213,7 @@ class Queue:
                                          f"failed: {failed.cause}")
                 error.__cause__ = failed.cause
                 break
-        start = time.perf_counter_ns()
+        start = command.started or time.perf_counter_ns()
         if error is None and command.run is not None:
             try:
                 command.run.fn()
