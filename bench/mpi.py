@@ -9,8 +9,8 @@ A/B figures of a change: per round, each tree's ratios measured in the same proc
 
 Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process ones):
 - allreduce, 4 KiB..64 MiB of float32 over 2 ranks: `dist.allreduce(x)` in an `atensor.jit`
-  function (a replay of that one NetAllReduce task starts the collective in C on the calling thread
-  and waits there up to 2 ms, else CPU:0's net queue finishes it, with the GIL released; the result
+  function (a replay of that one NetAllReduce task, up to 2 MiB, starts the collective in C on the
+  calling thread and waits there up to 2 ms, else CPU:0's net queue finishes it, GIL released; the result
   buffer is new on every call, as a step's would be) against
   `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor).
   Bus bandwidth = 2 (n - 1) / n * bytes / time (NCCL's convention; n = 2 ranks: bytes / time);

@@ -61,9 +61,11 @@ NAP_NS = (10_000, 50_000)  # ... then sleeps between tests: 10 us, doubling up t
 # a jit replay whose only task is a net command starts it on the calling thread (the event loop's) and
 # waits there at most HERE_NS (tight, then yielding the core), so the loop is never held longer; a
 # collective still in flight then is finished by the net queue as usual (engine/plan.py, Runner.here)
-# on this 2-core machine's shared memory a 4 MiB allreduce takes ~1 ms idle, so a larger one would not
-# finish within HERE_NS even there: it goes to the net queue at once (HERE_MAX_BYTES)
-HERE_NS, HERE_MAX_BYTES = 2_000_000, 4 << 20
+# A start there that does not finish costs a gap mid-collective (the hand-over to the queue's worker,
+# during which this rank does not progress it): measured at 4 MiB (~1 ms idle, 2-7 ms at load 6-8, so
+# started there in 4% of calls) the ratio to mpi4py fell from 0.91-0.97 to 0.79-0.84 in three A/Bs. So
+# only a collective of at most HERE_MAX_BYTES (~0.5 ms idle: 4x headroom for load) starts there.
+HERE_NS, HERE_MAX_BYTES = 2_000_000, 2 << 20
 # set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
 _LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
