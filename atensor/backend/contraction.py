@@ -27,26 +27,14 @@ from typing import Optional
 
 import numpy as np
 
+from atensor.backend.gemm_axes import contraction_groups
+from atensor.backend.window_gemm import WindowGemm
+from atensor.backend.window_kernels import gather
 from atensor.graph.view import View
 
 CHUNK_BYTES = 2 << 20  # an operand copy above this is done, and contracted, chunk by chunk
 SCRATCH_MAX_BYTES = 4 * CHUNK_BYTES  # a thread keeps at most this per operand for chunk copies
 KEPT_CHUNK_MIN_BYTES = 16 << 10  # a chunk along a kept axis 0 is one index when its copy is at least this
-
-
-def contraction_groups(a_view: View, b_view: View, axes: tuple[int, ...]) -> tuple[list[int], ...]:
-    """The axes of sum(a * b, axes), a and b broadcast views, as (batch, rows, inner, cols): axes in
-    both operands that are kept, only in a, in both and reduced, only in b (axes in neither, or of
-    size 1, in none)."""
-    shape = a_view.shape
-    ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
-    rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
-    in_a, in_b = set(ra), set(rb)
-    batch = [i for i in ra if i in in_b and i not in axes]
-    rows = [i for i in ra if i not in in_b]
-    inner = [i for i in ra if i in in_b and i in axes]
-    cols = [i for i in rb if i not in in_a]
-    return batch, rows, inner, cols
 
 
 class Contraction:
@@ -72,10 +60,12 @@ class Contraction:
         self.row_part: Optional[Contraction] = None  # one row of axis 0 (`row`)
         self.row_strides = (a_view.strides[0], b_view.strides[0]) if shape else (0, 0)
         self.chunk = _chunk_plan(a_view, b_view, axes, dtype.itemsize, (batch, rows, inner), (batch, inner, cols))
+        self.window: Optional[WindowGemm] = None  # a convolution's forward, per sample in C (window_gemm.py)
         if self.chunk is not None:
             axis, block = self.chunk
             self.axis_reduced = axis in axes
             self.strides = (a_view.strides[axis], b_view.strides[axis])
+            self.window = WindowGemm.plan(a_view, b_view, axes, self.keep, dtype)
             return
         self.batch_shape = tuple(shape[i] for i in batch)
         self.groups = (len(batch), len(rows), len(inner), len(cols))
@@ -100,6 +90,8 @@ class Contraction:
     def _kept(self, x: np.ndarray, y: np.ndarray, into: Optional[np.ndarray] = None) -> np.ndarray:
         """The result in its keepdims shape; written into `into` (of that shape) when given."""
         if self.chunk is not None:
+            if self.window is not None and into is None:
+                return self.window(x, y)
             return self._chunked(x, y, into)
         nb, nr, ni, nc = self.groups
         left = _matrices(_read(x, self.a), nb, nr, ni, 0, self.copies[0])
@@ -264,7 +256,7 @@ def _matrices(x: np.ndarray, nb: int, n1: int, n2: int, slot: int, copy: bool = 
     transposed = _inner_key(x, g1) < _inner_key(x, g2)  # g1 varies fastest: copy as (g2, g1)
     source = x.transpose(list(range(nb)) + g2 + g1) if transposed else x
     copied = _scratch(slot, source.shape, x.dtype)
-    np.copyto(copied, source)
+    gather(copied, source)  # one C pass (window_kernels.py): np.copyto loops per short row
     if transposed:
         return copied.reshape(batch + (m2, m1)).swapaxes(-1, -2)
     return copied.reshape(batch + (m1, m2))
