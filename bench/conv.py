@@ -12,6 +12,11 @@ layer inside a network gets), realized together. PyTorch runs with
 cores other processes also use, OpenBLAS's spinning threads collapse (measured here: a batched sgemm
 at 47 GFLOP/s on one thread, 0.6 on two), so run with ATENSOR_BLAS_THREADS=1 there.
 
+`--train-steps N` (default 20; 0 skips it) also times the flagship's training step (examples/train.py:
+fused Adam, the step an `atensor.jit` function, captured then replayed) on one device at batch 128
+for `--model cnn` against the MLP, alternating the models each round: the issue's target is the CNN
+as fast per sample as the MLP.
+
 Rounds alternate the peers (atensor, torch, tinygrad, then again), so a drift of the machine's speed
 hits all of them; the table gives the median over the rounds of the wall time and of the process's
 CPU time (on a loaded machine the CPU time is the steadier figure: it leaves out the time other
@@ -40,7 +45,7 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, table, write_results  # noqa: E402
+from common import best_of, table, time_steps, write_results  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from atensor import Tensor  # noqa: E402
@@ -130,6 +135,39 @@ def _tinygrad(x: np.ndarray, w: np.ndarray, g: np.ndarray, pad: int) -> tuple[Ca
     return forward, backward
 
 
+def _train_step(model: str, batch: int) -> tuple[Callable, list, Callable]:
+    """examples/train.py's jitted step for `model` on one device: (step, params, inputs)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import train
+    import atensor
+    from atensor import nn
+    from atensor.nn import optim
+    rng = np.random.default_rng(0)
+    x_np, y_np = rng.random((batch, 64), dtype=np.float32), rng.integers(0, 10, size=batch).astype(np.int32)
+    Tensor.manual_seed(0)
+    net = train.MODELS[model]()
+    params = nn.get_parameters(net)
+    opt = optim.Adam(params, lr=1e-3, fused=True)
+
+    async def step(x: Tensor, y: Tensor) -> Tensor:
+        loss = nn.cross_entropy(net(x), y, reduction="sum") / batch
+        opt.zero_grad()
+        loss.backward()
+        await opt.step(loss)
+        return loss
+    return atensor.jit(step), params, lambda: (Tensor(x_np), Tensor(y_np))
+
+
+def _train_rounds(steps: int, rounds: int, batch: int = 128) -> dict[str, list[float]]:
+    """Median seconds per step of each model in every round, the models alternating."""
+    runs = {model: _train_step(model, batch) for model in ("mlp", "cnn")}
+    medians: dict[str, list[float]] = {model: [] for model in runs}
+    for r in range(rounds):
+        for model, (run, params, inputs) in runs.items():
+            medians[model].append(statistics.median(time_steps(run, params, inputs, steps, 6 if r == 0 else 2)))
+    return medians
+
+
 def _rounds(make: dict[str, Callable], rounds: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """(wall, cpu) seconds of every peer's forward and backward, the peers alternating each round."""
     runs: dict[str, tuple[Callable, Callable]] = {}
@@ -154,6 +192,8 @@ def _rounds(make: dict[str, Callable], rounds: int) -> dict[str, dict[str, list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--train-steps", type=int, default=20, help="steps per round of the cnn-vs-mlp "
+                        "training step timing (0: skip it)")
     args = parser.parse_args()
     Tensor([0.0]).numpy()  # the CPU device exists: its BLAS share is known
     threads = settings.blas_threads or blas.threads_for(1 << 62)
@@ -194,13 +234,26 @@ def main() -> None:
                      "(1024^3 sgemm rate)", ""])
         rows.append([name, "forward", "gemm floor", floor * 1e3, "-", "-", flops / floor / 1e9,
                      "(its gemms, no copies)", ""])
+    train_summary = {}
+    if args.train_steps > 0:
+        per_round = _train_rounds(args.train_steps, args.rounds)
+        ratios = [c / m for c, m in zip(per_round["cnn"], per_round["mlp"])]
+        for model, values in per_round.items():
+            train_summary[model] = {"step_ms": statistics.median(values) * 1e3, "min_ms": min(values) * 1e3,
+                                    "max_ms": max(values) * 1e3}
+            rows.append(["train step b128", "jit, 1 device", model, statistics.median(values) * 1e3,
+                         f"{min(values) * 1e3:.2f}-{max(values) * 1e3:.2f}", "-", "-",
+                         f"cnn/mlp {statistics.median(ratios):.2f}x" if model == "cnn" else "", ""])
+        train_summary["cnn_over_mlp"] = statistics.median(ratios)
+        train_summary["cnn_over_mlp_range"] = [min(ratios), max(ratios)]
     print(table(f"conv2d, median of {args.rounds} alternating rounds (BLAS and torch threads: {threads}; "
                 f"cores: {os.cpu_count()})",
                 ["layer", "mode", "peer", "wall ms", "wall range", "cpu ms", "GFLOP/s", "vs torch (wall)",
                  "vs torch (cpu)"], rows))
     path = write_results("conv", {"threads": threads, "rounds": args.rounds, "layers": results,
+                                  "train_step": train_summary,
                                   "command": "ATENSOR_BLAS_THREADS=1 python bench/conv.py --rounds "
-                                             f"{args.rounds}",
+                                             f"{args.rounds} --train-steps {args.train_steps}",
                                   "note": "medians over alternating rounds; forward+backward GFLOP/s counts 3x "
                                           "the forward's flops; cpu_ms is the process's CPU time"})
     print(f"wrote {path}")

@@ -35,6 +35,7 @@ from atensor.graph.view import View
 CHUNK_BYTES = 2 << 20  # an operand copy above this is done, and contracted, chunk by chunk
 SCRATCH_MAX_BYTES = 4 * CHUNK_BYTES  # a thread keeps at most this per operand for chunk copies
 KEPT_CHUNK_MIN_BYTES = 16 << 10  # a chunk along a kept axis 0 is one index when its copy is at least this
+SAMPLE_GEMM_MIN_ELEMENTS = 256  # a per-sample gemm (`_samples_as_batch`) writes at least this many results
 
 
 class Contraction:
@@ -67,6 +68,7 @@ class Contraction:
             self.strides = (a_view.strides[axis], b_view.strides[axis])
             self.window = WindowGemm.plan(a_view, b_view, axes, self.keep, dtype)
             return
+        batch, rows, cols = _samples_as_batch(shape, batch, rows, cols)
         self.batch_shape = tuple(shape[i] for i in batch)
         self.groups = (len(batch), len(rows), len(inner), len(cols))
         self.a = _select(a_view, batch + rows + inner)
@@ -163,6 +165,28 @@ class Contraction:
                 np.add(out, part._kept(xs, ys), out=out)
         assert out is not None
         return out
+
+
+def _samples_as_batch(shape: tuple[int, ...], batch: list[int], rows: list[int],
+                      cols: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """(batch, rows, cols) with axis 0 moved into the batch when it is a row or column axis whose place
+    in the output, first, no single gemm can write: a convolution's column gradient (n, C, *kernel,
+    *out) from rows (n, *out) and columns (C, *kernel), or a small convolution's forward (n, Cout, *out)
+    from rows Cout and columns (n, *out). One gemm per sample (the other operand read at stride 0) then
+    writes the output in its own order; the single gemm's result, transposed, cost the next kernel a
+    permuted copy (measured on examples/train.py's CNN: col2im's copy of the transposed column gradient
+    took ~1.5 ms of its 6.5 ms step). Only when each sample's gemm writes at least `SAMPLE_GEMM_MIN_ELEMENTS`."""
+    if batch or not rows or not cols or not shape or shape[0] <= 1 or (0 not in rows and 0 not in cols):
+        return batch, rows, cols
+    out_axes = sorted(rows + cols)
+    rest_rows, rest_cols = [i for i in rows if i != 0], [i for i in cols if i != 0]
+    if out_axes in (rows + cols, cols + rows) or not rest_rows or not rest_cols or \
+            out_axes[1:] not in (rest_rows + rest_cols, rest_cols + rest_rows):
+        return batch, rows, cols  # one gemm writes it already, or no per-sample gemm can
+    per_sample = math.prod(shape[i] for i in rest_rows + rest_cols)
+    if per_sample < SAMPLE_GEMM_MIN_ELEMENTS:
+        return batch, rows, cols
+    return [0], rest_rows, rest_cols
 
 
 def _chunk_plan(a_view: View, b_view: View, axes: tuple[int, ...], item: int, a_groups: tuple[list[int], ...],

@@ -29,41 +29,61 @@ from atensor.backend import native
 SOURCE = r"""
 #include <stdint.h>
 typedef int64_t i64;
+/* each window: its last two axes one block of nested loops, the axes above an odometer that moves
+   both pointers by their strides (a stride-2 convolution's rows are 4 elements long: recomputing the
+   offsets from every index per row cost more than the adds) */
 #define AT_ADD_WINDOWS(NAME, T)                                                                    \
 void NAME(T *restrict dst, const T *restrict src, i64 count, i64 ndim, const i64 *shape,           \
           const i64 *dst_off, const i64 *dst_st, const i64 *src_off, const i64 *src_st) {         \
   for (i64 w = 0; w < count; w++) {                                                                \
     const i64 *sh = shape + w * ndim, *ds = dst_st + w * ndim, *ss = src_st + w * ndim;            \
     i64 idx[16] = {0}, outer = 1;                                                                  \
-    for (i64 d = 0; d + 1 < ndim; d++) outer *= sh[d];                                             \
-    i64 n = sh[ndim - 1], dl = ds[ndim - 1], sl = ss[ndim - 1];                                    \
+    i64 top = ndim > 1 ? ndim - 2 : 0;                                                             \
+    for (i64 d = 0; d < top; d++) outer *= sh[d];                                                  \
+    i64 n0 = sh[ndim - 1], d0 = ds[ndim - 1], s0 = ss[ndim - 1];                                   \
+    i64 n1 = ndim > 1 ? sh[ndim - 2] : 1, d1 = ndim > 1 ? ds[ndim - 2] : 0, s1 = ndim > 1 ? ss[ndim - 2] : 0; \
+    T *to_block = dst + dst_off[w]; const T *from_block = src + src_off[w];                        \
     for (i64 o = 0; o < outer; o++) {                                                              \
-      i64 dp = dst_off[w], sp = src_off[w];                                                        \
-      for (i64 d = 0; d + 1 < ndim; d++) { dp += idx[d] * ds[d]; sp += idx[d] * ss[d]; }           \
-      T *restrict to = dst + dp; const T *restrict from = src + sp;                                \
-      if (dl == 1 && sl == 1) { for (i64 i = 0; i < n; i++) to[i] += from[i]; }                    \
-      else { for (i64 i = 0; i < n; i++) to[i * dl] += from[i * sl]; }                             \
-      for (i64 d = ndim - 2; d >= 0; d--) { if (++idx[d] < sh[d]) break; idx[d] = 0; }             \
+      T *to = to_block; const T *from = from_block;                                                \
+      if (d0 == 1 && s0 == 1) {                                                                    \
+        for (i64 j = 0; j < n1; j++, to += d1, from += s1) for (i64 i = 0; i < n0; i++) to[i] += from[i]; \
+      } else {                                                                                     \
+        for (i64 j = 0; j < n1; j++, to += d1, from += s1)                                         \
+          for (i64 i = 0; i < n0; i++) to[i * d0] += from[i * s0];                                 \
+      }                                                                                            \
+      for (i64 d = top - 1; d >= 0; d--) {                                                         \
+        to_block += ds[d]; from_block += ss[d];                                                    \
+        if (++idx[d] < sh[d]) break;                                                               \
+        to_block -= ds[d] * sh[d]; from_block -= ss[d] * sh[d]; idx[d] = 0;                        \
+      }                                                                                            \
     }                                                                                              \
   }                                                                                                \
 }
 AT_ADD_WINDOWS(atensor_add_windows_f32, float)
 AT_ADD_WINDOWS(atensor_add_windows_f64, double)
-/* dst (dense, row-major) = the view of src at these element strides; the last axis is the inner loop */
+/* dst (dense, row-major) = the view of src at these element strides. The last two axes are one block
+   of nested loops (a window's rows of kw elements are often 2 to 5 long: an odometer step per row
+   cost more than the copy), the axes above walk an odometer once per block. */
 #define AT_GATHER(NAME, T)                                                                         \
 void NAME(T *restrict dst, const T *restrict src, i64 ndim, const i64 *shape, const i64 *st) {      \
   i64 idx[16] = {0}, outer = 1;                                                                    \
-  for (i64 d = 0; d + 1 < ndim; d++) outer *= shape[d];                                            \
-  i64 n = shape[ndim - 1], sl = st[ndim - 1];                                                      \
-  const T *row = src;                                                                              \
+  i64 n0 = shape[ndim - 1], s0 = st[ndim - 1];                                                     \
+  i64 n1 = ndim > 1 ? shape[ndim - 2] : 1, s1 = ndim > 1 ? st[ndim - 2] : 0;                       \
+  i64 top = ndim > 1 ? ndim - 2 : 0;                                                               \
+  for (i64 d = 0; d < top; d++) outer *= shape[d];                                                 \
+  const T *block = src;                                                                            \
   for (i64 o = 0; o < outer; o++) {                                                                \
-    if (sl == 1) { for (i64 i = 0; i < n; i++) dst[i] = row[i]; }                                  \
-    else { for (i64 i = 0; i < n; i++) dst[i] = row[i * sl]; }                                     \
-    dst += n;                                                                                      \
-    for (i64 d = ndim - 2; d >= 0; d--) {                                                          \
-      row += st[d];                                                                                \
+    const T *row = block;                                                                          \
+    if (s0 == 1) {                                                                                 \
+      for (i64 j = 0; j < n1; j++, row += s1, dst += n0) for (i64 i = 0; i < n0; i++) dst[i] = row[i]; \
+    } else {                                                                                       \
+      for (i64 j = 0; j < n1; j++, row += s1, dst += n0)                                           \
+        for (i64 i = 0; i < n0; i++) dst[i] = row[i * s0];                                         \
+    }                                                                                              \
+    for (i64 d = top - 1; d >= 0; d--) {                                                           \
+      block += st[d];                                                                              \
       if (++idx[d] < shape[d]) break;                                                              \
-      row -= st[d] * shape[d]; idx[d] = 0;                                                         \
+      block -= st[d] * shape[d]; idx[d] = 0;                                                       \
     }                                                                                              \
   }                                                                                                \
 }

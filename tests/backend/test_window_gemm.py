@@ -93,3 +93,19 @@ def test_the_window_gemm_refuses_a_source_too_small_for_its_windows():
     w = np.ones(4 * 64 * 9, np.float32)
     with pytest.raises(ValueError, match="window gemm"):
         plan(w, np.ones(2 * 64 * 36 - 1, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, step", [
+    ((70, 3), (2, 1)), ((5000,), (3,)), ((4, 5, 6, 7, 8), (1, 2, 1, 3, 1)), ((9, 8, 7, 20), (1, 1, -1, 1)),
+    ((2, 3, 4, 5, 6, 7), (1, 1, 1, 1, 1, 2)),
+])
+def test_the_c_gather_copies_any_strided_view_as_np_copyto_does(dtype, shape, step):
+    from atensor.backend.window_kernels import gather, GATHER_MIN_SIZE
+    base = RNG.standard_normal(tuple(n * abs(s) for n, s in zip(shape, step))).astype(dtype)
+    view = base[tuple(slice(None, None, s) for s in step)]
+    view = view.transpose(tuple(reversed(range(view.ndim)))) if view.ndim > 2 else view  # permuted too
+    assert view.size >= GATHER_MIN_SIZE or view.size * 10 < GATHER_MIN_SIZE
+    dst = np.empty(view.shape, dtype)
+    gather(dst, view)
+    np.testing.assert_array_equal(dst, view)
