@@ -158,14 +158,20 @@ def _train_step(model: str, batch: int) -> tuple[Callable, list, Callable]:
     return atensor.jit(step), params, lambda: (Tensor(x_np), Tensor(y_np))
 
 
-def _train_rounds(steps: int, rounds: int, batch: int = 128) -> dict[str, list[float]]:
-    """Median seconds per step of each model in every round, the models alternating."""
+def _train_rounds(steps: int, rounds: int, batch: int = 128) -> dict[str, dict[str, list[float]]]:
+    """Per model and round: the median wall seconds of a step, and the process's CPU seconds per step
+    (the steadier figure on a loaded machine), the models alternating."""
     runs = {model: _train_step(model, batch) for model in ("mlp", "cnn")}
-    medians: dict[str, list[float]] = {model: [] for model in runs}
+    out: dict[str, dict[str, list[float]]] = {model: {"wall": [], "cpu": []} for model in runs}
     for r in range(rounds):
         for model, (run, params, inputs) in runs.items():
-            medians[model].append(statistics.median(time_steps(run, params, inputs, steps, 6 if r == 0 else 2)))
-    return medians
+            if r == 0:  # capture, compile and warm up, not timed
+                time_steps(run, params, inputs, 6, 0)
+            cpu = time.process_time()
+            walls = time_steps(run, params, inputs, steps, 0)
+            out[model]["cpu"].append((time.process_time() - cpu) / steps)
+            out[model]["wall"].append(statistics.median(walls))
+    return out
 
 
 def _rounds(make: dict[str, Callable], rounds: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
@@ -237,15 +243,19 @@ def main() -> None:
     train_summary = {}
     if args.train_steps > 0:
         per_round = _train_rounds(args.train_steps, args.rounds)
-        ratios = [c / m for c, m in zip(per_round["cnn"], per_round["mlp"])]
+        ratios = {kind: [c / m for c, m in zip(per_round["cnn"][kind], per_round["mlp"][kind])]
+                  for kind in ("wall", "cpu")}
         for model, values in per_round.items():
-            train_summary[model] = {"step_ms": statistics.median(values) * 1e3, "min_ms": min(values) * 1e3,
-                                    "max_ms": max(values) * 1e3}
-            rows.append(["train step b128", "jit, 1 device", model, statistics.median(values) * 1e3,
-                         f"{min(values) * 1e3:.2f}-{max(values) * 1e3:.2f}", "-", "-",
-                         f"cnn/mlp {statistics.median(ratios):.2f}x" if model == "cnn" else "", ""])
-        train_summary["cnn_over_mlp"] = statistics.median(ratios)
-        train_summary["cnn_over_mlp_range"] = [min(ratios), max(ratios)]
+            wall, cpu = values["wall"], values["cpu"]
+            train_summary[model] = {"step_ms": statistics.median(wall) * 1e3, "min_ms": min(wall) * 1e3,
+                                    "max_ms": max(wall) * 1e3, "cpu_ms": statistics.median(cpu) * 1e3}
+            rows.append(["train step b128", "jit, 1 device", model, statistics.median(wall) * 1e3,
+                         f"{min(wall) * 1e3:.2f}-{max(wall) * 1e3:.2f}", statistics.median(cpu) * 1e3, "-",
+                         f"cnn/mlp {statistics.median(ratios['wall']):.2f}x" if model == "cnn" else "",
+                         f"cnn/mlp {statistics.median(ratios['cpu']):.2f}x" if model == "cnn" else ""])
+        train_summary["cnn_over_mlp"] = statistics.median(ratios["wall"])
+        train_summary["cnn_over_mlp_range"] = [min(ratios["wall"]), max(ratios["wall"])]
+        train_summary["cnn_over_mlp_cpu"] = statistics.median(ratios["cpu"])
     print(table(f"conv2d, median of {args.rounds} alternating rounds (BLAS and torch threads: {threads}; "
                 f"cores: {os.cpu_count()})",
                 ["layer", "mode", "peer", "wall ms", "wall range", "cpu ms", "GFLOP/s", "vs torch (wall)",
