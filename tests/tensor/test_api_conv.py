@@ -108,3 +108,16 @@ def test_a_conv_forward_by_window_gemms_and_its_gradients_match_pytorch(monkeypa
     for got, want in ((out, ref), (gx, px.grad), (gw, pw.grad)):
         want = want.detach().numpy()
         np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol * float(np.abs(want).max()))
+
+
+def test_a_window_gemm_forward_reads_a_permuted_weight_and_a_sliced_input(monkeypatch):
+    from atensor.backend.window_gemm import WindowGemm
+    calls = []
+    run = WindowGemm.__call__
+    monkeypatch.setattr(WindowGemm, "__call__", lambda self, x, y: calls.append(1) or run(self, x, y))
+    x = RNG.standard_normal((10, 32, 26, 24)).astype(np.float32)
+    w = (RNG.standard_normal((32, 16, 3, 3)) / 12).astype(np.float32)  # stored (in, out, kh, kw)
+    got = Tensor(x)[1:9, :, 1:25].conv2d(Tensor(w).permute(1, 0, 2, 3), padding=1)
+    ref = F.conv2d(torch.tensor(x)[1:9, :, 1:25], torch.tensor(w).permute(1, 0, 2, 3), padding=1)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    assert calls
