@@ -27,7 +27,7 @@ reads exactly the elements the window view reads, never outside its source.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class WindowGemm:
     """sum(a * b, axes) for the weight view `a` and the window view `b` (module docstring), run by
     `__call__` into a new array of the contraction's keepdims shape."""
 
-    def __init__(self, fn, blas: tuple, a_view: View, b_view: View, keep: tuple[int, ...], dtype: np.dtype,
+    def __init__(self, fn: Any, blas: tuple, a_view: View, b_view: View, keep: tuple[int, ...], dtype: np.dtype,
                  rows: list[int], inner: list[int], own: list[int], t: int, m: int):
         shape = a_view.shape
         self.fn, self.gemm, self.ilp64 = fn, blas[0] if dtype == np.float32 else blas[1], int(blas[2])
@@ -60,6 +60,7 @@ class WindowGemm:
         y_axes = kept_inner + [p] + rest
         self.y_shape = tuple(y_rows if i == p else shape[i] for i in y_axes)
         self.y_view = (b_view.offset, tuple(b_view.strides[i] for i in y_axes))
+        self.y_arrays = (np.array(self.y_shape, np.int64), np.array(self.y_view[1], np.int64))  # for the C call
         self.src_step = b_view.strides[0] if shape[0] > 1 else 0
         self.taps, self.m = shape[t], math.prod(shape[i] for i in rows)
         self.n, self.k = shape[p] * rest_size, math.prod(shape[i] for i in kept_inner)
@@ -83,7 +84,7 @@ class WindowGemm:
             return None  # the weight is the same for every sample, each sample's window further on
         if a_view.mask is not None or b_view.mask is not None or a_view.variables() or b_view.variables():
             return None
-        if any(isinstance(v, int) is False for v in (a_view.offset, b_view.offset, *a_view.strides, *b_view.strides)):
+        if not all(isinstance(v, int) for v in (a_view.offset, b_view.offset, *a_view.strides, *b_view.strides)):
             return None
         batch, rows, inner, cols = contraction_groups(a_view, b_view, axes)
         lead = [0] if shape[0] > 1 else []
@@ -113,18 +114,20 @@ class WindowGemm:
         """The contraction of the weight's source `x` and the window's source `y`, keepdims shape."""
         fx, fy = _flat(x, self.dtype), _flat(y, self.dtype)
         offset, shape, strides = self.w_view
+        y_offset, y_strides = self.y_view
+        # both reads must lie inside their sources (the views and the invariant say they do): checked,
+        # as C reads what it is told
+        last_w = offset + sum((n - 1) * s for n, s in zip(shape, strides))
+        last = y_offset + (self.chunks - 1) * self.src_step + sum((n - 1) * s for n, s in zip(self.y_shape, y_strides))
+        if last_w >= fx.size or last >= fy.size:
+            raise ValueError(f"window gemm: the views read elements {last_w} and {last} of sources of {fx.size} "
+                             f"and {fy.size}: a planning bug, please report it with the convolution's shapes")
         item = fx.itemsize
         weight = np.ascontiguousarray(np.lib.stride_tricks.as_strided(
             fx[offset:], shape, tuple(s * item for s in strides)))
-        y_offset, y_strides = self.y_view
-        # the copy's last element must lie inside the source (the invariant says it does)
-        last = y_offset + (self.chunks - 1) * self.src_step + sum((n - 1) * s for n, s in zip(self.y_shape, y_strides))
-        if last >= fy.size:
-            raise ValueError(f"window gemm: the window reads element {last} of a source of {fy.size}")
         scratch = np.empty(self.y_shape, self.dtype)
         out = np.empty(self.keep, self.dtype)
-        y_shape = np.array(self.y_shape, np.int64)
-        y_st = np.array(y_strides, np.int64)
+        y_shape, y_st = self.y_arrays
         self.fn(self.gemm, self.ilp64, self.chunks, fy.ctypes.data + y_offset * item, self.src_step,
                 len(self.y_shape), y_shape.ctypes.data, y_st.ctypes.data, scratch.ctypes.data,
                 weight.ctypes.data, self.taps, self.m, self.n, self.k, self.ldy, self.y_step,

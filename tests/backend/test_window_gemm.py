@@ -85,14 +85,16 @@ def test_only_a_forward_with_enough_inner_elements_per_gemm_runs_here():
                            np.dtype(np.float32)) is None
 
 
-def test_the_window_gemm_refuses_a_source_too_small_for_its_windows():
+def test_the_window_gemm_refuses_sources_too_small_for_its_views():
     va, vb, axes = _conv_views(2, 64, (6, 6), 4, (3, 3), (1, 1), (1, 1))
     keep = tuple(1 if i in axes else s for i, s in enumerate(va.shape))
     plan = WindowGemm.plan(va, vb, axes, keep, np.dtype(np.float32))
     assert plan is not None
     w = np.ones(4 * 64 * 9, np.float32)
-    with pytest.raises(ValueError, match="window gemm"):
+    with pytest.raises(ValueError, match="window gemm"):  # the C call would read past the end
         plan(w, np.ones(2 * 64 * 36 - 1, np.float32))
+    with pytest.raises(ValueError, match="window gemm"):
+        plan(w[:-1], np.ones(2 * 64 * 36, np.float32))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
