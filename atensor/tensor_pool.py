@@ -9,8 +9,10 @@ output size), and each slice reads every element at most once.
 Convolution reads them all at once: the padded input seen as one strided view (N, groups, 1, C / groups,
 *kernel, *out) whose kernel and output axes overlap (im2col without the copy), and the convolution is
 one contraction of that view with the weight over (input channels of the group, kernel offsets). The
-numpy backend runs it as BLAS gemms, copying the windows a sample (or a block of channels) at a time
-into cache first (backend/contraction.py); the weight's gradient is the same kind of contraction; the
+numpy backend runs it as BLAS gemms: per sample, one copy that unfolds only the inner kernel axis and
+one gemm per outer kernel offset (backend/window_gemm.py, for unit strides on the outer spatial axes
+and one group), else copying the windows a sample (or a block of channels) at a time into cache first
+(backend/contraction.py); the weight's gradient is the same kind of contraction; the
 input's gradient is the column gradient (a contraction with the weight) added back window by window
 (col2im: graph/gradient.py splits the overlapping view into one pad per kernel offset, and the backend
 adds them in one pass, a sample at a time). Measured against the earlier im2col, which stacked the K

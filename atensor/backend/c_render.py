@@ -39,7 +39,7 @@ from atensor.graph.semantics import reduce_identity
 from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
 from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_shape, merged_stride
-from atensor.backend.contraction import contraction_groups
+from atensor.backend.gemm_axes import contraction_groups
 
 
 NUMPY_CONTRACTION_FLOPS = 1 << 20  # a contraction this large that cannot be a gemm here stays on numpy

@@ -27,26 +27,15 @@ from typing import Optional
 
 import numpy as np
 
+from atensor.backend.gemm_axes import contraction_groups
+from atensor.backend.window_gemm import WindowGemm
+from atensor.backend.window_kernels import gather
 from atensor.graph.view import View
 
 CHUNK_BYTES = 2 << 20  # an operand copy above this is done, and contracted, chunk by chunk
 SCRATCH_MAX_BYTES = 4 * CHUNK_BYTES  # a thread keeps at most this per operand for chunk copies
 KEPT_CHUNK_MIN_BYTES = 16 << 10  # a chunk along a kept axis 0 is one index when its copy is at least this
-
-
-def contraction_groups(a_view: View, b_view: View, axes: tuple[int, ...]) -> tuple[list[int], ...]:
-    """The axes of sum(a * b, axes), a and b broadcast views, as (batch, rows, inner, cols): axes in
-    both operands that are kept, only in a, in both and reduced, only in b (axes in neither, or of
-    size 1, in none)."""
-    shape = a_view.shape
-    ra = [i for i in range(len(shape)) if a_view.strides[i] != 0 and shape[i] != 1]
-    rb = [i for i in range(len(shape)) if b_view.strides[i] != 0 and shape[i] != 1]
-    in_a, in_b = set(ra), set(rb)
-    batch = [i for i in ra if i in in_b and i not in axes]
-    rows = [i for i in ra if i not in in_b]
-    inner = [i for i in ra if i in in_b and i in axes]
-    cols = [i for i in rb if i not in in_a]
-    return batch, rows, inner, cols
+SAMPLE_GEMM_MIN_ELEMENTS = 256  # a per-sample gemm (`_samples_as_batch`) writes at least this many results
 
 
 class Contraction:
@@ -72,11 +61,14 @@ class Contraction:
         self.row_part: Optional[Contraction] = None  # one row of axis 0 (`row`)
         self.row_strides = (a_view.strides[0], b_view.strides[0]) if shape else (0, 0)
         self.chunk = _chunk_plan(a_view, b_view, axes, dtype.itemsize, (batch, rows, inner), (batch, inner, cols))
+        self.window: Optional[WindowGemm] = None  # a convolution's forward, per sample in C (window_gemm.py)
         if self.chunk is not None:
             axis, block = self.chunk
             self.axis_reduced = axis in axes
             self.strides = (a_view.strides[axis], b_view.strides[axis])
+            self.window = WindowGemm.plan(a_view, b_view, axes, self.keep, dtype)
             return
+        batch, rows, cols = _samples_as_batch(shape, batch, rows, cols)
         self.batch_shape = tuple(shape[i] for i in batch)
         self.groups = (len(batch), len(rows), len(inner), len(cols))
         self.a = _select(a_view, batch + rows + inner)
@@ -100,6 +92,8 @@ class Contraction:
     def _kept(self, x: np.ndarray, y: np.ndarray, into: Optional[np.ndarray] = None) -> np.ndarray:
         """The result in its keepdims shape; written into `into` (of that shape) when given."""
         if self.chunk is not None:
+            if self.window is not None and into is None:
+                return self.window(x, y)
             return self._chunked(x, y, into)
         nb, nr, ni, nc = self.groups
         left = _matrices(_read(x, self.a), nb, nr, ni, 0, self.copies[0])
@@ -171,6 +165,28 @@ class Contraction:
                 np.add(out, part._kept(xs, ys), out=out)
         assert out is not None
         return out
+
+
+def _samples_as_batch(shape: tuple[int, ...], batch: list[int], rows: list[int],
+                      cols: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """(batch, rows, cols) with axis 0 moved into the batch when it is a row or column axis whose place
+    in the output, first, no single gemm can write: a convolution's column gradient (n, C, *kernel,
+    *out) from rows (n, *out) and columns (C, *kernel), or a small convolution's forward (n, Cout, *out)
+    from rows Cout and columns (n, *out). One gemm per sample (the other operand read at stride 0) then
+    writes the output in its own order; the single gemm's result, transposed, cost the next kernel a
+    permuted copy (measured on examples/train.py's CNN: col2im's copy of the transposed column gradient
+    took ~1.5 ms of its 6.5 ms step). Only when each sample's gemm writes at least `SAMPLE_GEMM_MIN_ELEMENTS`."""
+    if batch or not rows or not cols or not shape or shape[0] <= 1 or (0 not in rows and 0 not in cols):
+        return batch, rows, cols
+    out_axes = sorted(rows + cols)
+    rest_rows, rest_cols = [i for i in rows if i != 0], [i for i in cols if i != 0]
+    if out_axes in (rows + cols, cols + rows) or not rest_rows or not rest_cols or \
+            out_axes[1:] not in (rest_rows + rest_cols, rest_cols + rest_rows):
+        return batch, rows, cols  # one gemm writes it already, or no per-sample gemm can
+    per_sample = math.prod(shape[i] for i in rest_rows + rest_cols)
+    if per_sample < SAMPLE_GEMM_MIN_ELEMENTS:
+        return batch, rows, cols
+    return [0], rest_rows, rest_cols
 
 
 def _chunk_plan(a_view: View, b_view: View, axes: tuple[int, ...], item: int, a_groups: tuple[list[int], ...],
@@ -264,7 +280,7 @@ def _matrices(x: np.ndarray, nb: int, n1: int, n2: int, slot: int, copy: bool = 
     transposed = _inner_key(x, g1) < _inner_key(x, g2)  # g1 varies fastest: copy as (g2, g1)
     source = x.transpose(list(range(nb)) + g2 + g1) if transposed else x
     copied = _scratch(slot, source.shape, x.dtype)
-    np.copyto(copied, source)
+    gather(copied, source)  # one C pass (window_kernels.py): np.copyto loops per short row
     if transposed:
         return copied.reshape(batch + (m2, m1)).swapaxes(-1, -2)
     return copied.reshape(batch + (m1, m2))

@@ -87,3 +87,25 @@ def test_add_pads_equals_adding_each_zero_padded_window(monkeypatch, with_base, 
     copies = [source.copy() for _ in range(4)]  # distinct sources: the numpy slabs
     got = plan(base.copy() if with_base else None, True, np.dtype(np.float32), *copies)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 6])
+def test_a_result_led_by_the_samples_axis_is_one_gemm_per_sample_in_the_outputs_order(n):
+    # the column gradient (n, c, k, k, oh, ow): rows (n, oh, ow) of the upstream gradient, columns (c, k,
+    # k) of the weight; one gemm can only write (n, oh, ow, c, k, k), a gemm per sample writes it in order
+    c, o, k, oh = 3, 5, 3, 4
+    shape = (n, o, c, k, k, oh, oh)
+    vg = View(shape, (o * oh * oh, oh * oh, 0, 0, 0, oh, 1))
+    vw = View(shape, (0, c * k * k, k * k, k, 1, 0, 0))
+    plan = Contraction(vg, vw, (1,), np.dtype(np.float32))
+    assert plan.groups[0] == 1 and plan.perm is None
+    dy = RNG.standard_normal(n * o * oh * oh).astype(np.float32)
+    wt = RNG.standard_normal(o * c * k * k).astype(np.float32)
+    got = plan(dy, wt)
+    assert got.flags.c_contiguous  # the next kernel (col2im) reads it without a copy
+    np.testing.assert_allclose(got, _expected(dy, wt, vg, vw, (1,)), rtol=1e-5, atol=1e-5)
+    # too small a gemm per sample: one gemm and a transposed result, as before
+    small = (n, o, 1, 1, 2, oh, 1)
+    plan = Contraction(View(small, (o * oh, oh, 0, 0, 0, 1, 0)), View(small, (0, 2, 0, 0, 1, 0, 0)), (1,),
+                       np.dtype(np.float32))
+    assert plan.groups[0] == 0

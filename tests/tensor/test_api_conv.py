@@ -74,3 +74,50 @@ def test_conv_forward_and_gradients_match_pytorch_on_the_bench_layers(x_shape, w
     for got, want in ((out, ref), (gx, px.grad), (gw, pw.grad)):
         want = want.detach().numpy()
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+# ---- convolutions whose forward runs as a small copy and a gemm per outer kernel offset (window_gemm.py) ---
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((8, 32, 24, 24), (16, 32, 3, 3), {"padding": 1}),
+    ((8, 32, 22, 20), (8, 32, 3, 3), {"dilation": (2, 1), "bias": True}),
+    ((1, 64, 32, 32), (16, 64, 3, 3), {"padding": 1}),          # one sample: one chain of gemms
+    ((8, 128, 200), (16, 128, 5), {"stride": 1}),                 # 1-D: the copy is the input itself
+    ((4, 16, 10, 10, 10), (8, 16, 3, 3, 3), {"padding": (1, 0, 1)}),  # 3-D: a gemm per depth offset
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_conv_forward_by_window_gemms_and_its_gradients_match_pytorch(monkeypatch, x_shape, w_shape, kw, dtype):
+    from atensor.backend.window_gemm import WindowGemm
+    calls = []
+    run = WindowGemm.__call__
+    monkeypatch.setattr(WindowGemm, "__call__", lambda self, x, y: calls.append(1) or run(self, x, y))
+    kw = dict(kw)
+    bias = RNG.standard_normal(w_shape[0]).astype(dtype) if kw.pop("bias", False) else None
+    x = RNG.standard_normal(x_shape).astype(dtype)
+    w = (RNG.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(dtype)
+    tx, tw = Tensor(x), Tensor(w)
+    out = tx.conv2d(tw, Tensor(bias) if bias is not None else None, **kw)
+    g = RNG.standard_normal(out.shape).astype(dtype)
+    gx, gw = out.gradient(tx, tw, gradient=Tensor(g))
+    out.realize(gx, gw)
+    px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(x_shape)]
+    ref = conv(px, pw, torch.tensor(bias) if bias is not None else None, **kw)
+    ref.backward(torch.tensor(g))
+    assert calls, "the forward did not run as window gemms"
+    tol = 1e-4 if dtype == np.float32 else 1e-9
+    for got, want in ((out, ref), (gx, px.grad), (gw, pw.grad)):
+        want = want.detach().numpy()
+        np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol * float(np.abs(want).max()))
+
+
+def test_a_window_gemm_forward_reads_a_permuted_weight_and_a_sliced_input(monkeypatch):
+    from atensor.backend.window_gemm import WindowGemm
+    calls = []
+    run = WindowGemm.__call__
+    monkeypatch.setattr(WindowGemm, "__call__", lambda self, x, y: calls.append(1) or run(self, x, y))
+    x = RNG.standard_normal((10, 32, 26, 24)).astype(np.float32)
+    w = (RNG.standard_normal((32, 16, 3, 3)) / 12).astype(np.float32)  # stored (in, out, kh, kw)
+    got = Tensor(x)[1:9, :, 1:25].conv2d(Tensor(w).permute(1, 0, 2, 3), padding=1)
+    ref = F.conv2d(torch.tensor(x)[1:9, :, 1:25], torch.tensor(w).permute(1, 0, 2, 3), padding=1)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    assert calls
