@@ -82,14 +82,15 @@ class BufferSpec:
     size: int
     dtype: DType
 
-    def __init__(self, device: str, size: int, dtype: DType):
+    def __new__(cls, device: str, size: int, dtype: DType) -> BufferSpec:
         with _uid_lock:
             BufferSpec._next_uid = uid = BufferSpec._next_uid + 1
-        setter = object.__setattr__
-        setter(self, "uid", uid)
-        setter(self, "device", device)
-        setter(self, "size", size)
-        setter(self, "dtype", dtype)
+        # filled with plain slot stores, then made a BufferSpec (as `Node.make` does: see _NewNode);
+        # the schedule cache makes one per temporary buffer of every cached realize
+        spec = object.__new__(_NewSpec)
+        spec.uid, spec.device, spec.size, spec.dtype = uid, device, size, dtype
+        _set_class(spec, "__class__", BufferSpec)
+        return spec
 
     __setattr__ = _frozen
     __delattr__ = _frozen
@@ -298,6 +299,12 @@ class Node:
         while node.op is Ops.VIEW:
             node = node.src[0]
         return node
+
+
+class _NewSpec(BufferSpec):
+    """A buffer spec being filled in by `BufferSpec.__new__` (see `_NewNode`)."""
+    __slots__ = ()
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
 
 
 class _NewNode(Node):
