@@ -26,7 +26,7 @@ from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
 from atensor.hcq.device import Device, DeviceError
-from atensor.sched.cache import map_buffers
+from atensor.sched.cache import Slot, map_buffers
 
 
 def runner_for(work: object) -> Optional[Runner]:
@@ -121,4 +121,10 @@ def swap_buffers(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec])
     return map_buffers(work, BufferSpec, lambda spec: get(spec, spec))
 
 
-__all__ = ["runner_for", "swap_buffers"]
+def fill_slots(work: Any, get: Callable[[Slot], BufferSpec]) -> Any:
+    """A copy of a schedule-cache template's work (buffers as `Slot`s) with each slot's buffer
+    `get(slot)`: what a Plan lowered from a template runs (sched/cache.py's `map_buffers` again)."""
+    return map_buffers(work, Slot, get)
+
+
+__all__ = ["fill_slots", "runner_for", "swap_buffers"]
