@@ -31,9 +31,8 @@ heads through sched/versions.py; graph/multi.py's `assemble` through the hook re
 graph/node.py, as graph/ may not import this module). Reads take no lock: each read
 is of one attribute or one dict entry, atomic under the GIL, and a reader that needs several to
 agree (scheduling a graph) holds `lock` itself. Runtimes are attached once per spec by hcq/buffer.py
-(`attach_runtime`: under `lock`, or for a spec with no record yet by one atomic `setdefault` of a
-record that holds it, so two threads never make two Buffers for one spec; which is why no record is
-ever put in place by assignment). The weak
+(`attach_runtime`, under `lock`, so two threads never make two Buffers for one spec), and told
+when the spec dies (`runtime.spec_died()`, from the record's weak-reference callback). The weak
 callback that drops a dead node's value takes no lock (it may run on any thread, inside any code
 that drops the last reference to a node, including code holding `lock`); it only removes the entry
 it made.
@@ -70,7 +69,6 @@ class Record:
 # uid -> the record of a spec that has state (a version above 0, a head or a runtime buffer)
 _records: dict[int, Record] = {}
 _records_get = _records.get
-_records_setdefault = _records.setdefault
 # buffers that may have a pending head: what `pending_heads` walks (a WeakSet: a spec that dies goes)
 _pending: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
 # realized values: id(node) -> (weak reference to the node, the BUFFER view holding its value)
@@ -85,18 +83,21 @@ value_entry = _values_get
 
 
 def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop) -> None:
-    """A spec died: its record (and the runtime buffer it holds) goes. No lock: see the header.
-    (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
-    pop(uid, None)
+    """A spec died: its record (and the runtime buffer it holds) goes, and the runtime is told
+    (`runtime.spec_died()`: hcq/buffer.py gives the memory back to its device then). No lock: see the
+    header. (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
+    record = pop(uid, None)
+    if record is not None:
+        runtime = record.runtime
+        if runtime is not None:
+            runtime.spec_died()
 
 
 def _record(spec: BufferSpec) -> Record:
-    """`spec`'s record, made on first write. The caller holds `lock`. (Every record is put in place by
-    `setdefault`, never by assignment: `attach_runtime` adds records without the lock, and an
-    assignment could replace one it added, runtime and all.)"""
+    """`spec`'s record, made on first write. The caller holds `lock`."""
     record = _records_get(spec.uid)
     if record is None:
-        record = _records_setdefault(spec.uid, Record(spec))
+        record = _records[spec.uid] = Record(spec)
     return record
 
 
@@ -142,16 +143,10 @@ def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
         found = record.runtime
         if found is not None:
             return found
-    else:
-        # a spec without a record (a new output or temporary buffer, the common case): its record is
-        # made with its runtime and put in place by one `setdefault`, atomic under the GIL, so no lock;
-        # a thread that lost the race drops its own and takes the winner's (below, under the lock)
-        fresh = Record(spec)
-        fresh.runtime = made = make(spec)
-        if _records_setdefault(uid, fresh) is fresh:
-            return made
     with lock:
-        record = _record(spec)
+        record = _records_get(uid)
+        if record is None:
+            record = _records[uid] = Record(spec)
         found = record.runtime
         if found is None:
             found = record.runtime = make(spec)
@@ -163,7 +158,7 @@ def set_head(spec: BufferSpec, node: Node) -> None:
     with lock:
         record = _records_get(spec.uid)
         if record is None:
-            record = _records_setdefault(spec.uid, Record(spec))
+            record = _records[spec.uid] = Record(spec)
         record.head = node
         _pending.add(spec)
 
@@ -191,7 +186,7 @@ def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
     uid = spec.uid
     record = _records_get(uid)
     if record is None:
-        record = _records_setdefault(uid, Record(spec))
+        record = _records[uid] = Record(spec)
     record.version = version = record.version + 1
     key = id(node)
     target = Node.make(Ops.BUFFER, spec.dtype, (), (spec, version))

@@ -66,7 +66,7 @@ class Clock:
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
     __slots__ = ("uid", "size", "device", "memory", "writes", "reads", "clocks", "inflight", "failure", "_lock",
-                 "_address", "__weakref__")
+                 "_address", "release", "__weakref__")
 
     def __init__(self, spec: BufferSpec):
         # the spec's ledger record owns this Buffer (ledger.runtime(spec)); a reference back would make
@@ -81,6 +81,18 @@ class Buffer:
         self.failure: Optional[BaseException] = None  # the error of the write its contents came from
         self._lock = threading.Lock()
         self._address = 0
+        # (fn, arg): what gives the memory back to its device (Device.allocate sets it), called by
+        # `spec_died` when the storage ledger drops the spec's record: exactly when the spec dies, as a
+        # weakref.finalize on the spec would, without making one per buffer (3 us each)
+        self.release: Optional[tuple[Callable[[Any], None], Any]] = None
+
+    def spec_died(self) -> None:
+        """The spec died (atensor/ledger.py calls it from the spec's weak reference): no node, task or
+        command refers to this memory any more, so it goes back to its device."""
+        release = self.release
+        if release is not None:
+            self.release = None
+            release[0](release[1])
 
     @property
     def name(self) -> str:
