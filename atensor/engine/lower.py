@@ -21,7 +21,7 @@ from atensor.backend import blas, native
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
-from atensor.ledger import runtime as runtime_of
+from atensor.ledger import record_of
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
@@ -45,8 +45,11 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     device = Device.get(work.device)
     specs = work.buffers
     # a buffer seen before has its memory already (the common case in replays)
-    buffers = [b if (b := runtime_of(spec)) is not None and b.memory is not None else device.allocate(spec)
-               for spec in specs]
+    buffers = []
+    for spec in specs:
+        record = record_of(spec.uid)  # ledger.runtime(spec), inlined: once per buffer of every task
+        b = record.runtime if record is not None else None
+        buffers.append(b if b is not None and b.memory is not None else device.allocate(spec))
     if device.kind == "NULL":
         return None
     threads = blas.threads_for(work.flops)

@@ -14,6 +14,7 @@ and are updated only by the plan (engine/plan.py), on the dispatching thread.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Optional
@@ -86,11 +87,11 @@ class Buffer:
         # weakref.finalize on the spec would, without making one per buffer (3 us each)
         self.release: Optional[tuple[Callable[[Any], None], Any]] = None
 
-    def spec_died(self) -> None:
+    def spec_died(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         """The spec died (atensor/ledger.py calls it from the spec's weak reference): no node, task or
         command refers to this memory any more, so it goes back to its device."""
         release = self.release
-        if release is not None:
+        if release is not None and not _finalizing():  # at exit the process gives everything back
             self.release = None
             release[0](release[1])
 

@@ -64,10 +64,11 @@ def graph_key(order: list[Node], settings: tuple = ()) -> GraphKey:
     return GraphKey(tuple(parts), leaves, order, buffer_nodes)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Slot:
     """A buffer of a template: leaf `index` of the graph ("L") or temporary `index` ("T"), on
-    `device` (what a copy's device is read from, when a Plan is lowered from the template's works)."""
+    `device` (what a copy's device is read from, when a Plan is lowered from the template's works).
+    Compared and hashed by identity (C-level, no generated __hash__): a template makes one per slot."""
     kind: str
     index: int
     device: str = ""
