@@ -14,9 +14,12 @@ to the next is computed by `submit`:
   runner is pointed at them by rewriting its address slots (patching.py); other runners of tasks that
   touch a swapped buffer are made again from their works copied with the new buffers.
 
-An eager realize makes a plan and submits it once (`execute`); a jit keeps its plans (one per
-captured realize) and submits them on every replay. Both go through `submit`, and this is the only
-module that hands command lists to queues.
+An eager realize makes a plan and submits it once (`execute`), or, for a graph structured like one
+realized before, submits the plan kept on its schedule-cache template, lowered from the template's
+slots (`slots=True`: every buffer is in each submission's mapping, runners are made per submission,
+and each submission is an eager one); a jit keeps its plans (one per captured realize) and submits
+them on every replay. All go through `submit`, and this is the only module that hands command lists
+to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
 - when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy

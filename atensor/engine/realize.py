@@ -4,7 +4,9 @@ Why a module of its own: `Tensor.realize()` only says what to realize (tensor.py
 issues it, and the dispatcher thread (hcq/host.py) runs `_prepare` later, off the event loop (or the
 caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
-execution (engine/plan.py). The jit (engine/jit.py) records the schedules that this path ran
+execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
+schedule-cache template (`_lowered`) with its own buffers in the template's slots, so it is neither
+built as a TaskGraph nor lowered again. The jit (engine/jit.py) records the schedules that this path ran
 and keeps their plans.
 
 A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
