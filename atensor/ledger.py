@@ -70,7 +70,8 @@ class Record:
 _records: dict[int, Record] = {}
 _records_get = _records.get
 # buffers that may have a pending head: what `pending_heads` walks (a WeakSet: a spec that dies goes)
-_pending: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
+# (uids, not a WeakSet: adding to one is three Python calls; a dead spec's uid goes with its record)
+_pending: set[int] = set()
 # realized values: id(node) -> (weak reference to the node, the BUFFER view holding its value)
 _values: dict[int, tuple[weakref.ref, Node]] = {}
 _values_get = _values.get
@@ -82,11 +83,13 @@ record_of = _records_get
 value_entry = _values_get
 
 
-def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop) -> None:
+def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop,
+                 discard: Callable[[int], None] = _pending.discard) -> None:
     """A spec died: its record (and the runtime buffer it holds) goes, and the runtime is told
     (`runtime.spec_died()`: hcq/buffer.py gives the memory back to its device then). No lock: see the
     header. (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
     record = pop(uid, None)
+    discard(uid)
     if record is not None:
         runtime = record.runtime
         if runtime is not None:
@@ -160,7 +163,7 @@ def set_head(spec: BufferSpec, node: Node) -> None:
         if record is None:
             record = _records[spec.uid] = Record(spec)
         record.head = node
-        _pending.add(spec)
+        _pending.add(spec.uid)
 
 
 def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
@@ -169,7 +172,7 @@ def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
     record = _records_get(spec.uid)
     if record is not None and record.head is not None and (node is None or record.head is node):
         record.head = None
-        _pending.discard(spec)
+        _pending.discard(spec.uid)
 
 
 def advance_locked(spec: BufferSpec) -> int:
@@ -193,15 +196,15 @@ def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
     _values[key] = (weakref.ref(node, partial(_forget, key)), target)
     if record.head is node:
         record.head = None
-        _pending.discard(spec)
+        _pending.discard(spec.uid)
 
 
 def pending_heads() -> list[Node]:
     """The newest lazy version of every buffer that has one, in no particular order."""
     with lock:
-        if not _pending:  # the common case: a WeakSet's len is cheap, iterating it is not
+        if not _pending:  # the common case
             return []
-        return [h for spec in list(_pending) if (h := head(spec)) is not None]
+        return [h for uid in list(_pending) if (r := _records_get(uid)) is not None and (h := r.head) is not None]
 
 
 # ---- realized values ------------------------------------------------------------------------------
