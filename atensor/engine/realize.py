@@ -176,15 +176,13 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optio
             buf.hold(-1)
 
 
-def _lowered(template: Any) -> Optional[tuple[Any, list[int]]]:
-    """The Plan kept on a schedule-cache template (lowered from its slots on the template's second
-    use: a graph seen once is not worth it) and, per buffer of the plan, its place in a `fill`."""
-    from atensor.engine.plan import Plan
+def _lowered(template: Any) -> tuple[Any, list[int]]:
+    """The Plan kept on a schedule-cache template and, per buffer of the plan, its place in a `fill`.
+    Lowered from the template's slots on its first hit, which costs what lowering the instantiated
+    graph would: every later hit saves it."""
     found = template.lowered
     if found is None:
-        template.lowered = False  # the first hit only marks it
-        return None
-    if found is False:
+        from atensor.engine.plan import Plan
         plan = Plan(template.slot_tasks(), slots=True)
         found = template.lowered = (plan, [template.slot_index(ref) for ref in plan.buffers])
     return found
