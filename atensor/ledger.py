@@ -31,7 +31,8 @@ heads through sched/versions.py; graph/multi.py's `assemble` through the hook re
 graph/node.py, as graph/ may not import this module). Reads take no lock: each read
 is of one attribute or one dict entry, atomic under the GIL, and a reader that needs several to
 agree (scheduling a graph) holds `lock` itself. Runtimes are attached once per spec by hcq/buffer.py
-(`attach_runtime`, under `lock`, so two threads never make two Buffers for one spec). The weak
+(`attach_runtime`, under `lock`, so two threads never make two Buffers for one spec), and told
+when the spec dies (`runtime.spec_died()`, from the record's weak-reference callback). The weak
 callback that drops a dead node's value takes no lock (it may run on any thread, inside any code
 that drops the last reference to a node, including code holding `lock`); it only removes the entry
 it made.
@@ -69,16 +70,30 @@ class Record:
 _records: dict[int, Record] = {}
 _records_get = _records.get
 # buffers that may have a pending head: what `pending_heads` walks (a WeakSet: a spec that dies goes)
-_pending: weakref.WeakSet[BufferSpec] = weakref.WeakSet()
+# (uids, not a WeakSet: adding to one is three Python calls; a dead spec's uid goes with its record)
+_pending: set[int] = set()
 # realized values: id(node) -> (weak reference to the node, the BUFFER view holding its value)
 _values: dict[int, tuple[weakref.ref, Node]] = {}
 _values_get = _values.get
 
+# The two one-probe reads of the scheduler's per-node loop (sched/versions.py `_realized`), without a
+# Python call around them: `record_of(spec.uid)` is the spec's Record or None (read its `version` and
+# `runtime`, never write them), `value_entry(id(node))` is (weak reference, value view) or None.
+record_of = _records_get
+value_entry = _values_get
 
-def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop) -> None:
-    """A spec died: its record (and the runtime buffer it holds) goes. No lock: see the header.
-    (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
-    pop(uid, None)
+
+def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop,
+                 discard: Callable[[int], None] = _pending.discard) -> None:
+    """A spec died: its record (and the runtime buffer it holds) goes, and the runtime is told
+    (`runtime.spec_died()`: hcq/buffer.py gives the memory back to its device then). No lock: see the
+    header. (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
+    record = pop(uid, None)
+    discard(uid)
+    if record is not None:
+        runtime = record.runtime
+        if runtime is not None:
+            runtime.spec_died()
 
 
 def _record(spec: BufferSpec) -> Record:
@@ -125,14 +140,19 @@ def runtime(spec: BufferSpec) -> Any:
 def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
     """`spec`'s runtime buffer, made with `make(spec)` on first use (once, even from two threads).
     It lives exactly as long as the spec."""
-    record = _records_get(spec.uid)
-    found = record.runtime if record is not None else None
-    if found is None:
-        with lock:
-            record = _record(spec)
-            found = record.runtime
-            if found is None:
-                found = record.runtime = make(spec)
+    uid = spec.uid
+    record = _records_get(uid)
+    if record is not None:
+        found = record.runtime
+        if found is not None:
+            return found
+    with lock:
+        record = _records_get(uid)
+        if record is None:
+            record = _records[uid] = Record(spec)
+        found = record.runtime
+        if found is None:
+            found = record.runtime = make(spec)
     return found
 
 
@@ -143,7 +163,7 @@ def set_head(spec: BufferSpec, node: Node) -> None:
         if record is None:
             record = _records[spec.uid] = Record(spec)
         record.head = node
-        _pending.add(spec)
+        _pending.add(spec.uid)
 
 
 def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
@@ -152,7 +172,7 @@ def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
     record = _records_get(spec.uid)
     if record is not None and record.head is not None and (node is None or record.head is node):
         record.head = None
-        _pending.discard(spec)
+        _pending.discard(spec.uid)
 
 
 def advance_locked(spec: BufferSpec) -> int:
@@ -176,15 +196,15 @@ def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
     _values[key] = (weakref.ref(node, partial(_forget, key)), target)
     if record.head is node:
         record.head = None
-        _pending.discard(spec)
+        _pending.discard(spec.uid)
 
 
 def pending_heads() -> list[Node]:
     """The newest lazy version of every buffer that has one, in no particular order."""
     with lock:
-        if not _pending:  # the common case: a WeakSet's len is cheap, iterating it is not
+        if not _pending:  # the common case
             return []
-        return [h for spec in list(_pending) if (h := head(spec)) is not None]
+        return [h for uid in list(_pending) if (r := _records_get(uid)) is not None and (h := r.head) is not None]
 
 
 # ---- realized values ------------------------------------------------------------------------------

@@ -21,12 +21,12 @@ from atensor.backend import blas, native
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
-from atensor.ledger import runtime as runtime_of
+from atensor.ledger import record_of
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
 from atensor.hcq.device import Device, DeviceError
-from atensor.sched.cache import map_buffers
+from atensor.sched.cache import Slot, map_buffers
 
 
 def runner_for(work: object) -> Optional[Runner]:
@@ -45,8 +45,11 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     device = Device.get(work.device)
     specs = work.buffers
     # a buffer seen before has its memory already (the common case in replays)
-    buffers = [b if (b := runtime_of(spec)) is not None and b.memory is not None else device.allocate(spec)
-               for spec in specs]
+    buffers = []
+    for spec in specs:
+        record = record_of(spec.uid)  # ledger.runtime(spec), inlined: once per buffer of every task
+        b = record.runtime if record is not None else None
+        buffers.append(b if b is not None and b.memory is not None else device.allocate(spec))
     if device.kind == "NULL":
         return None
     threads = blas.threads_for(work.flops)
@@ -121,4 +124,10 @@ def swap_buffers(work: Any, get: Callable[[BufferSpec, BufferSpec], BufferSpec])
     return map_buffers(work, BufferSpec, lambda spec: get(spec, spec))
 
 
-__all__ = ["runner_for", "swap_buffers"]
+def fill_slots(work: Any, get: Callable[[Slot], BufferSpec]) -> Any:
+    """A copy of a schedule-cache template's work (buffers as `Slot`s) with each slot's buffer
+    `get(slot)`: what a Plan lowered from a template runs (sched/cache.py's `map_buffers` again)."""
+    return map_buffers(work, Slot, get)
+
+
+__all__ = ["fill_slots", "runner_for", "swap_buffers"]

@@ -14,9 +14,12 @@ to the next is computed by `submit`:
   runner is pointed at them by rewriting its address slots (patching.py); other runners of tasks that
   touch a swapped buffer are made again from their works copied with the new buffers.
 
-An eager realize makes a plan and submits it once (`execute`); a jit keeps its plans (one per
-captured realize) and submits them on every replay. Both go through `submit`, and this is the only
-module that hands command lists to queues.
+An eager realize makes a plan and submits it once (`execute`), or, for a graph structured like one
+realized before, submits the plan kept on its schedule-cache template, lowered from the template's
+slots (`slots=True`: every buffer is in each submission's mapping, runners are made per submission,
+and each submission is an eager one); a jit keeps its plans (one per captured realize) and submits
+them on every replay. All go through `submit`, and this is the only module that hands command lists
+to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
 - when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy
@@ -56,7 +59,7 @@ from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.graph.taskgraph import Copy, Kernel, Task, TaskGraph
-from atensor.engine.lower import runner_for, swap_buffers
+from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import Device, all_idle
@@ -143,9 +146,13 @@ class Plan:
     is submitted a single time (an eager realize: no runner is kept for later)."""
 
     def __init__(self, tasks: list[Task], swapped: Optional[list[bool]] = None,
-                 copies_on_producer: bool = False, once: bool = False):
+                 copies_on_producer: bool = False, once: bool = False, slots: bool = False):
         self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
-        self.once = once or swapped is None
+        # `slots`: lowered from a schedule-cache template (engine/realize.py): the tasks' buffers are
+        # slots, which every submission's mapping fills, and each submission is an eager realize's (one
+        # command per task, runners made from the works with the mapped buffers: none is kept)
+        self.from_slots = slots
+        self.once = once or swapped is None or slots
         self.queues: list[Queue] = []
         queue_index: dict[Queue, int] = {}
         self.buffers: list[BufferSpec] = []
@@ -208,6 +215,7 @@ class Plan:
             self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
                                 tuple(sorted(task.deps))))
         self.counts = counts
+        self.written_index = sorted(written)  # the buffers some task writes (places in `buffers`)
         # tiny enough to run on the planning thread itself when its queues are idle (see `submit`)
         self.tiny = len(tasks) <= INLINE_MAX_TASKS and \
             all(type(t.work) in (Kernel, Copy) for t in tasks) and \
@@ -287,6 +295,9 @@ class Plan:
         """This submission's runner per task: the kept ones, pointed at `new_specs` (the swapped
         buffers' replacements) when the last submission is done with them; otherwise (still running)
         fresh runners for the tasks that touch a swapped buffer."""
+        if self.from_slots:  # nothing is kept: each runner is made from its work with this mapping's buffers
+            fill = mapping.__getitem__
+            return [runner_for(fill_slots(task.work, fill)) for task in self.tasks]
         if self.kept is None:
             self._lower_runners()
         for rebind in self.rebinds:  # bound Variables' new values into the kept native blocks
@@ -314,10 +325,13 @@ class Plan:
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(self.buffers) if s in mapping]
             self.swapped = [self.buffers[bi] for bi in self.swapped_index]
-            self.fixed_bufs = [Buffer.of(s) for s in self.buffers]
+            # a plan of slots has no buffers of its own (every one is in the mapping)
+            self.fixed_bufs = [] if self.from_slots else [Buffer.of(s) for s in self.buffers]
         new_specs = [mapping[s] for s in self.swapped]
         bufs = self.fixed_bufs
-        if new_specs:
+        if self.from_slots:
+            bufs = [Buffer.of(spec) for spec in new_specs]
+        elif new_specs:
             bufs = bufs.copy()
             for bi, spec in zip(self.swapped_index, new_specs):
                 bufs[bi] = Buffer.of(spec)

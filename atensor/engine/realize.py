@@ -4,7 +4,9 @@ Why a module of its own: `Tensor.realize()` only says what to realize (tensor.py
 issues it, and the dispatcher thread (hcq/host.py) runs `_prepare` later, off the event loop (or the
 caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
-execution (engine/plan.py). The jit (engine/jit.py) records the schedules that this path ran
+execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
+schedule-cache template (`_lowered`) with its own buffers in the template's slots, so it is neither
+built as a TaskGraph nor lowered again. The jit (engine/jit.py) records the schedules that this path ran
 and keeps their plans.
 
 A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
@@ -149,20 +151,45 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optio
     result = sched.schedule(roots, pending, record.since_uid if record is not None else None)
     if record is not None:  # atensor.jit is capturing this call: keep what it ran
         record.append(result)
-    # buffers this graph writes count as in flight until their writes are noted by execute(), so a
+    # a graph structured like one realized before (a schedule-cache hit) reuses the Plan lowered from
+    # its template: nothing is instantiated or lowered, the submission only fills the plan's slots
+    # (not while a capture records the graph or race proofs need it)
+    lowered = _lowered(result.template) if result.template is not None and record is None \
+        and not settings.racecheck else None
+    if lowered is not None:
+        plan, order = lowered
+        fill = result.fill
+        specs = [fill[j] for j in order]
+        written_specs = [specs[bi] for bi in plan.written_index]
+    else:
+        plan = specs = None
+        written_specs = list({a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"})
+    # buffers this graph writes count as in flight until their writes are noted by the plan, so a
     # sync accessor never reads one between commit (new version visible) and submission
-    written = [Buffer.of(s) for s in {a.buffer for t in result.graph.tasks for a in t.accesses
-                                      if a.mode == "w"}]
+    written = [Buffer.of(s) for s in written_specs]
     for buf in written:
         buf.hold(1)
     try:
-        return _commit_and_execute(result, start)
+        return _commit_and_execute(result, start, plan, specs, written)
     finally:
         for buf in written:
             buf.hold(-1)
 
 
-def _commit_and_execute(result: sched.Schedule, start: int):
+def _lowered(template: Any) -> tuple[Any, list[int]]:
+    """The Plan kept on a schedule-cache template and, per buffer of the plan, its place in a `fill`.
+    Lowered from the template's slots on its first hit, which costs what lowering the instantiated
+    graph would: every later hit saves it."""
+    found = template.lowered
+    if found is None:
+        from atensor.engine.plan import Plan
+        plan = Plan(template.slot_tasks(), slots=True)
+        found = template.lowered = (plan, [template.slot_index(ref) for ref in plan.buffers])
+    return found
+
+
+def _commit_and_execute(result: sched.Schedule, start: int, plan: Any, specs: Optional[list[BufferSpec]],
+                        written: list[Buffer]):
     from atensor.engine.plan import execute
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
@@ -173,13 +200,15 @@ def _commit_and_execute(result: sched.Schedule, start: int):
         check_graph(result.graph)
     result.commit()
     if collector.is_active():
-        collector.record_host(HostSpan(f"schedule {len(result.graph)} tasks", "schedule", start,
+        collector.record_host(HostSpan(f"schedule {result.task_count} tasks", "schedule", start,
                                        time.perf_counter_ns()))
     try:
+        if plan is not None:
+            return plan.submit(dict(zip(plan.buffers, specs)))
         return execute(result.graph)
     except BaseException as exc:
         # the commit made the written versions current, but their writes never ran: no buffer this
         # graph writes may be presented as valid (a later write clears the mark, hcq/buffer.py)
-        for spec in {a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"}:
-            Buffer.of(spec).failure = exc
+        for buf in written:
+            buf.failure = exc
         raise

@@ -82,14 +82,15 @@ class BufferSpec:
     size: int
     dtype: DType
 
-    def __init__(self, device: str, size: int, dtype: DType):
+    def __new__(cls, device: str, size: int, dtype: DType) -> BufferSpec:
         with _uid_lock:
             BufferSpec._next_uid = uid = BufferSpec._next_uid + 1
-        setter = object.__setattr__
-        setter(self, "uid", uid)
-        setter(self, "device", device)
-        setter(self, "size", size)
-        setter(self, "dtype", dtype)
+        # filled with plain slot stores, then made a BufferSpec (as `Node.make` does: see _NewNode);
+        # the schedule cache makes one per temporary buffer of every cached realize
+        spec = object.__new__(_NewSpec)
+        spec.uid, spec.device, spec.size, spec.dtype = uid, device, size, dtype
+        _set_class(spec, "__class__", BufferSpec)
+        return spec
 
     __setattr__ = _frozen
     __delattr__ = _frozen
@@ -118,13 +119,16 @@ class GraphError(ValueError, RuntimeError):
 
 
 # the node table: key -> weak reference to the node; an entry goes when its node dies
-_interned: dict[tuple, weakref.KeyedRef] = {}
+_interned: dict[tuple, weakref.ref] = {}
 _intern_lock = threading.Lock()
+_ref, _partial = weakref.ref, functools.partial
 
 
-def _forget(ref: weakref.KeyedRef) -> None:
-    if _interned.get(ref.key) is ref:  # a newer node with the same key may have replaced it
-        del _interned[ref.key]
+def _forget(key: tuple, ref: weakref.ref) -> None:
+    """A node died: its entry goes. (The callback is a `partial` holding the key, not a KeyedRef, whose
+    making costs two Python-level calls: a new node is made for every op a Tensor records.)"""
+    if _interned.get(key) is ref:  # a newer node with the same key may have replaced it
+        del _interned[key]
 
 
 class Node:
@@ -152,7 +156,7 @@ class Node:
                 return found
         if op is not Ops.MULTI and _on_multi(op, src, arg):  # pushed through MULTI (graph/multi.py)
             found = multi_rules.push(op, dtype, src, arg)
-            _interned[key] = weakref.KeyedRef(found, _forget, key)
+            _interned[key] = _ref(found, _partial(_forget, key))
             return found
         node = object.__new__(_NewNode)  # filled with plain slot stores, then made a Node (see _NewNode)
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
@@ -163,7 +167,7 @@ class Node:
             found = ref() if ref is not None else None
             if found is None:
                 found = node
-                _interned[key] = weakref.KeyedRef(node, _forget, key)
+                _interned[key] = _ref(node, _partial(_forget, key))
         return found
 
     @staticmethod
@@ -186,7 +190,7 @@ class Node:
             found = ref() if ref is not None else None
             if found is None:
                 found = node
-                _interned[key] = weakref.KeyedRef(node, _forget, key)
+                _interned[key] = _ref(node, _partial(_forget, key))
         return found
 
     __setattr__ = _frozen
@@ -298,6 +302,12 @@ class Node:
         while node.op is Ops.VIEW:
             node = node.src[0]
         return node
+
+
+class _NewSpec(BufferSpec):
+    """A buffer spec being filled in by `BufferSpec.__new__` (see `_NewNode`)."""
+    __slots__ = ()
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
 
 
 class _NewNode(Node):
@@ -430,7 +440,8 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
                 raise GraphError(f"{op.name} on tensors of different devices ({devices}): move one with "
                                  f".to(device) first")
         if op in BINARY and op not in (Ops.THREEFRY,) and op is not Ops.POW:
-            if any(s.dtype != first.dtype for s in src):
+            dtype0 = first.dtype
+            if any(s.dtype is not dtype0 and s.dtype != dtype0 for s in src):
                 raise GraphError(f"dtype mismatch in {op.name}: {[s.dtype.name for s in src]}; cast first")
         if op is Ops.WHERE and src[0].dtype != dtypes.bool:
             raise GraphError(f"WHERE needs a bool condition, got {src[0].dtype.name}")

@@ -14,9 +14,9 @@ and are updated only by the plan (engine/plan.py), on the dispatching thread.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
-from functools import partial
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -66,13 +66,13 @@ class Clock:
 
 class Buffer:
     """The runtime side of a `BufferSpec`: memory (allocated on first use) and pending work."""
-    __slots__ = ("name", "device", "memory", "writes", "reads", "clocks", "inflight", "failure", "_lock",
-                 "_address", "__weakref__")
+    __slots__ = ("uid", "size", "device", "memory", "writes", "reads", "clocks", "inflight", "failure", "_lock",
+                 "_address", "release", "__weakref__")
 
     def __init__(self, spec: BufferSpec):
         # the spec's ledger record owns this Buffer (ledger.runtime(spec)); a reference back would make
         # a cycle that only the cyclic collector frees, so the Buffer keeps the spec's description only
-        self.name, self.device = repr(spec), spec.device
+        self.uid, self.size, self.device = spec.uid, spec.size, spec.device
         self.memory: Any = None
         self.writes: dict[Signal, int] = {}
         self.reads: dict[Signal, int] = {}
@@ -82,6 +82,23 @@ class Buffer:
         self.failure: Optional[BaseException] = None  # the error of the write its contents came from
         self._lock = threading.Lock()
         self._address = 0
+        # (fn, arg): what gives the memory back to its device (Device.allocate sets it), called by
+        # `spec_died` when the storage ledger drops the spec's record: exactly when the spec dies, as a
+        # weakref.finalize on the spec would, without making one per buffer (3 us each)
+        self.release: Optional[tuple[Callable[[Any], None], Any]] = None
+
+    def spec_died(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        """The spec died (atensor/ledger.py calls it from the spec's weak reference): no node, task or
+        command refers to this memory any more, so it goes back to its device."""
+        release = self.release
+        if release is not None and not _finalizing():  # at exit the process gives everything back
+            self.release = None
+            release[0](release[1])
+
+    @property
+    def name(self) -> str:
+        """The spec's name, `buf<uid>@<device>[<size>]` (made when asked: buffers are made per task)."""
+        return f"buf{self.uid}@{self.device}[{self.size}]"
 
     def __repr__(self) -> str:
         return f"Buffer({self.name}, writes={self.writes}, reads={self.reads})"
@@ -166,6 +183,8 @@ class Buffer:
 
     def write_failure(self) -> Optional[BaseException]:
         """The error of a failed write that this buffer's current contents came from, if any."""
+        if not self.writes:
+            return self.failure
         for signal, value in list(self.writes.items()):
             err = signal.failure(value)
             if err is not None:
@@ -187,4 +206,16 @@ class Buffer:
         return self.memory
 
 
-Buffer.of = staticmethod(partial(ledger.attach_runtime, make=Buffer))  # type: ignore[assignment]
+def _buffer_of(spec: BufferSpec, record_of: Callable[[int], Any] = ledger.record_of,
+               attach: Callable[..., Any] = ledger.attach_runtime) -> Buffer:
+    """`Buffer.of`: one Python call when the spec has its Buffer already (every task of every plan
+    looks its buffers up), else `ledger.attach_runtime`, which makes it once."""
+    record = record_of(spec.uid)
+    if record is not None:
+        found = record.runtime
+        if found is not None:
+            return found
+    return attach(spec, Buffer)
+
+
+Buffer.of = staticmethod(_buffer_of)  # type: ignore[assignment]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import weakref
 from typing import Optional
 
 import numpy as np
@@ -120,11 +119,11 @@ class Device:
             return buf
         if data is not None:
             buf.memory = data
-            weakref.finalize(spec, self._account, -spec.nbytes)
+            buf.release = (self._account, -spec.nbytes)  # run when the Buffer goes, with its spec
         else:
             raw = self._take(spec.nbytes)
             buf.memory = raw.view(spec.dtype.np)
-            weakref.finalize(spec, self._release, raw)
+            buf.release = (self._release, raw)
         self._account(spec.nbytes)
         return buf
 

@@ -64,32 +64,39 @@ def graph_key(order: list[Node], settings: tuple = ()) -> GraphKey:
     return GraphKey(tuple(parts), leaves, order, buffer_nodes)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Slot:
-    """A buffer of a template: leaf `index` of the graph ("L") or temporary `index` ("T")."""
+    """A buffer of a template: leaf `index` of the graph ("L") or temporary `index` ("T"), on
+    `device` (what a copy's device is read from, when a Plan is lowered from the template's works).
+    Compared and hashed by identity (C-level, no generated __hash__): a template makes one per slot."""
     kind: str
     index: int
+    device: str = ""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Template:
-    """A scheduled TaskGraph with buffers as slots; see the module docstring."""
+    """A scheduled TaskGraph with buffers as slots; see the module docstring. `lowered` is the
+    engine's Plan of these tasks with their slots as buffers (engine/realize.py), opaque here: it
+    lives and goes with the template."""
     tasks: list[tuple[Any, tuple, frozenset[int]]]   # (work with slot refs, accesses with slot refs, deps)
     temps: list[tuple[str, int, Any]]                # (device, size, dtype) of each temporary buffer
     realized: list[tuple[int, int]]                  # (position of an ASSIGN in the key's order, its slot)
     outputs: list[int]                               # slot of each root's storage
+    leaf_count: int = 0                              # how many slots the graph's own buffers fill
+    lowered: Any = None
 
     @staticmethod
     def capture(graph: TaskGraph, key: GraphKey, realized: list[tuple[Node, BufferSpec]],
                 outputs: list[BufferSpec]) -> Optional[Template]:
         """The template of `graph`; None when it cannot be expressed in slots (nothing is lost)."""
-        slot_of = {spec: Slot("L", i) for i, spec in enumerate(key.leaves)}
+        slot_of = {spec: Slot("L", i, spec.device) for i, spec in enumerate(key.leaves)}
         temps: list[tuple[str, int, Any]] = []
 
         def ref(spec: BufferSpec) -> Slot:
             found = slot_of.get(spec)
             if found is None:
-                found = slot_of[spec] = Slot("T", len(temps))
+                found = slot_of[spec] = Slot("T", len(temps), spec.device)
                 temps.append((spec.device, spec.size, spec.dtype))
             return found
 
@@ -106,23 +113,43 @@ class Template:
             realized_refs.append((position[node], slot_of[spec].index))
         if any(s not in slot_of or slot_of[s].kind != "L" for s in outputs):
             return None
-        return Template(tasks, temps, realized_refs, [slot_of[s].index for s in outputs])
+        return Template(tasks, temps, realized_refs, [slot_of[s].index for s in outputs], len(key.leaves))
 
-    def instantiate(self, key: GraphKey) -> tuple[TaskGraph, list[tuple[Node, BufferSpec]], list[BufferSpec]]:
-        """A fresh TaskGraph for the graph `key` describes: its buffers in the slots, new temporaries."""
-        temps = [BufferSpec(device, size, dtype) for device, size, dtype in self.temps]
+    def fill(self, key: GraphKey) -> tuple[list[BufferSpec], list[tuple[Node, BufferSpec]], list[BufferSpec]]:
+        """What fills the slots for the graph `key` describes (its leaves, then new temporaries), the
+        assigns it realizes and each root's storage: everything but the tasks (`graph_of`)."""
         leaves = key.leaves
+        fill = leaves + [BufferSpec(device, size, dtype) for device, size, dtype in self.temps]
+        realized = [(key.order[pos], leaves[slot]) for pos, slot in self.realized]
+        return fill, realized, [leaves[s] for s in self.outputs]
+
+    def graph_of(self, fill: list[BufferSpec]) -> TaskGraph:
+        """The TaskGraph with the buffers `fill` (from `fill`) in the slots."""
+        temps_at = self.leaf_count
 
         def resolve(ref: Slot) -> BufferSpec:
-            return leaves[ref.index] if ref.kind == "L" else temps[ref.index]
+            return fill[ref.index] if ref.kind == "L" else fill[temps_at + ref.index]
 
         graph = TaskGraph()
         for i, (work, accesses, deps) in enumerate(self.tasks):
             real = map_buffers(work, Slot, resolve)
             graph.tasks.append(Task(i, real, tuple([Access(resolve(r), m, s, e) for r, m, s, e in accesses]),
                                     set(deps)))
-        realized = [(key.order[pos], leaves[slot]) for pos, slot in self.realized]
-        return graph, realized, [leaves[s] for s in self.outputs]
+        return graph
+
+    def instantiate(self, key: GraphKey) -> tuple[TaskGraph, list[tuple[Node, BufferSpec]], list[BufferSpec]]:
+        """A fresh TaskGraph for the graph `key` describes: its buffers in the slots, new temporaries."""
+        fill, realized, outputs = self.fill(key)
+        return self.graph_of(fill), realized, outputs
+
+    def slot_tasks(self) -> list[Task]:
+        """The tasks with their slots as buffers (what a Plan lowered from the template holds)."""
+        return [Task(i, work, tuple([Access(r, m, s, e) for r, m, s, e in accesses]), set(deps))
+                for i, (work, accesses, deps) in enumerate(self.tasks)]
+
+    def slot_index(self, ref: Slot) -> int:
+        """The place in a `fill` list of the buffer in slot `ref`."""
+        return ref.index if ref.kind == "L" else self.leaf_count + ref.index
 
 
 def map_buffers(work: Any, kind: type, fn: Callable[[Any], Any]) -> Any:

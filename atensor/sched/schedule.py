@@ -40,12 +40,32 @@ from atensor.sched.versions import StaleReadError  # noqa: F401 - imported from 
 @dataclass
 class Schedule:
     """The result of scheduling: the graph, per root the buffer that holds it afterwards, and the
-    bookkeeping `commit()` applies once the graph is submitted (versions and realized values)."""
-    graph: TaskGraph
+    bookkeeping `commit()` applies once the graph is submitted (versions and realized values).
+
+    On a schedule-cache hit the graph is not built unless asked for: `template` and `fill` (the
+    buffers in its slots, sched/cache.py) say what it is, and engine/realize.py submits the Plan it
+    keeps on the template with those buffers (`Template.lowered`); reading `graph` instantiates it
+    (with exactly these buffers: the same graph the plan runs)."""
+    _graph: Optional[TaskGraph]
     outputs: list[BufferSpec]
     _commit: Optional[Callable[[], None]] = None
     assigned: tuple[BufferSpec, ...] = ()   # the buffers whose version the commit advances, in order
     key: Optional[tuple] = None             # the graph's structure (sched/cache.py), when computed
+    template: Optional[cache.Template] = None  # on a cache hit: the template the graph comes from
+    fill: Optional[list[BufferSpec]] = None    # and its slots' buffers (leaves, then temporaries)
+
+    @property
+    def graph(self) -> TaskGraph:
+        """The TaskGraph (built from the template on first use, after a cache hit)."""
+        graph = self._graph
+        if graph is None:
+            graph = self._graph = self.template.graph_of(self.fill)
+        return graph
+
+    @property
+    def task_count(self) -> int:
+        """How many tasks the graph has (without building it)."""
+        return len(self._graph.tasks) if self._graph is not None else len(self.template.tasks)
 
     def commit(self) -> None:
         """Records what this graph realizes: each assigned buffer's next version, and which lazy
@@ -99,9 +119,11 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
     else:
         key = None
     template = cache.lookup(key) if key is not None else None
+    fill = None
     if template is not None:
         check_versions(key.buffer_nodes)
-        graph, realized, outputs = template.instantiate(key)
+        graph = None  # built only when asked for (Schedule.graph)
+        fill, realized, outputs = template.fill(key)
     else:
         simplified = simplify(new_roots)
         final_roots = [simplified[r] for r in new_roots]
@@ -124,7 +146,7 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
     def commit() -> None:
         record_realized(realized, original, subbed, roots, new_roots)
     return Schedule(graph, outputs[:requested], commit, tuple(spec for _, spec in realized),
-                    key.key if key is not None else None)
+                    key.key if key is not None else None, template if fill is not None else None, fill)
 
 
 def _at(view: View, offset: int) -> View:

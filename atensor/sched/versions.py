@@ -24,6 +24,7 @@ from atensor.graph.ops import Ops
 from atensor.ledger import pending_heads, set_head  # noqa: F401 - the ledger's, imported from here too
 
 _value, _version = ledger.value, ledger.version
+_value_entry, _record_of = ledger.value_entry, ledger.record_of
 
 
 class StaleReadError(RuntimeError):
@@ -41,21 +42,24 @@ def _realized(node: Node) -> Optional[Node]:
     a realized *value* is only a cache: once its buffer is written again, the value is recomputed
     from its own inputs instead, so writing into a realized tensor never changes values that were
     derived from the same expression."""
-    found = _value(node)
-    if found is None or node.op is Ops.ASSIGN:
+    entry = _value_entry(id(node))  # ledger.value(node) and ledger.version/runtime, inlined: this
+    if entry is None:               # runs for every node of every graph scheduled
+        return None
+    found = entry[1]
+    if node.op is Ops.ASSIGN:
         return found
     base = found.base()
-    if base.op is not Ops.BUFFER or base.arg[1] != _version(base.arg[0]):
+    if base.op is not Ops.BUFFER:
+        return None
+    spec, version = base.arg
+    record = _record_of(spec.uid)
+    if record is None:
+        return found if version == 0 else None
+    if version != record.version:
         return None
     # contents a failed task wrote are no value: a structurally equal graph built later computes it again
-    return None if _holds_failure(base.arg[0]) else found
-
-
-def _holds_failure(spec: BufferSpec) -> bool:
-    """True when the device memory hcq/ attached to `spec` holds what a failed task wrote (duck-typed:
-    sched/ knows no runtime, only that `runtime.write_failure()` says so)."""
-    runtime = ledger.runtime(spec)
-    return runtime is not None and runtime.write_failure() is not None
+    runtime = record.runtime
+    return None if runtime is not None and runtime.write_failure() is not None else found
 
 
 def storage_of(node: Node) -> BufferSpec:
