@@ -482,7 +482,7 @@ async def _sse(gen: Generation, rid: str, created: int, chat: bool, kind: str) -
 def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True,
                  prefill_buckets: Optional[list[int]] = None) -> Server:
     """Loads the model and tokenizer and, with `warmup`, captures and compiles every prefill bucket and
-    decode batch size before the first request (3 calls each: run, capture, verify)."""
+    decode (batch size, attention window) before the first request (3 calls each: run, capture, verify)."""
     from atensor.models.generation import PREFILL_BUCKETS, LlamaEngine, batch_bucket
     from atensor.models.gguf import load_gguf
     from atensor.models.llama import Llama
@@ -496,7 +496,8 @@ def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True
                 engine.prefill(0, [tokenizer.eos_id] * length if length < context else [1] * (context - 1))
             rows = 1
             while True:
-                engine.decode({s: (1, 0) for s in range(rows)})
+                for window in engine.windows:  # each attention window's program (a history of `window`)
+                    engine.decode({s: (1, window - 1) for s in range(rows)})
                 if rows >= slots:
                     break
                 rows = min(slots, batch_bucket(rows + 1))

@@ -4,9 +4,13 @@ Why apart from c_render.py: the renderer decides *that* a REDUCE over a product 
 matrix product; this module decides how BLAS is told about the operands (transpose flags, leading
 dimensions, vector increments), pure functions of strides and sizes that tests can check on their own.
 A product with one row or one column is a gemv: OpenBLAS's gemm with m = 1 packs the whole matrix
-before it multiplies, which measured 3x slower than gemv for batch-1 decode's matrix-vector products.
+before it multiplies, which measured 3x slower than gemv for batch-1 decode's matrix-vector products;
+a product of a few rows over a matrix that fits in cache (attention's group of query rows against a
+key block) is one gemv per row, for the same reason.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from atensor.graph.view import View
 
@@ -24,17 +28,49 @@ def merged_stride(view: View, group: list[int]) -> int | None:
     return view.strides[group[-1]]
 
 
-def gemv_shape(m: int, k: int, n: int, la: tuple[int, int], lb: tuple[int, int], sa_k: int,
-               sb_k: int) -> tuple[int, int, int, int, bool] | None:
-    """The gemv of an (m x k) . (k x n) product with m == 1 or n == 1, as (transpose flag, rows, cols,
-    leading dimension of the matrix, whether the vector is the first operand); None for a gemm (or a
+# A product with at most GEMV_ROWS rows (or columns) whose other operand fits in cache is one gemv per
+# row: OpenBLAS's gemm packs the matrix before it multiplies, which dominates a small product. Measured
+# (one thread, /tmp microbenchmark in the commit message): 3 rows of a 256x64 attention key block, 15.8 us
+# as a gemm against 11.9 us as 4 gemvs at m = 4 and 8.4 us at m = 2; at m = 8 they tie, at 16 gemm
+# wins 1.7x. A matrix too big for cache is read from memory once per gemv: there gemm wins at m = 4
+# (576x3072, 1.1 ms against 2.7 ms).
+GEMV_ROWS = 4
+GEMV_MATRIX_BYTES = 1 << 20
+
+
+class GemvPlan(NamedTuple):
+    """`count` gemvs computing an (m x k) . (k x n) product: matrix-vector products of one operand (the
+    matrix: transpose flag, rows, cols, leading dimension) with rows of the first operand
+    (`vector_first`) or columns of the second, each result vector written into the [m, n] result."""
+    trans: int
+    rows: int
+    cols: int
+    ld: int
+    vector_first: bool
+    count: int        # gemvs: rows of the first operand, or columns of the second
+    vector_step: int  # element offset from one vector to the next within its operand
+    inc: int          # element stride within a vector
+    out_step: int     # element offset from one result vector to the next in the [m, n] result
+    out_inc: int      # element stride within a result vector
+
+
+def gemv_plan(m: int, k: int, n: int, la: tuple[int, int], lb: tuple[int, int],
+              strides: tuple[int, int, int, int], itemsize: int) -> GemvPlan | None:
+    """The gemvs of an (m x k) . (k x n) product whose operands have strides (sa_m, sa_k, sb_k, sb_n) and
+    BLAS layouts `la`, `lb`: one gemv when m == 1 or n == 1, one per row (column) when there are at
+    most GEMV_ROWS of them and the other operand fits in GEMV_MATRIX_BYTES; None for a gemm (or a
     vector broadcast along k, whose stride 0 BLAS does not take)."""
-    if m == 1 and (sa_k != 0 or k == 1):  # x (k) . B (k x n): B^T x
-        trans, ld = lb
-        return (CBLAS_TRANS, k, n, ld, True) if trans == CBLAS_NO_TRANS else (CBLAS_NO_TRANS, n, k, ld, True)
-    if n == 1 and (sb_k != 0 or k == 1):  # A (m x k) . b (k): A b
-        trans, ld = la
-        return (CBLAS_NO_TRANS, m, k, ld, False) if trans == CBLAS_NO_TRANS else (CBLAS_TRANS, k, m, ld, False)
+    sa_m, sa_k, sb_k, sb_n = strides
+    rows_ok = m == 1 or (m <= GEMV_ROWS and k * n * itemsize <= GEMV_MATRIX_BYTES)
+    cols_ok = n == 1 or (n <= GEMV_ROWS and m * k * itemsize <= GEMV_MATRIX_BYTES)
+    if rows_ok and (sa_k != 0 or k == 1) and (m == 1 or m <= n or not cols_ok):
+        trans, ld = lb  # x (k) . B (k x n): B^T x, for each row x of A
+        head = (CBLAS_TRANS, k, n, ld) if trans == CBLAS_NO_TRANS else (CBLAS_NO_TRANS, n, k, ld)
+        return GemvPlan(*head, True, m, sa_m, sa_k or 1, n, 1)
+    if cols_ok and (sb_k != 0 or k == 1):
+        trans, ld = la  # A (m x k) . b (k): A b, for each column b of B
+        head = (CBLAS_NO_TRANS, m, k, ld) if trans == CBLAS_NO_TRANS else (CBLAS_TRANS, k, m, ld)
+        return GemvPlan(*head, False, n, sb_n, sb_k or 1, 1, n)
     return None
 
 
@@ -51,4 +87,5 @@ def blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int]
     return None
 
 
-__all__ = ["CBLAS_NO_TRANS", "CBLAS_ROW_MAJOR", "CBLAS_TRANS", "blas_layout", "gemv_shape", "merged_stride"]
+__all__ = ["CBLAS_NO_TRANS", "CBLAS_ROW_MAJOR", "CBLAS_TRANS", "GEMV_MATRIX_BYTES", "GEMV_ROWS", "GemvPlan",
+           "blas_layout", "gemv_plan", "merged_stride"]

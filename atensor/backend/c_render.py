@@ -10,7 +10,8 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
 - a REDUCE is materialized into a temporary array: its nest runs over the source's shape and
   accumulates (float sums in double);
 - a REDUCE of a product of two broadcast views (a matmul in disguise) is one BLAS gemm per batch
-  element into a temporary laid out [batch, rows, cols], read back through strides;
+  element (gemvs for a product of a few rows or columns, c_blas.py) into a temporary laid out
+  [batch, rows, cols], read back through strides;
 - a VIEW reads a PARAM buffer, a materialized array, a constant or an arange through its strides,
   offset and mask (a masked-out element reads 0); the computed source of a view is materialized
   first, in row-major order, as numpy's backend reads it;
@@ -38,7 +39,7 @@ from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
-from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_shape, merged_stride
+from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride
 from atensor.backend.gemm_axes import contraction_groups
 
 
@@ -460,14 +461,19 @@ class CRenderer:
                             if shape[i] != 1] or ["0"])
         f = "s" if n.dtype == dtypes.float32 else "d"
         a_at, b_at, c_at = f"{ptr(a)} + ({off_a})", f"{ptr(b)} + ({off_b})", f"{out} + ({off_c})"
-        gemv = gemv_shape(m, k, nn, la, lb, sa_k, sb_k)
+        gemv = gemv_plan(m, k, nn, la, lb, (sa_m, sa_k, sb_k, sb_n), n.dtype.itemsize)
         if gemv is not None:
-            # one row or one column: a matrix-vector product, which reads the matrix once (OpenBLAS's
-            # gemm with m = 1 packs the whole matrix first: 3x slower at batch-1 decode, measured)
-            trans, rows_, cols_, ld, vector_first = gemv
-            matrix, vector, inc = (b_at, a_at, sa_k or 1) if vector_first else (a_at, b_at, sb_k or 1)
-            call = (f"at_{f}gemv({CBLAS_ROW_MAJOR}, {trans}, {rows_}, {cols_}, 1, {matrix}, {ld}, {vector}, "
-                    f"{inc}, 0, {c_at}, 1);")
+            # a few rows or columns: matrix-vector products, which read the matrix without packing it
+            # (OpenBLAS's gemm with m = 1 packs the whole matrix first: 3x slower at batch-1 decode,
+            # measured; c_blas.py has the figures for a few rows)
+            matrix, vector = (b_at, a_at) if gemv.vector_first else (a_at, b_at)
+            r = self.fresh("r") if gemv.count > 1 else "0"
+            at = lambda base, step: base if r == "0" or step == 0 else f"{base} + {r} * {step}"
+            call = (f"at_{f}gemv({CBLAS_ROW_MAJOR}, {gemv.trans}, {gemv.rows}, {gemv.cols}, 1, {matrix}, "
+                    f"{gemv.ld}, {at(vector, gemv.vector_step)}, {gemv.inc}, 0, {at(c_at, gemv.out_step)}, "
+                    f"{gemv.out_inc});")
+            if r != "0":
+                call = f"for (int64_t {r} = 0; {r} < {gemv.count}; {r}++) {call}"
         else:
             call = (f"at_{f}gemm({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, {a_at}, {la[1]}, "
                     f"{b_at}, {lb[1]}, 0, {c_at}, {nn});")

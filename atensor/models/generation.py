@@ -11,6 +11,11 @@ programs keyed by shape only:
 - decode: rows 0..B-1 are slots 0..B-1 with B a batch bucket (1, 2, 4, ...); each row's cache position
   is its own bound Variable (`pos0`, `pos1`, ...), so the step is replayed with the new positions
   bound, never recaptured per position. A row whose slot is free computes a throw-away token.
+  Attention reads a window of the cache, the smallest of WINDOW_BUCKETS (64, 128, ... cells, and the
+  context) that holds every row's history: one program per (batch, window) bucket, so a step over
+  short histories does not read (and multiply) the masked-out rest of the context. At batch 16 and
+  context 256 a 64-cell window cut the attention kernel from 1.00 ms to 0.35 ms per layer (profiler).
+  A prefill starts at position 0, so its window is its bucket length.
 
 Sampling happens on the host on the step's logits: temperature scaling, top-k, top-p (nucleus), then
 inverse-CDF with a uniform drawn from atensor's Threefry generator keyed by the request's seed, one
@@ -32,6 +37,7 @@ from atensor.models.llama import Llama
 from atensor.tensor import Tensor
 
 PREFILL_BUCKETS = (16, 64, 128, 256, 512)
+WINDOW_BUCKETS = (64, 128, 256, 512, 1024, 2048)
 
 
 def batch_bucket(rows: int) -> int:
@@ -84,10 +90,12 @@ class LlamaEngine:
         logits = engine.decode({0: (token, len(ids))})  # {slot: (token, position)} -> {slot: (vocab,)}
     """
 
-    def __init__(self, model: Llama, prefill_buckets: Sequence[int] = PREFILL_BUCKETS):
+    def __init__(self, model: Llama, prefill_buckets: Sequence[int] = PREFILL_BUCKETS,
+                 window_buckets: Sequence[int] = WINDOW_BUCKETS):
         self.model = model
         self.context = model.context
         self.buckets = sorted({min(b, model.context) for b in prefill_buckets} | {model.context})
+        self.windows = sorted({min(w, model.context) for w in window_buckets} | {model.context})
         self.slot_var = Variable("slot", 0, model.slots - 1)
         self.pos_vars = [Variable(f"pos{i}", 0, model.context - 1) for i in range(model.slots)]
         self._prefill_step = jit(self._prefill_fn)
@@ -108,6 +116,13 @@ class LlamaEngine:
                 return b
         raise ValueError(f"a prompt of {length} tokens does not fit the context of {self.context}")
 
+    def window(self, cells: int) -> int:
+        """The attention window of a decode step whose rows' histories reach `cells` cells."""
+        for w in self.windows:
+            if w >= cells:
+                return w
+        raise ValueError(f"{cells} cells of history do not fit the context of {self.context}")
+
     def prefill(self, slot: int, ids: Sequence[int]) -> np.ndarray:
         """Writes the prompt's keys and values into `slot` at positions [0, len(ids)) and returns the
         last token's logits (vocab,). Blocking (run it off the event loop)."""
@@ -119,8 +134,8 @@ class LlamaEngine:
         tokens = np.zeros((1, length), np.int32)
         tokens[0, :n] = ids
         out = self._prefill_step(Tensor(tokens), Tensor(m.position_ids(length, [0])),
-                                 Tensor(m.mask_array(length, [0])), Tensor(np.array([n - 1], np.int32)),
-                                 self.slot_var.bind(slot))
+                                 Tensor(m.mask_array(length, [0], length)),
+                                 Tensor(np.array([n - 1], np.int32)), self.slot_var.bind(slot))
         return out.numpy()[0]
 
     def decode(self, rows: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
@@ -137,7 +152,7 @@ class LlamaEngine:
             tokens[slot, 0], starts[slot] = token, pos
         m = self.model
         out = self._decode_step(Tensor(tokens), Tensor(m.position_ids(1, starts)),
-                                Tensor(m.mask_array(1, starts)),
+                                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1))),
                                 tuple(v.bind(s) for v, s in zip(self.pos_vars, starts)))
         logits = out.numpy()
         return {slot: logits[slot] for slot in rows}

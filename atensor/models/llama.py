@@ -16,12 +16,14 @@ The KV cache: per layer, one persistent tensor of shape (slots, 2, kv_heads, con
 and values side by side. A forward over L tokens of row b writes its keys and values with one `assign`
 (one kernel) into a shrink of its slot at [start, start + L), where `start` is a bound `Variable`: the kernels and task graph are the same for
 every position, so a jitted decode step is replayed with the next position bound, never recaptured.
-Attention reads the whole cache of the row's slot with an additive mask (0 for the cells the row may
-see, -inf elsewhere), so shapes never depend on the position. Rows are independent: a batch of slots,
+Attention reads the first `window` cells of the row's slot (`window` is the mask's last axis) with an
+additive mask (0 for the cells the row may see, -inf elsewhere), so shapes depend on the window, a
+bucket the engine picks (generation.py), never on the position itself. Rows are independent: a batch of slots,
 each at its own position, is one decode step (continuous batching, examples/serve_llm.py).
 
 Invariant: a slot's cells [0, start + L) hold the keys and values of its tokens at those positions once
-the step is realized; cells beyond are stale and always masked.
+the step is realized; cells beyond are stale and always masked. A forward's window covers
+[0, start + L) of every row (the caller's duty: a Variable start is not known when the step is traced).
 """
 from __future__ import annotations
 
@@ -112,15 +114,24 @@ class Llama:
         return Llama(gguf if gguf is not None else load_gguf(path), slots, context, device)
 
     # ---- inputs a forward needs, made on the host -------------------------------------------------------
-    def causal_mask(self, length: int, starts: Sequence[int], lengths: Optional[Sequence[int]] = None) -> Tensor:
-        """The additive (B, 1, L, context) mask of rows whose L tokens start at `starts`: token i of row b
-        sees cells [0, starts[b] + i]. `lengths` (real tokens per row, the rest padding) changes nothing
-        for the real tokens; it is accepted so callers state it."""
-        return Tensor(self.mask_array(length, starts), device=self.device)
+    def causal_mask(self, length: int, starts: Sequence[int], lengths: Optional[Sequence[int]] = None,
+                    window: Optional[int] = None) -> Tensor:
+        """The additive (B, 1, L, window) mask of rows whose L tokens start at `starts`: token i of row b
+        sees cells [0, starts[b] + i] of the first `window` cells (default: the whole context).
+        `lengths` (real tokens per row, the rest padding) changes nothing for the real tokens; it is
+        accepted so callers state it."""
+        return Tensor(self.mask_array(length, starts, window), device=self.device)
 
-    def mask_array(self, length: int, starts: Sequence[int]) -> np.ndarray:
+    def mask_array(self, length: int, starts: Sequence[int], window: Optional[int] = None) -> np.ndarray:
         """`causal_mask` as a numpy array."""
-        cells = np.arange(self.context)[None, None, :]
+        window = self.context if window is None else window
+        if not 0 < window <= self.context:
+            raise ValueError(f"an attention window of {window} cells; it must be in [1, {self.context}]")
+        need = max(starts) + length
+        if need > window:
+            raise ValueError(f"rows reaching position {need - 1} need a window of at least {need} cells, "
+                             f"got {window}")
+        cells = np.arange(window)[None, None, :]
         last = np.asarray(starts)[:, None, None] + np.arange(length)[None, :, None]
         return np.where(cells <= last, 0.0, NEG_INF).astype(np.float32)[:, None]
 
@@ -135,12 +146,17 @@ class Llama:
         """Logits (B, L, vocab) of `tokens` (B, L) int32, or (B, vocab) of the token at index `last` (B,)
         int32 of each row. Row b's keys and values are written into cache slot `first_slot + b` at
         [starts[b], starts[b] + L); `positions` (B * L,) are the tokens' RoPE positions and `mask` the
-        additive (B, 1, L, context) attention mask (see `causal_mask`). `first_slot` and `starts` may
-        be bound Variables (one program for every slot and position)."""
+        additive (B, 1, L, window) attention mask (see `causal_mask`): attention reads the first
+        `window` cells of each slot, which must cover [0, start + L) of every row. `first_slot` and
+        `starts` may be bound Variables (one program for every slot and position)."""
         cfg = self.config
         b, length = tokens.shape
         if len(starts) != b:
             raise ValueError(f"forward: {b} rows need {b} starts, got {len(starts)}")
+        window = mask.shape[-1]
+        if mask.ndim != 4 or mask.shape[:3] != (b, 1, length) or not 0 < window <= self.context:
+            raise ValueError(f"forward: the mask must be (B, 1, L, window) = ({b}, 1, {length}, <= "
+                             f"{self.context}), got {mask.shape} (see causal_mask)")
         heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         x = self.embed.index_select(0, tokens.reshape(b * length)).reshape(b, length, cfg.dim)
         cos = self.rope_cos.index_select(0, positions).reshape(b, length, 1, hd // 2)
@@ -158,8 +174,9 @@ class Llama:
                 cells = ((first_slot + row, first_slot + row + 1), None, None, (start, start + length), None)
                 layer.cache.shrink(cells).assign(fresh[row:row + 1])
             rows = (first_slot, first_slot + b)
-            keys = layer.cache.shrink((rows, (0, 1), None, None, None)).reshape(b, kv, self.context, hd)
-            values = layer.cache.shrink((rows, (1, 2), None, None, None)).reshape(b, kv, self.context, hd)
+            seen = (0, window)  # attention reads only the window: a short history reads a short cache
+            keys = layer.cache.shrink((rows, (0, 1), None, seen, None)).reshape(b, kv, window, hd)
+            values = layer.cache.shrink((rows, (1, 2), None, seen, None)).reshape(b, kv, window, hd)
             attended = q.permute(0, 2, 1, 3).scaled_dot_product_attention(keys, values, attn_mask=mask,
                                                                           enable_gqa=True)
             h = x + attended.permute(0, 2, 1, 3).reshape(b, length, heads * hd).contiguous() @ layer.wo

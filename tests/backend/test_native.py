@@ -514,7 +514,9 @@ def test_a_jitted_kernel_with_a_variable_runs_in_c_and_matches_numpy_at_each_bou
     assert step.stats["replays"] >= 5
     kernels = _variable_kernels(every_kernel_native)
     assert kernels, "no kernel with a Variable was compiled"
-    assert any("at_sgemm" in k.source and "var0" in k.source for k in kernels), [k.source for k in kernels]
+    # the 4-row window is a BLAS call (gemvs per row: a few rows, c_blas.py) at the Variable offset
+    assert any(("at_sgemm" in k.source or "at_sgemv" in k.source) and "var0" in k.source
+               for k in kernels), [k.source for k in kernels]
     assert all(k.variables == (Variable("pos", 0, 12),) for k in kernels)
 
 
@@ -569,3 +571,31 @@ def test_matrix_vector_products_are_gemv_calls_matching_numpy(every_kernel_nativ
         np.testing.assert_allclose((Tensor(batched) @ Tensor(w)).numpy(), batched @ w, **tol)
     sources = [native._kernels[ast].source for ast in every_kernel_native]
     assert sum("at_sgemv(" in src for src in sources) >= 5 and any("at_dgemv(" in src for src in sources)
+
+
+def test_a_decode_steps_attention_contractions_are_gemvs_per_query_row_matching_numpy(every_kernel_native):
+    """Grouped-query attention of a decode step (one token per row, a group of 3 query heads per kv
+    head, keys and values read from a KV cache behind an additive mask): both contractions, q . K^T and
+    weights . V, are a few rows against a small key block, run as one BLAS gemv per query row (a gemm
+    would pack the block first, c_blas.py), and the result is numpy's."""
+    rng = np.random.default_rng(3)
+    b, heads, kv, source, dim = 2, 6, 2, 32, 16
+    cache_np = rng.standard_normal((b, 2, kv, source, dim)).astype(np.float32)
+    q_np = rng.standard_normal((b, heads, 1, dim)).astype(np.float32)
+    seen = np.arange(source)[None, :] <= np.array([5, 20])[:, None]            # row b sees cells 0..pos
+    mask_np = np.where(seen, 0, -np.inf).astype(np.float32)[:, None, None, :]  # (b, 1, 1, S)
+    cache = Tensor(cache_np)
+    keys = cache.shrink((None, (0, 1), None, None, None)).reshape(b, kv, source, dim)
+    values = cache.shrink((None, (1, 2), None, None, None)).reshape(b, kv, source, dim)
+    got = Tensor(q_np).scaled_dot_product_attention(keys, values, attn_mask=Tensor(mask_np),
+                                                     enable_gqa=True).numpy()
+    k_np = np.repeat(cache_np[:, 0], heads // kv, axis=1)  # query head h reads kv head h // 3
+    v_np = np.repeat(cache_np[:, 1], heads // kv, axis=1)
+    scores = q_np @ k_np.transpose(0, 1, 3, 2) / np.sqrt(dim) + mask_np
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (weights / weights.sum(-1, keepdims=True)) @ v_np
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    sources = [native._kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
+    attention = [src for src in sources if src.count("at_sgemv(") == 2]
+    assert attention and "at_sgemm(" not in attention[0], sources
+    assert attention[0].count("< 3; r") == 2, attention[0]  # one gemv per query row of the group of 3

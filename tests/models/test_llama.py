@@ -125,7 +125,8 @@ def test_the_decode_step_is_replayed_with_new_positions_not_recaptured(engine, r
     ids = reference["json"]["prompts"][0]
     list(engine.generate(ids, 12))
     stats = engine._decode_step.stats
-    assert stats["captures"] == before["captures"] <= 1  # one batch-1 program for every position
+    # one batch-1 program per attention window (64, 128 cells here), each for every position in it
+    assert stats["captures"] == before["captures"] <= len(engine.windows) == 2
     assert stats["replays"] - before["replays"] == 11
 
 
@@ -163,3 +164,19 @@ def test_sampling_with_top_k_and_top_p_keeps_only_the_allowed_tokens():
     counts = np.bincount([sample(logits, SamplingParams(temperature=1.0), u) for u in draws], minlength=4)
     np.testing.assert_allclose(counts / len(draws), [0.5, 0.3, 0.15, 0.05], atol=0.02)
     assert sample(logits, SamplingParams(), 0.9) == 0  # temperature 0: greedy
+
+
+def test_a_decode_step_over_a_short_window_gives_the_logits_of_the_whole_context(engine, reference):
+    """Attention reads only the window of cells the rows' histories reach (engine.window): the masked-out
+    rest of the context changes nothing, so a 64-cell window gives the logits of the 128-cell one."""
+    ids = reference["json"]["prompts"][0]
+    m = engine.model
+    token = int(np.argmax(engine.prefill(0, ids)))
+    pos = len(ids)
+    assert engine.window(pos + 1) == 64 < m.context
+    logits = [m.forward(Tensor(np.array([[token]], np.int32)), Tensor(m.position_ids(1, [pos])),
+                        m.causal_mask(1, [pos], window=w), [pos]).numpy()[0, 0] for w in (64, m.context)]
+    assert np.abs(logits[0]).max() > 10
+    np.testing.assert_allclose(logits[0], logits[1], atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="window of at least"):
+        m.causal_mask(1, [70], window=64)
