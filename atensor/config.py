@@ -8,7 +8,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free and its kernels in bounds before it runs (tests turn it on) |
 | z3_timeout_ms | ATENSOR_Z3_TIMEOUT_MS | 2000 | per z3 query of those proofs; a query that times out is a rejection |
 | blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads of a big kernel (backend/blas.py) |
-| blas_parallel_flops | ATENSOR_BLAS_PARALLEL_FLOPS | 64 Mi | estimated flops from which a kernel's products use `blas_threads` threads; below, one |
+| blas_parallel_flops | ATENSOR_BLAS_PARALLEL_FLOPS | 64 Mi | (sizes such as `8Mi` or `64M` are accepted here and for the byte settings) estimated flops from which a kernel's products use `blas_threads` threads; below, one |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
@@ -29,21 +29,56 @@ from dataclasses import dataclass, fields
 from typing import Iterator, Optional
 
 
+_SUFFIXES = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30}
+
+
+def env_number(name: str, default: str, kind: type = int, sizes: bool = False) -> "int | float":
+    """The number in environment variable `name` (else `default`), as `kind`. With `sizes`, a suffix
+    K, M, G (powers of 1000) or Ki, Mi, Gi (powers of 1024) may follow it: `8Mi`, `64M`. A value that
+    is not such a number is a ValueError naming the variable, its value and the accepted forms, raised
+    at import, before anything runs with a wrong setting.
+
+    >>> env_number("ATENSOR_DOCTEST_UNSET", "2Ki", sizes=True)
+    2048
+    """
+    text = os.environ.get(name, default).strip()
+    scale, digits = 1, text
+    if sizes:
+        for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+            if text.lower().endswith(suffix):
+                scale, digits = _SUFFIXES[suffix], text[: -len(suffix)].strip()
+                break
+    try:
+        value = float(digits) * scale if scale != 1 or kind is float else kind(digits)
+    except ValueError:
+        forms = "an integer" if kind is int else "a number"
+        if sizes:
+            forms += ", optionally followed by K, M, G (x1000) or Ki, Mi, Gi (x1024), e.g. 64Mi"
+        raise ValueError(f"environment variable {name}={os.environ.get(name)!r} is not {forms}; "
+                         f"set it to such a value or unset it (default {default})") from None
+    if kind is int:
+        if value != int(value):
+            raise ValueError(f"environment variable {name}={os.environ.get(name)!r} is not a whole number; "
+                             f"set it to an integer or unset it (default {default})")
+        return int(value)
+    return value
+
+
 @dataclass
 class Settings:
-    racecheck: bool = bool(int(os.environ.get("ATENSOR_RACECHECK", "0")))
-    z3_timeout_ms: int = int(os.environ.get("ATENSOR_Z3_TIMEOUT_MS", "2000"))
-    blas_threads: Optional[int] = int(os.environ["ATENSOR_BLAS_THREADS"]) if "ATENSOR_BLAS_THREADS" in os.environ else None
-    blas_parallel_flops: int = int(os.environ.get("ATENSOR_BLAS_PARALLEL_FLOPS", str(64 << 20)))
+    racecheck: bool = bool(env_number("ATENSOR_RACECHECK", "0"))
+    z3_timeout_ms: int = env_number("ATENSOR_Z3_TIMEOUT_MS", "2000")
+    blas_threads: Optional[int] = env_number("ATENSOR_BLAS_THREADS", "0") if "ATENSOR_BLAS_THREADS" in os.environ else None
+    blas_parallel_flops: int = env_number("ATENSOR_BLAS_PARALLEL_FLOPS", str(64 << 20), sizes=True)
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
-    schedule_cache: bool = bool(int(os.environ.get("ATENSOR_SCHEDULE_CACHE", "1")))
-    allreduce_bucket_bytes: int = int(os.environ.get("ATENSOR_BUCKET_BYTES", str(25 << 20)))
-    malloc_keep_bytes: int = int(os.environ.get("ATENSOR_MALLOC_KEEP", str(128 << 20)))
+    schedule_cache: bool = bool(env_number("ATENSOR_SCHEDULE_CACHE", "1"))
+    allreduce_bucket_bytes: int = env_number("ATENSOR_BUCKET_BYTES", str(25 << 20), sizes=True)
+    malloc_keep_bytes: int = env_number("ATENSOR_MALLOC_KEEP", str(128 << 20), sizes=True)
     native: str = os.environ.get("ATENSOR_NATIVE", "jit")
-    worker_nice: int = int(os.environ.get("ATENSOR_WORKER_NICE", "0"))
+    worker_nice: int = env_number("ATENSOR_WORKER_NICE", "0")
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
-    net_timeout_s: float = float(os.environ.get("ATENSOR_NET_TIMEOUT", "300"))
-    max_devices: int = int(os.environ.get("ATENSOR_MAX_DEVICES", "16"))
+    net_timeout_s: float = env_number("ATENSOR_NET_TIMEOUT", "300", kind=float)
+    max_devices: int = env_number("ATENSOR_MAX_DEVICES", "16")
 
 
 # The settings in effect, per context: a `Context` block changes them for the code inside it (its trio
