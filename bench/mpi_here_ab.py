@@ -1,4 +1,4 @@
-"""A/B of the awaited jitted allreduce at 256 KiB, 1 MiB and 4 MiB, against mpi4py in the same processes,
+"""A/B of the awaited jitted allreduce at 256 KiB, 1, 4 and 16 MiB, against mpi4py in the same processes,
 interleaved more finely than bench/mpi.py: per tree and round, fresh `mpiexec -n 2` processes time 5
 inner rounds of mpi4py's `Allreduce` then the jitted `dist.allreduce` (awaited per call), each the min of
 its rounds; the trees alternate round by round (baseline first in odd rounds).
@@ -7,7 +7,9 @@ its rounds; the trees alternate round by round (baseline first in odd rounds).
 
 Why a second A/B: on a loaded shared machine bench/mpi.py's rounds are minutes apart and its ratios
 swing 2-5x; here each round is seconds long. "here" is the share of calls whose net command finished on
-the calling thread (Queue.ran_here; 0 for a tree without it). Writes bench/results/mpi_here_ab.json.
+the calling thread (Queue.ran_here; 0 for a tree without it); "shared" the share of calls submitted while
+the calling thread went on testing the collective until the worker took it over (or it completed there
+first: "done there"; native_net.shared; 0 for a tree without it). Writes bench/results/mpi_here_ab.json.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import table, write_results  # noqa: E402
 
-SIZES = (256 << 10, 1 << 20, 4 << 20)
+SIZES = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
 
 
 def worker() -> dict:
@@ -34,6 +36,7 @@ def worker() -> dict:
     from mpi4py import MPI
     import atensor
     from atensor import Tensor, dist
+    from atensor.dist import native_net
     from atensor.hcq.device import Device
     world = dist.init(("CPU:0",))
     comm = MPI.COMM_WORLD
@@ -56,6 +59,7 @@ def worker() -> dict:
             reps = max(10, min(100, (64 << 20) // nbytes))
             t_mpi, t_at = [], []
             here = getattr(net, "ran_here", 0)
+            shared = dict(getattr(native_net, "shared", {}))
             for _ in range(5):
                 comm.Barrier()
                 start = time.perf_counter()
@@ -67,10 +71,13 @@ def worker() -> dict:
                 for k in range(reps):
                     last = await jitted(xs[k % 2])
                 t_at.append((time.perf_counter() - start) / reps)
+            now = dict(getattr(native_net, "shared", {}))
             sums = [sum(v + 10 * k for v in range(1, world.size + 1)) for k in range(2)]
             assert float(last.numpy()[0]) == sums[(reps - 1) % 2], "a replay gave a wrong sum"
             out[str(nbytes)] = {"mpi4py_s": min(t_mpi), "atensor_s": min(t_at), "ratio": min(t_mpi) / min(t_at),
-                                "here": (getattr(net, "ran_here", 0) - here) / (5 * reps)}
+                                "here": (getattr(net, "ran_here", 0) - here) / (5 * reps),
+                                "shared": (sum(now.values()) - sum(shared.values())) / (5 * reps),
+                                "done_there": (now.get(0, 0) - shared.get(0, 0)) / (5 * reps)}
         return out
     return trio.run(main)
 
@@ -108,12 +115,16 @@ def main() -> None:
                          "ratio_min": min(ratios), "ratio_max": max(ratios),
                          "mpi4py_s_median": statistics.median([r["mpi4py_s"] for r in runs]),
                          "atensor_s_median": statistics.median([r["atensor_s"] for r in runs]),
-                         "here_median": statistics.median([r["here"] for r in runs])})
+                         "here_median": statistics.median([r["here"] for r in runs]),
+                         "shared_median": statistics.median([r.get("shared", 0) for r in runs]),
+                         "done_there_median": statistics.median([r.get("done_there", 0) for r in runs])})
     print(table(f"awaited jitted allreduce, {args.rounds} alternating rounds: mpi4py's time / atensor's, median "
-                f"[min-max] over rounds", ["size", "tree", "ratio", "mpi4py us", "atensor us", "here"],
+                f"[min-max] over rounds", ["size", "tree", "ratio", "mpi4py us", "atensor us", "here", "shared",
+                                            "done there"],
                 [[f"{r['bytes'] >> 10} KiB", r["tree"], f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}-"
                   f"{r['ratio_max']:.2f}]", r["mpi4py_s_median"] * 1e6, r["atensor_s_median"] * 1e6,
-                  f"{r['here_median']:.2f}"] for r in rows]))
+                  f"{r['here_median']:.2f}", f"{r['shared_median']:.2f}", f"{r['done_there_median']:.2f}"]
+                 for r in rows]))
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     path = write_results("mpi_here_ab", {"command": " ".join(sys.argv), "baseline_tree": str(trees["baseline"]),
                                          "rounds": args.rounds, "rows": rows, "per_round": got,

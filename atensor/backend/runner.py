@@ -41,9 +41,11 @@ class Runner:
     # rebinds them in place); the plan calls it before each submission, while no command runs the block
     rebind: Optional[Callable[[], None]] = None
     # starts the work on the calling thread and waits for it a bounded time: True when it is done
-    # there, False when it is still in flight and `fn` (or the `native` entry) must finish it (a net
-    # command, dist/native_net.py; the plan calls it for a replay of that one task, engine/plan.py)
-    here: Optional[Callable[[], bool]] = None
+    # there (not submitted), False once it has called the `submit` it is given (which hands the
+    # command to its queue) because it is still in flight, or is long: `fn` (or the `native` entry)
+    # then takes it over and finishes it (a net command, dist/native_net.py; the plan calls it for a
+    # replay of that one task through Queue.start_here, engine/plan.py)
+    here: Optional[Callable[[Callable[[], None]], bool]] = None
 
 
 __all__ = ["Runner"]

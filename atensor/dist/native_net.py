@@ -28,28 +28,38 @@ call (`..._or_abort`) prints the same message and aborts the job (a program has 
 to, and a rank that stopped leaves every other one waiting anyway), once the message has left the
 process's stderr pipe (`drain_stderr` in processes.py says why).
 
-Started on the caller's thread (`Runner.here`, `atensor_net_start`): a jit replay whose only task
-is the net command starts the collective on the thread that submits it and tests it there (tight,
-then yielding, never napping) for at most `here_ns`. Done by then, the command is published there:
-no hand-off to the net queue's worker and no wake-up of the awaiting task (each 50-300 us on a busy
-2-core machine, more than a 1 MiB collective's own time). Still in flight, it is submitted as usual
-and the queue's call goes on with the same request (the block's STATE says it was started).
+Started on the caller's thread (`Runner.here`): a jit replay whose only task is the net command
+starts the collective on the thread that submits it and tests it there (tight, then yielding, never
+napping). A short one (`atensor_net_start`, for at most `here_ns`) is not submitted at all unless it
+is still in flight then: done there, the command is published there, with no hand-off to the net
+queue's worker and no wake-up of the awaiting task (each 50-300 us on a busy 2-core machine, more
+than a 1 MiB collective's own time). A long one (`Wait.here_rings_first`) is submitted first. Either
+way, once submitted, the caller goes on testing it (`atensor_net_share`) until the worker, woken by
+the submission, takes it over (`at_take`), so the collective progresses while the worker wakes
+instead of waiting for it (MPI progresses a collective only inside its calls on that rank): the
+worker's wake-up leaves the critical path. The hand-over: before the submission the caller sets
+SHARED; the worker sets TAKE and waits until SHARED is clear; the caller looks at TAKE before each
+MPI_Test and clears SHARED as it leaves (taken, done, failed, or `here_ns` passed), so only one
+thread at a time tests a request. Done or failed on the caller's thread after the submission, STATE
+says so (2, 3) and the worker only publishes it.
 
 Invariants: the argument block's slots 0 and 1 hold the send and receive addresses (`Runner.args`,
 so a replay rewrites them in place, engine/patching.py); every other slot is fixed when the runner
-is made, except STATE, START_NS and REQUEST, which only the call that runs the command touches. A
-block is used by one command at a time (a queue runs its commands in order; a start on the caller's
-thread happens only while the queue is idle, and its hand-off is that command's submission).
+is made, except STATE, START_NS, REQUEST, SHARED and TAKE, which only the threads running the
+command touch, one at a time (the hand-over above). A block is used by one command at a time (a
+queue runs its commands in order; a start on the caller's thread happens only while the queue is
+idle, and the worker takes it over before it publishes it).
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from atensor.backend import native
 from atensor.backend.runner import Runner
@@ -57,7 +67,7 @@ from atensor.backend.runner import Runner
 # the argument block: one 64-bit slot each
 (SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS, YIELD_NS,
  TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS, ALLREDUCE, STATE,
- START_NS, HERE_NS, REQUEST, STATUS) = range(28)
+ START_NS, HERE_NS, REQUEST, SHARED, TAKE, STATUS) = range(30)
 SLOTS = STATUS + 8  # MPI_Status: 20 bytes in MPICH's ABI, 24 in Open MPI's
 FLAG_IN_PLACE, FLAG_BLOCK = 1, 2
 KIND_NONE, KIND_F32, KIND_F64 = 0, 1, 2
@@ -78,7 +88,9 @@ typedef int (*test_t)(void *, int *, void *);
 typedef int (*abort_t)(intptr_t, int);
 enum { SEND, RECV, COUNT, DTYPE, OP, COMM, IALLREDUCE, TEST, ABORT, WORLD, IN_PLACE, FLAGS, SPIN_NS,
        YIELD_NS, TIMEOUT_NS, SCALE, KIND, TIMEOUT_MESSAGE, ERROR_MESSAGE, ERROR_CODE, NAP_NS, NAP_MAX_NS,
-       ALLREDUCE, STATE, START_NS, HERE_NS, REQUEST, STATUS };
+       ALLREDUCE, STATE, START_NS, HERE_NS, REQUEST, SHARED, TAKE, STATUS };
+/* b[STATE]: 0 not started; 1 in flight; 2 done (and scaled) on the caller's thread after its command
+   was submitted; 3 failed there (b[ERROR_CODE]) */
 static uint64_t at_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -138,8 +150,18 @@ static void at_scale(uint64_t *b) {
     for (long long i = 0; i < count; i++) x[i] *= s.d;
   }
 }
+/* the caller's thread may still be testing this command's collective (atensor_net_share, b[SHARED]
+   set before the command was submitted): ask it to leave (b[TAKE]) and wait until it has; it looks
+   before each MPI_Test, so it is at most one test away. From then on only this thread touches b. */
+static void at_take(uint64_t *b) {
+  if (!__atomic_load_n(&b[SHARED], __ATOMIC_SEQ_CST)) return;
+  __atomic_store_n(&b[TAKE], 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&b[SHARED], __ATOMIC_SEQ_CST)) sched_yield();
+  __atomic_store_n(&b[TAKE], 0, __ATOMIC_SEQ_CST);
+}
 /* 0: done; 1: timed out; 2: MPI returned an error (its code in b[ERROR_CODE]). A collective that
-   atensor_net_start left in flight (b[STATE] 1) is waited for, not started again. */
+   the caller's thread started (b[STATE] 1) is waited for, not started again; one it finished or saw
+   fail there after the submission (2, 3) only reports that. */
 int atensor_net_allreduce(uint64_t *b) {
   int rc;
   if (b[FLAGS] & 2) {  /* MPI's own blocking collective (its own wait; no timeout) */
@@ -150,19 +172,50 @@ int atensor_net_allreduce(uint64_t *b) {
     at_scale(b);
     return 0;
   }
+  at_take(b);
+  if (b[STATE] == 2) { b[STATE] = 0; return 0; }
+  if (b[STATE] == 3) { b[STATE] = 0; return 2; }
   if (b[STATE] == 0 && (rc = at_start(b))) return rc;
   if ((rc = at_wait(b, 0))) return rc;
   at_scale(b);
   return 0;
 }
-/* on the caller's thread: starts the collective and tests it (tight, then with sched_yield) for at
-   most b[HERE_NS]; 0: done; 3: in flight, to be finished by atensor_net_allreduce; 1, 2: as there */
+/* on the caller's thread, before its command is submitted: starts the collective and tests it (tight,
+   then with sched_yield) for at most b[HERE_NS]; 0: done; 3: in flight (b[STATE] 1); 1, 2: as there */
 int atensor_net_start(uint64_t *b) {
   int rc = at_start(b);
   if (rc) return rc;
   if ((rc = at_wait(b, b[START_NS] + b[HERE_NS]))) return rc;
   at_scale(b);
   return 0;
+}
+/* on the caller's thread, once its command is submitted (b[SHARED] was set to 1 before): starts the
+   collective unless it is started (b[STATE] 1) or the worker has asked for it already, and tests it
+   until the worker asks for it (b[TAKE]), it completes (b[STATE] 2: scaled; the worker only publishes
+   it), MPI fails (3), or b[HERE_NS] has passed since this call. Clears b[SHARED] as it leaves, and
+   never touches b after that. 0: completed here; 2: failed here; 3: taken over by the worker; 4: left
+   in flight at the bound (the worker goes on with it when it comes). */
+int atensor_net_share(uint64_t *b) {
+  test_t test = (test_t)(uintptr_t)b[TEST];
+  uint64_t until = at_now_ns() + b[HERE_NS];
+  int rc = 3;
+  if (b[STATE] == 0) {
+    if (__atomic_load_n(&b[TAKE], __ATOMIC_SEQ_CST)) goto leave;
+    if (at_start(b)) { b[STATE] = 3; rc = 2; goto leave; }
+  }
+  uint64_t spin_until = b[START_NS] + b[SPIN_NS];
+  for (;;) {
+    if (__atomic_load_n(&b[TAKE], __ATOMIC_SEQ_CST)) break;
+    int done = 0, err = test(&b[REQUEST], &done, &b[STATUS]);
+    if (err) { b[ERROR_CODE] = (uint64_t)err; b[STATE] = 3; rc = 2; break; }
+    if (done) { at_scale(b); b[STATE] = 2; rc = 0; break; }
+    uint64_t now = at_now_ns();
+    if (now >= until) { rc = 4; break; }
+    if (now >= spin_until) sched_yield();
+  }
+leave:
+  __atomic_store_n(&b[SHARED], 0, __ATOMIC_SEQ_CST);
+  return rc;
 }
 /* MPICH's mpiexec exits as soon as an abort reaches it, and what a rank wrote to stderr just before,
    still unread in the pipe to its proxy, is lost (the job ended with an empty stderr): wait, at most
@@ -191,13 +244,17 @@ void atensor_net_allreduce_or_abort(uint64_t *b) {
 """
 
 _lock = threading.Lock()
-# (the Python entry, the program entry's address, the entry that starts a collective on the caller's thread)
-_library: Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr]] = None
+# (the Python entry, the program entry's address, the entries that start and share a collective on the
+# caller's thread)
+_library: Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr, ctypes._CFuncPtr]] = None
 _tried = False
 why_not = ""  # why there is no native net runner, when there is none
+# how the caller's tests of submitted collectives ended (atensor_net_share's codes: 0 completed there,
+# 2 failed there, 3 taken over by the worker, 4 left in flight at the bound); for tests and bench/
+shared: collections.Counter = collections.Counter()
 
 
-def _build() -> Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr]]:
+def _build() -> Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr, ctypes._CFuncPtr]]:
     """The compiled helper (compiled once per machine into native.cache_dir()), or None."""
     global _library, _tried, why_not
     with _lock:
@@ -209,10 +266,10 @@ def _build() -> Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr]]:
         except Exception as exc:  # noqa: BLE001 - no native runner: the Python one runs instead
             why_not = f"the net helper did not compile: {exc}"
             return None
-        entry, start = lib.atensor_net_allreduce, lib.atensor_net_start
-        for fn in (entry, start):
+        entry, start, share = lib.atensor_net_allreduce, lib.atensor_net_start, lib.atensor_net_share
+        for fn in (entry, start, share):
             fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
-        _library = (entry, ctypes.cast(lib.atensor_net_allreduce_or_abort, ctypes.c_void_p).value, start)
+        _library = (entry, ctypes.cast(lib.atensor_net_allreduce_or_abort, ctypes.c_void_p).value, start, share)
         return _library
 
 
@@ -254,24 +311,28 @@ class Wait:
     """How a net command waits (see the module docstring): MPI's blocking call, or tests in a tight
     loop for `spin_ns`, with a sched_yield between them until `yield_ns`, then with naps growing
     from `nap_ns[0]` to `nap_ns[1]`; it gives up after `timeout_ns` (0: never). Times from its start.
-    `here_ns`: how long a start on the caller's thread (`Runner.here`) may wait before it leaves the
-    rest of the wait to the queue (0: never started there; a blocking wait never is)."""
+    `here_ns`: how long a start on the caller's thread (`Runner.here`) may wait before it hands the
+    rest of the wait to the queue, and then how long it may go on testing until the queue's worker
+    takes over (0: never started there; a blocking wait never is). `here_rings_first`: the worker is
+    rung before the start there (a collective too long to finish within `here_ns`), not after it."""
     blocking: bool
     spin_ns: int
     yield_ns: int
     nap_ns: tuple[int, int]
     timeout_ns: int
     here_ns: int = 0
+    here_rings_first: bool = False
 
 
 class Helper:
     """What a native net runner needs of this process's MPI: the functions' addresses and handles."""
 
     def __init__(self, MPI: Any, entry: ctypes._CFuncPtr, program_entry: int, start: ctypes._CFuncPtr,
-                 path: str, family: str):
+                 share: ctypes._CFuncPtr, path: str, family: str):
         lib = ctypes.CDLL(path)
         address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
         self.MPI, self.entry, self.program_entry, self.start = MPI, entry, program_entry, start
+        self.share = share
         self.iallreduce, self.allreduce = address("MPI_Iallreduce"), address("MPI_Allreduce")
         self.test, self.abort = address("MPI_Test"), address("MPI_Abort")
         self.world = _handle(MPI, MPI.COMM_WORLD)
@@ -306,7 +367,8 @@ class Helper:
                   TIMEOUT_MESSAGE: ctypes.addressof(texts[0]), ERROR_MESSAGE: ctypes.addressof(texts[1])}
         for slot, value in values.items():
             block[slot] = value
-        entry, start = self.entry, self.start
+        entry, start, share = self.entry, self.start, self.share
+        ring_first = wait.here_rings_first
 
         def check(rc: int) -> None:
             if rc == 1:
@@ -317,12 +379,18 @@ class Helper:
         def run() -> None:  # the GIL is released for the whole call (ctypes)
             check(entry(block))
 
-        def here() -> bool:  # starts it on the caller's thread; False: `run` or the program finishes it
-            rc = start(block)
-            if rc == 3:
-                return False
-            check(rc)
-            return True
+        def here(submit: Callable[[], None]) -> bool:
+            # starts it on the caller's thread; False: it was submitted (`submit`), and `run` or the
+            # program takes it over from this thread and publishes it
+            if not ring_first:
+                rc = start(block)
+                if rc != 3:
+                    check(rc)
+                    return True
+            block[SHARED] = 1  # before the submission: the worker then asks this thread for it
+            submit()
+            shared[share(block)] += 1  # its failure, if any, is the worker's to report
+            return False
         run.texts = texts  # type: ignore[attr-defined]  # the messages live as long as the runner's fn
         return Runner(run, native=(self.program_entry, block), gil_free=True,
                       here=here if wait.here_ns > 0 and not wait.blocking else None)
@@ -348,7 +416,7 @@ def helper(MPI: Any) -> Optional[Helper]:
     if built is None:
         return None
     try:
-        return Helper(MPI, built[0], built[1], built[2], path, family)
+        return Helper(MPI, *built, path, family)
     except (OSError, AttributeError) as exc:
         why_not = f"the MPI library's functions were not found: {exc}"
         return None

@@ -59,12 +59,15 @@ SPIN_NS = 50_000  # a polling net command tests in a tight loop this long, then 
 YIELD_NS, YIELD_NS_PER_BYTE = 2_000_000, 4
 NAP_NS = (10_000, 50_000)  # ... then sleeps between tests: 10 us, doubling up to 50 us (native_net.py)
 # a jit replay whose only task is a net command starts it on the calling thread (the event loop's) and
-# waits there at most HERE_NS (tight, then yielding the core), so the loop is never held longer; a
-# collective still in flight then is finished by the net queue as usual (engine/plan.py, Runner.here)
-# A start there that does not finish costs a gap mid-collective (the hand-over to the queue's worker,
-# during which this rank does not progress it): measured at 4 MiB (~1 ms idle, 2-7 ms at load 6-8, so
-# started there in 4% of calls) the ratio to mpi4py fell from 0.91-0.97 to 0.79-0.84 in three A/Bs. So
-# only a collective of at most HERE_MAX_BYTES (~0.5 ms idle: 4x headroom for load) starts there.
+# tests it there (tight, then yielding the core) while the net queue's worker is not involved: a
+# collective of at most HERE_MAX_BYTES (~0.5 ms idle: 4x headroom for load) for at most HERE_NS, and
+# done by then it is published there (no hand-off, no wake-up). Still in flight then, its command is
+# submitted and the caller goes on testing it until the worker takes the collective over (at most
+# HERE_NS more; native_net.py `atensor_net_share`): no gap in the collective's progress while the
+# worker wakes. A larger collective rings the worker first and is started and tested here meanwhile:
+# the worker's wake-up (~200 us on an idle VM) overlaps the collective instead of preceding it.
+# (Before the take-over, a start here that did not finish left a gap mid-collective: measured at 4 MiB
+# the ratio to mpi4py fell from 0.91-0.97 to 0.79-0.84, so only <= 2 MiB started here.)
 HERE_NS, HERE_MAX_BYTES = 2_000_000, 2 << 20
 # set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
 _LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
@@ -165,8 +168,8 @@ class World:
         timeout = settings.net_timeout_s
         wait = native_net.Wait(settings.net_wait == "block", SPIN_NS,
                                YIELD_NS + YIELD_NS_PER_BYTE * count * np.dtype(dtype).itemsize, NAP_NS,
-                               int(timeout * 1e9) if timeout > 0 else 0,
-                               HERE_NS if count * np.dtype(dtype).itemsize <= HERE_MAX_BYTES else 0)
+                               int(timeout * 1e9) if timeout > 0 else 0, HERE_NS,
+                               count * np.dtype(dtype).itemsize > HERE_MAX_BYTES)
         failed = (f"atensor.dist: an MPI allreduce of {count} elements on {device} (rank {self.rank} of "
                   f"{self.size}) failed")
         return self.native.runner(comm, send, recv, count, dtype, _MPI_OPS[op](MPI), in_place, scale, wait,

@@ -31,8 +31,9 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   ends at a task another queue waits for (its value is published as soon as it is done) and starts at
   a task that waits for another queue.
 - a replay of ONE task on an idle queue whose runner can start on this thread (`Runner.here`: a net
-  command) starts it here (`Queue.start_here`); only if it is still in flight after the runner's
-  bound is its command submitted, and the queue finishes it.
+  command) starts it here (`Queue.start_here`); the runner submits its command only when it is
+  still in flight after its bound (or before it starts, for a long one), and the queue's worker
+  takes it over from this thread and finishes it.
 A command publishes the value of its last task; the values before it are reached at the same moment
 on the Python timeline and carry no stamp of their own (a profile, which needs a span per kernel,
 turns both off).
@@ -368,8 +369,9 @@ class Plan:
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
                 self._note_program(bufs, signals, bases)
-                if alone and runs[0].here is not None and lists[0][0].start_here(lists[0][1][0], runs[0].here):
-                    return sub  # done here (its program is one RUN op: that runner's work)
+                if alone and runs[0].here is not None:  # its program is one RUN op: that runner's work
+                    lists[0][0].start_here(lists[0][1][0], runs[0].here, lists[0][1])
+                    return sub  # done here, or submitted by start_here
                 # handed over last and back to back: the queues start at once (doorbell.py), so
                 # the host's bookkeeping above does not compete with them for the cores
                 for queue, commands in lists:
@@ -410,7 +412,9 @@ class Plan:
                 here.extend((members[k], queue, command) for k, command in enumerate(commands))
             elif self.once:
                 lists.append((queue, commands))  # handed over once every buffer is told (below)
-            elif not (alone and runs[0].here is not None and queue.start_here(commands[0], runs[0].here)):
+            elif alone and runs[0].here is not None:
+                queue.start_here(commands[0], runs[0].here, commands)  # done here, or submitted by it
+            else:
                 queue.submit(commands)
         self._note(bufs, signals, bases)
         if here is not None:  # in task order, which is topological: every wait is reached already

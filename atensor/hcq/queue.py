@@ -60,7 +60,7 @@ class Command:
                  task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
-        self.started = 0  # set by `Queue.start_here` when it hands over a command it started: its stamp's start
+        self.started = 0  # set by `Queue.start_here` when it submits a command it starts: its stamp's start
 
 
 YIELD_EVERY_NS = 500_000
@@ -119,24 +119,36 @@ class Queue:
             for command in commands:
                 self._execute(command)
 
-    def start_here(self, command: Command, here: Callable[[], bool]) -> bool:
-        """Starts `command` on the calling thread through `here` (its runner's `Runner.here`) and, when
-        that finishes it, publishes its value as the worker would (stamps, failure) and returns True;
-        False when it is still in flight: the caller then submits `command`, whose run finishes it.
-        As for `run_here`, only the dispatching thread calls it, right after `idle()` was true."""
+    def start_here(self, command: Command, here: Callable[[Callable[[], None]], bool],
+                   commands: list[Command]) -> None:
+        """Runs `command` (the only one of `commands`, this queue's list) by starting it on the calling
+        thread through `here` (its runner's `Runner.here`). When `here` finishes it there, without
+        submitting, it is published here as the worker would (stamps, failure); otherwise `here` calls
+        the `submit` it is given, which hands `commands` to the worker, and the worker finishes and
+        publishes it (taking the collective over from this thread). As for `run_here`, only the
+        dispatching thread calls it, right after `idle()` was true."""
         start = time.perf_counter_ns()
+        submitted = False
+
+        def submit() -> None:
+            nonlocal submitted
+            command.started = start  # its span starts here, where it was started
+            submitted = True
+            self.submit(commands)
         try:
-            if not here():
-                command.started = start  # its span starts here, where it was started
-                return False
+            if not here(submit):
+                if not submitted:
+                    raise RuntimeError(f"{command.name}: Runner.here returned False without submitting")
+                return
             self.ran_here += 1
             error: Optional[BaseException] = None
         except Exception as exc:  # the command's own error, surfaced by the awaiting host
+            if submitted:  # the worker publishes it: an error after the hand-off is a bug of `here`
+                raise
             error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
                                 f"{self.device}/{self.kind}: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
         self._finish(command, start, time.perf_counter_ns(), error)
-        return True
 
     def submit(self, commands: list[Command]) -> None:
         """Hands a whole command list to the worker (one submission per realize)."""

@@ -13,10 +13,13 @@ the world's result with numpy alone. Checked:
   command in place on the reduced buffer), sum and mean;
 - a replay of one net task started on the calling thread (processes.HERE_NS): with the peer on time
   and a wait there long enough, it finishes there; with the peer late (rank 1 sleeps) and a wait
-  there of 1 ns, the collective left in flight is finished by the net queue, with the right sums.
+  there of 1 ns, the collective left in flight is finished by the net queue, with the right sums;
+- the same with every collective counted long (processes.HERE_MAX_BYTES 0): its command is submitted
+  first and the calling thread tests it until the net queue's worker takes it over, with the peer on
+  time and with the peer late, with the right sums.
 Prints one line: the number of checks, whether the net commands ran in C ("native": true/false), and
-for each of the two last cases how many calls finished on the calling thread and how many replays
-there were ("here").
+for each of the four last cases how many calls finished on the calling thread, how many replays
+there were, and how many calls were submitted and tested there meanwhile ("here").
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import trio
 
 import atensor
 from atensor import Tensor, dist
-from atensor.dist import processes
+from atensor.dist import native_net, processes
 from atensor.hcq.device import Device
 
 N = 1000
@@ -95,8 +98,11 @@ async def main() -> None:
                 check(shard.numpy(), want, f"hierarchical {op} call {call}")
     net = Device.get("CPU:0").queue("net")
     here = []
-    for here_ns, late_s in ((60_000_000_000, 0.0), (1, 0.2)):
-        processes.HERE_NS = here_ns  # read when the net runner is made (the capture lowers it)
+    cases = ((60_000_000_000, 0.0, 2 << 20), (1, 0.2, 2 << 20), (2_000_000, 0.0, 0), (2_000_000, 0.2, 0))
+    for here_ns, late_s, here_max_bytes in cases:
+        # read when the net runner is made (the capture lowers it)
+        processes.HERE_NS, processes.HERE_MAX_BYTES = here_ns, here_max_bytes
+        shared = sum(native_net.shared.values())
 
         async def plain(x: Tensor) -> Tensor:
             return dist.allreduce(x)
@@ -108,7 +114,7 @@ async def main() -> None:
             want = reference("sum", [values(r + call, "float32") for r in range(world.size)])
             got = await jitted(Tensor(values(world.rank + call, "float32"), device="CPU:0"))
             check(got.numpy(), want, f"replay here (wait there {here_ns} ns, peer late {late_s} s) call {call}")
-        here.append((net.ran_here - ran_here, jitted.stats["replays"]))
+        here.append((net.ran_here - ran_here, jitted.stats["replays"], sum(native_net.shared.values()) - shared))
     if world.is_root:
         print(json.dumps({"checks": checks, "native": world.native is not None, "ranks": world.size,
                           "here": here}))
