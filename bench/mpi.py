@@ -9,9 +9,12 @@ A/B figures of a change: per round, each tree's ratios measured in the same proc
 
 Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process ones):
 - allreduce, 4 KiB..64 MiB of float32 over 2 ranks: `dist.allreduce(x)` in an `atensor.jit`
-  function (a replay of that one NetAllReduce task, up to 2 MiB, starts the collective in C on the
-  calling thread and waits there up to 2 ms, else CPU:0's net queue finishes it, GIL released; the result
-  buffer is new on every call, as a step's would be) against
+  function (a replay of that one NetAllReduce task starts the collective in C on the calling thread:
+  up to 2 MiB it waits there up to 2 ms, and only a collective still in flight then is submitted to
+  CPU:0's net queue; a larger one is submitted first; a submitted one is tested on the calling thread
+  until the queue's worker takes it over and finishes it, GIL released; the result buffer is new on
+  every call, as a step's would be), and the same with 8 allreduces in one jitted call (a step's
+  buckets: the replay's Python paid once for 8 collectives, as nccl-tests measures many in flight), against
   `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor).
   Bus bandwidth = 2 (n - 1) / n * bytes / time (NCCL's convention; n = 2 ranks: bytes / time);
 - step: examples/train.py's MLP and fused Adam at the flagship's global batch (128), the step an
@@ -47,6 +50,7 @@ from common import table, time_steps, write_results  # noqa: E402
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 WARMUP = 5
+BUCKETS = 8  # allreduces in one jitted call: a training step's gradient buckets
 
 
 # ---- workers (one per process; rank 0 prints the JSON line) --------------------------------------
@@ -68,20 +72,23 @@ def worker_allreduce(quick: bool) -> dict:
 
     async def reduce(x: Tensor) -> Tensor:
         return dist.allreduce(x)
+
+    async def reduce_buckets(*xs: Tensor) -> tuple:
+        return tuple(dist.allreduce(x) for x in xs)
     rows = []
     net_queue = Device.get("CPU:0").queue("net")
 
-    async def warm_jit(xs: list, wait: str = "poll") -> Any:
+    async def warm_jit(xs: list, wait: str = "poll", fn: Any = reduce) -> Any:
         """A jitted allreduce past its capture and verify calls. Two inputs alternate, so a replay
         must really reduce its input (a stale value would fail the checks); a verify call that sees
         different graphs (atensor.jit's capture depends on whether an equal value is still held in
         memory) is retried with a fresh jit."""
         for _ in range(5):
-            jitted = atensor.jit(reduce)
+            jitted = atensor.jit(fn)
             try:
                 with atensor.Context(net_wait=wait):  # read when the net command is lowered (capture)
                     for k in range(WARMUP):  # no result kept: a held equal value changes what is captured
-                        await jitted(xs[k % 2])
+                        await jitted(*xs[k % len(xs)])
                 return jitted
             except JitError:
                 continue
@@ -97,7 +104,15 @@ def worker_allreduce(quick: bool) -> dict:
             xs = [Tensor(np.full(n, v, dtype=np.float32), device="CPU:0") for v in values]
             await Tensor.realize(*xs)
             comm.Barrier()
-            jitted = {"poll": await warm_jit(xs), "block": await warm_jit(xs, "block")}
+            jitted = {"poll": await warm_jit([[x] for x in xs]),
+                      "block": await warm_jit([[x] for x in xs], "block")}
+            # BUCKETS inputs of nbytes each; call k passes them rotated by k, so every replay's result
+            # k differs from the last one's (a stale value would fail the check)
+            bucket_in = [Tensor(np.full(n, float(j + world.rank), dtype=np.float32), device="CPU:0")
+                         for j in range(BUCKETS)]
+            await Tensor.realize(*bucket_in)
+            rotations = [bucket_in[k:] + bucket_in[:k] for k in range(BUCKETS)]
+            jitted["buckets"] = await warm_jit(rotations, fn=reduce_buckets)
             for _ in range(WARMUP):
                 comm.Allreduce(data, out)
             reps = _reps(nbytes, quick)
@@ -110,7 +125,8 @@ def worker_allreduce(quick: bool) -> dict:
                 await handle
                 return target
             await in_flight()
-            names = ("atensor", "atensor_block", "atensor_stream", "mpi4py")
+            names = ("atensor", "atensor_block", "atensor_stream", "atensor_buckets", "mpi4py")
+            bucket_reps = max(2, reps // BUCKETS)
             times: dict = {name: [] for name in names}
             last: dict = {}
             for round_ in range(3 if quick else 5):  # alternating, so drift hits all alike
@@ -123,16 +139,27 @@ def worker_allreduce(quick: bool) -> dict:
                             comm.Allreduce(data, out)
                     elif name == "atensor_stream":
                         await in_flight()
+                    elif name == "atensor_buckets":
+                        with atensor.Context(net_wait="poll"):
+                            for k in range(bucket_reps):
+                                got = await jitted["buckets"](*rotations[k % BUCKETS])
+                        last_buckets = (k % BUCKETS, got)
                     else:
                         wait = "block" if name == "atensor_block" else "poll"
                         with atensor.Context(net_wait=wait):
                             for k in range(reps):
                                 last[k % 2] = await jitted[wait](xs[k % 2])
-                    times[name].append((time.perf_counter() - start) / reps)
-                    if name != "mpi4py":  # every call ran its net command (no stale value was copied)
+                    calls = bucket_reps * BUCKETS if name == "atensor_buckets" else reps
+                    times[name].append((time.perf_counter() - start) / calls)  # per allreduce
+                    if name == "atensor_buckets":  # one native program per call: one command
+                        assert net_queue.commands_run - ran == bucket_reps, (name, net_queue.commands_run - ran)
+                    elif name != "mpi4py":  # every call ran its net command (no stale value was copied)
                         assert net_queue.commands_run - ran == reps, (name, net_queue.commands_run - ran, reps)
             assert float(out[0]) == want[0] and float(target.numpy()[-1]) == want[(reps - 1) % 2]
             assert all(float(last[k].numpy()[-1]) == want[k] for k in last), "a replay gave a wrong sum"
+            shift, got = last_buckets
+            assert all(float(got[j].numpy()[-1]) == sum((j + shift) % BUCKETS + r for r in range(world.size))
+                       for j in range(BUCKETS)), "a bucketed replay gave a wrong sum"
             comm.Barrier()
             # where an awaited jitted call's time goes (poll): host before the net command starts
             # (replay, hand-off), the command itself (the peer's lateness included), host after it (the
@@ -152,7 +179,7 @@ def worker_allreduce(quick: bool) -> dict:
                 await in_flight()
             spans = [sp.duration_ns * 1e-9 for sp in prof.spans if sp.queue == "net"]
             t_span = statistics.median(spans)
-            t_at, t_block, t_stream, t_mpi = (min(times[name]) for name in names)
+            t_at, t_block, t_stream, t_buckets, t_mpi = (min(times[name]) for name in names)
             bus = 2 * (world.size - 1) / world.size * nbytes
             rows.append({"bytes": nbytes, "atensor_s": t_at, "atensor_block_s": t_block, "mpi4py_s": t_mpi,
                          "atensor_busbw_GBps": bus / t_at / 1e9,
@@ -160,6 +187,8 @@ def worker_allreduce(quick: bool) -> dict:
                          "mpi4py_busbw_GBps": bus / t_mpi / 1e9, "ratio": t_mpi / t_at,
                          "block_ratio": t_mpi / t_block, "atensor_stream_s": t_stream,
                          "atensor_stream_busbw_GBps": bus / t_stream / 1e9, "stream_ratio": t_mpi / t_stream,
+                         "atensor_buckets_s": t_buckets, "atensor_buckets_busbw_GBps": bus / t_buckets / 1e9,
+                         "buckets_ratio": t_mpi / t_buckets, "buckets": BUCKETS,
                          "atensor_span_s": t_span, "span_ratio": t_mpi / t_span, "reps": reps,
                          "poll_host_before_s": statistics.median(before) * 1e-9,
                          "poll_net_s": statistics.median(during) * 1e-9,
@@ -343,12 +372,15 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
         print("allreduce:", ar["error"])
         return
     print(table(title,
-                ["size", "mpi4py us", "jit poll us", "jit block us", "in flight us", "net span us",
-                 "mpi4py GB/s", "in flight GB/s", "jit poll", "jit block", "in flight", "net span"],
+                ["size", "mpi4py us", "jit poll us", "jit block us", "in flight us", f"{BUCKETS}/call us",
+                 "net span us", "mpi4py GB/s", f"{BUCKETS}/call GB/s", "jit poll", "jit block", "in flight",
+                 f"{BUCKETS}/call", "net span"],
                 [[_size(r["bytes"]), r["mpi4py_s"] * 1e6, r["atensor_s"] * 1e6, r["atensor_block_s"] * 1e6,
-                  r["atensor_stream_s"] * 1e6, r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
-                  r["atensor_stream_busbw_GBps"], f"{r['ratio']:.2f}x", f"{r['block_ratio']:.2f}x",
-                  f"{r['stream_ratio']:.2f}x", f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
+                  r["atensor_stream_s"] * 1e6, r.get("atensor_buckets_s", float("nan")) * 1e6,
+                  r["atensor_span_s"] * 1e6, r["mpi4py_busbw_GBps"],
+                  r.get("atensor_buckets_busbw_GBps", float("nan")), f"{r['ratio']:.2f}x",
+                  f"{r['block_ratio']:.2f}x", f"{r['stream_ratio']:.2f}x", f"{r.get('buckets_ratio', 0):.2f}x",
+                  f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
     print(table("where an awaited jitted call (poll) spends its time: per-call medians (us)",
                 ["size", "host before net", "net command", "host after net"],
                 [[_size(r["bytes"]), r["poll_host_before_s"] * 1e6, r["poll_net_s"] * 1e6,
@@ -358,7 +390,12 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
         "from 1 MiB up.",
         "jit poll/block: one jitted allreduce per call, awaited each time (the net command polling, or in "
         "MPI's blocking call: ATENSOR_NET_WAIT=block);",
-        "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops);",
+        "in flight: all reps issued as eager realizes, one await at the end (as nccl-tests streams ops; "
+        "each eager realize plans on the host, ~200+ us on these cores);",
+        f"{BUCKETS}/call: one jitted call allreducing {BUCKETS} tensors of the size (a step's gradient "
+        "buckets), awaited per call; time per allreduce = call time / "
+        f"{BUCKETS} (the replay's Python is paid once per {BUCKETS}; the net queue runs them back to back "
+        "in one native program);",
         "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
         "included;",
         "host before/after net: an awaited jitted call from its start to its net command's start (the "
@@ -443,7 +480,8 @@ def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) ->
                 if not pick:
                     continue
                 entry = {"tree": name, "bytes": nbytes}
-                for key in ("ratio", "block_ratio", "stream_ratio", "span_ratio", "mpi4py_s", "atensor_s",
+                for key in ("ratio", "block_ratio", "stream_ratio", "buckets_ratio", "span_ratio", "mpi4py_s",
+                            "atensor_s",
                             "atensor_stream_s", "poll_host_before_s", "poll_net_s", "poll_host_after_s"):
                     if all(key in p for p in pick):
                         entry[key] = _spread([p[key] for p in pick])
@@ -451,10 +489,12 @@ def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) ->
         summary["allreduce"] = rows
         print(table(f"allreduce, {rounds} alternating rounds: median [min-max] over rounds of mpi4py's time / "
                     f"atensor's (each round's ratio measured in the same processes)",
-                    ["tree", "size", "mpi4py us", "jit poll us", "jit poll", "jit block", "in flight", "net span"],
+                    ["tree", "size", "mpi4py us", "jit poll us", "jit poll", "jit block", "in flight",
+                     f"{BUCKETS}/call", "net span"],
                     [[r["tree"], _size(r["bytes"]), r["mpi4py_s"]["median"] * 1e6, r["atensor_s"]["median"] * 1e6]
-                     + [f"{r[k]['median']:.2f}x [{r[k]['min']:.2f}-{r[k]['max']:.2f}]"
-                        for k in ("ratio", "block_ratio", "stream_ratio", "span_ratio")] for r in rows]))
+                     + [f"{r[k]['median']:.2f}x [{r[k]['min']:.2f}-{r[k]['max']:.2f}]" if k in r else "-"
+                        for k in ("ratio", "block_ratio", "stream_ratio", "buckets_ratio", "span_ratio")]
+                     for r in rows]))
         print(table(f"where an awaited jitted call (poll) spends its time, {rounds} alternating rounds: median "
                     f"per round of the per-call medians, median [min-max] over rounds (us)",
                     ["tree", "size", "host before net", "net command", "host after net"],
