@@ -40,12 +40,13 @@ class Runner:
     # copies the current values of its work's bound Variables into its `native` block (a jit replay
     # rebinds them in place); the plan calls it before each submission, while no command runs the block
     rebind: Optional[Callable[[], None]] = None
-    # starts the work on the calling thread and waits for it a bounded time: True when it is done
-    # there (not submitted), False once it has called the `submit` it is given (which hands the
-    # command to its queue) because it is still in flight, or is long: `fn` (or the `native` entry)
-    # then takes it over and finishes it (a net command, dist/native_net.py; the plan calls it for a
-    # replay of that one task through Queue.start_here, engine/plan.py)
-    here: Optional[Callable[[Callable[[], None]], bool]] = None
+    # `here(submit, alone)` starts the work on the calling thread and waits for it a bounded time:
+    # True when it is done there (not submitted; only when `alone`, the command is this runner's
+    # work only), False once it has called `submit` (which hands the command to its queue) because
+    # it is still in flight, is long, or is not alone: `fn` (or the `native` entry) then takes it
+    # over and finishes it (a net command, dist/native_net.py; the plan calls it for a replay of that
+    # one task through Queue.start_here, or for the first task of a replayed program, engine/plan.py)
+    here: Optional[Callable[[Callable[[], None], bool], bool]] = None
 
 
 __all__ = ["Runner"]

@@ -30,7 +30,8 @@ process's stderr pipe (`drain_stderr` in processes.py says why).
 
 Started on the caller's thread (`Runner.here`): a jit replay whose only task is the net command
 starts the collective on the thread that submits it and tests it there (tight, then yielding, never
-napping). A short one (`atensor_net_start`, for at most `here_ns`) is not submitted at all unless it
+napping); so does a replay of native programs whose queue starts with a net command that waits for
+nothing (the first of several allreduces), once every list is submitted. A short one alone (`atensor_net_start`, for at most `here_ns`) is not submitted at all unless it
 is still in flight then: done there, the command is published there, with no hand-off to the net
 queue's worker and no wake-up of the awaiting task (each 50-300 us on a busy 2-core machine, more
 than a 1 MiB collective's own time). A long one (`Wait.here_rings_first`) is submitted first. Either
@@ -379,10 +380,10 @@ class Helper:
         def run() -> None:  # the GIL is released for the whole call (ctypes)
             check(entry(block))
 
-        def here(submit: Callable[[], None]) -> bool:
+        def here(submit: Callable[[], None], alone: bool) -> bool:
             # starts it on the caller's thread; False: it was submitted (`submit`), and `run` or the
             # program takes it over from this thread and publishes it
-            if not ring_first:
+            if alone and not ring_first:
                 rc = start(block)
                 if rc != 3:
                     check(rc)

@@ -33,7 +33,9 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
 - a replay of ONE task on an idle queue whose runner can start on this thread (`Runner.here`: a net
   command) starts it here (`Queue.start_here`); the runner submits its command only when it is
   still in flight after its bound (or before it starts, for a long one), and the queue's worker
-  takes it over from this thread and finishes it.
+  takes it over from this thread and finishes it; in a replay of native programs of more tasks, a
+  queue's first task that is such a command and waits for nothing is started here the same way,
+  once every list is submitted (its program's first op takes it over).
 A command publishes the value of its last task; the values before it are reached at the same moment
 on the Python timeline and carry no stamp of their own (a profile, which needs a span per kernel,
 turns both off).
@@ -53,7 +55,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from atensor.backend import native
 from atensor.backend.runner import Runner
@@ -356,6 +358,9 @@ class Plan:
         # command), without the hand-off to the queue's worker and the wake-up back
         alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
         runs = self._runners(mapping, new_specs)
+        # a replay of more tasks whose queue starts with a net command that waits for nothing may
+        # start that collective on this thread once every list is submitted, while the workers wake
+        lead = None if alone or not quiet or self.once else self._lead(runs)
         bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
         signals = [q.signal for q in self.queues]
         base_id = take_task_ids(len(self.tasks))
@@ -372,6 +377,9 @@ class Plan:
                 if alone and runs[0].here is not None:  # its program is one RUN op: that runner's work
                     lists[0][0].start_here(lists[0][1][0], runs[0].here, lists[0][1])
                     return sub  # done here, or submitted by start_here
+                if lead is not None:  # its program's first op runs it: the worker takes it over
+                    lead(lambda: [queue.submit(commands) for queue, commands in lists], False)
+                    return sub
                 # handed over last and back to back: the queues start at once (doorbell.py), so
                 # the host's bookkeeping above does not compete with them for the cores
                 for queue, commands in lists:
@@ -425,6 +433,16 @@ class Plan:
         for queue, commands in lists:
             queue.submit(commands)
         return sub
+
+    def _lead(self, runs: list) -> Optional[Callable[[Callable[[], None], bool], bool]]:
+        """The `Runner.here` of a task that is the first of its idle queue and waits for no other
+        queue's (a net command), else None; called before values are reserved."""
+        for qi, members in enumerate(self.by_queue):
+            first = runs[members[0]]
+            if first is not None and first.here is not None and not self.waits_inside[members[0]] \
+                    and self.queues[qi].idle():
+                return first.here
+        return None
 
     def _note(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
         """Tells each buffer the values of its last write and last read per queue in this submission."""

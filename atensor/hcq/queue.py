@@ -119,7 +119,7 @@ class Queue:
             for command in commands:
                 self._execute(command)
 
-    def start_here(self, command: Command, here: Callable[[Callable[[], None]], bool],
+    def start_here(self, command: Command, here: Callable[[Callable[[], None], bool], bool],
                    commands: list[Command]) -> None:
         """Runs `command` (the only one of `commands`, this queue's list) by starting it on the calling
         thread through `here` (its runner's `Runner.here`). When `here` finishes it there, without
@@ -136,7 +136,7 @@ class Queue:
             submitted = True
             self.submit(commands)
         try:
-            if not here(submit):
+            if not here(submit, True):
                 if not submitted:
                     raise RuntimeError(f"{command.name}: Runner.here returned False without submitting")
                 return

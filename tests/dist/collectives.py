@@ -16,7 +16,9 @@ the world's result with numpy alone. Checked:
   there of 1 ns, the collective left in flight is finished by the net queue, with the right sums;
 - the same with every collective counted long (processes.HERE_MAX_BYTES 0): its command is submitted
   first and the calling thread tests it until the net queue's worker takes it over, with the peer on
-  time and with the peer late, with the right sums.
+  time and with the peer late, with the right sums;
+- three allreduces in one jitted call (one native program on the net queue): the calling thread
+  starts the first one once the program is submitted, and the worker takes it over ("lead").
 Prints one line: the number of checks, whether the net commands ran in C ("native": true/false), and
 for each of the four last cases how many calls finished on the calling thread, how many replays
 there were, and how many calls were submitted and tested there meanwhile ("here").
@@ -115,9 +117,22 @@ async def main() -> None:
             got = await jitted(Tensor(values(world.rank + call, "float32"), device="CPU:0"))
             check(got.numpy(), want, f"replay here (wait there {here_ns} ns, peer late {late_s} s) call {call}")
         here.append((net.ran_here - ran_here, jitted.stats["replays"], sum(native_net.shared.values()) - shared))
+    processes.HERE_NS, processes.HERE_MAX_BYTES = 2_000_000, 2 << 20
+
+    async def three(a: Tensor, b: Tensor, c: Tensor) -> tuple:
+        return dist.allreduce(a), dist.allreduce(b, "max"), dist.allreduce(c)
+    jitted = atensor.jit(three)
+    shared = sum(native_net.shared.values())
+    for call in range(6):
+        ins = [Tensor(values(world.rank + call + k, "float32"), device="CPU:0") for k in range(3)]
+        got = await jitted(*ins)
+        for k, (op, out) in enumerate(zip(("sum", "max", "sum"), got)):
+            check(out.numpy(), reference(op, [values(r + call + k, "float32") for r in range(world.size)]),
+                  f"three allreduces in one call, call {call}, output {k}")
+    lead = (jitted.stats["replays"], sum(native_net.shared.values()) - shared)
     if world.is_root:
         print(json.dumps({"checks": checks, "native": world.native is not None, "ranks": world.size,
-                          "here": here}))
+                          "here": here, "lead": lead}))
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
                    env={"ATENSOR_NET_WAIT": wait})
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["checks"] == 150 and got["ranks"] == 2
+    assert got["checks"] == 168 and got["ranks"] == 2
     assert got["native"] == (path == "C")
     # a replay of one net task: finished on the calling thread when the peer is on time (the wait
     # there is long enough), else handed to the net queue (1 ns there, the peer 200 ms late) after
@@ -164,3 +164,6 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
     assert late_shared == (late_replays if c_poll else 0), got
     for here, replays, shared in got["here"][2:]:
         assert replays >= 2 and here == 0 and shared == (replays if c_poll else 0), got
+    # three allreduces in one replayed call: the first started on the calling thread, taken over
+    replays, shared = got["lead"]
+    assert replays >= 2 and shared == (replays if c_poll else 0), got
