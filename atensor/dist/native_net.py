@@ -31,10 +31,11 @@ process's stderr pipe (`drain_stderr` in processes.py says why).
 Started on the caller's thread (`Runner.here`): a jit replay whose only task is the net command
 starts the collective on the thread that submits it and tests it there (tight, then yielding, never
 napping); so does a replay of native programs whose queue starts with a net command that waits for
-nothing (the first of several allreduces), once every list is submitted. A short one alone (`atensor_net_start`, for at most `here_ns`) is not submitted at all unless it
-is still in flight then: done there, the command is published there, with no hand-off to the net
-queue's worker and no wake-up of the awaiting task (each 50-300 us on a busy 2-core machine, more
-than a 1 MiB collective's own time). A long one (`Wait.here_rings_first`) is submitted first. Either
+nothing (the first of several allreduces), once every list is submitted. A short one alone
+(`atensor_net_start`, for at most `here_ns`) is not submitted at all unless it is still in flight
+then: done there, the command is published there, with no hand-off to the net queue's worker and no
+wake-up of the awaiting task (each 50-300 us on a busy 2-core machine, more than a 1 MiB
+collective's own time). A long one (`Wait.here_rings_first`) is submitted first. Either
 way, once submitted, the caller goes on testing it (`atensor_net_share`) until the worker, woken by
 the submission, takes it over (`at_take`), so the collective progresses while the worker wakes
 instead of waiting for it (MPI progresses a collective only inside its calls on that rank): the
