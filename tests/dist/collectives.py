@@ -116,7 +116,8 @@ async def main() -> None:
             want = reference("sum", [values(r + call, "float32") for r in range(world.size)])
             got = await jitted(Tensor(values(world.rank + call, "float32"), device="CPU:0"))
             check(got.numpy(), want, f"replay here (wait there {here_ns} ns, peer late {late_s} s) call {call}")
-        here.append((net.ran_here - ran_here, jitted.stats["replays"], sum(native_net.shared.values()) - shared))
+        here.append((net.ran_here - ran_here, jitted.stats["replays"],
+                     sum(native_net.shared.values()) - shared))
     processes.HERE_NS, processes.HERE_MAX_BYTES = 2_000_000, 2 << 20
 
     async def three(a: Tensor, b: Tensor, c: Tensor) -> tuple:
