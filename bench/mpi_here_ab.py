@@ -9,7 +9,9 @@ Why a second A/B: on a loaded shared machine bench/mpi.py's rounds are minutes a
 swing 2-5x; here each round is seconds long. "here" is the share of calls whose net command finished on
 the calling thread (Queue.ran_here; 0 for a tree without it); "shared" the share of calls submitted while
 the calling thread went on testing the collective until the worker took it over (or it completed there
-first: "done there"; native_net.shared; 0 for a tree without it). Writes bench/results/mpi_here_ab.json.
+first: "done there"; native_net.shared; 0 for a tree without it), and "tested there" the median time
+from such a submission until the calling thread left the collective to the worker (the worker's
+wake-up, overlapped with the collective). Writes bench/results/mpi_here_ab.json.
 """
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ def worker() -> dict:
             t_mpi, t_at = [], []
             here = getattr(net, "ran_here", 0)
             shared = dict(getattr(native_net, "shared", {}))
+            if hasattr(native_net, "shared_ns"):  # a tree with the hand-over
+                native_net.shared_ns.clear()
             for _ in range(5):
                 comm.Barrier()
                 start = time.perf_counter()
@@ -77,7 +81,9 @@ def worker() -> dict:
             out[str(nbytes)] = {"mpi4py_s": min(t_mpi), "atensor_s": min(t_at), "ratio": min(t_mpi) / min(t_at),
                                 "here": (getattr(net, "ran_here", 0) - here) / (5 * reps),
                                 "shared": (sum(now.values()) - sum(shared.values())) / (5 * reps),
-                                "done_there": (now.get(0, 0) - shared.get(0, 0)) / (5 * reps)}
+                                "done_there": (now.get(0, 0) - shared.get(0, 0)) / (5 * reps),
+                                "shared_s": statistics.median(native_net.shared_ns) * 1e-9
+                                if getattr(native_net, "shared_ns", None) else 0.0}
         return out
     return trio.run(main)
 
@@ -117,13 +123,15 @@ def main() -> None:
                          "atensor_s_median": statistics.median([r["atensor_s"] for r in runs]),
                          "here_median": statistics.median([r["here"] for r in runs]),
                          "shared_median": statistics.median([r.get("shared", 0) for r in runs]),
-                         "done_there_median": statistics.median([r.get("done_there", 0) for r in runs])})
+                         "done_there_median": statistics.median([r.get("done_there", 0) for r in runs]),
+                         "shared_s_median": statistics.median([r.get("shared_s", 0.0) for r in runs])})
     print(table(f"awaited jitted allreduce, {args.rounds} alternating rounds: mpi4py's time / atensor's, median "
                 f"[min-max] over rounds", ["size", "tree", "ratio", "mpi4py us", "atensor us", "here", "shared",
-                                            "done there"],
+                                            "done there", "tested there us"],
                 [[f"{r['bytes'] >> 10} KiB", r["tree"], f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}-"
                   f"{r['ratio_max']:.2f}]", r["mpi4py_s_median"] * 1e6, r["atensor_s_median"] * 1e6,
-                  f"{r['here_median']:.2f}", f"{r['shared_median']:.2f}", f"{r['done_there_median']:.2f}"]
+                  f"{r['here_median']:.2f}", f"{r['shared_median']:.2f}", f"{r['done_there_median']:.2f}",
+                  r["shared_s_median"] * 1e6]
                  for r in rows]))
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     path = write_results("mpi_here_ab", {"command": " ".join(sys.argv), "baseline_tree": str(trees["baseline"]),

@@ -59,6 +59,7 @@ import ctypes
 import os
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -254,6 +255,9 @@ why_not = ""  # why there is no native net runner, when there is none
 # how the caller's tests of submitted collectives ended (atensor_net_share's codes: 0 completed there,
 # 2 failed there, 3 taken over by the worker, 4 left in flight at the bound); for tests and bench/
 shared: collections.Counter = collections.Counter()
+# the latest of those tests' durations (ns, from the submission to the caller's leaving): with the
+# worker taking over, how long its wake-up took, which the collective spent progressing here instead
+shared_ns: collections.deque = collections.deque(maxlen=4096)
 
 
 def _build() -> Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr, ctypes._CFuncPtr]]:
@@ -390,8 +394,10 @@ class Helper:
                     check(rc)
                     return True
             block[SHARED] = 1  # before the submission: the worker then asks this thread for it
+            submitted = time.perf_counter_ns()
             submit()
             shared[share(block)] += 1  # its failure, if any, is the worker's to report
+            shared_ns.append(time.perf_counter_ns() - submitted)
             return False
         run.texts = texts  # type: ignore[attr-defined]  # the messages live as long as the runner's fn
         return Runner(run, native=(self.program_entry, block), gil_free=True,
