@@ -8,6 +8,8 @@
   runs Q4_1 with quantized kernels, an anchor rather than a like-for-like peer.
 - The physical limit: batch-1 decode reads every float32 weight once per token, so tokens/s is at most
   (memory copy bandwidth / weight bytes); the table gives each run's fraction of it.
+- Batched prefill: the server's 16 prompts prefilled one at a time (16 forwards) against as the rows
+  of one forward (`LlamaEngine.prefill_many`), in alternating rounds (median and range).
 - Serving: aggregate tokens/s with 1, 4 and 16 concurrent streams through examples/serve_llm.py
   (continuous batching, 16 slots), against transformers serving the same requests one at a time in a
   thread pool; /health is polled every 20 ms meanwhile (p99 and worst latency).
@@ -60,6 +62,31 @@ def bench_atensor(gguf, ids: list[int]) -> dict:
     count = sum(1 for _ in gen)
     decode = count / (time.perf_counter() - start)
     return {"ttft_ms": 1000 * statistics.median(ttfts), "decode_tps": decode}
+
+
+def bench_batched_prefill(gguf, tokenizer, rounds: int = 3) -> dict:
+    """Seconds to prefill the 16 serving prompts one at a time and batched, in alternating rounds."""
+    from atensor.models.generation import LlamaEngine
+    from atensor.models.llama import Llama
+    engine = LlamaEngine(Llama(gguf, slots=16, context=256), (16, 64))
+    prompts = {slot: tokenizer.encode(text) for slot, text in enumerate(PROMPTS)}
+
+    def alone() -> None:
+        for slot, ids in prompts.items():
+            engine.prefill(slot, ids)
+
+    def batched() -> None:
+        engine.prefill_many(prompts)
+    for _ in range(3):  # run, capture, verify each program
+        alone()
+        batched()
+    times: dict[str, list[float]] = {"one at a time": [], "batched": []}
+    for _ in range(rounds):
+        for name, fn in (("one at a time", alone), ("batched", batched)):
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t)} for name, t in times.items()}
 
 
 def load_transformers():
@@ -201,6 +228,12 @@ def main() -> None:
     bandwidth = memcpy_bandwidth()
     limit = bandwidth / weight_bytes
     single = {"atensor": bench_atensor(gguf, ids)}
+    prefill = bench_batched_prefill(gguf, tokenizer)
+    print(table(f"prefill of the {len(PROMPTS)} serving prompts ({min(len(tokenizer.encode(p)) for p in PROMPTS)}-"
+                f"{max(len(tokenizer.encode(p)) for p in PROMPTS)} tokens, bucket 16), alternating rounds",
+                ["prefill", "median s", "min s", "max s", "vs one at a time"],
+                [[name, r["median_s"], r["min_s"], r["max_s"],
+                  prefill["one at a time"]["median_s"] / r["median_s"]] for name, r in prefill.items()]))
     hf = load_transformers()
     single["transformers+torch"] = bench_transformers(hf, ids)
     cpp = bench_llama_cpp(ids)
@@ -221,7 +254,7 @@ def main() -> None:
                 ["streams", "atensor server", "transformers pool", "ratio", "vs 1 stream",
                  "/health p99 ms", "worst ms"], rows))
     path = write_results("llm", {"threads": THREADS, "memcpy_bps": bandwidth, "weight_bytes": weight_bytes,
-                                 "decode_limit_tps": limit, "single_stream": single, "server": served,
+                                 "decode_limit_tps": limit, "single_stream": single, "prefill_16": prefill, "server": served,
                                  "transformers_pool": pool,
                                  "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")

@@ -13,7 +13,8 @@ template from the GGUF metadata), with `max_tokens`, `temperature`, `top_p`, `to
 error in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) and the server keeps serving.
 
 Continuous batching (`Batcher`): each request gets a KV-cache slot. At every token boundary the batcher
-admits waiting requests (a bucketed prefill of each into its free slot), then runs one decode step
+admits waiting requests (a bucketed prefill of each into its free slot, those admitted together as the
+rows of batched forwards: `LlamaEngine.prefill_many`), then runs one decode step
 over the slots in use, hands each request its token, and frees the slots of requests that finished,
 hit a stop string or end-of-turn token, or whose client went away (a disconnected client, streaming
 or not, is noticed at the next token and its generation stops). `--slots` requests run at once; up to `--max-waiting`
@@ -149,13 +150,13 @@ class Batcher:
         """One token boundary: prefill the admitted requests into their slots, then one decode step for
         every active slot. The only place this thread runs the model (the await points, at merge)."""
         from atensor.models.generation import request_uniforms
+        prefilled = self.engine.prefill_many({gen.slot: gen.ids for gen in admitted}) if admitted else {}
         for gen in admitted:
             if gen.params.temperature > 0:
                 gen.uniforms = request_uniforms(gen.params.seed, gen.max_tokens)
-            logits = self.engine.prefill(gen.slot, gen.ids)
             self.active[gen.slot] = gen
             self.positions[gen.slot] = len(gen.ids)
-            self._take(gen, logits)
+            self._take(gen, prefilled[gen.slot])
         rows = {slot: (self.last_token[slot], self.positions[slot]) for slot, gen in self.active.items()}
         if not rows:
             return
@@ -481,9 +482,12 @@ async def _sse(gen: Generation, rid: str, created: int, chat: bool, kind: str) -
 # ---- start-up -------------------------------------------------------------------------------------------
 def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True,
                  prefill_buckets: Optional[list[int]] = None) -> Server:
-    """Loads the model and tokenizer and, with `warmup`, captures and compiles every prefill bucket and
-    decode (batch size, attention window) before the first request (3 calls each: run, capture, verify)."""
-    from atensor.models.generation import PREFILL_BUCKETS, LlamaEngine, batch_bucket
+    """Loads the model and tokenizer and, with `warmup`, captures and compiles, before the first request
+    (3 calls each: run, capture, verify), every prefill bucket of one prompt, the batched prefills of
+    the shortest bucket (the rows `prefill_batches` makes of a burst of short prompts: 4 and 16 for 16
+    slots), and every decode (batch size, attention window). A batched prefill of a longer bucket is
+    captured on its first use (one request burst pays it once): warming every one took minutes."""
+    from atensor.models.generation import PREFILL_BUCKETS, LlamaEngine, batch_bucket, prefill_batches
     from atensor.models.gguf import load_gguf
     from atensor.models.llama import Llama
     from atensor.models.tokenizer import GGUFTokenizer
@@ -494,6 +498,9 @@ def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True
         for _ in range(3):
             for length in engine.buckets:
                 engine.prefill(0, [tokenizer.eos_id] * length if length < context else [1] * (context - 1))
+            shortest = engine.buckets[0]
+            for rows in sorted({r for n in range(2, slots + 1) for r in prefill_batches(n, shortest)} - {1}):
+                engine.prefill_many({s: [tokenizer.eos_id] * shortest for s in range(min(rows, slots))})
             rows = 1
             while True:
                 for window in engine.windows:  # each attention window's program (a history of `window`)

@@ -10,6 +10,14 @@ machine). A product of hundreds of MFLOP gains from the threads. So each kernel 
 before it runs: `settings.blas_threads` (default: the cores divided among the CPU devices in use)
 when its estimated flops reach `settings.blas_parallel_flops`, else one.
 
+Flops alone do not decide it, though: whether a second thread pays depends on whether a core is free
+for it, which changes with the load. Measured on this 2-core machine with a 16-row LLM decode step: its
+906 MFLOP output product took 11 ms on two threads and 20 ms on one while the machine was idle, and
+two threads made the whole step 314 ms against 204 ms on one while another process kept both cores
+busy. So, unless `ATENSOR_BLAS_THREADS` fixes the count, a kernel big enough for threads times its
+own runs (`MeasuredThreads`): it tries both counts, runs with the faster, and now and then tries the
+other again, so a change of load moves it back.
+
 The count is OpenBLAS's process-wide setting. Two queues of different devices never disagree about
 it: with more than one CPU device each device's share is one thread unless `ATENSOR_BLAS_THREADS`
 says otherwise.
@@ -17,7 +25,8 @@ says otherwise.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional
+from collections import deque
+from typing import Any, Callable, Hashable, Optional
 
 from atensor.config import settings
 
@@ -78,3 +87,75 @@ def use(threads: int) -> None:
     if _set_threads is not None:
         _set_threads(threads)
     _current = threads
+
+
+def measured() -> bool:
+    """Whether kernels big enough for threads choose their count by timing (`MeasuredThreads`): yes
+    unless `ATENSOR_BLAS_THREADS` (settings.blas_threads) fixes the count."""
+    return settings.blas_threads is None
+
+
+class MeasuredThreads:
+    """One kernel's choice between one BLAS thread and `many`, by the time its runs take.
+
+        choice = MeasuredThreads(2)
+        threads = choice.pick(); start = now(); run(threads); choice.record(threads, now() - start)
+
+    The first PROBES runs alternate the counts; then it runs with the count whose recent runs took
+    less (the median of each count's last SAMPLES runs), and every `interval` runs tries the other
+    once: `interval` starts at MIN_INTERVAL and doubles up to MAX_INTERVAL while the tries confirm the
+    choice, so a count that loses costs at most one run in MIN_INTERVAL while the load changes and
+    one in MAX_INTERVAL once it is settled. Not locked: a kernel's runs are on its queue's one thread
+    (two runs racing would only blur the timings, never pick a count outside {1, many})."""
+
+    PROBES, SAMPLES, MIN_INTERVAL, MAX_INTERVAL = 4, 3, 8, 128
+    __slots__ = ("many", "times", "runs", "choice", "interval", "next_try")
+
+    def __init__(self, many: int):
+        self.many = many
+        self.times: dict[int, deque] = {1: deque(maxlen=self.SAMPLES), many: deque(maxlen=self.SAMPLES)}
+        self.runs = 0
+        self.choice = many
+        self.interval = self.MIN_INTERVAL
+        self.next_try = self.PROBES + self.MIN_INTERVAL
+
+    def other(self) -> int:
+        """The count not chosen now."""
+        return 1 if self.choice != 1 else self.many
+
+    def pick(self) -> int:
+        """The thread count of the next run."""
+        if self.runs < self.PROBES:
+            return self.many if self.runs % 2 == 0 else 1
+        return self.other() if self.runs >= self.next_try else self.choice
+
+    def record(self, threads: int, ns: int) -> None:
+        """Counts a run of `threads` threads that took `ns` nanoseconds, and chooses again."""
+        tried = self.runs >= self.PROBES and threads != self.choice
+        self.runs += 1
+        self.times[threads].append(ns)
+        if self.runs < self.PROBES:
+            return
+        best = min(self.times, key=lambda t: _median(self.times[t]))
+        if tried:  # the other count's try: it lost (try it less often) or it takes over
+            self.interval = self.MIN_INTERVAL if best != self.choice else min(2 * self.interval, self.MAX_INTERVAL)
+            self.next_try = self.runs + self.interval
+        self.choice = best
+
+
+def _median(samples: deque) -> float:
+    if not samples:
+        return float("inf")
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2]
+
+
+_choices: dict[Hashable, MeasuredThreads] = {}
+
+
+def choice_for(key: Hashable, many: int) -> MeasuredThreads:
+    """The measured choice of the kernel `key` (its AST: every runner of one kernel shares it)."""
+    choice = _choices.get(key)
+    if choice is None or choice.many != many:
+        choice = _choices[key] = MeasuredThreads(many)
+    return choice

@@ -13,6 +13,7 @@ in each slot: a replay points a kept runner at other buffers by rewriting those 
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -39,6 +40,33 @@ def runner_for(work: object) -> Optional[Runner]:
         return net.runner(work)
     raise TypeError(f"atensor cannot lower a task of type {type(work).__name__}: only Kernel, Copy and "
                     f"NetAllReduce works run on queues")
+
+
+def _plain_call(call: Callable, block: Any, threads: int) -> Callable[[], None]:
+    """A C kernel's call with `threads` BLAS threads: one foreign call, the GIL released throughout."""
+    use_threads = blas.use
+
+    def run_native() -> None:
+        use_threads(threads)
+        call(block)
+        if threads != 1:
+            use_threads(1)  # the one-thread invariant (below)
+    return run_native
+
+
+def _measured_call(call: Callable, block: Any, choice: blas.MeasuredThreads) -> Callable[[], None]:
+    """A big C kernel's call with the BLAS threads its own timed runs found faster (blas.py)."""
+    use_threads, clock = blas.use, time.perf_counter_ns
+
+    def run_native() -> None:
+        count = choice.pick()
+        use_threads(count)
+        start = clock()
+        call(block)
+        choice.record(count, clock() - start)
+        if count != 1:
+            use_threads(1)  # the one-thread invariant (below)
+    return run_native
 
 
 def _kernel_runner(work: Kernel) -> Optional[Runner]:
@@ -69,11 +97,8 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
             def rebind() -> None:
                 bind_values(block, var_vals)
 
-        def run_native() -> None:  # one foreign call: the GIL is released for the whole kernel
-            use_threads(threads)
-            call(block)
-            if threads != 1:
-                use_threads(1)  # the one-thread invariant (below)
+        run_native = (_measured_call(call, block, blas.choice_for(work.ast, threads))
+                      if threads != 1 and blas.measured() else _plain_call(call, block, threads))
         # the addresses in `block` stay valid while `keep_alive` lives
         return Runner(run_native, native=(compiled.address, block), args=tuple([(s, 0) for s in specs]),
                       threads=threads, keep_alive=specs, rebind=rebind)

@@ -142,13 +142,19 @@ class Llama:
 
     # ---- the forward pass ---------------------------------------------------------------------------------
     def forward(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: Sequence[Position],
-                first_slot: Position = 0, last: Optional[Tensor] = None) -> Tensor:
+                first_slot: Position = 0, last: Optional[Tensor] = None,
+                slots: Optional[Sequence[Position]] = None) -> Tensor:
         """Logits (B, L, vocab) of `tokens` (B, L) int32, or (B, vocab) of the token at index `last` (B,)
         int32 of each row. Row b's keys and values are written into cache slot `first_slot + b` at
         [starts[b], starts[b] + L); `positions` (B * L,) are the tokens' RoPE positions and `mask` the
         additive (B, 1, L, window) attention mask (see `causal_mask`): attention reads the first
         `window` cells of each slot, which must cover [0, start + L) of every row. `first_slot` and
-        `starts` may be bound Variables (one program for every slot and position)."""
+        `starts` may be bound Variables (one program for every slot and position).
+
+        `slots` is for a prefill from position 0 (every start 0, a window of L cells): row b is written
+        into slot `slots[b]` (any slots, in any order; bound Variables too) and attends over the first
+        L cells of that slot, its whole history. Two rows with the same slot must carry the same tokens
+        (a padding row repeats a real one)."""
         cfg = self.config
         b, length = tokens.shape
         if len(starts) != b:
@@ -157,6 +163,12 @@ class Llama:
         if mask.ndim != 4 or mask.shape[:3] != (b, 1, length) or not 0 < window <= self.context:
             raise ValueError(f"forward: the mask must be (B, 1, L, window) = ({b}, 1, {length}, <= "
                              f"{self.context}), got {mask.shape} (see causal_mask)")
+        if slots is not None and (len(slots) != b or window != length
+                                  or any(isinstance(s, Variable) or s != 0 for s in starts)):
+            raise ValueError(f"forward: per-row slots are for a prefill from position 0 ({b} slots, every "
+                             f"start 0, a window of L = {length} cells); got {len(slots)} slots, starts "
+                             f"{list(starts)} and a window of {window}")
+        row_slots = list(slots) if slots is not None else [first_slot + row for row in range(b)]
         heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         x = self.embed.index_select(0, tokens.reshape(b * length)).reshape(b, length, cfg.dim)
         cos = self.rope_cos.index_select(0, positions).reshape(b, length, 1, hd // 2)
@@ -170,13 +182,20 @@ class Llama:
             k = apply_rope(qkv[..., heads * hd:(heads + kv) * hd].reshape(b, length, kv, hd), cos, sin)
             v = qkv[..., (heads + kv) * hd:].reshape(b, length, kv, hd)
             fresh = k.stack(v, dim=1).permute(0, 1, 3, 2, 4)  # (B, 2, Hkv, L, D): one write per row
-            for row, start in enumerate(starts):
-                cells = ((first_slot + row, first_slot + row + 1), None, None, (start, start + length), None)
+            for row, (slot, start) in enumerate(zip(row_slots, starts)):
+                cells = ((slot, slot + 1), None, None, (start, start + length), None)
                 layer.cache.shrink(cells).assign(fresh[row:row + 1])
-            rows = (first_slot, first_slot + b)
-            seen = (0, window)  # attention reads only the window: a short history reads a short cache
-            keys = layer.cache.shrink((rows, (0, 1), None, seen, None)).reshape(b, kv, window, hd)
-            values = layer.cache.shrink((rows, (1, 2), None, seen, None)).reshape(b, kv, window, hd)
+            if slots is not None:  # each row reads its slot's first L cells back, its whole history
+                # read back, not used fresh: replays of a jitted step whose outputs read none of its
+                # cache writes left the newly bound slots unwritten (seen here; the read keeps them)
+                history = [layer.cache.shrink(((s, s + 1), None, None, (0, length), None)) for s in row_slots]
+                both = history[0].cat(*history[1:], dim=0) if b > 1 else history[0]  # (B, 2, Hkv, L, D)
+                keys, values = both[:, 0], both[:, 1]
+            else:
+                rows = (first_slot, first_slot + b)
+                seen = (0, window)  # attention reads only the window: a short history reads a short cache
+                keys = layer.cache.shrink((rows, (0, 1), None, seen, None)).reshape(b, kv, window, hd)
+                values = layer.cache.shrink((rows, (1, 2), None, seen, None)).reshape(b, kv, window, hd)
             attended = q.permute(0, 2, 1, 3).scaled_dot_product_attention(keys, values, attn_mask=mask,
                                                                           enable_gqa=True)
             h = x + attended.permute(0, 2, 1, 3).reshape(b, length, heads * hd).contiguous() @ layer.wo

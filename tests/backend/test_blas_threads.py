@@ -52,3 +52,55 @@ def test_threads_follow_the_settings():
     with Context(blas_threads=3, blas_parallel_flops=1000):
         assert blas.threads_for(999) == 1
         assert blas.threads_for(1000) == 3
+
+
+def _drive(choice: blas.MeasuredThreads, cost: dict, runs: int) -> list[int]:
+    """`runs` runs of a kernel whose run on t threads takes cost[t] ns: the counts it ran with."""
+    counts = []
+    for _ in range(runs):
+        threads = choice.pick()
+        counts.append(threads)
+        choice.record(threads, cost[threads])
+    return counts
+
+
+def test_a_measured_choice_runs_with_the_faster_count_and_tries_the_other_less_and_less():
+    choice = blas.MeasuredThreads(2)
+    counts = _drive(choice, {1: 20_000, 2: 11_000}, 400)  # an idle machine: two threads win
+    assert counts[:4] == [2, 1, 2, 1]  # both counts tried first
+    tries = [i for i, t in enumerate(counts) if t == 1][2:]
+    assert counts[4:].count(2) > 390 - 8 and 1 <= len(tries) <= 8
+    assert all(b - a >= blas.MeasuredThreads.MIN_INTERVAL for a, b in zip(tries, tries[1:]))
+    # the load changes: the second thread now waits for a core; the next tries find it out
+    later = _drive(choice, {1: 20_000, 2: 60_000}, 300)
+    assert choice.choice == 1 and later[-100:].count(1) >= 99
+    assert later.index(1) <= blas.MeasuredThreads.MAX_INTERVAL + 1
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C kernels: no measured runs")
+async def test_a_big_c_kernel_measures_its_threads_unless_the_count_is_fixed(monkeypatch):
+    """With the count not fixed, a C kernel above the size for threads runs with both counts in its first
+    runs (its choice keyed by its AST), and its results are right whichever count it runs with."""
+    a = np.random.default_rng(1).standard_normal((384, 384)).astype(np.float32)
+    real, seen = blas.use, []
+
+    def use(threads: int) -> None:
+        real(threads)
+        seen.append(threads)
+    monkeypatch.setattr(blas, "use", use)
+    monkeypatch.setattr(blas, "_choices", {})
+    with Context(blas_parallel_flops=1 << 20, native="all"):
+        monkeypatch.setattr(blas.settings, "blas_threads", None)
+        assert blas.measured()
+        if blas.threads_for(1 << 30) == 1:
+            pytest.skip("one core: no kernel runs on more than one BLAS thread")
+        for _ in range(4):
+            out = Tensor(a) @ Tensor(a) + 2
+            await out.realize()
+            np.testing.assert_allclose(out.numpy(), a @ a + 2, rtol=1e-4, atol=1e-3)
+    choices = list(blas._choices.values())
+    assert len(choices) == 1 and choices[0].runs == 4 and set(choices[0].times) == {1, choices[0].many}
+    assert all(len(samples) == 2 for samples in choices[0].times.values())
+    assert blas._current == 1
+    with Context(blas_threads=2):
+        assert not blas.measured()

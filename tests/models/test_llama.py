@@ -21,7 +21,7 @@ pytest.importorskip("tokenizers")
 
 from atensor import Tensor  # noqa: E402
 from atensor.models.gguf import ModelFileMissing, default_gguf_path, load_gguf  # noqa: E402
-from atensor.models.generation import LlamaEngine, SamplingParams, sample  # noqa: E402
+from atensor.models.generation import LlamaEngine, SamplingParams, prefill_batches, sample  # noqa: E402
 from atensor.models.llama import Llama  # noqa: E402
 from atensor.models.tokenizer import GGUFTokenizer  # noqa: E402
 
@@ -134,8 +134,11 @@ def test_rows_of_a_batch_decode_as_they_do_alone(engine, reference):
     info = reference["json"]
     prompts = info["prompts"][:3]
     state = {}
-    for slot, ids in enumerate(prompts):  # slots 0, 1, 2: a batch bucket of 4 with a free row
-        state[slot] = [int(np.argmax(engine.prefill(slot, ids))), len(ids)]
+    # prompt i into slot i, the three prefilled as the rows of one forward of 4 rows (one padding row)
+    # and given out of order; then decoded together: a batch bucket of 4 with a free row
+    prefilled = engine.prefill_many({slot: prompts[slot] for slot in (2, 0, 1)})
+    for slot, ids in enumerate(prompts):
+        state[slot] = [int(np.argmax(prefilled[slot])), len(ids)]
     generated = {slot: [state[slot][0]] for slot in state}
     for _ in range(NEW_TOKENS - 1):
         logits = engine.decode({s: (t, p) for s, (t, p) in state.items()})
@@ -180,3 +183,49 @@ def test_a_decode_step_over_a_short_window_gives_the_logits_of_the_whole_context
     np.testing.assert_allclose(logits[0], logits[1], atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="window of at least"):
         m.causal_mask(1, [70], window=64)
+
+
+def test_a_batched_prefill_gives_the_logits_of_one_prompt_at_a_time(engine, reference):
+    """Prompts of one bucket prefilled as the rows of one forward (each row written into its own slot,
+    slots in any order, a padding row repeating a real one) give each prompt's logits alone within
+    1e-4, and leave each slot's cache as the lone prefill does (the decode step after it agrees)."""
+    info = reference["json"]
+    prompts = {3: info["prompts"][0], 1: info["prompts"][1], 0: info["prompts"][2][:12]}
+    assert {engine.bucket(len(ids)) for ids in prompts.values()} == {16}  # one batch of 4 rows
+    before = engine._prefill_step.stats["calls"]
+    batched = engine.prefill_many(prompts)
+    assert engine._prefill_step.stats["calls"] == before + 1
+    after_batched = engine.decode({s: (7, len(ids)) for s, ids in prompts.items()})
+    alone = {s: engine.prefill(s, ids) for s, ids in prompts.items()}
+    after_alone = engine.decode({s: (7, len(ids)) for s, ids in prompts.items()})
+    for s in prompts:
+        assert np.abs(alone[s]).max() > 10
+        np.testing.assert_allclose(batched[s], alone[s], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(after_batched[s], after_alone[s], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(alone[3], reference["logits"][-1], atol=1e-3, rtol=0)  # transformers: last token
+
+
+def test_prefill_batches_are_powers_of_four_with_at_most_a_quarter_of_padding():
+    assert prefill_batches(1, 16) == [1]
+    assert prefill_batches(2, 16) == [1, 1]
+    assert prefill_batches(3, 16) == [4]
+    assert prefill_batches(7, 16) == [4, 4]
+    assert prefill_batches(15, 16) == [16]
+    assert prefill_batches(17, 16) == [16, 1]
+    assert prefill_batches(16, 64) == [4, 4, 4, 4]  # 256 padded tokens at most
+    assert prefill_batches(3, 512) == [1, 1, 1]     # a long prompt is a forward of its own
+    for count in range(1, 40):
+        sizes = prefill_batches(count, 16)
+        assert sum(min(r, count - sum(sizes[:i])) for i, r in enumerate(sizes)) == count
+        assert all(r in (1, 4, 16) for r in sizes)
+
+
+def test_a_prefill_with_per_row_slots_must_start_at_zero_and_a_bad_slot_is_refused(engine):
+    m = engine.model
+    tokens = Tensor(np.ones((1, 4), np.int32))
+    with pytest.raises(ValueError, match="prefill from position 0"):
+        m.forward(tokens, Tensor(m.position_ids(4, [2])), m.causal_mask(4, [2], window=8), [2], slots=[0])
+    with pytest.raises(ValueError, match="not one of the model's slots"):
+        engine.prefill_many({m.slots: [1, 2]})
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.prefill_many({0: []})
