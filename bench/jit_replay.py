@@ -2,14 +2,15 @@
 
     python bench/jit_replay.py [--calls 2000] [--rounds 3] [--profile trio-1]
 
-A jitted `async def` of `x + 1` (one kernel) and of three chained `(x + 1).contiguous()` (six: an
-add and a copy each) on 16 float32 elements (CPU:0), replayed:
+A jitted `async def` of `x + 1` (one kernel) and of three chained `(x + 1).contiguous()` on 16 float32
+elements (CPU:0), both tiny plans (run on the caller's thread when its queue is idle), and `x + 1` on
+256 KiB (handed to the queue's worker), replayed:
 `y = await step(y)`. Per call, medians over `--calls` calls after warm-up: the wall time of the
 awaited call end to end, and the CPU time of the calling thread (time.thread_time: the host's own
 Python, not the queue's worker nor waiting). Also a plain `def` jitted and called blocking
 (`step(y)` then `.wait()` on its result: no event loop). A/B a change by running it with another
-checkout first on PYTHONPATH, alternating rounds; `--profile LOOP-KERNELS` prints a cProfile of the
-calls instead (the ~300 Python calls of a replay, by function).
+checkout first on PYTHONPATH, alternating rounds; `--profile LOOP-STEPS[-ELEMENTS]` prints a cProfile of the
+calls of one case instead (SORT=cumulative orders it by cumulative time; the ~300 Python calls of a replay, by function).
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from common import table, write_results  # noqa: E402
 
 import atensor  # noqa: E402
 from atensor import Tensor  # noqa: E402
+
+
+BIG = 1 << 16  # elements: 256 KiB of float32, more than a tiny plan touches (engine/plan.py)
 
 
 def _body(x: Tensor, steps: int) -> Tensor:
@@ -48,11 +52,11 @@ def _tasks(step) -> int:
     return sum(program.tasks for program in step._programs.values())
 
 
-def _timed(steps: int, calls: int, library: str, profile: bool = False) -> dict:
+def _timed(steps: int, calls: int, library: str, profile: bool = False, size: int = 16) -> dict:
     step = _step(steps)
 
     async def run() -> dict:
-        y = Tensor.zeros(16, device="CPU:0").contiguous()
+        y = Tensor.zeros(size, device="CPU:0").contiguous()
         await y.realize()
         for _ in range(50):  # first call, capture, verify (compiles), replays warm
             y = await step(y)
@@ -87,12 +91,12 @@ def _timed(steps: int, calls: int, library: str, profile: bool = False) -> dict:
     return asyncio.run(run())
 
 
-def _blocking(steps: int, calls: int) -> dict:
+def _blocking(steps: int, calls: int, size: int = 16) -> dict:
     @atensor.jit
     def step(x: Tensor) -> Tensor:
         return _body(x, steps)
 
-    y = Tensor.zeros(16, device="CPU:0").contiguous()
+    y = Tensor.zeros(size, device="CPU:0").contiguous()
     y.realize().wait()
     for _ in range(50):
         y = step(y)
@@ -112,17 +116,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", default=None, help="LOOP-KERNELS, e.g. trio-1: a cProfile instead")
+    parser.add_argument("--profile", default=None,
+                        help="LOOP-STEPS[-ELEMENTS], e.g. trio-1 or trio-1-65536: a cProfile instead")
     parser.add_argument("--out", default="jit_replay")
     args = parser.parse_args()
     if args.profile:
-        library, steps = args.profile.split("-")
-        _timed(int(steps), args.calls, library, profile=True)
+        library, steps, *size = args.profile.split("-")
+        _timed(int(steps), args.calls, library, profile=True, size=int(size[0]) if size else 16)
         return
     label = {1: "x + 1", 3: "3 x (x + 1).contiguous()"}
-    cases = [(f"{lib}, {label[k]}", lambda lib=lib, k=k: _timed(k, args.calls, lib))
-             for lib in ("trio", "asyncio") for k in (1, 3)]
-    cases += [(f"blocking, {label[k]}", lambda k=k: _blocking(k, args.calls)) for k in (1, 3)]
+    shapes = ((1, 16), (3, 16), (1, BIG))  # the last is too big to be a tiny plan: a worker runs it
+    cases = [(f"{lib}, {label[k]}, {n * 4} B", lambda lib=lib, k=k, n=n: _timed(k, args.calls, lib, size=n))
+             for lib in ("trio", "asyncio") for k, n in shapes]
+    cases += [(f"blocking, {label[k]}, {n * 4} B", lambda k=k, n=n: _blocking(k, args.calls, n)) for k, n in shapes]
     found: dict[str, list[dict]] = {name: [] for name, _ in cases}
     for _ in range(args.rounds):
         for name, fn in cases:

@@ -129,8 +129,8 @@ class Program:
                       ring_args=(count, ops, fns, blocks, bases, timelines))
 
 
-# the doorbell functions of the loaded library (doorbell.py), Linux only: (size, post, next)
-doorbell_functions: Optional[tuple[int, ctypes._CFuncPtr, ctypes._CFuncPtr]] = None
+# the doorbell functions of the loaded library (doorbell.py), Linux only: (size, post, next, done)
+doorbell_functions: Optional[tuple[int, ctypes._CFuncPtr, ctypes._CFuncPtr, ctypes._CFuncPtr]] = None
 
 
 def _bind_doorbell(lib: ctypes.CDLL) -> None:
@@ -139,11 +139,18 @@ def _bind_doorbell(lib: ctypes.CDLL) -> None:
         return
     size = lib.atensor_ring_size
     size.argtypes, size.restype = [], ctypes.c_longlong
-    post = lib.atensor_ring_post
-    post.argtypes, post.restype = [ctypes.c_void_p, ctypes.c_longlong] + [ctypes.c_void_p] * 5, ctypes.c_int
+    # `post` is called keeping the GIL (a PYFUNCTYPE, as a PyDLL function is): it never blocks (a
+    # store, a counter and at most one futex wake), and a call that released the GIL handed it to the
+    # worker it had just woken, which kept it for its Python stretch after the program (measured with
+    # bench/jit_replay.py's profile: the post of a 256 KiB replay took 390 us of the caller's time)
+    post_type = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_void_p] * 5)
+    post = post_type(ctypes.cast(lib.atensor_ring_post, ctypes.c_void_p).value)
     take = lib.atensor_ring_next
     take.argtypes, take.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-    doorbell_functions = (size(), post, take)
+    # an atomic load: called keeping the GIL too
+    done_type = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong)
+    done = done_type(ctypes.cast(lib.atensor_ring_done, ctypes.c_void_p).value)
+    doorbell_functions = (size(), post, take, done)
 
 
 def batch(runs: list[Runner]) -> Runner:

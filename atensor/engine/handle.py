@@ -66,7 +66,10 @@ class RealizeHandle:
             else:
                 await dispatcher.signal.wait(self.job.value, check=False)
                 self._raise_dispatch_error()
-                await wait_all(self._waits())
+                if self._polled():  # its programs ran while this thread went on: no wake-up needed
+                    await checkpoint()
+                else:
+                    await wait_all(self._waits())
             self._raise_task_error()
         finally:
             if collector.is_active():
@@ -87,6 +90,15 @@ class RealizeHandle:
         if not dispatcher.signal.reached(self.job.value):
             return False
         return all(s.reached(v) for s, v in self._waits())
+
+    def _polled(self) -> bool:
+        """True when every queue of the submission has reached its final value, counting a native
+        program the queue's doorbell ring has finished as reached (Queue.poll publishes it), and the
+        job waits for nothing else."""
+        sub = self.job.submission
+        if sub is None or self.job.extra_waits:
+            return False
+        return all([queue.poll(value) for queue, value in sub.final.items()])
 
     def _waits(self) -> list[tuple[Signal, int]]:
         sub = self.job.submission

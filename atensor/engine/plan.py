@@ -221,6 +221,7 @@ class Plan:
             self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
                                 tuple(sorted(task.deps))))
         self.counts = counts
+        self.signals = [q.signal for q in self.queues]
         self.written_index = sorted(written)  # the buffers some task writes (places in `buffers`)
         # tiny enough to run on the planning thread itself when its queues are idle (see `submit`)
         # (a jit replay's too, unless its sizes depend on Variables bound per replay)
@@ -364,12 +365,12 @@ class Plan:
         alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
         runs = self._runners(mapping, new_specs)
         bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
-        signals = [q.signal for q in self.queues]
+        signals = self.signals
         base_id = take_task_ids(len(self.tasks))
         placed: list = [None] * len(self.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         sub = Submission(placed=placed)
-        self.last_final = [(q.signal, b + c) for q, b, c in zip(self.queues, bases, self.counts)]
+        self.last_final = list(zip(signals, [b + c for b, c in zip(bases, self.counts)]))
         batching = quiet and not profiling and not self.once and here is None
         if batching and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]

@@ -148,3 +148,56 @@ async def test_a_tiny_replay_on_two_devices_runs_here_in_task_order(ran_here):
         assert got.device == "CPU:1"
         np.testing.assert_allclose(got.numpy(), (x_np + 1) * 2, rtol=1e-6)
     assert Device.get("CPU:1").compute.idle()
+
+
+def test_the_quick_input_key_is_the_schedule_cache_key_of_the_argument_graph():
+    from atensor.engine.jit import _graph_of, _input_key
+    from atensor.sched import cache
+    base = Tensor(np.arange(24, dtype=np.float32)).contiguous()
+    base.realize().wait()
+    for t in (base, base.reshape(4, 6), base.reshape(4, 6).permute(1, 0), base[3:9], base.cast("float16"),
+              base.reshape(2, 12) + 1):
+        graph = _graph_of(t.node)
+        assert _input_key(graph) == cache.graph_key(graph).key
+    assert _input_key(_graph_of(base.reshape(4, 6).node)) != _input_key(_graph_of(base.reshape(6, 4).node))
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_tiny_replays_right_after_a_worker_ran_replay_keep_the_queue_order_and_values(library):
+    """A replay the queue's worker runs from its doorbell ring, seen finished by the awaiting host
+    (which publishes its value, Queue.poll), then tiny replays on the same queue run on the calling
+    thread before the worker has stamped the first: the worker's late publish must not lower the
+    signal or fail, and every value is what numpy gives."""
+    @atensor.jit
+    async def big(x: Tensor) -> Tensor:
+        return x + 1
+
+    @atensor.jit
+    async def tiny(x: Tensor) -> Tensor:
+        return x * 2
+
+    async def main() -> None:
+        b = Tensor.zeros(1 << 16).contiguous()
+        t = Tensor.ones(4).contiguous()
+        await b.realize()
+        await t.realize()
+        rounds = 150
+        for k in range(rounds):
+            b = await big(b)
+            t = await tiny(t) if k % 20 else Tensor.ones(4).contiguous()  # restart before it overflows
+            if k % 20 == 0:
+                await t.realize()
+        assert b.numpy()[[0, -1]].tolist() == [float(rounds)] * 2
+        assert t.tolist() == [2.0 ** ((rounds - 1) % 20)] * 4
+        queue = Device.get("CPU:0").compute
+        assert queue.signal.value == queue._reserved and queue._thread.is_alive()
+
+    if library == "trio":
+        async def bounded() -> None:
+            with trio.fail_after(60):
+                await main()
+        trio.run(bounded)
+    else:
+        async def bounded_asyncio() -> None:
+            await asyncio.wait_for(main(), 60)
+        asyncio.run(bounded_asyncio())

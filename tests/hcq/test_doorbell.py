@@ -94,3 +94,40 @@ async def test_replayed_programs_start_from_the_doorbell_and_compute_the_same_va
             got = await f(Tensor(x_np))
             np.testing.assert_allclose(got.numpy(), np.maximum(x_np @ w_np, 0).sum(axis=1), rtol=1e-4, atol=1e-3)
         assert queue._doorbell.ran - before == 5
+
+
+def test_a_finished_ring_program_is_published_by_the_host_that_polls_and_the_worker_publishes_it_again():
+    _load_library()
+    if not doorbell.available():
+        pytest.skip("doorbells need Linux")
+    queue = Queue("TEST:1", "compute")
+    queue.submit([Command(queue.reserve() + 1, (), None, "first", "kernel", 0)])
+    _wait_for(lambda: queue.signal.value >= 1 and queue._doorbell is not None)  # the worker rang in
+    gate = threading.Event()
+    queue.submit([Command(queue.reserve() + 1, (), Runner(lambda: gate.wait(10)), "gate", "kernel", 1)])
+    src = np.arange(4096, dtype=np.float32)
+    dst = np.zeros_like(src)
+    copy = native.native_copy(dst.__array_interface__["data"][0], src.__array_interface__["data"][0], src.nbytes)
+    value = queue.reserve() + 1
+    queue.submit([Command(value, (), native.Program([(native.RUN, 0, 0, 0)], [copy]).bind(), "copy", "copy", 2)])
+    time.sleep(0.01)
+    assert not queue.poll(value)  # held behind the gate: not run, not published
+    assert queue.signal.value < value and not dst.any()
+    commands_before = queue.commands_run
+    gate.set()
+    _wait_for(lambda: queue.poll(value))  # published by the poll or by the worker, once the copy ran
+    np.testing.assert_array_equal(dst, src)
+    _wait_for(lambda: queue.commands_run == commands_before + 2)  # the worker finished it too, stamped
+    assert queue.signal.value == value and queue.signal.stamp(value) is not None
+
+
+def test_reach_publishes_a_value_once_and_never_lowers_the_signal():
+    from atensor.hcq.signal import Signal
+    sig = Signal("test/reach")
+    sig.reach(2)
+    assert sig.value == 2 and sig.stamp(2) is None
+    sig.set(2, (5, 6))  # the worker's own publish of the same value: allowed, and stamps it
+    assert sig.stamp(2) == (5, 6)
+    sig.set(4, (7, 8))
+    sig.reach(3)  # a late poll of an older value changes nothing
+    assert sig.value == 4
