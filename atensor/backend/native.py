@@ -140,9 +140,10 @@ def _bind_doorbell(lib: ctypes.CDLL) -> None:
     size = lib.atensor_ring_size
     size.argtypes, size.restype = [], ctypes.c_longlong
     # `post` is called keeping the GIL (a PYFUNCTYPE, as a PyDLL function is): it never blocks (a
-    # store, a counter and at most one futex wake), and a call that released the GIL handed it to the
-    # worker it had just woken, which kept it for its Python stretch after the program (measured with
-    # bench/jit_replay.py's profile: the post of a 256 KiB replay took 390 us of the caller's time)
+    # store, a counter and at most one futex wake), so releasing the GIL buys nothing and lets the
+    # worker it wakes take the GIL first when its program is shorter than the wake syscall. Measured
+    # with bench/jit_replay.py on a loaded machine: no difference in alternating rounds beyond the
+    # noise (the post's time under load is the futex wake itself, with either binding)
     post_type = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_void_p] * 5)
     post = post_type(ctypes.cast(lib.atensor_ring_post, ctypes.c_void_p).value)
     take = lib.atensor_ring_next

@@ -87,9 +87,18 @@ class RealizeHandle:
 
     def done(self) -> bool:
         """True when every command of this realize has run."""
-        if not dispatcher.signal.reached(self.job.value):
+        job = self.job
+        if dispatcher.signal.value < job.value:
             return False
-        return all(s.reached(v) for s, v in self._waits())
+        sub = job.submission
+        if sub is not None:
+            for queue, value in sub.final.items():
+                if queue.signal.value < value:
+                    return False
+        for signal, value in job.extra_waits:
+            if signal.value < value:
+                return False
+        return True
 
     def _polled(self) -> bool:
         """True when every queue of the submission has reached its final value, counting a native

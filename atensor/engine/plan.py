@@ -24,8 +24,8 @@ to queues.
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
 - a tiny plan (at most INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
   a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
-  thread itself (`Queue.run_here`), one command per task in task order: eager or replayed, the await
-  then finds it done;
+  thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
+  batches its native kernels into one): eager or replayed, the await then finds it done;
 - when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy
   copies), each queue gets ONE command, a native program: its waits on other queues and the values
   other queues wait for go through C timelines (backend/native.py `Program`), so a multi-device step
@@ -371,8 +371,9 @@ class Plan:
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         sub = Submission(placed=placed)
         self.last_final = list(zip(signals, [b + c for b, c in zip(bases, self.counts)]))
-        batching = quiet and not profiling and not self.once and here is None
-        if batching and self.all_native and native.programs_available():
+        # a replay batches its native kernels (run here too when its one queue's are: one foreign call)
+        batching = quiet and not profiling and not self.once and (here is None or len(self.queues) == 1)
+        if batching and here is None and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
@@ -415,7 +416,7 @@ class Plan:
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
-            if here is not None:  # one command per task (a plan submitted once does not batch)
+            if here is not None:  # one command per task, or (one queue) per batch, in task order
                 here.extend((members[k], queue, command) for k, command in enumerate(commands))
             elif self.once:
                 lists.append((queue, commands))  # handed over once every buffer is told (below)
