@@ -80,8 +80,9 @@ class RealizeHandle:
         """Blocks until the realize is done (for plain scripts; never call it on the loop thread)."""
         dispatcher.signal.wait_blocking(self.job.value, check=False, timeout=timeout)
         self._raise_dispatch_error()
-        for signal, value in self._waits():
-            signal.wait_blocking(value, check=False, timeout=timeout)
+        if not self._polled():  # else its programs ran while this thread went on: nothing to wait for
+            for signal, value in self._waits():
+                signal.wait_blocking(value, check=False, timeout=timeout)
         self._raise_task_error()
         return self.result
 
