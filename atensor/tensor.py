@@ -58,6 +58,9 @@ class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, Multi
         self.requires_grad, self.grad, self._ctx = requires_grad, None, None
         self._swap: Optional[tuple[Node, Node]] = None  # set by the dispatcher, see `realize`
         self._pending: Optional[RealizeHandle] = None  # the last realize of this tensor not yet waited for
+        if type(data) is Node and device is None and dtype is None:  # every op's result, a replay's
+            self._node = data
+            return
         dev = canonical(device or settings.default_device)
         dt = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, Node):

@@ -5,8 +5,9 @@
 atensor: one realize of N independent tiny kernels (x_i + 1) and one of a chain of N dependent ones
 ((x + 1).contiguous() repeated), on NULL (nothing runs: pure scheduling, planning and queue cost) and
 on CPU; the time from `realize()` to completion divided by N. Graph building is reported apart. Also
-a chain of 50 kernels in an `atensor.jit` function, replayed (no graph building, no scheduling), and
-the async round trip of `x = x + 1; await x.realize()` on 16 elements, in three parts.
+a chain of 50 kernels in an `atensor.jit` function, replayed (no graph building, no scheduling), the
+async round trip of `x = x + 1; await x.realize()` on 16 elements, in three parts, and that of one
+awaited jitted `x + 1` (bench/jit_replay.py takes a replay's cost apart further).
 Peers in the same run: tinygrad's eager realize per kernel and TinyJit replay per kernel for the same
 chain, and Dask's threaded scheduler per task for a chain of delayed adds. A peer that is not
 installed is skipped with a note.
@@ -98,6 +99,34 @@ def atensor_round_trip(device: str, count: int = 300) -> dict:
     return trio.run(run)
 
 
+def atensor_jit_round_trip(device: str, count: int = 300) -> float:
+    """`y = await step(y)` for a jitted `x + 1` on 16 elements, from trio: the median us of one awaited
+    replay, end to end (a tiny plan: it runs on the caller's thread when its queue is idle)."""
+    import statistics
+
+    import trio
+
+    import atensor
+
+    @atensor.jit
+    async def step(t: Tensor) -> Tensor:
+        return t + 1
+
+    async def run() -> float:
+        y = Tensor.zeros(16, device=device).contiguous()
+        await y.realize()
+        times = []
+        for k in range(count + 20):
+            start = time.perf_counter()
+            y = await step(y)
+            if k >= 20:  # captured, verified, compiled and warm
+                times.append((time.perf_counter() - start) * 1e6)
+        if device != "NULL":  # a NULL device holds no data
+            assert float(y.numpy()[0]) == count + 20
+        return statistics.median(times)
+    return trio.run(run)
+
+
 def tinygrad_chain(n: int) -> dict:
     try:
         from tinygrad import Tensor as TgTensor, TinyJit
@@ -180,6 +209,9 @@ def main() -> None:
         jit = atensor_jit_chain(device, n)
         results["atensor"][f"{device}_jit_chain"] = {"replay_us_per_kernel": jit}
         rows.append((f"atensor {device}", "chain, atensor.jit replay", jit, "-"))
+        jit_trip = atensor_jit_round_trip(device)
+        results["atensor"][f"{device}_jit_round_trip"] = {"replay_us": jit_trip}
+        rows.append((f"atensor {device}", "y = await step(y), a jitted x + 1 (one replay; trio)", jit_trip, "-"))
     tg, dk = tinygrad_chain(n), dask_chain(n)
     results["tinygrad"], results["dask"] = tg, dk
     peers = (("tinygrad CPU", tg, (("chain, eager realize", "eager_us_per_kernel"),

@@ -156,6 +156,12 @@ int atensor_ring_next(at_ring *r, uint64_t *stamps) {
   atomic_store(&r->taken, taken + 1);
   return ran;
 }
+/* whether the worker is done with the first `count` lists posted (doorbell.py `Doorbell.finished`):
+   `taken` is stored once a list's program has run, so a program in the ring has finished when it is
+   counted; an acquire load, so its writes are visible to the caller that sees the count */
+int atensor_ring_done(at_ring *r, unsigned long long count) {
+  return atomic_load_explicit(&r->taken, memory_order_acquire) >= count;
+}
 /* a copy between buffers: b = {dst, src, nbytes} */
 void atensor_copy(void **b) { memcpy(b[0], b[1], (size_t)(uintptr_t)b[2]); }
 /* GCC 12.2's loop vectorizer miscompiles a reduction whose inner loop reads with a negative step

@@ -129,8 +129,8 @@ class Program:
                       ring_args=(count, ops, fns, blocks, bases, timelines))
 
 
-# the doorbell functions of the loaded library (doorbell.py), Linux only: (size, post, next)
-doorbell_functions: Optional[tuple[int, ctypes._CFuncPtr, ctypes._CFuncPtr]] = None
+# the doorbell functions of the loaded library (doorbell.py), Linux only: (size, post, next, done)
+doorbell_functions: Optional[tuple[int, ctypes._CFuncPtr, ctypes._CFuncPtr, ctypes._CFuncPtr]] = None
 
 
 def _bind_doorbell(lib: ctypes.CDLL) -> None:
@@ -139,11 +139,19 @@ def _bind_doorbell(lib: ctypes.CDLL) -> None:
         return
     size = lib.atensor_ring_size
     size.argtypes, size.restype = [], ctypes.c_longlong
-    post = lib.atensor_ring_post
-    post.argtypes, post.restype = [ctypes.c_void_p, ctypes.c_longlong] + [ctypes.c_void_p] * 5, ctypes.c_int
+    # `post` is called keeping the GIL (a PYFUNCTYPE, as a PyDLL function is): it never blocks (a
+    # store, a counter and at most one futex wake), so releasing the GIL buys nothing and lets the
+    # worker it wakes take the GIL first when its program is shorter than the wake syscall. Measured
+    # with bench/jit_replay.py on a loaded machine: no difference in alternating rounds beyond the
+    # noise (the post's time under load is the futex wake itself, with either binding)
+    post_type = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_void_p] * 5)
+    post = post_type(ctypes.cast(lib.atensor_ring_post, ctypes.c_void_p).value)
     take = lib.atensor_ring_next
     take.argtypes, take.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-    doorbell_functions = (size(), post, take)
+    # an atomic load: called keeping the GIL too
+    done_type = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong)
+    done = done_type(ctypes.cast(lib.atensor_ring_done, ctypes.c_void_p).value)
+    doorbell_functions = (size(), post, take, done)
 
 
 def batch(runs: list[Runner]) -> Runner:

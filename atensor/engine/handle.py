@@ -66,7 +66,10 @@ class RealizeHandle:
             else:
                 await dispatcher.signal.wait(self.job.value, check=False)
                 self._raise_dispatch_error()
-                await wait_all(self._waits())
+                if self._polled():  # its programs ran while this thread went on: no wake-up needed
+                    await checkpoint()
+                else:
+                    await wait_all(self._waits())
             self._raise_task_error()
         finally:
             if collector.is_active():
@@ -77,16 +80,35 @@ class RealizeHandle:
         """Blocks until the realize is done (for plain scripts; never call it on the loop thread)."""
         dispatcher.signal.wait_blocking(self.job.value, check=False, timeout=timeout)
         self._raise_dispatch_error()
-        for signal, value in self._waits():
-            signal.wait_blocking(value, check=False, timeout=timeout)
+        if not self._polled():  # else its programs ran while this thread went on: nothing to wait for
+            for signal, value in self._waits():
+                signal.wait_blocking(value, check=False, timeout=timeout)
         self._raise_task_error()
         return self.result
 
     def done(self) -> bool:
         """True when every command of this realize has run."""
-        if not dispatcher.signal.reached(self.job.value):
+        job = self.job
+        if dispatcher.signal.value < job.value:
             return False
-        return all(s.reached(v) for s, v in self._waits())
+        sub = job.submission
+        if sub is not None:
+            for queue, value in sub.final.items():
+                if queue.signal.value < value:
+                    return False
+        for signal, value in job.extra_waits:
+            if signal.value < value:
+                return False
+        return True
+
+    def _polled(self) -> bool:
+        """True when every queue of the submission has reached its final value, counting a native
+        program the queue's doorbell ring has finished as reached (Queue.poll publishes it), and the
+        job waits for nothing else."""
+        sub = self.job.submission
+        if sub is None or self.job.extra_waits:
+            return False
+        return all([queue.poll(value) for queue, value in sub.final.items()])
 
     def _waits(self) -> list[tuple[Signal, int]]:
         sub = self.job.submission

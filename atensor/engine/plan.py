@@ -22,6 +22,10 @@ them on every replay. All go through `submit`, and this is the only module that 
 to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
+- a tiny plan (at most INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
+  a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
+  thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
+  batches its native kernels into one): eager or replayed, the await then finds it done;
 - when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy
   copies), each queue gets ONE command, a native program: its waits on other queues and the values
   other queues wait for go through C timelines (backend/native.py `Program`), so a multi-device step
@@ -168,6 +172,7 @@ class Plan:
         self.static: list[tuple[str, str, int, int, tuple[int, ...]]] = []
         self.read_first: list[tuple[int, str]] = []  # (buffer, task name): read before the graph writes it
         counts: list[int] = []
+        symbolic = False  # some task's work has Variables: its size at capture bounds no later replay
         written: set[int] = set()
         last: dict[tuple[int, int, bool], int] = {}                 # (buffer, queue, write) -> place
         queue_of: dict[tuple[str, str], Queue] = {}
@@ -197,6 +202,7 @@ class Plan:
             accesses = []
             nbytes = 0
             var_vals = getattr(work, "var_vals", None)
+            symbolic = symbolic or bool(var_vals)
             for acc in task.accesses:
                 bi = buffer_index.get(acc.buffer)
                 if bi is None:
@@ -218,9 +224,11 @@ class Plan:
             self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
                                 tuple(sorted(task.deps))))
         self.counts = counts
+        self.signals = [q.signal for q in self.queues]
         self.written_index = sorted(written)  # the buffers some task writes (places in `buffers`)
         # tiny enough to run on the planning thread itself when its queues are idle (see `submit`)
-        self.tiny = len(tasks) <= INLINE_MAX_TASKS and \
+        # (a jit replay's too, unless its sizes depend on Variables bound per replay)
+        self.tiny = len(tasks) <= INLINE_MAX_TASKS and (self.once or not symbolic) and \
             all(type(t.work) in (Kernel, Copy) for t in tasks) and \
             sum(st[2] for st in self.static) <= INLINE_MAX_BYTES and \
             sum(st[3] for st in self.static) <= INLINE_MAX_FLOPS
@@ -351,9 +359,10 @@ class Plan:
         else:
             before = [b.pending() for b in bufs]
             quiet = not any(w or r for w, r in before)  # nothing pending: only the graph's own waits
-        # a tiny eager plan runs here, on the planning thread, when its queues have nothing before it
-        here: Optional[list] = [] if quiet and self.once and self.tiny and \
-            all(q.idle() for q in self.queues) else None
+        # a tiny plan (eager, or a jit replay's) runs here, on the planning thread, when its queues have
+        # nothing before it: the caller's await then finds it done, with no hand-off to a worker and no
+        # wake-up back (~100-150 us of a one-kernel replay's ~210, measured with bench/jit_replay.py)
+        here: Optional[list] = [] if quiet and self.tiny and all(q.idle() for q in self.queues) else None
         # a replayed plan of one task on an idle queue may start it on this thread (Runner.here: a net
         # command), without the hand-off to the queue's worker and the wake-up back
         alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
@@ -362,14 +371,15 @@ class Plan:
         # start that collective on this thread once every list is submitted, while the workers wake
         lead = None if alone or not quiet or self.once else self._lead(runs)
         bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
-        signals = [q.signal for q in self.queues]
+        signals = self.signals
         base_id = take_task_ids(len(self.tasks))
         placed: list = [None] * len(self.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         sub = Submission(placed=placed)
-        self.last_final = [(q.signal, b + c) for q, b, c in zip(self.queues, bases, self.counts)]
-        batching = quiet and not profiling and not self.once
-        if batching and self.all_native and native.programs_available():
+        self.last_final = list(zip(signals, [b + c for b, c in zip(bases, self.counts)]))
+        # a replay batches its native kernels (run here too when its one queue's are: one foreign call)
+        batching = quiet and not profiling and not self.once and (here is None or len(self.queues) == 1)
+        if batching and here is None and self.all_native and native.programs_available():
             slots = [native.timeline_slot(q) for q in self.queues]
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
@@ -416,7 +426,7 @@ class Plan:
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = self.queues[qi]
             sub.final[queue] = bases[qi] + self.counts[qi]
-            if here is not None:  # one command per task (a plan submitted once does not batch)
+            if here is not None:  # one command per task, or (one queue) per batch, in task order
                 here.extend((members[k], queue, command) for k, command in enumerate(commands))
             elif self.once:
                 lists.append((queue, commands))  # handed over once every buffer is told (below)

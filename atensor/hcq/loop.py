@@ -271,12 +271,17 @@ class _AsyncioWakeup(Wakeup):
 async def checkpoint() -> None:
     """Lets the loop run its other tasks once, then returns (trio's `checkpoint`, asyncio's
     `sleep(0)`): for an await whose work is already done, so that a task awaiting tiny realizes in a
-    loop still gives the others their turn (and cancellation is checked), as any await on trio does."""
-    if current_library() == "trio":
+    loop still gives the others their turn (and cancellation is checked), as any await on trio does.
+    The loop is found by `running_library` (a lookup; every tiny realize's await comes here), and only
+    anything but trio or asyncio goes through `current_library`, which says what is unsupported."""
+    name = running_library()
+    if name == "trio":
         import trio
         await trio.lowlevel.checkpoint()
-    else:
+    elif name == "asyncio" or current_library() == "asyncio":
         await asyncio.sleep(0)
+    else:  # pragma: no cover - current_library raised for any other library
+        raise UnsupportedLoopError(name)
 
 
 async def run_sync(fn: Callable[[], T]) -> T:

@@ -93,6 +93,8 @@ class Queue:
         self._doorbell: Optional[Doorbell] = None  # set by the worker once a native library is loaded
         self.commands_run = 0
         self.ran_here = 0  # commands `start_here` finished on the submitting thread
+        # (value, list number) of the newest list posted whose program the doorbell ring holds (`poll`)
+        self._ring_last: tuple[int, int] = (0, 0)
 
     def __repr__(self) -> str:
         return f"Queue({self.device}/{self.kind})"
@@ -158,14 +160,29 @@ class Queue:
             self._pending.append(commands)
             if self._doorbell is not None:  # the worker waits in C: ring it (see doorbell.py)
                 first = commands[0]
-                self._doorbell.post(first.run.ring_args if len(commands) == 1 and not first.waits
-                                    and first.run is not None else None)
+                number = self._doorbell.post(first.run.ring_args if len(commands) == 1 and not first.waits
+                                             and first.run is not None else None)
+                if number:
+                    self._ring_last = (first.value, number)
             else:
                 self._cond.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name=f"atensor-{self.device}-{self.kind}",
                                                 daemon=True)
                 self._thread.start()
+
+    def poll(self, value: int) -> bool:
+        """True when `value` is reached. When it is the value of the newest program posted to the
+        doorbell ring and that program has run, publishes it first (Signal.reach): the awaiting host
+        need not park until the worker takes the GIL back to publish it (doorbell.py)."""
+        signal = self.signal
+        if signal.value >= value:
+            return True
+        last_value, number = self._ring_last
+        if last_value == value and self._doorbell is not None and self._doorbell.finished(number):
+            signal.reach(value)
+            return True
+        return False
 
     def statistics(self) -> dict:
         """Commands submitted but not yet run, the signal's value, and the last reserved value."""
@@ -193,7 +210,9 @@ class Queue:
                 with self._cond:
                     commands = self._pending.popleft()
                 if stamps is not None:
-                    self._finish(commands[0], commands[0].started or stamps[0], stamps[1], None)
+                    # the host may have published its value already (`poll`), and run later tiny
+                    # commands here since: the value is stamped, never lowered
+                    self._finish(commands[0], commands[0].started or stamps[0], stamps[1], None, late=True)
                     del commands
                     last_yield = time.perf_counter_ns()
                     continue
@@ -235,10 +254,12 @@ class Queue:
                 error.__cause__ = exc
         self._finish(command, start, time.perf_counter_ns(), error)
 
-    def _finish(self, command: Command, start: int, end: int, error: Optional[BaseException]) -> None:
-        """Publishes a command's value with its stamps (and its error); records its span."""
+    def _finish(self, command: Command, start: int, end: int, error: Optional[BaseException],
+                late: bool = False) -> None:
+        """Publishes a command's value with its stamps (and its error); records its span. `late`: the
+        value may be reached already (a ring program `poll` saw finished), see `Signal.set`."""
         self.commands_run += 1
-        self.signal.set(command.value, (start, end), error)
+        self.signal.set(command.value, (start, end), error, late)
         if collector.is_active():
             collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
                                                  command.kind, start, end, command.nbytes, command.flops,

@@ -125,10 +125,18 @@ class Signal:
     def __repr__(self) -> str:
         return f"Signal({self.name}={self.value})"
 
-    def set(self, value: int, stamp: Optional[tuple[int, int]] = None, error: Optional[BaseException] = None) -> None:
-        """Publishes `value` (called by the owning queue's worker); wakes every waiter it satisfies."""
+    def set(self, value: int, stamp: Optional[tuple[int, int]] = None, error: Optional[BaseException] = None,
+            late: bool = False) -> None:
+        """Publishes `value` (called by the owning queue's worker); wakes every waiter it satisfies.
+        `late`: a value `reach` may have published already, and values after it may be published
+        since (a queue's worker stamping a ring program the host saw finished): only its stamp is kept
+        when the signal is past it; otherwise a value below the signal's is a bug (asserted)."""
         with self._cond:
-            assert value >= self.value, f"{self.name}: value may not decrease ({self.value} -> {value})"
+            if value < self.value:
+                assert late, f"{self.name}: value may not decrease ({self.value} -> {value})"
+                if stamp is not None:
+                    self._stamps[value] = stamp
+                return
             self.value = value
             if stamp is not None:
                 self._stamps[value] = stamp
@@ -136,10 +144,37 @@ class Signal:
                     self._stamps.popitem(last=False)
             if error is not None:
                 self._failures[value] = error
-            self._cond.notify_all()
-            ready = [w for w in self._waiters if w.value <= value]
+            # only a thread in `wait_blocking` sits in the condition's own deque (read under its lock):
+            # notify_all is Python code, skipped on the common publish that nobody blocks on
+            if self._cond._waiters:  # type: ignore[attr-defined]
+                self._cond.notify_all()
+            waiters = self._waiters
+            if not waiters:
+                return
+            ready = [w for w in waiters if w.value <= value]
             if ready:
-                self._waiters = [w for w in self._waiters if w.value > value]
+                self._waiters = [w for w in waiters if w.value > value]
+        for waiter in ready:
+            waiter.wake()
+
+    def reach(self, value: int) -> None:
+        """Publishes `value` unless the signal is there already, without a stamp: for a command known
+        to be done by other means than its worker (a program the doorbell ring ran, Queue.poll); the
+        worker publishes it again, with its stamp, as `set` allows for an equal value."""
+        if self.value >= value:
+            return
+        with self._cond:
+            if self.value >= value:
+                return
+            self.value = value
+            if self._cond._waiters:  # type: ignore[attr-defined]
+                self._cond.notify_all()
+            waiters = self._waiters
+            if not waiters:
+                return
+            ready = [w for w in waiters if w.value <= value]
+            if ready:
+                self._waiters = [w for w in waiters if w.value > value]
         for waiter in ready:
             waiter.wake()
 
