@@ -11,7 +11,8 @@ programs keyed by shape only:
   together (`prefill_many`) are prefilled as the rows of one forward per bucket, each row with its own
   slot Variable, in batches of 1, 4 or 16 rows (`prefill_batches`) up to PREFILL_BATCH_TOKENS
   padded tokens: one pass over the weights and one launch of each kernel for all of them, instead of
-  one forward per prompt (16 prompts of 13 tokens: 1.55 s one at a time, see bench/llm.py).
+  one forward per prompt (bench/llm.py, the server's 16 prompts of 13-14 tokens on a machine at load
+  5: 2.94 s batched against 3.28 s one at a time, medians of 3 alternating rounds).
 - decode: rows 0..B-1 are slots 0..B-1 with B a batch bucket (1, 2, 4, ...); each row's cache position
   is its own bound Variable (`pos0`, `pos1`, ...), so the step is replayed with the new positions
   bound, never recaptured per position. A row whose slot is free computes a throw-away token.
