@@ -364,6 +364,7 @@ class Plan:
         # command), without the hand-off to the queue's worker and the wake-up back
         alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
         runs = self._runners(mapping, new_specs)
+        alone = alone and runs[0] is not None  # a task that runs nothing (on a NULL device) has no runner
         bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
         signals = self.signals
         base_id = take_task_ids(len(self.tasks))
