@@ -367,6 +367,7 @@ class Plan:
         # command), without the hand-off to the queue's worker and the wake-up back
         alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
         runs = self._runners(mapping, new_specs)
+        alone = alone and runs[0] is not None  # a task that runs nothing (on a NULL device) has no runner
         # a replay of more tasks whose queue starts with a net command that waits for nothing may
         # start that collective on this thread once every list is submitted, while the workers wake
         lead = None if alone or not quiet or self.once else self._lead(runs)

@@ -36,7 +36,7 @@ class Doorbell:
         size, self._post, self._next, self._done = native.doorbell_functions  # type: ignore[misc]
         self.ring = (ctypes.c_uint8 * size)()  # zeroed: nothing posted, nothing taken
         self.stamps = (ctypes.c_uint64 * 2)()
-        self.ran = 0  # programs started from the ring (tests and statistics)
+        self.ran = 0  # programs started from the ring, counted by the queue (tests and statistics)
         self.posted = 0  # lists posted so far (only the submitting thread posts)
 
     def post(self, program: Optional[tuple[Any, ...]]) -> int:
@@ -57,7 +57,6 @@ class Doorbell:
     def next(self) -> Optional[tuple[int, int]]:
         """Blocks (the GIL released) until the next list is posted; runs it when it is a program in the
         ring and returns its (start, end) stamps on the perf_counter clock, else None."""
-        if self._next(self.ring, self.stamps):
-            self.ran += 1
+        if self._next(self.ring, self.stamps):  # `ran` is counted by the queue (Queue._count_ring_program)
             return self.stamps[0], self.stamps[1]
         return None

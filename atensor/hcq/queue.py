@@ -52,15 +52,25 @@ class DependencyFailed(RuntimeError):
     """A command did not run because a task it reads from failed."""
 
 
+class _RingClaim:
+    """Whether a ring program's run is counted yet (Queue.poll and the worker race to count it)."""
+    __slots__ = ("counted",)
+
+    def __init__(self) -> None:
+        self.counted = False
+
+
 class Command:
     """One entry of a queue's list: wait for `waits`, run `run`, publish `value` with a stamp."""
-    __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps", "started")
+    __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps", "started",
+                 "claim")
 
     def __init__(self, value: int, waits: tuple, run: Optional[Runner], name: str, kind: str,
                  task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
         self.started = 0  # set by `Queue.start_here` when it submits a command it starts: its stamp's start
+        self.claim: Optional[_RingClaim] = None  # set by `Queue.submit` when the doorbell ring holds its program
 
 
 YIELD_EVERY_NS = 500_000
@@ -93,8 +103,9 @@ class Queue:
         self._doorbell: Optional[Doorbell] = None  # set by the worker once a native library is loaded
         self.commands_run = 0
         self.ran_here = 0  # commands `start_here` finished on the submitting thread
-        # (value, list number) of the newest list posted whose program the doorbell ring holds (`poll`)
-        self._ring_last: tuple[int, int] = (0, 0)
+        # (value, list number, claim) of the newest list posted whose program the doorbell ring holds
+        # (`poll`); the claim is that list's `_RingClaim`: who finishes its bookkeeping, exactly once
+        self._ring_last: tuple[int, int, Optional[_RingClaim]] = (0, 0, None)
 
     def __repr__(self) -> str:
         return f"Queue({self.device}/{self.kind})"
@@ -163,7 +174,8 @@ class Queue:
                 number = self._doorbell.post(first.run.ring_args if len(commands) == 1 and not first.waits
                                              and first.run is not None else None)
                 if number:
-                    self._ring_last = (first.value, number)
+                    first.claim = _RingClaim()
+                    self._ring_last = (first.value, number, first.claim)
             else:
                 self._cond.notify()
             if self._thread is None:
@@ -178,11 +190,25 @@ class Queue:
         signal = self.signal
         if signal.value >= value:
             return True
-        last_value, number = self._ring_last
-        if last_value == value and self._doorbell is not None and self._doorbell.finished(number):
+        last_value, number, claim = self._ring_last
+        if last_value == value and claim is not None and self._doorbell is not None \
+                and self._doorbell.finished(number):
+            self._count_ring_program(claim)  # counted once it is published: the statistics agree
             signal.reach(value)
             return True
         return False
+
+    def _count_ring_program(self, claim: Optional[_RingClaim]) -> None:
+        """Counts a program the ring ran (`commands_run`, the doorbell's `ran`) once, by whichever of
+        the polling host and the worker comes first (its command's claim, set when it was posted)."""
+        with self._cond:
+            if claim is not None:
+                if claim.counted:
+                    return
+                claim.counted = True
+            self.commands_run += 1
+            if self._doorbell is not None:
+                self._doorbell.ran += 1
 
     def statistics(self) -> dict:
         """Commands submitted but not yet run, the signal's value, and the last reserved value."""
@@ -211,8 +237,10 @@ class Queue:
                     commands = self._pending.popleft()
                 if stamps is not None:
                     # the host may have published its value already (`poll`), and run later tiny
-                    # commands here since: the value is stamped, never lowered
-                    self._finish(commands[0], commands[0].started or stamps[0], stamps[1], None, late=True)
+                    # commands here since: the value is stamped, never lowered, counted once
+                    first = commands[0]
+                    self._count_ring_program(first.claim)
+                    self._finish(first, first.started or stamps[0], stamps[1], None, late=True)
                     del commands
                     last_yield = time.perf_counter_ns()
                     continue
@@ -257,8 +285,10 @@ class Queue:
     def _finish(self, command: Command, start: int, end: int, error: Optional[BaseException],
                 late: bool = False) -> None:
         """Publishes a command's value with its stamps (and its error); records its span. `late`: the
-        value may be reached already (a ring program `poll` saw finished), see `Signal.set`."""
-        self.commands_run += 1
+        value may be reached already (a ring program `poll` saw finished), see `Signal.set`; it was
+        counted already (`_count_ring_program`)."""
+        if not late:
+            self.commands_run += 1
         self.signal.set(command.value, (start, end), error, late)
         if collector.is_active():
             collector.record_span(Span(self.device, self.kind, command.task_id, command.name,

@@ -201,3 +201,19 @@ def test_tiny_replays_right_after_a_worker_ran_replay_keep_the_queue_order_and_v
         async def bounded_asyncio() -> None:
             await asyncio.wait_for(main(), 60)
         asyncio.run(bounded_asyncio())
+
+
+async def test_a_replay_of_one_task_on_a_null_device_runs_whether_tiny_or_not():
+    """A NULL device's task has no runner: neither a tiny replay run here nor a one-task replay that
+    could start a net command here may ask the missing runner anything (it raised AttributeError)."""
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x + 1
+
+    for size in (16, 1 << 16):  # a tiny plan, and one over INLINE_MAX_BYTES
+        y = Tensor.zeros(size, device="NULL").contiguous()
+        await y.realize()
+        for _ in range(6):
+            y = await step(y)
+        assert y.shape == (size,) and y.device.startswith("NULL")
+    assert step.stats["replays"] == 6

@@ -131,3 +131,29 @@ def test_reach_publishes_a_value_once_and_never_lowers_the_signal():
     sig.set(4, (7, 8))
     sig.reach(3)  # a late poll of an older value changes nothing
     assert sig.value == 4
+
+
+async def test_each_replayed_ring_program_is_counted_once_whether_the_host_or_the_worker_counts_it():
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x + 1
+
+    with atensor.Context(native="jit"):
+        y = Tensor.zeros(1 << 16).contiguous()  # more than a tiny plan: its worker runs it
+        await y.realize()
+        for _ in range(4):
+            y = await step(y)
+        if not doorbell.available():
+            pytest.skip("doorbells need Linux")
+        queue = Device.get("CPU:0").compute
+        _wait_for(lambda: queue._doorbell is not None and queue.idle())
+        time.sleep(0.05)  # the worker's bookkeeping of the last of them is done
+        run_before, rang_before = queue.commands_run, queue._doorbell.ran
+        replays = 60
+        for _ in range(replays):
+            y = await step(y)
+        assert y.numpy()[[0, -1]].tolist() == [replays + 4.0] * 2
+        _wait_for(lambda: queue.commands_run - run_before >= replays)
+        time.sleep(0.05)  # a worker that counted a program the host had counted would show now
+        assert queue.commands_run - run_before == replays
+        assert queue._doorbell.ran - rang_before == replays
