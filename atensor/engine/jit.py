@@ -20,6 +20,8 @@ captured ones. What tinygrad's TinyJit does, with these rules:
   that changes the values first waits for the program's previous replay (its kernels read them).
 - State: buffers that existed before the call (parameters, optimizer state, constants) are the
   captured ones: updates by `assign` land in them on every replay, exactly as in the function.
+  The assigns a call issues are realized by the call, with its results, whether a result reads
+  them or not (a KV-cache write at a bound `Variable` slot that no result reads is still a write).
   A value an earlier call realized (its result, still held, is the same interned `x * 2`) is not
   read back while capturing but computed again (handle.Recording), so a replay computes from its
   inputs, and what earlier results are still alive never changes the captured graphs.
@@ -557,11 +559,16 @@ class Jit:
                 lazy = [t for t in tensors if not _is_stored(t.node)]
                 if lazy:
                     yield _WAIT, lazy[0]._dispatch(tuple(lazy[1:]))
+            before = {id(head) for head in versions.pending_heads()}
             result = yield _CALL, None
             outs: list[Tensor] = []
             result_shape = _flatten(result, outs)
-            if outs:
-                yield _WAIT, outs[0]._dispatch(tuple(outs[1:]))
+            # the assigns the call issued are realized with its results, so that they are recorded and
+            # every replay performs them: a KV-cache write that no result reads is still a write
+            issued = [Tensor(head) for head in versions.pending_heads() if id(head) not in before]
+            if outs or issued:
+                work = outs + issued
+                yield _WAIT, work[0]._dispatch(tuple(work[1:]))
         finally:
             if token is not None:
                 recording.reset(token)

@@ -186,8 +186,8 @@ class Llama:
                 cells = ((slot, slot + 1), None, None, (start, start + length), None)
                 layer.cache.shrink(cells).assign(fresh[row:row + 1])
             if slots is not None:  # each row reads its slot's first L cells back, its whole history
-                # read back, not used fresh: replays of a jitted step whose outputs read none of its
-                # cache writes left the newly bound slots unwritten (seen here; the read keeps them)
+                # (read back rather than used fresh: measured and tested this way; the jit bug that made
+                # it necessary, replays dropping writes no result read, is fixed in engine/jit.py)
                 history = [layer.cache.shrink(((s, s + 1), None, None, (0, length), None)) for s in row_slots]
                 both = history[0].cat(*history[1:], dim=0) if b > 1 else history[0]  # (B, 2, Hkv, L, D)
                 keys, values = both[:, 0], both[:, 1]

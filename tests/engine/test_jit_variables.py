@@ -61,3 +61,43 @@ def test_another_variable_or_plain_int_is_another_key():
     assert step.stats["captures"] == 1  # t's first call runs normally: a key of its own
     with pytest.raises(Exception):
         step(x, mask, Variable("s", 0, 15).bind(16))  # outside the bounds
+
+
+@pytest.mark.parametrize("read_by_result", [False, True])
+async def test_a_write_no_result_reads_is_performed_by_every_replay(read_by_result):
+    """A jitted step's assign into state at a bound Variable slot lands on every replay, whether or not
+    the step's result reads it (replays used to drop a write no result read: a batched prefill's KV
+    cache rows stayed zero for every slot bound after the capture)."""
+    slot = Variable("slot", 0, 3)
+    cache = Tensor(np.zeros((4, 8), np.float32))
+    await cache.realize()
+
+    @jit
+    async def step(x, s):
+        cache.shrink(((s, s + 1), None)).assign(x * 2)
+        return cache.sum(1) if read_by_result else x + 1
+    ref = np.zeros((4, 8), np.float32)
+    for i, s in enumerate([0, 0, 0, 1, 2, 3, 1, 0]):
+        x = np.full((1, 8), i + 1, np.float32)
+        out = await step(Tensor(x), slot.bind(s))
+        ref[s] = x * 2
+        np.testing.assert_allclose(out.numpy(), ref.sum(1) if read_by_result else x + 1)
+        await cache.realize()
+        np.testing.assert_allclose(cache.numpy(), ref, err_msg=f"call {i}, slot {s}")
+    assert step.stats["replays"] == 5 and step.stats["captures"] == 1
+
+
+async def test_a_step_that_returns_nothing_performs_its_assigns_on_every_replay():
+    """A step whose only effect is an assign (it returns None) updates the state on every call."""
+    cache = Tensor(np.zeros((2, 3), np.float32))
+    await cache.realize()
+
+    @jit
+    async def bump(x):
+        cache.assign(cache + x)
+        return None
+    for k in range(5):
+        await bump(Tensor(np.full((2, 3), float(k), np.float32)))
+    await cache.realize()
+    np.testing.assert_allclose(cache.numpy(), np.full((2, 3), 0 + 1 + 2 + 3 + 4, np.float32))
+    assert bump.stats["replays"] == 2
