@@ -144,16 +144,7 @@ class Signal:
                     self._stamps.popitem(last=False)
             if error is not None:
                 self._failures[value] = error
-            # only a thread in `wait_blocking` sits in the condition's own deque (read under its lock):
-            # notify_all is Python code, skipped on the common publish that nobody blocks on
-            if self._cond._waiters:  # type: ignore[attr-defined]
-                self._cond.notify_all()
-            waiters = self._waiters
-            if not waiters:
-                return
-            ready = [w for w in waiters if w.value <= value]
-            if ready:
-                self._waiters = [w for w in waiters if w.value > value]
+            ready = self._ready_locked(value)
         for waiter in ready:
             waiter.wake()
 
@@ -167,16 +158,24 @@ class Signal:
             if self.value >= value:
                 return
             self.value = value
-            if self._cond._waiters:  # type: ignore[attr-defined]
-                self._cond.notify_all()
-            waiters = self._waiters
-            if not waiters:
-                return
-            ready = [w for w in waiters if w.value <= value]
-            if ready:
-                self._waiters = [w for w in waiters if w.value > value]
+            ready = self._ready_locked(value)
         for waiter in ready:
             waiter.wake()
+
+    def _ready_locked(self, value: int) -> list:
+        """Wakes the threads blocked on the condition and takes the loop waiters that `value` satisfies
+        (to wake once the lock is released); the caller holds the condition's lock."""
+        # only a thread in `wait_blocking` sits in the condition's own deque (read under its lock):
+        # notify_all is Python code, skipped on the common publish that nobody blocks on
+        if self._cond._waiters:  # type: ignore[attr-defined]
+            self._cond.notify_all()
+        waiters = self._waiters
+        if not waiters:
+            return []
+        ready = [w for w in waiters if w.value <= value]
+        if ready:
+            self._waiters = [w for w in waiters if w.value > value]
+        return ready
 
     def stamp(self, value: int) -> Optional[tuple[int, int]]:
         """(start_ns, end_ns) of the command that published `value`, if still kept."""
