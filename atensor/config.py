@@ -8,7 +8,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free and its kernels in bounds before it runs (tests turn it on) |
 | z3_timeout_ms | ATENSOR_Z3_TIMEOUT_MS | 2000 | per z3 query of those proofs; a query that times out is a rejection |
 | blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads of a big kernel (backend/blas.py) |
-| blas_parallel_flops | ATENSOR_BLAS_PARALLEL_FLOPS | 64 Mi | (sizes such as `8Mi` or `64M` are accepted here and for the byte settings) estimated flops from which a kernel's products use `blas_threads` threads; below, one |
+| blas_parallel_flops | ATENSOR_BLAS_PARALLEL_FLOPS | 1 Mi | (sizes such as `8Mi` or `64M` are accepted here and for the byte settings) estimated flops from which a kernel's products use `blas_threads` threads; below, one |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
@@ -69,7 +69,7 @@ class Settings:
     racecheck: bool = bool(env_number("ATENSOR_RACECHECK", "0"))
     z3_timeout_ms: int = env_number("ATENSOR_Z3_TIMEOUT_MS", "2000")
     blas_threads: Optional[int] = env_number("ATENSOR_BLAS_THREADS", "0") if "ATENSOR_BLAS_THREADS" in os.environ else None
-    blas_parallel_flops: int = env_number("ATENSOR_BLAS_PARALLEL_FLOPS", str(64 << 20), sizes=True)
+    blas_parallel_flops: int = env_number("ATENSOR_BLAS_PARALLEL_FLOPS", str(1 << 20), sizes=True)
     default_device: str = os.environ.get("ATENSOR_DEVICE", "CPU")
     schedule_cache: bool = bool(env_number("ATENSOR_SCHEDULE_CACHE", "1"))
     allreduce_bucket_bytes: int = env_number("ATENSOR_BUCKET_BYTES", str(25 << 20), sizes=True)

@@ -18,6 +18,15 @@ busy. So, unless `ATENSOR_BLAS_THREADS` fixes the count, a kernel big enough for
 own runs (`MeasuredThreads`): it tries both counts, runs with the faster, and now and then tries the
 other again, so a change of load moves it back.
 
+In a jit replay's native program the C runner sets a kernel's count for its run only and times the
+run (native.Program, measured on the same decode steps, SmolLM2 on 2 cores, idle): with the
+threshold at 1 Mi flops, so that decode's matrix products are timed with both counts, a 16-row step
+took 96-107 ms against 127-131 ms at 64 Mi, and a one-row step 28-29 ms against 32-35 ms. Before,
+a kernel of more threads could not be in a program: it ran as a command of its own, whose Python
+needs the GIL between kernels (two threads on every product then made the 16-row step slower, not
+faster, ~120 ms). The training step's products (8 MFLOP) are measured too: on a loaded machine their
+runs choose one thread after the first few.
+
 The count is OpenBLAS's process-wide setting. Two queues of different devices never disagree about
 it: with more than one CPU device each device's share is one thread unless `ATENSOR_BLAS_THREADS`
 says otherwise.
@@ -87,6 +96,13 @@ def use(threads: int) -> None:
     if _set_threads is not None:
         _set_threads(threads)
     _current = threads
+
+
+def forget() -> None:
+    """The count was set behind `use`'s back (a native program sets its runs' own in C): the next
+    `use` sets it whatever it was."""
+    global _current
+    _current = 0
 
 
 def measured() -> bool:

@@ -41,8 +41,11 @@ static sgemm_t at_sgemm;
 static dgemm_t at_dgemm;
 static sgemv_t at_sgemv;
 static dgemv_t at_dgemv;
-void atensor_set_blas(void *s, void *d, void *sv, void *dv) {
+typedef void (*set_threads_t)(int);
+static set_threads_t at_set_threads;  /* openblas_set_num_threads of the BLAS above, or NULL */
+void atensor_set_blas(void *s, void *d, void *sv, void *dv, void *threads) {
   at_sgemm = (sgemm_t)s; at_dgemm = (dgemm_t)d; at_sgemv = (sgemv_t)sv; at_dgemv = (dgemv_t)dv;
+  at_set_threads = (set_threads_t)threads;
 }
 typedef void (*at_kernel_t)(void **);
 /* timelines of native programs (native.py): a queue's value, and a futex word for sleeping waiters */
@@ -74,13 +77,38 @@ static void at_timeline_publish(at_timeline *t, uint64_t value) {
     syscall(SYS_futex, (uint32_t *)&t->seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 #endif
 }
+static inline uint64_t at_clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 /* ops[4i..4i+3] = (kind, timeline, queue, offset): 0 runs fns[i](blocks[i]); 1 waits until
-   timelines[timeline] reaches bases[queue] + offset; 2 publishes that value */
-void atensor_run_program(long long n, const int64_t *ops, void **fns, void **blocks, const uint64_t *bases,
+   timelines[timeline] reaches bases[queue] + offset; 2 publishes that value. A run op's second field
+   is its BLAS thread count: above 1 the count is set for the run and set back to 1 after it (the
+   one-thread invariant of engine/lower.py); when its third field is 1 the run is measured: its
+   nanoseconds are written into its fourth field, which the plan reads back for blas.MeasuredThreads */
+void atensor_run_program(long long n, int64_t *ops, void **fns, void **blocks, const uint64_t *bases,
                          at_timeline *timelines) {
+  /* one thread unless a run op says otherwise: a numpy kernel may have left more (engine/lower.py), and
+     a program a worker starts from its doorbell runs without Python setting the count first */
+  if (at_set_threads) at_set_threads(1);
   for (long long i = 0; i < n; i++) {
-    const int64_t *op = ops + 4 * i;
-    if (op[0] == 0) ((at_kernel_t)fns[i])((void **)blocks[i]);
+    int64_t *op = ops + 4 * i;
+    if (op[0] == 0) {
+      if (op[2]) {  /* a measured run: its threads (1 or more) and its time */
+        uint64_t start = at_clock_ns();
+        if (op[1] > 1 && at_set_threads) at_set_threads((int)op[1]);
+        ((at_kernel_t)fns[i])((void **)blocks[i]);
+        if (op[1] > 1 && at_set_threads) at_set_threads(1);
+        op[3] = (int64_t)(at_clock_ns() - start);
+      } else if (op[1] > 1 && at_set_threads) {
+        at_set_threads((int)op[1]);
+        ((at_kernel_t)fns[i])((void **)blocks[i]);
+        at_set_threads(1);
+      } else {
+        ((at_kernel_t)fns[i])((void **)blocks[i]);
+      }
+    }
     else if (op[0] == 1) at_timeline_wait(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
     else at_timeline_publish(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
   }
@@ -89,7 +117,7 @@ void atensor_run_program(long long n, const int64_t *ops, void **fns, void **blo
    of each list that is one native program, so the worker starts it without taking the GIL */
 #define AT_RING 64
 typedef struct {
-  uint64_t seq; long long n; const int64_t *ops; void **fns; void **blocks; const uint64_t *bases;
+  uint64_t seq; long long n; int64_t *ops; void **fns; void **blocks; const uint64_t *bases;
   at_timeline *timelines;
 } at_ring_slot;
 typedef struct {
@@ -104,7 +132,7 @@ static inline uint64_t at_now(void) {
 }
 /* the host posts one list: a program's arguments (n >= 0) or n = -1 for a list the worker runs in
    Python; a program that finds the ring full is run in Python too (returns 0) */
-int atensor_ring_post(at_ring *r, long long n, const int64_t *ops, void **fns, void **blocks,
+int atensor_ring_post(at_ring *r, long long n, int64_t *ops, void **fns, void **blocks,
                       const uint64_t *bases, at_timeline *timelines) {
   uint64_t posted = atomic_load(&r->posted);
   int placed = 0;
@@ -122,7 +150,7 @@ int atensor_ring_post(at_ring *r, long long n, const int64_t *ops, void **fns, v
 #endif
   return placed;
 }
-void atensor_run_program(long long n, const int64_t *ops, void **fns, void **blocks, const uint64_t *bases,
+void atensor_run_program(long long n, int64_t *ops, void **fns, void **blocks, const uint64_t *bases,
                          at_timeline *timelines);
 /* the worker (GIL released) waits for the next list; when it is a program in the ring, runs it and
    stamps it (stamps[0..1], CLOCK_MONOTONIC ns) and returns 1; returns 0 for a list to run in Python */

@@ -50,7 +50,7 @@ _lock = threading.Lock()
 _kernels: dict[Node, "NativeKernel"] = {}
 _refused: dict[Node, str] = {}
 _libraries: list[ctypes.CDLL] = []  # loaded libraries stay loaded (their functions are registered)
-_blas: Optional[tuple[int, int, bool, int, int]] = None
+_blas: Optional[tuple[int, int, bool, int, int, int]] = None
 _blas_bound = False
 _compiler: Optional[str] = None
 _compiler_checked = False
@@ -85,6 +85,12 @@ def timeline_slot(owner: object) -> Optional[int]:
     return slot
 
 
+def program_threads() -> bool:
+    """Whether a native program can run a kernel on more BLAS threads (the BLAS's thread setter was
+    found): else a program holds one-thread kernels only."""
+    return _blas is not None and bool(_blas[5])
+
+
 def programs_available() -> bool:
     """Whether a library with the program runner is loaded (a native runner implies one is)."""
     return _program_runner is not None
@@ -99,14 +105,40 @@ class Program:
     semaphores in memory; a CUDA graph's launch of many kernels at once is the same idea."""
 
     def __init__(self, ops: list[tuple[int, int, int, int]], runs: list):
-        """`ops`: (kind, timeline slot, queue, offset) each; `runs[i]` is the runner of a RUN op."""
+        """`ops`: (kind, timeline slot, queue, offset) each; `runs[i]` is the runner of a RUN op. A RUN
+        op's second field is the BLAS threads of its kernel (`Runner.threads`, or its measured choice:
+        `retune`), which the C runner sets for that run only; a measured run's third field is 1, and
+        the C runner writes the run's nanoseconds into its fourth."""
         count = len(ops)
         self.count = count
         self.ops = (ctypes.c_int64 * (4 * count))(*[x for op in ops for x in op])
+        # (op index, blas.MeasuredThreads) of the runs whose thread count is chosen by their timings
+        self.measured = [(i, r.choice) for i, r in enumerate(runs)
+                         if r is not None and ops[i][0] == RUN and r.choice is not None]
+        for i, r in enumerate(runs):
+            if r is not None and ops[i][0] == RUN and r.threads != 1:
+                self.ops[4 * i + 1] = r.threads
+        for i, _ in self.measured:
+            self.ops[4 * i + 2] = 1  # the C runner times it
+        self.retune()
         self.fns = (ctypes.c_void_p * count)(*[r.native[0] if r is not None else None for r in runs])
         self.blocks = (ctypes.c_void_p * count)(*[ctypes.addressof(r.native[1]) if r is not None else None
                                                   for r in runs])
         self.runs = [r for r in runs if r is not None]  # their blocks and buffers stay alive with this
+
+    def retune(self) -> None:
+        """Before a submission: each measured run's last time (written by the C runner) goes to its
+        choice, and the choice's next count into the op. A submission racing a run of the same program
+        only blurs a timing or changes a later op's count between 1 and `many` (as MeasuredThreads
+        allows)."""
+        ops = self.ops
+        blas.forget()  # the program sets the count in C (one, or a run op's own)
+        for i, choice in self.measured:
+            ns = ops[4 * i + 3]
+            if ns:
+                choice.record(ops[4 * i + 1], ns)
+                ops[4 * i + 3] = 0
+            ops[4 * i + 1] = choice.pick()
 
     def bind(self, bases: Optional[ctypes.Array] = None) -> Runner:
         """What a queue runs: the program with this submission's `bases` (c_uint64 per queue)."""
@@ -122,7 +154,7 @@ class Program:
         one_thread = blas.use
 
         def run_program() -> None:
-            one_thread(1)  # its kernels are one-thread ones and do not set the count (engine/lower.py)
+            one_thread(1)  # its kernels do not set the count; the C runner sets a run op's own (above)
             call(count, ops, fns, blocks, bases, timelines)
         # one foreign call: the queue need not yield the GIL after it; a doorbell posts `ring_args`
         return Runner(run_program, keep_alive=(self, bases), gil_free=True,
@@ -220,7 +252,7 @@ def compiler() -> Optional[str]:
     return _compiler
 
 
-def _bind_blas() -> Optional[tuple[int, int, bool, int, int]]:
+def _bind_blas() -> Optional[tuple[int, int, bool, int, int, int]]:
     """Addresses of the gemm functions of the BLAS numpy uses (found through threadpoolctl), whether
     it takes 64-bit integers, and its gemv functions; None when there is no such BLAS."""
     global _blas, _blas_bound
@@ -240,7 +272,8 @@ def _bind_blas() -> Optional[tuple[int, int, bool, int, int]]:
         if None not in found:
             s, d, sv, dv = (ctypes.cast(f, ctypes.c_void_p).value for f in found)
             ilp64 = "64_" in os.path.basename(str(getattr(lib, "filepath", "")))
-            _blas = (s, d, ilp64, sv, dv)
+            setter = getter("openblas_set_num_threads")  # for a program's kernels of more threads
+            _blas = (s, d, ilp64, sv, dv, ctypes.cast(setter, ctypes.c_void_p).value if setter else 0)
             return _blas
     return None
 
@@ -339,7 +372,7 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
         _bind_doorbell(lib)
         _program_runner = runner
     if blas is not None:
-        lib.atensor_set_blas(*(ctypes.c_void_p(blas[i]) for i in (0, 1, 3, 4)))
+        lib.atensor_set_blas(*(ctypes.c_void_p(blas[i]) for i in (0, 1, 3, 4, 5)))
     with _lock:
         _libraries.append(lib)
         for ast, (symbol, src) in todo.items():

@@ -6,7 +6,7 @@ more about a command than "call it": whether it is one foreign call that a nativ
 in place), how many BLAS threads it uses, what must stay alive while it may run, whether it gives
 the GIL back for its whole run (`gil_free`), what a doorbell posts to start it without the GIL
 (`ring_args`), how to refresh the Variable values its block holds (`rebind`), and how to start it
-on the submitting thread (`here`). These were
+on the submitting thread (`here`), and which timed choice sets its BLAS threads (`choice`). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
 with a default, set where the runner is made (engine/lower.py, backend/native.py).
 
@@ -47,6 +47,9 @@ class Runner:
     # over and finishes it (a net command, dist/native_net.py; the plan calls it for a replay of that
     # one task through Queue.start_here, or for the first task of a replayed program, engine/plan.py)
     here: Optional[Callable[[Callable[[], None], bool], bool]] = None
+    # the blas.MeasuredThreads of a kernel whose BLAS thread count is chosen by timing its runs: a
+    # native program that holds it sets the count per run and reports the run's time (native.Program)
+    choice: Any = None
 
 
 __all__ = ["Runner"]

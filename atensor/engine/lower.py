@@ -97,11 +97,11 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
             def rebind() -> None:
                 bind_values(block, var_vals)
 
-        run_native = (_measured_call(call, block, blas.choice_for(work.ast, threads))
-                      if threads != 1 and blas.measured() else _plain_call(call, block, threads))
+        choice = blas.choice_for(work.ast, threads) if threads != 1 and blas.measured() else None
+        run_native = _measured_call(call, block, choice) if choice is not None else _plain_call(call, block, threads)
         # the addresses in `block` stay valid while `keep_alive` lives
         return Runner(run_native, native=(compiled.address, block), args=tuple([(s, 0) for s in specs]),
-                      threads=threads, keep_alive=specs, rebind=rebind)
+                      threads=threads, keep_alive=specs, rebind=rebind, choice=choice)
     fn = compile_kernel(work.ast, work.name)
     arrays = [b.memory for b in buffers]
     extra = {"var_vals": work.var_vals} if work.var_vals else {}  # values of symbolic offsets

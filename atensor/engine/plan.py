@@ -296,7 +296,10 @@ class Plan:
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
         self.kept = kept
         self.rebinds = [r.rebind for r in kept if r is not None and r.rebind is not None]
-        self.all_native = all(r is not None and r.native is not None and r.threads == 1 for r in kept)
+        # a kernel of more BLAS threads fits in a program when the C runner can set them (native.Program)
+        threads_ok = native.program_threads()
+        self.all_native = all(r is not None and r.native is not None and (r.threads == 1 or threads_ok)
+                              for r in kept)
         if self.swapped:
             patchable = [t and r is not None and r.native is not None for t, r in zip(self.touched, kept)]
             self.remake = [i for i, t in enumerate(self.touched) if t and not patchable[i]]
@@ -505,6 +508,8 @@ class Plan:
                         program_runs.append(None)
                 program = native.Program(ops, program_runs)
                 self.programs[qi] = (ids, program)  # valid while these runners are the ones in use
+            else:
+                program.retune()  # the measured thread counts for this run
             first = members[0]
             value = bases[qi] + self.counts[qi]
             name, nbytes, flops = self._program_summary(qi)

@@ -104,3 +104,39 @@ async def test_a_big_c_kernel_measures_its_threads_unless_the_count_is_fixed(mon
     assert blas._current == 1
     with Context(blas_threads=2):
         assert not blas.measured()
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C kernels: no native programs")
+async def test_a_replayed_program_runs_a_big_kernel_with_its_measured_threads(monkeypatch):
+    """A jit replay whose kernels are all C is one native program: the C runner sets a big kernel's
+    BLAS threads for its run and times it, and the plan hands the times to the kernel's choice
+    (native.Program.retune), so both counts are tried and the results are right with either."""
+    import atensor
+    a = np.random.default_rng(2).standard_normal((384, 384)).astype(np.float32)
+    monkeypatch.setattr(blas, "_choices", {})
+    retunes = []
+    real_retune = native.Program.retune
+
+    def retune(self) -> None:
+        retunes.append(len(self.measured))
+        real_retune(self)
+    monkeypatch.setattr(native.Program, "retune", retune)
+    with Context(blas_parallel_flops=1 << 20):
+        monkeypatch.setattr(blas.settings, "blas_threads", None)
+        if blas.threads_for(1 << 30) == 1:
+            pytest.skip("one core: no kernel runs on more than one BLAS thread")
+
+        @atensor.jit
+        async def step(x: Tensor) -> Tensor:
+            return (x @ x + 2).relu()
+        for k in range(12):
+            x = Tensor(a * (1 + k))
+            out = await step(x)
+            np.testing.assert_allclose(out.numpy(), np.maximum((a * (1 + k)) @ (a * (1 + k)) + 2, 0),
+                                       rtol=1e-4, atol=1e-2 * (1 + k) ** 2)
+    if not native.program_threads():
+        pytest.skip("the BLAS has no thread setter a program can call")
+    assert any(retunes), "no replay ran as a native program holding the measured kernel"
+    choices = [c for c in blas._choices.values() if c.runs >= blas.MeasuredThreads.PROBES]
+    assert choices and all(set(c.times) == {1, c.many} and all(c.times.values()) for c in choices)
+    assert _openblas_threads() == 1  # the one-thread invariant holds after a program
