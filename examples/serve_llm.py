@@ -31,7 +31,8 @@ step is in `Batcher._step` (the only place the thread touches the model); handle
 tokenize and await their request's token queue, which the thread fills through
 `loop.call_soon_threadsafe`. The steps' kernels, those writing the KV cache at Variable positions
 too, run compiled to C with the GIL released, so what the event loop shares the GIL with is the
-thread's Python between steps (replay, sampling, detokenizing).
+thread's Python between steps (replay, sampling, detokenizing). Decode's matrix products run on one
+BLAS thread here (`ATENSOR_BLAS_PARALLEL_FLOPS=64Mi` unless set), so the loop keeps a core.
 
 An idle batcher woken by a request waits for the rest of its burst, until no request has arrived for
 `--batch-wait-ms` (default 5 ms; at most 4 times that in all), so that requests sent together are
@@ -42,6 +43,7 @@ prefilled together (`Batcher._gather`); a busy one admits at the next token boun
 import argparse
 import asyncio
 import json
+import os
 import threading
 import time
 import uuid
@@ -562,6 +564,11 @@ def main(argv: Optional[list[str]] = None) -> None:
                              "prefills them together (default %(default)s; 0: never)")
     parser.add_argument("--no-warmup", action="store_true", help="capture the steps on first use instead")
     args = parser.parse_args(argv)
+    # a core for the event loop: decode's matrix products on one BLAS thread (atensor's default times
+    # them on both and keeps the faster, which at 16 streams gave ~10% more tokens/s here but a /health
+    # p99 of 38 ms against 11-21 ms: bench/llm.py, 2 alternating rounds); the prefill's and the output
+    # layer's products (64 Mi flops and up) still choose by timing. The environment variable wins.
+    os.environ.setdefault("ATENSOR_BLAS_PARALLEL_FLOPS", "64Mi")
     import uvicorn
     server = build_server(args.slots, args.context, args.max_waiting, warmup=not args.no_warmup,
                           prefill_buckets=args.prefill_buckets, batch_wait=args.batch_wait_ms / 1000)
