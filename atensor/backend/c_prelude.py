@@ -77,7 +77,7 @@ static void at_timeline_publish(at_timeline *t, uint64_t value) {
     syscall(SYS_futex, (uint32_t *)&t->seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 #endif
 }
-static inline uint64_t at_clock_ns(void) {
+static inline uint64_t at_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -95,19 +95,12 @@ void atensor_run_program(long long n, int64_t *ops, void **fns, void **blocks, c
   for (long long i = 0; i < n; i++) {
     int64_t *op = ops + 4 * i;
     if (op[0] == 0) {
-      if (op[2]) {  /* a measured run: its threads (1 or more) and its time */
-        uint64_t start = at_clock_ns();
-        if (op[1] > 1 && at_set_threads) at_set_threads((int)op[1]);
-        ((at_kernel_t)fns[i])((void **)blocks[i]);
-        if (op[1] > 1 && at_set_threads) at_set_threads(1);
-        op[3] = (int64_t)(at_clock_ns() - start);
-      } else if (op[1] > 1 && at_set_threads) {
-        at_set_threads((int)op[1]);
-        ((at_kernel_t)fns[i])((void **)blocks[i]);
-        at_set_threads(1);
-      } else {
-        ((at_kernel_t)fns[i])((void **)blocks[i]);
-      }
+      int many = op[1] > 1 && at_set_threads;
+      uint64_t start = op[2] ? at_now() : 0;  /* a measured run: its time, whatever its threads */
+      if (many) at_set_threads((int)op[1]);
+      ((at_kernel_t)fns[i])((void **)blocks[i]);
+      if (many) at_set_threads(1);
+      if (op[2]) op[3] = (int64_t)(at_now() - start);
     }
     else if (op[0] == 1) at_timeline_wait(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
     else at_timeline_publish(&timelines[op[1]], bases[op[2]] + (uint64_t)op[3]);
@@ -125,11 +118,6 @@ typedef struct {
   at_ring_slot slots[AT_RING];
 } at_ring;
 long long atensor_ring_size(void) { return (long long)sizeof(at_ring); }
-static inline uint64_t at_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 /* the host posts one list: a program's arguments (n >= 0) or n = -1 for a list the worker runs in
    Python; a program that finds the ring full is run in Python too (returns 0) */
 int atensor_ring_post(at_ring *r, long long n, int64_t *ops, void **fns, void **blocks,
