@@ -171,10 +171,12 @@ async def _load(url: str, streams: int) -> dict:
         wall = time.perf_counter() - start
         stop.set()
         await pinger
+        server = (await client.get(url + "/health")).json()
     latencies.sort()
     return {"streams": streams, "tokens": sum(counts), "wall_s": wall, "tps": sum(counts) / wall,
             "health_p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-            "health_worst_ms": 1000 * latencies[-1], "health_samples": len(latencies)}
+            "health_worst_ms": 1000 * latencies[-1], "health_samples": len(latencies),
+            "server": server}
 
 
 def bench_server(stream_counts: list[int]) -> list[dict]:

@@ -31,8 +31,13 @@ step is in `Batcher._step` (the only place the thread touches the model); handle
 tokenize and await their request's token queue, which the thread fills through
 `loop.call_soon_threadsafe`. The steps' kernels, those writing the KV cache at Variable positions
 too, run compiled to C with the GIL released, so what the event loop shares the GIL with is the
-thread's Python between steps (replay, sampling, detokenizing). Decode's matrix products run on one
-BLAS thread here (`ATENSOR_BLAS_PARALLEL_FLOPS=64Mi` unless set), so the loop keeps a core.
+thread's Python between steps (replay, sampling, detokenizing). Once serving, every thread but the
+loop's runs at nice `--compute-nice` (10; `favour_the_loop`): the kernels may use both cores' BLAS
+threads, and the loop still runs as soon as a request needs it. Measured with bench/llm.py's server
+part on 2 cores, alternating rounds: with the nice and both BLAS threads (6 rounds), /health p99
+10.9-14.3 ms (once 29.5) and 16 streams at 3.5-5.3x one stream (mean 4.4x); with decode's products
+on one BLAS thread and no nice (4 rounds), 14.5-21.2 ms and 3.9-4.2x (mean 4.05x); both BLAS threads
+without the nice had given a p99 of 38 ms.
 
 An idle batcher woken by a request waits for the rest of its burst, until no request has arrived for
 `--batch-wait-ms` (default 5 ms; at most 4 times that in all), so that requests sent together are
@@ -44,15 +49,20 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
+import sys
 import threading
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
 MODEL_ID = "smollm2"
 BATCH_WAIT = 0.005  # seconds an idle batcher waits for the rest of a burst (Batcher._gather)
+COMPUTE_NICE = 10  # the model's threads' nice while serving (favour_the_loop)
+STEP_TIMES = 64  # the recent decode steps whose durations /health summarizes (step_ms)
 
 
 # ---- requests -------------------------------------------------------------------------------------------
@@ -110,6 +120,7 @@ class Batcher:
         self.stopping = False
         self.steps = 0
         self.prefills = 0  # token boundaries that admitted requests (LlamaEngine.prefill_many calls)
+        self.step_times: deque[tuple[int, float]] = deque(maxlen=STEP_TIMES)  # (rows, s) of recent decodes
         self.thread = threading.Thread(target=self._run, name="llm-batcher", daemon=True)
 
     def start(self) -> None:
@@ -133,8 +144,13 @@ class Batcher:
             self.wake.notify()
 
     def stats(self) -> dict:
+        by_rows: dict[int, list[float]] = {}
+        for rows, took in list(self.step_times):
+            by_rows.setdefault(rows, []).append(took)
         return {"active": len(self.active), "waiting": len(self.waiting), "free_slots": len(self.free),
-                "steps": self.steps, "prefills": self.prefills}
+                "steps": self.steps, "prefills": self.prefills,
+                # the median decode step of the recent ones, by the rows it decoded
+                "step_ms": {rows: round(1000 * statistics.median(t), 2) for rows, t in sorted(by_rows.items())}}
 
     # ---- the batcher's thread ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -197,7 +213,9 @@ class Batcher:
         rows = {slot: (self.last_token[slot], self.positions[slot]) for slot, gen in self.active.items()}
         if not rows:
             return
+        start = time.perf_counter()
         logits = self.engine.decode(rows)
+        self.step_times.append((len(rows), time.perf_counter() - start))
         self.steps += 1
         for slot in rows:
             self.positions[slot] += 1
@@ -286,10 +304,11 @@ class Server:
     """The model, its tokenizer and the batcher, with the request parsing both endpoints share."""
 
     def __init__(self, engine: Any, tokenizer: Any, max_waiting: int, default_max_tokens: int = 64,
-                 batch_wait: float = BATCH_WAIT):
+                 batch_wait: float = BATCH_WAIT, compute_nice: int = COMPUTE_NICE):
         self.engine, self.tokenizer = engine, tokenizer
         self.batcher = Batcher(engine, tokenizer, max_waiting, batch_wait)
         self.default_max_tokens = default_max_tokens
+        self.compute_nice = compute_nice  # the nice favour_the_loop gives the other threads when serving
 
     def parse(self, body: Any, chat: bool, loop: asyncio.AbstractEventLoop) -> tuple[Generation, bool]:
         """A validated Generation and the `stream` flag, or a RequestError saying what is wrong."""
@@ -349,6 +368,26 @@ class Server:
 
 
 # ---- the ASGI app ---------------------------------------------------------------------------------------
+def favour_the_loop(nice: int) -> int:
+    """Lowers every other thread of this process to `nice` (Linux; elsewhere nothing): called on the
+    event loop's thread once the batcher and atensor's workers run, so the model's threads (the
+    batcher, atensor's queue workers, the BLAS library's own) give way to the loop as soon as it can
+    run, while they have every core it leaves. Threads those start later inherit their nice. Returns
+    how many threads it lowered. Raising a thread's nice needs no privilege; lowering it back would."""
+    tasks = Path("/proc/self/task")
+    if nice <= 0 or not sys.platform.startswith("linux") or not tasks.is_dir():
+        return 0
+    loop_thread, lowered = threading.get_native_id(), 0
+    for tid in (int(t.name) for t in tasks.iterdir()):
+        if tid != loop_thread:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
+                lowered += 1
+            except OSError:  # the thread has ended
+                pass
+    return lowered
+
+
 def make_app(server: Server) -> Any:
     """The FastAPI app over `server` (starts its batcher with the app, stops it on shutdown)."""
     from contextlib import asynccontextmanager
@@ -361,6 +400,7 @@ def make_app(server: Server) -> Any:
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         server.batcher.start()
+        favour_the_loop(server.compute_nice)
         yield
         await asyncio.get_running_loop().run_in_executor(None, server.batcher.stop)
 
@@ -519,7 +559,8 @@ async def _sse(gen: Generation, rid: str, created: int, chat: bool, kind: str) -
 
 # ---- start-up -------------------------------------------------------------------------------------------
 def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True,
-                 prefill_buckets: Optional[list[int]] = None, batch_wait: float = BATCH_WAIT) -> Server:
+                 prefill_buckets: Optional[list[int]] = None, batch_wait: float = BATCH_WAIT,
+                 compute_nice: int = COMPUTE_NICE) -> Server:
     """Loads the model and tokenizer and, with `warmup`, captures and compiles, before the first request
     (3 calls each: run, capture, verify), every prefill bucket of one prompt, the batched prefills of
     the shortest bucket (the rows `prefill_batches` makes of a burst of short prompts: 4 and 16 for 16
@@ -546,7 +587,7 @@ def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True
                 if rows >= slots:
                     break
                 rows = min(slots, batch_bucket(rows + 1))
-    return Server(engine, tokenizer, max_waiting, batch_wait=batch_wait)
+    return Server(engine, tokenizer, max_waiting, batch_wait=batch_wait, compute_nice=compute_nice)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -563,15 +604,14 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="how long an idle server waits for more of a burst of requests before it "
                              "prefills them together (default %(default)s; 0: never)")
     parser.add_argument("--no-warmup", action="store_true", help="capture the steps on first use instead")
+    parser.add_argument("--compute-nice", type=int, default=COMPUTE_NICE,
+                        help="the nice of every thread but the event loop's, once serving (default "
+                             "%(default)s; 0: leave them as they are)")
     args = parser.parse_args(argv)
-    # a core for the event loop: decode's matrix products on one BLAS thread (atensor's default times
-    # them on both and keeps the faster, which at 16 streams gave ~10% more tokens/s here but a /health
-    # p99 of 38 ms against 11-21 ms: bench/llm.py, 2 alternating rounds); the prefill's and the output
-    # layer's products (64 Mi flops and up) still choose by timing. The environment variable wins.
-    os.environ.setdefault("ATENSOR_BLAS_PARALLEL_FLOPS", "64Mi")
     import uvicorn
     server = build_server(args.slots, args.context, args.max_waiting, warmup=not args.no_warmup,
-                          prefill_buckets=args.prefill_buckets, batch_wait=args.batch_wait_ms / 1000)
+                          prefill_buckets=args.prefill_buckets, batch_wait=args.batch_wait_ms / 1000,
+                          compute_nice=args.compute_nice)
     print(f"serve_llm: {MODEL_ID} on http://{args.host}:{args.port} ({args.slots} slots, context "
           f"{args.context})", flush=True)
     uvicorn.run(make_app(server), host=args.host, port=args.port, log_level="warning")

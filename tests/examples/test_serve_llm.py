@@ -38,7 +38,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server_process():
+    """The running server: (its URL, its process)."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "serve_llm.py"), "--port", str(port),
@@ -59,7 +60,7 @@ def server():
             if time.monotonic() > deadline:
                 raise RuntimeError("serve_llm.py did not start within 600 s")
             time.sleep(0.5)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -67,6 +68,11 @@ def server():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(server_process):
+    return server_process[0]
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +100,30 @@ def test_health_and_models_and_an_unknown_model_is_a_404(server):
     r = httpx.post(server + "/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert httpx.get(server + "/v1/models/gpt-4").status_code == 404
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities are read from Linux's /proc")
+def test_every_thread_but_the_event_loops_runs_at_the_compute_nice(server_process):
+    url, proc = server_process
+    nice = {}
+    for task in Path(f"/proc/{proc.pid}/task").iterdir():
+        try:
+            stat, name = (task / "stat").read_text(), (task / "comm").read_text().strip()
+        except OSError:  # ended meanwhile
+            continue
+        nice[int(task.name), name] = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19: nice
+    loop_thread = proc.pid  # uvicorn runs the event loop on the main thread
+    assert nice[loop_thread, "python"] == 0
+    # the batcher, atensor's workers and the BLAS library's; not the event loop's own I/O helpers
+    # (uvloop's libuv-worker threads, started by the loop thread when it needs them)
+    model = {key: n for key, n in nice.items() if key[0] != loop_thread and key[1] != "libuv-worker"}
+    assert len(model) >= 3 and set(model.values()) == {10}, sorted(model.items())
+
+
+def test_health_reports_the_recent_decode_steps_by_rows(server):
+    _complete(server, prompt="Hello", max_tokens=3, temperature=0, ignore_eos=True)
+    health = httpx.get(server + "/health").json()
+    assert health["steps"] >= 2 and health["step_ms"]["1"] > 0
 
 
 def test_greedy_completion_is_transformers_text_and_stops_at_the_end_of_turn(server, expected):
