@@ -15,7 +15,9 @@ Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process
   until the queue's worker takes it over and finishes it, GIL released; the result buffer is new on
   every call, as a step's would be), and the same with 8 allreduces in one jitted call (a step's
   buckets: the replay's Python paid once for 8 collectives, as nccl-tests measures many in flight), against
-  `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor).
+  `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor):
+  on one hot pair of arrays, and like for like, cycling through as many pairs as the jitted calls
+  touch (2 for the single call, 8 for the bucketed one: the same bytes from the same cache state).
   Bus bandwidth = 2 (n - 1) / n * bytes / time (NCCL's convention; n = 2 ranks: bytes / time);
 - step: examples/train.py's MLP and fused Adam at the flagship's global batch (128), the step an
   `atensor.jit` function as in the flagship; 2 ranks x 1 device (each 64 rows; gradient and loss
