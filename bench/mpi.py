@@ -15,7 +15,9 @@ Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process
   until the queue's worker takes it over and finishes it, GIL released; the result buffer is new on
   every call, as a step's would be), and the same with 8 allreduces in one jitted call (a step's
   buckets: the replay's Python paid once for 8 collectives, as nccl-tests measures many in flight), against
-  `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor).
+  `comm.Allreduce(x, out)` on numpy arrays, the physical anchor here (the same MPI, no atensor):
+  on one hot pair of arrays, and like for like, cycling through as many pairs as the jitted calls
+  touch (2 for the single call, 8 for the bucketed one: the same bytes from the same cache state).
   Bus bandwidth = 2 (n - 1) / n * bytes / time (NCCL's convention; n = 2 ranks: bytes / time);
 - step: examples/train.py's MLP and fused Adam at the flagship's global batch (128), the step an
   `atensor.jit` function as in the flagship; 2 ranks x 1 device (each 64 rows; gradient and loss
@@ -61,7 +63,7 @@ def _reps(nbytes: int, quick: bool) -> int:
 
 
 def split_modes(pairs: list[tuple[float, float]]) -> list[list[tuple[float, float]]]:
-    """`pairs` of (mpi4py time, atensor time) per block, split into the anchor's modes: sorted by the
+    """`pairs` of (mpi4py time, anything) per block, split into the anchor's modes: sorted by the
     mpi4py time, cut at the largest jump between neighbours when it is more than MODE_GAP times (the
     bimodal Allreduce of this VM: ~300 or ~880 us at 1 MiB, switching over seconds), else one mode."""
     ordered = sorted(pairs)
@@ -107,33 +109,52 @@ def worker_allreduce(quick: bool) -> dict:
                 continue
         raise RuntimeError("atensor.jit could not capture the allreduce in 5 tries")
 
-    async def paired_blocks(comm: Any, data: Any, out: Any, jitted: Any, xs: list, reps: int) -> dict:
-        """PAIRED_BLOCKS blocks of a few mpi4py Allreduces then as many awaited jitted calls (the
-        order alternating), each block timed on its own after a barrier: the two halves of a block run
-        within milliseconds of each other, so they see the same mode of the anchor, and each block's
-        ratio is taken within its mode (split_modes)."""
+    async def paired_blocks(comm: Any, data: Any, out: Any, rot: list, rot8: list, jitted: dict, xs: list,
+                            rotations: list, reps: int) -> dict:
+        """PAIRED_BLOCKS blocks, each of a few calls of every kind back to back (the order alternating)
+        after a barrier: mpi4py's Allreduce on one hot pair of arrays, on the jitted call's two inputs'
+        worth of arrays (rot) and on BUCKETS pairs (rot8), the awaited jitted call (poll) and the
+        bucketed one (per allreduce). The kinds of a block run within milliseconds of each other, so
+        they see the same mode of the anchor, and each block's ratios are taken within its mode
+        (split_modes, on the hot anchor's time)."""
         calls = max(3, reps // 8)
-        pairs = []
+        bucket_calls = max(1, calls // BUCKETS)
+        kinds = ("mpi4py", "mpi4py_rot", "atensor", "mpi4py_rot8", "atensor_buckets")
+        blocks = []
         with atensor.Context(net_wait="poll"):
             for block in range(PAIRED_BLOCKS):
                 took = {}
-                for name in (("mpi4py", "atensor") if block % 2 == 0 else ("atensor", "mpi4py")):
+                for name in (kinds if block % 2 == 0 else kinds[::-1]):
                     comm.Barrier()
                     start = time.perf_counter()
                     if name == "mpi4py":
                         for _ in range(calls):
                             comm.Allreduce(data, out)
-                    else:
+                    elif name == "mpi4py_rot":
                         for k in range(calls):
-                            await jitted(xs[k % 2])
-                    took[name] = (time.perf_counter() - start) / calls
-                pairs.append((took["mpi4py"], took["atensor"]))
+                            comm.Allreduce(*rot[k % 2])
+                    elif name == "mpi4py_rot8":
+                        for k in range(bucket_calls * BUCKETS):
+                            comm.Allreduce(*rot8[k % BUCKETS])
+                    elif name == "atensor":
+                        for k in range(calls):
+                            await jitted["poll"](xs[k % 2])
+                    else:
+                        for k in range(bucket_calls):
+                            await jitted["buckets"](*rotations[k % BUCKETS])
+                    count = bucket_calls * BUCKETS if name in ("mpi4py_rot8", "atensor_buckets") else calls
+                    took[name] = (time.perf_counter() - start) / count
+                blocks.append(took)
         modes = []
-        for mode in split_modes(pairs):
-            modes.append({"blocks": len(mode), "mpi4py_s": statistics.median(p[0] for p in mode),
-                          "atensor_s": statistics.median(p[1] for p in mode),
-                          "ratio": statistics.median(p[0] / p[1] for p in mode)})
-        return {"calls_per_block": calls, "pairs": pairs, "modes": modes}
+        for mode in split_modes([(b["mpi4py"], i) for i, b in enumerate(blocks)]):
+            members = [blocks[i] for _, i in mode]
+            med = {f"{name}_s": statistics.median(b[name] for b in members) for name in kinds}
+            modes.append({"blocks": len(members), **med,
+                          "ratio": statistics.median(b["mpi4py"] / b["atensor"] for b in members),
+                          "rot_ratio": statistics.median(b["mpi4py_rot"] / b["atensor"] for b in members),
+                          "buckets_rot8_ratio": statistics.median(b["mpi4py_rot8"] / b["atensor_buckets"]
+                                                                  for b in members)})
+        return {"calls_per_block": calls, "blocks": blocks, "modes": modes}
 
     async def main() -> None:
         for nbytes in SIZES:
@@ -142,6 +163,11 @@ def worker_allreduce(quick: bool) -> dict:
             want = [sum(v + r for r in range(world.size)) for v in (1.0, 10.0)]
             data = np.full(n, values[0], dtype=np.float32)
             out = np.empty_like(data)
+            # the like-for-like anchors: mpi4py over as many distinct buffers as the jitted calls touch
+            # (their 2 inputs alternate, their results are fresh; a bucketed call has BUCKETS of each),
+            # not one pair that stays in cache from call to call
+            rot = [(np.full(n, v, dtype=np.float32), np.empty(n, np.float32)) for v in values]
+            rot8 = [(np.full(n, float(j), dtype=np.float32), np.empty(n, np.float32)) for j in range(BUCKETS)]
             xs = [Tensor(np.full(n, v, dtype=np.float32), device="CPU:0") for v in values]
             await Tensor.realize(*xs)
             comm.Barrier()
@@ -166,7 +192,8 @@ def worker_allreduce(quick: bool) -> dict:
                 await handle
                 return target
             await in_flight()
-            names = ("atensor", "atensor_block", "atensor_stream", "atensor_buckets", "mpi4py")
+            names = ("atensor", "atensor_block", "atensor_stream", "atensor_buckets", "mpi4py", "mpi4py_rot",
+                     "mpi4py_rot8")
             bucket_reps = max(3, reps // BUCKETS)
             times: dict = {name: [] for name in names}
             last: dict = {}
@@ -178,6 +205,12 @@ def worker_allreduce(quick: bool) -> dict:
                     if name == "mpi4py":
                         for _ in range(reps):
                             comm.Allreduce(data, out)
+                    elif name == "mpi4py_rot":
+                        for k in range(reps):
+                            comm.Allreduce(*rot[k % 2])
+                    elif name == "mpi4py_rot8":
+                        for k in range(bucket_reps * BUCKETS):
+                            comm.Allreduce(*rot8[k % BUCKETS])
                     elif name == "atensor_stream":
                         await in_flight()
                     elif name == "atensor_buckets":
@@ -192,11 +225,11 @@ def worker_allreduce(quick: bool) -> dict:
                         with atensor.Context(net_wait=wait):
                             for k in range(reps):
                                 last[k % 2] = await jitted[wait](xs[k % 2])
-                    calls = bucket_reps * BUCKETS if name == "atensor_buckets" else reps
+                    calls = bucket_reps * BUCKETS if name in ("atensor_buckets", "mpi4py_rot8") else reps
                     times[name].append((time.perf_counter() - start) / calls)  # per allreduce
                     if name == "atensor_buckets":  # one native program per call: one command
                         assert net_queue.commands_run - ran == bucket_reps, (name, net_queue.commands_run - ran)
-                    elif name != "mpi4py":  # every call ran its net command (no stale value was copied)
+                    elif not name.startswith("mpi4py"):  # every call ran its net command (no stale value was copied)
                         assert net_queue.commands_run - ran == reps, (name, net_queue.commands_run - ran, reps)
             assert float(out[0]) == want[0] and float(target.numpy()[-1]) == want[(reps - 1) % 2]
             assert all(float(last[k].numpy()[-1]) == want[k] for k in last), "a replay gave a wrong sum"
@@ -217,14 +250,14 @@ def worker_allreduce(quick: bool) -> dict:
                     before.append(stamp[0] - called)
                     during.append(stamp[1] - stamp[0])
                     after.append(returned - stamp[1])
-            paired = (await paired_blocks(comm, data, out, jitted["poll"], xs, reps)
+            paired = (await paired_blocks(comm, data, out, rot, rot8, jitted, xs, rotations, reps)
                       if nbytes >= PAIRED_FROM else None)
             comm.Barrier()
             with atensor.profile() as prof:  # the net command's own time on its queue, per allreduce
                 await in_flight()
             spans = [sp.duration_ns * 1e-9 for sp in prof.spans if sp.queue == "net"]
             t_span = statistics.median(spans)
-            t_at, t_block, t_stream, t_buckets, t_mpi = (min(times[name]) for name in names)
+            t_at, t_block, t_stream, t_buckets, t_mpi, t_rot, t_rot8 = (min(times[name]) for name in names)
             bus = 2 * (world.size - 1) / world.size * nbytes
             rows.append({"bytes": nbytes, "atensor_s": t_at, "atensor_block_s": t_block, "mpi4py_s": t_mpi,
                          "atensor_busbw_GBps": bus / t_at / 1e9,
@@ -234,6 +267,8 @@ def worker_allreduce(quick: bool) -> dict:
                          "atensor_stream_busbw_GBps": bus / t_stream / 1e9, "stream_ratio": t_mpi / t_stream,
                          "atensor_buckets_s": t_buckets, "atensor_buckets_busbw_GBps": bus / t_buckets / 1e9,
                          "buckets_ratio": t_mpi / t_buckets, "buckets": BUCKETS,
+                         "mpi4py_rot_s": t_rot, "rot_ratio": t_rot / t_at, "mpi4py_rot8_s": t_rot8,
+                         "buckets_rot8_ratio": t_rot8 / t_buckets,
                          "atensor_span_s": t_span, "span_ratio": t_mpi / t_span, "reps": reps,
                          "poll_host_before_s": statistics.median(before) * 1e-9,
                          "poll_net_s": statistics.median(during) * 1e-9,
@@ -426,17 +461,28 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
                   r.get("atensor_buckets_busbw_GBps", float("nan")), f"{r['ratio']:.2f}x",
                   f"{r['block_ratio']:.2f}x", f"{r['stream_ratio']:.2f}x", f"{r.get('buckets_ratio', 0):.2f}x",
                   f"{r['span_ratio']:.2f}x"] for r in ar["rows"]]))
+    if all("mpi4py_rot_s" in r for r in ar["rows"]):
+        print(table("like for like: mpi4py's Allreduce over as many distinct arrays as the jitted calls touch",
+                    ["size", "mpi4py 2 pairs us", "jit poll us", "jit poll", f"mpi4py {BUCKETS} pairs us",
+                     f"{BUCKETS}/call us", f"{BUCKETS}/call"],
+                    [[_size(r["bytes"]), r["mpi4py_rot_s"] * 1e6, r["atensor_s"] * 1e6, f"{r['rot_ratio']:.2f}x",
+                      r["mpi4py_rot8_s"] * 1e6, r["atensor_buckets_s"] * 1e6,
+                      f"{r['buckets_rot8_ratio']:.2f}x"] for r in ar["rows"]]))
     print(table("where an awaited jitted call (poll) spends its time: per-call medians (us)",
                 ["size", "host before net", "net command", "host after net"],
                 [[_size(r["bytes"]), r["poll_host_before_s"] * 1e6, r["poll_net_s"] * 1e6,
                   r["poll_host_after_s"] * 1e6] for r in ar["rows"]]))
     paired = [(r, m) for r in ar["rows"] if r.get("paired") for m in r["paired"]["modes"]]
     if paired:
-        print(table("paired blocks: a few mpi4py Allreduces and as many awaited jitted calls (poll) back to back, "
-                    "split by the anchor's mode (median per mode)",
-                    ["size", "mode", "blocks", "mpi4py us", "jit poll us", "jit poll"],
+        print(table("paired blocks: a few calls of each kind back to back, split by the hot anchor's mode "
+                    "(median per mode, us per allreduce)",
+                    ["size", "mode", "blocks", "mpi4py hot", "mpi4py 2 pairs", "jit poll", "jit poll / hot",
+                     "jit poll / 2 pairs", f"mpi4py {BUCKETS} pairs", f"{BUCKETS}/call",
+                     f"{BUCKETS}/call / {BUCKETS} pairs"],
                     [[_size(r["bytes"]), f"{i + 1} of {len(r['paired']['modes'])}", m["blocks"],
-                      m["mpi4py_s"] * 1e6, m["atensor_s"] * 1e6, f"{m['ratio']:.2f}x"]
+                      m["mpi4py_s"] * 1e6, m["mpi4py_rot_s"] * 1e6, m["atensor_s"] * 1e6, f"{m['ratio']:.2f}x",
+                      f"{m['rot_ratio']:.2f}x", m["mpi4py_rot8_s"] * 1e6, m["atensor_buckets_s"] * 1e6,
+                      f"{m['buckets_rot8_ratio']:.2f}x"]
                      for r in ar["rows"] if r.get("paired") for i, m in enumerate(r["paired"]["modes"])]))
     print("\n  ".join([
         "ratios: bandwidth against mpi4py's own Allreduce on numpy (its time / the task's); target >= 0.9x "
@@ -451,6 +497,11 @@ def print_allreduce(ar: dict, title: str = "allreduce across 2 processes, float3
         "in one native program);",
         "net span: the net command's own duration on its queue (profiler span), waiting for the peer "
         "included;",
+        "like for like: mpi4py's Allreduce on one pair of arrays keeps them in cache from call to call, "
+        "while a jitted call reads inputs and writes fresh results that are not (its 2 inputs alternate; "
+        f"a bucketed call has {BUCKETS}); the same Allreduce cycling through as many pairs is the anchor "
+        "for the same bytes from the same cache state (at 1 MiB on this VM, ~300 us on one pair, ~480-700 "
+        f"us cycling through {BUCKETS});",
         "paired blocks: mpi4py's 1 MiB Allreduce on this VM takes ~300 or ~880 us and switches between the "
         "two over seconds whatever runs (see the closing notes of issue 20); the table above takes each "
         "tree's best block, which may come from different modes, so the paired blocks give the ratio "

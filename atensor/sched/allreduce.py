@@ -389,24 +389,43 @@ class Planner:
             self._place(bucket, points, users)
 
     def _place(self, bucket: list[Collective], points: set[Node], users: dict[Node, list[Node]]) -> None:
-        n = len(bucket[0].partials)
-        dtype = bucket[0].partials[0].dtype
-        if len(bucket) > 1:
-            total = sum(c.size for c in bucket)
-            devices = [p.device for p in bucket[0].partials]
+        """Gives each collective of `bucket` its input and output locations. The collectives whose
+        partials this schedule computes (none placed elsewhere) share the bucket's buffers, when
+        there are two or more of them; every other one is placed alone: its partials are buffers of
+        their own already (realized inputs, stored values), so it is an allreduce of its own either
+        way, and its result is better written where it is stored than copied there from a bucket."""
+        claimed: set[Node] = set()
+        shared: list[Collective] = []
+        for coll in bucket:
+            if all(p in points and p.op not in (Ops.ASSIGN, Ops.ALLREDUCE) and p not in self.locations
+                   and p not in claimed for p in coll.partials):
+                shared.append(coll)
+                claimed.update(coll.partials)
+        if len(shared) < 2:
+            shared = []
+        if shared:
+            n = len(shared[0].partials)
+            dtype = shared[0].partials[0].dtype
+            total = sum(c.size for c in shared)
+            devices = [p.device for p in shared[0].partials]
             ins = [BufferSpec(d, total, dtype) for d in devices]
             outs = [BufferSpec(d, total, dtype) for d in devices]
             offset = 0
-            for coll in bucket:
+            for coll in shared:
                 for i, p in enumerate(coll.partials):
-                    if p in points and p.op not in (Ops.ASSIGN, Ops.ALLREDUCE) and p not in self.locations:
-                        self.locations[p] = (ins[i], offset)
+                    self.locations[p] = (ins[i], offset)
                 coll.outputs = [(outs[j], offset) if j in coll.members else None for j in range(n)]
                 offset += coll.size
-            return
-        coll = bucket[0]
+        for coll in bucket:
+            if coll not in shared:
+                self._place_alone(coll, users)
+
+    def _place_alone(self, coll: Collective, users: dict[Node, list[Node]]) -> None:
+        """A collective's outputs when it shares no bucket: each member's store target when it is
+        only stored (a realize output, an assign), else a buffer of its own."""
+        dtype = coll.partials[0].dtype
         coll.outputs = []
-        for j in range(n):
+        for j in range(len(coll.partials)):
             member = coll.members.get(j)
             if member is None:
                 coll.outputs.append(None)

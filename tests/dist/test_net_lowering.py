@@ -117,6 +117,21 @@ def test_hierarchical_allreduce_values_match_numpy(two_processes, algorithm, n, 
     assert two_processes.calls and all(d in devices for d, _ in two_processes.calls)
 
 
+def test_allreduces_of_realized_tensors_are_one_net_task_each_writing_the_result(two_processes, monkeypatch):
+    """`dist.allreduce` of several realized tensors (one device per process), realized together:
+    one net task each, from the tensor to the result, and nothing else (no copy out of a bucket)."""
+    monkeypatch.setattr("atensor.dist.collective.world", lambda: World(0, 2, ("CPU:0",)))
+    data = [RNG.standard_normal(k).astype(np.float32) for k in (1000, 7, 64)]
+    xs = [Tensor(a, device="CPU:0") for a in data]
+    Tensor.realize(*xs).wait()
+    with atensor.profile() as prof:
+        outs = [dist.allreduce(x) for x in xs]
+        outs[0].realize(*outs[1:]).wait()
+    assert sorted((s.queue, s.kind) for s in prof.spans) == [("net", "allreduce")] * 3
+    for out, a in zip(outs, data):
+        np.testing.assert_allclose(out.numpy(), 2 * a, rtol=1e-6)
+
+
 def test_net_commands_run_on_each_devices_net_track_in_the_profile(two_processes):
     devices = ("CPU:0", "CPU:1")
     data = RNG.standard_normal((2, 1 << 18)).astype(np.float32)

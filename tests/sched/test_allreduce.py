@@ -152,6 +152,25 @@ def test_allreduces_of_one_realize_share_a_bucket():
             np.testing.assert_allclose(shard.numpy(), (d * 2).sum(0), rtol=1e-5)
 
 
+def test_allreduces_of_realized_buffers_write_their_results_without_copies():
+    """Collectives over partials that are realized buffers already share no bucket: each is an
+    allreduce of its own either way, so its result is written where it is stored (not into an output
+    bucket and copied out of it: a copy per result that competed with the transfers)."""
+    devs = devices(2)
+    data = [RNG.standard_normal((2, k)).astype(np.float32) for k in (5, 7, 3)]
+    parts = [parts_of(a, devs) for a in data]
+    Tensor.realize(*[p for ps in parts for p in ps]).wait()
+    outs = [Tensor.allreduce(ps, "sum") for ps in parts]
+    graph = graph_of(*outs)
+    check_race_free(graph)
+    assert all(t.work.kind == ar.ALLREDUCE_KIND for t in graph.tasks), [t.work.name for t in graph.tasks]
+    assert [s.phase for s in steps(graph)].count("reduce") == 3
+    outs[0].realize(*outs[1:]).wait()
+    for out, a in zip(outs, data):
+        for shard in out.shards:
+            np.testing.assert_allclose(shard.numpy(), a.sum(0), rtol=1e-5)
+
+
 def test_data_parallel_gradients_are_bucketed():
     """The weight gradients of a data-parallel step are one bucketed allreduce."""
     devs = devices(2)
