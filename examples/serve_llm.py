@@ -32,7 +32,8 @@ tokenize and await their request's token queue, which the thread fills through
 `loop.call_soon_threadsafe`. The steps' kernels, those writing the KV cache at Variable positions
 too, run compiled to C with the GIL released, so what the event loop shares the GIL with is the
 thread's Python between steps (replay, sampling, detokenizing). Once serving, every thread but the
-loop's runs at nice `--compute-nice` (10; `favour_the_loop`): the kernels may use both cores' BLAS
+loop's runs at nice `--worker-nice` (10; `favour_the_loop`; examples/serve.py has the same flag for
+atensor's workers, which this one sets too, and its own threads): the kernels may use both cores' BLAS
 threads, and the loop still runs as soon as a request needs it. Measured with bench/llm.py's server
 part on 2 cores, alternating rounds: with the nice and both BLAS threads (6 rounds), /health p99
 10.9-14.3 ms (once 29.5) and 16 streams at 3.5-5.3x one stream (mean 4.4x); with decode's products
@@ -61,7 +62,7 @@ from typing import Any, AsyncIterator, Optional
 
 MODEL_ID = "smollm2"
 BATCH_WAIT = 0.005  # seconds an idle batcher waits for the rest of a burst (Batcher._gather)
-COMPUTE_NICE = 10  # the model's threads' nice while serving (favour_the_loop)
+WORKER_NICE = 10  # the model's threads' nice while serving (favour_the_loop)
 STEP_TIMES = 64  # the recent decode steps whose durations /health summarizes (step_ms)
 
 
@@ -304,11 +305,11 @@ class Server:
     """The model, its tokenizer and the batcher, with the request parsing both endpoints share."""
 
     def __init__(self, engine: Any, tokenizer: Any, max_waiting: int, default_max_tokens: int = 64,
-                 batch_wait: float = BATCH_WAIT, compute_nice: int = COMPUTE_NICE):
+                 batch_wait: float = BATCH_WAIT, worker_nice: int = WORKER_NICE):
         self.engine, self.tokenizer = engine, tokenizer
         self.batcher = Batcher(engine, tokenizer, max_waiting, batch_wait)
         self.default_max_tokens = default_max_tokens
-        self.compute_nice = compute_nice  # the nice favour_the_loop gives the other threads when serving
+        self.worker_nice = worker_nice  # the nice favour_the_loop gives the other threads when serving
 
     def parse(self, body: Any, chat: bool, loop: asyncio.AbstractEventLoop) -> tuple[Generation, bool]:
         """A validated Generation and the `stream` flag, or a RequestError saying what is wrong."""
@@ -399,8 +400,10 @@ def make_app(server: Server) -> Any:
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
+        import atensor
+        atensor.settings.worker_nice = server.worker_nice  # atensor's workers started from now on
         server.batcher.start()
-        favour_the_loop(server.compute_nice)
+        favour_the_loop(server.worker_nice)
         yield
         await asyncio.get_running_loop().run_in_executor(None, server.batcher.stop)
 
@@ -560,7 +563,7 @@ async def _sse(gen: Generation, rid: str, created: int, chat: bool, kind: str) -
 # ---- start-up -------------------------------------------------------------------------------------------
 def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True,
                  prefill_buckets: Optional[list[int]] = None, batch_wait: float = BATCH_WAIT,
-                 compute_nice: int = COMPUTE_NICE) -> Server:
+                 worker_nice: int = WORKER_NICE) -> Server:
     """Loads the model and tokenizer and, with `warmup`, captures and compiles, before the first request
     (3 calls each: run, capture, verify), every prefill bucket of one prompt, the batched prefills of
     the shortest bucket (the rows `prefill_batches` makes of a burst of short prompts: 4 and 16 for 16
@@ -587,7 +590,7 @@ def build_server(slots: int, context: int, max_waiting: int, warmup: bool = True
                 if rows >= slots:
                     break
                 rows = min(slots, batch_bucket(rows + 1))
-    return Server(engine, tokenizer, max_waiting, batch_wait=batch_wait, compute_nice=compute_nice)
+    return Server(engine, tokenizer, max_waiting, batch_wait=batch_wait, worker_nice=worker_nice)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -604,14 +607,14 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="how long an idle server waits for more of a burst of requests before it "
                              "prefills them together (default %(default)s; 0: never)")
     parser.add_argument("--no-warmup", action="store_true", help="capture the steps on first use instead")
-    parser.add_argument("--compute-nice", type=int, default=COMPUTE_NICE,
+    parser.add_argument("--worker-nice", type=int, default=WORKER_NICE,
                         help="the nice of every thread but the event loop's, once serving (default "
                              "%(default)s; 0: leave them as they are)")
     args = parser.parse_args(argv)
     import uvicorn
     server = build_server(args.slots, args.context, args.max_waiting, warmup=not args.no_warmup,
                           prefill_buckets=args.prefill_buckets, batch_wait=args.batch_wait_ms / 1000,
-                          compute_nice=args.compute_nice)
+                          worker_nice=args.worker_nice)
     print(f"serve_llm: {MODEL_ID} on http://{args.host}:{args.port} ({args.slots} slots, context "
           f"{args.context})", flush=True)
     uvicorn.run(make_app(server), host=args.host, port=args.port, log_level="warning")

@@ -103,7 +103,7 @@ def test_health_and_models_and_an_unknown_model_is_a_404(server):
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities are read from Linux's /proc")
-def test_every_thread_but_the_event_loops_runs_at_the_compute_nice(server_process):
+def test_every_thread_but_the_event_loops_runs_at_the_worker_nice(server_process):
     url, proc = server_process
     nice = {}
     for task in Path(f"/proc/{proc.pid}/task").iterdir():
