@@ -36,6 +36,17 @@ def merged_stride(view: View, group: list[int]) -> int | None:
 # (576x3072, 1.1 ms against 2.7 ms).
 GEMV_ROWS = 4
 GEMV_MATRIX_BYTES = 1 << 20
+# A float32 product of 2..ROWS_MAX rows with a matrix too big for cache, stored as nn.Linear's weight is
+# (x (m x k) . W^T, W n x k: a few requests' rows through a layer) is c_prelude's at_sgemm_rows, which
+# reads W once with the m rows of x in L1 (at most ROWS_BYTES of them), on one thread. Measured (/tmp
+# microbenchmark on this 2-core machine, W several times the cache, against numpy's OpenBLAS gemm on
+# both cores): 1536x576 at m = 2 190-210 us against 403-415, m = 4 286-324 against 427-432; 49152x576
+# m = 2 5.7-7.7 ms against 14.7-15.5, m = 4 8.5-11.8 against 15.2-15.6; 576x1536 m = 2 187-189 against
+# 336-379, but m = 4 (24 KiB of rows) 539-547 against 354-369, and m = 8 at k = 576 753 against 407:
+# hence the bounds. With W as (k x n) rows (x . W, the layout models/llama.py stores) OpenBLAS's gemm
+# stays: kernels that stream it 16 or 256 columns at a time were 1.5-4x slower than it here.
+ROWS_MAX = 4
+ROWS_BYTES = 16 << 10
 
 
 class GemvPlan(NamedTuple):
@@ -74,6 +85,17 @@ def gemv_plan(m: int, k: int, n: int, la: tuple[int, int], lb: tuple[int, int],
     return None
 
 
+def rows_plan(m: int, k: int, la: tuple[int, int], lb: tuple[int, int], itemsize: int) -> tuple[int, int] | None:
+    """(lda, ldw) when an (m x k) . (k x n) product that `gemv_plan` left to a gemm is at_sgemm_rows: 2 to
+    ROWS_MAX float32 rows of A with k contiguous (`la` not transposed), B = W^T with W's rows of k
+    contiguous (`lb` transposed), and the rows within ROWS_BYTES; else None."""
+    if itemsize != 4 or not 2 <= m <= ROWS_MAX or m * k * itemsize > ROWS_BYTES:
+        return None
+    if la[0] != CBLAS_NO_TRANS or lb[0] != CBLAS_TRANS:
+        return None
+    return la[1], lb[1]
+
+
 def blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int] | None:
     """(transpose flag, leading dimension) for a rows x cols matrix at these strides, or None."""
     if s_row < 0 or s_col < 0:
@@ -88,4 +110,4 @@ def blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int]
 
 
 __all__ = ["CBLAS_NO_TRANS", "CBLAS_ROW_MAJOR", "CBLAS_TRANS", "GEMV_MATRIX_BYTES", "GEMV_ROWS", "GemvPlan",
-           "blas_layout", "gemv_plan", "merged_stride"]
+           "ROWS_BYTES", "ROWS_MAX", "blas_layout", "gemv_plan", "merged_stride", "rows_plan"]

@@ -6,7 +6,8 @@
 - the program runner (native.Program): a list of run / wait / publish operations, the waits and
   publishes on C timelines (a value and a futex word per queue), so queues hand work to each other
   without the GIL or a Python wake-up;
-- `atensor_copy`, a memcpy between buffers that a program can hold.
+- `atensor_copy`, a memcpy between buffers that a program can hold;
+- `at_sgemm_rows`, the product of 2..4 rows with a big matrix, reading the matrix once (c_blas.py).
 Changing it changes every library's cache key: everything is compiled again once.
 """
 
@@ -46,6 +47,43 @@ static set_threads_t at_set_threads;  /* openblas_set_num_threads of the BLAS ab
 void atensor_set_blas(void *s, void *d, void *sv, void *dv, void *threads) {
   at_sgemm = (sgemm_t)s; at_dgemm = (dgemm_t)d; at_sgemv = (sgemv_t)sv; at_dgemv = (dgemv_t)dv;
   at_set_threads = (set_threads_t)threads;
+}
+/* C = A . W^T for 2..4 rows of A (m x k, k contiguous) and W (n x k, k contiguous): nn.Linear's
+   product for a few rows. OpenBLAS's gemm packs W before it multiplies, which for so few rows costs as
+   much as the product; this reads each row of W once, while the rows of A stay in L1
+   (c_blas.rows_plan), 8 lanes at a time (GCC/Clang vector types: any ISA). */
+typedef float at_v8 __attribute__((vector_size(32)));
+static inline at_v8 at_load8(const float *p) { at_v8 v; memcpy(&v, p, sizeof v); return v; }
+static inline float at_hsum8(at_v8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+#define AT_ROWS_KERNEL(M)                                                                         \
+  static void at_sgemm_rows##M(int64_t n, int64_t k, const float *a, int64_t lda, const float *w, \
+                               int64_t ldw, float *c, int64_t ldc) {                              \
+    for (int64_t j = 0; j < n; j++) {                                                             \
+      const float *wj = w + j * ldw;                                                              \
+      at_v8 acc[M];                                                                               \
+      for (int i = 0; i < M; i++) acc[i] = (at_v8){0};                                            \
+      int64_t p = 0;                                                                              \
+      for (; p + 8 <= k; p += 8) {                                                                \
+        at_v8 wv = at_load8(wj + p);                                                              \
+        for (int i = 0; i < M; i++) acc[i] += at_load8(a + i * lda + p) * wv;                     \
+      }                                                                                           \
+      for (int i = 0; i < M; i++) {                                                               \
+        float s = at_hsum8(acc[i]);                                                               \
+        for (int64_t q = p; q < k; q++) s += a[i * lda + q] * wj[q];                              \
+        c[i * ldc + j] = s;                                                                       \
+      }                                                                                           \
+    }                                                                                             \
+  }
+AT_ROWS_KERNEL(2)
+AT_ROWS_KERNEL(3)
+AT_ROWS_KERNEL(4)
+static inline void at_sgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                 const float *w, int64_t ldw, float *c, int64_t ldc) {
+  if (m == 2) at_sgemm_rows2(n, k, a, lda, w, ldw, c, ldc);
+  else if (m == 3) at_sgemm_rows3(n, k, a, lda, w, ldw, c, ldc);
+  else at_sgemm_rows4(n, k, a, lda, w, ldw, c, ldc);
 }
 typedef void (*at_kernel_t)(void **);
 /* timelines of native programs (native.py): a queue's value, and a futex word for sleeping waiters */

@@ -39,7 +39,7 @@ from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
-from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride
+from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
 from atensor.backend.gemm_axes import contraction_groups
 
 
@@ -474,6 +474,9 @@ class CRenderer:
                     f"{gemv.out_inc});")
             if r != "0":
                 call = f"for (int64_t {r} = 0; {r} < {gemv.count}; {r}++) {call}"
+        elif (few := rows_plan(m, k, la, lb, n.dtype.itemsize)) is not None:
+            # a few rows against a big matrix: read once, not packed first (c_blas.py has the figures)
+            call = f"at_sgemm_rows({m}, {nn}, {k}, {a_at}, {few[0]}, {b_at}, {few[1]}, {c_at}, {nn});"
         else:
             call = (f"at_{f}gemm({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, {a_at}, {la[1]}, "
                     f"{b_at}, {lb[1]}, 0, {c_at}, {nn});")

@@ -573,6 +573,26 @@ def test_matrix_vector_products_are_gemv_calls_matching_numpy(every_kernel_nativ
     assert sum("at_sgemv(" in src for src in sources) >= 5 and any("at_dgemv(" in src for src in sources)
 
 
+def test_a_few_rows_times_a_big_weight_read_it_once_matching_numpy(every_kernel_native):
+    """2..4 rows through an nn.Linear-style weight (x @ W.T) too big for cache are at_sgemm_rows, which
+    streams the weight once (c_blas.rows_plan), at a k that is no multiple of the 8 lanes; 5 rows, or
+    rows too long for L1, stay a BLAS gemm."""
+    rng = np.random.default_rng(5)
+    n, k = 1100, 300  # 1.3 MB of float32: above GEMV_MATRIX_BYTES
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    for m in (2, 3, 4, 5):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+    long_rows = rng.standard_normal((4, 4100)).astype(np.float32)  # 64 KiB of rows
+    wide = rng.standard_normal((80, 4100)).astype(np.float32)
+    np.testing.assert_allclose((Tensor(long_rows) @ Tensor(wide).T).numpy(), long_rows @ wide.T, rtol=1e-4,
+                               atol=1e-3)
+    sources = [native._kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
+    rows = [src for src in sources if "at_sgemm_rows(" in src.split("void atensor_set_blas")[-1]]
+    assert sorted(src.split("at_sgemm_rows(")[-1].split(",")[0] for src in rows) == ["2", "3", "4"], rows
+    assert sum("at_sgemm(" in src for src in sources) >= 2  # the 5 rows and the long ones
+
+
 def test_a_decode_steps_attention_contractions_are_gemvs_per_query_row_matching_numpy(every_kernel_native):
     """Grouped-query attention of a decode step (one token per row, a group of 3 query heads per kv
     head, keys and values read from a KV cache behind an additive mask): both contractions, q . K^T and
