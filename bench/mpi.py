@@ -74,6 +74,14 @@ def split_modes(pairs: list[tuple[float, float]]) -> list[list[tuple[float, floa
     return [ordered[:at + 1], ordered[at + 1:]] if ratio >= MODE_GAP else [ordered]
 
 
+def anchor(comm: Any, name: str, count: int, hot: tuple, rot: list, rot8: list) -> None:
+    """`count` of mpi4py's own Allreduces: on one hot pair of arrays ("mpi4py"), cycling through the
+    pairs of `rot` ("mpi4py_rot") or of `rot8` ("mpi4py_rot8")."""
+    pairs = [hot] if name == "mpi4py" else rot if name == "mpi4py_rot" else rot8
+    for k in range(count):
+        comm.Allreduce(*pairs[k % len(pairs)])
+
+
 def worker_allreduce(quick: bool) -> dict:
     import numpy as np
     import trio
@@ -127,15 +135,9 @@ def worker_allreduce(quick: bool) -> dict:
                 for name in (kinds if block % 2 == 0 else kinds[::-1]):
                     comm.Barrier()
                     start = time.perf_counter()
-                    if name == "mpi4py":
-                        for _ in range(calls):
-                            comm.Allreduce(data, out)
-                    elif name == "mpi4py_rot":
-                        for k in range(calls):
-                            comm.Allreduce(*rot[k % 2])
-                    elif name == "mpi4py_rot8":
-                        for k in range(bucket_calls * BUCKETS):
-                            comm.Allreduce(*rot8[k % BUCKETS])
+                    if name.startswith("mpi4py"):
+                        anchor(comm, name, bucket_calls * BUCKETS if name == "mpi4py_rot8" else calls,
+                               (data, out), rot, rot8)
                     elif name == "atensor":
                         for k in range(calls):
                             await jitted["poll"](xs[k % 2])
@@ -202,15 +204,9 @@ def worker_allreduce(quick: bool) -> dict:
                     comm.Barrier()
                     ran = net_queue.commands_run
                     start = time.perf_counter()
-                    if name == "mpi4py":
-                        for _ in range(reps):
-                            comm.Allreduce(data, out)
-                    elif name == "mpi4py_rot":
-                        for k in range(reps):
-                            comm.Allreduce(*rot[k % 2])
-                    elif name == "mpi4py_rot8":
-                        for k in range(bucket_reps * BUCKETS):
-                            comm.Allreduce(*rot8[k % BUCKETS])
+                    if name.startswith("mpi4py"):
+                        anchor(comm, name, bucket_reps * BUCKETS if name == "mpi4py_rot8" else reps,
+                               (data, out), rot, rot8)
                     elif name == "atensor_stream":
                         await in_flight()
                     elif name == "atensor_buckets":
