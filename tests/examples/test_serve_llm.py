@@ -37,6 +37,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _reference_while_the_server_warms_up() -> None:
+    """Computes (or reads) transformers' cached reference while the server captures its steps: the two
+    took ~50 s each one after the other, the longest setups of the suite."""
+    from tests.models.test_llama import _reference
+    try:
+        _reference()
+    except pytest.skip.Exception:
+        pass  # no torch: the tests that need the reference skip on their own
+
+
 @pytest.fixture(scope="module")
 def server_process():
     """The running server: (its URL, its process)."""
@@ -49,6 +59,7 @@ def server_process():
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     try:
+        _reference_while_the_server_warms_up()
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"serve_llm.py exited: {proc.stdout.read().decode()[-3000:]}")
