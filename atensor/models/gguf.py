@@ -11,10 +11,12 @@ the model applies RoPE in that layout, so the weights are used as stored, with n
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from collections.abc import Mapping
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
@@ -59,11 +61,41 @@ class LlamaConfig:
         return self.dim // self.n_heads
 
 
+class LazyWeights(Mapping):
+    """A GGUF file's tensors by name, each dequantized to float32 on its first access and kept.
+
+    Why lazy: the file is memory-mapped by `gguf.GGUFReader`, and dequantizing all of SmolLM2's 272
+    tensors takes seconds; a caller that wants only the metadata (a tokenizer) or a few tensors pays
+    for what it reads. Invariant: a name maps to the same array on every access."""
+
+    def __init__(self, tensors: dict[str, Any]) -> None:
+        self._tensors = tensors                  # name -> gguf.ReaderTensor, not yet dequantized
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        array = self._arrays.get(name)
+        if array is None:
+            import gguf
+            tensor = self._tensors[name]  # KeyError names the missing tensor
+            flat = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            # GGUF lists dims fastest first; numpy's (reversed) shape is the row-major one
+            shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+            array = self._arrays[name] = np.ascontiguousarray(flat.reshape(shape), dtype=np.float32)
+        return array
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
 @dataclass
 class GGUFModel:
-    """What a GGUF file holds: config, float32 weights by GGUF name, tokenizer metadata."""
+    """What a GGUF file holds: config, float32 weights by GGUF name (dequantized on first access),
+    tokenizer metadata."""
     config: LlamaConfig
-    weights: dict[str, np.ndarray]
+    weights: Mapping[str, np.ndarray]
     metadata: dict[str, Any]
     path: Path
 
@@ -98,17 +130,23 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> LlamaC
                        tied_embeddings="output.weight" not in tensor_names)
 
 
-def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
-    """Reads a llama GGUF file (default: the installed SmolLM2) and dequantizes every tensor to float32,
-    shaped as PyTorch stores it: (out, in) for projections, (vocab, dim) for the embedding."""
+@functools.lru_cache(maxsize=4)
+def _parsed(file: Path, size: int, mtime_ns: int) -> tuple[Any, dict[str, Any]]:
+    """The `gguf.GGUFReader` of a file and its metadata, kept per (path, size, mtime): parsing
+    SmolLM2's header (49,152 tokens and 48,900 merges as numpy fields) takes ~6 s, and a process that
+    loads the model and then its tokenizer, or a test session, would pay it each time. The reader
+    only memory-maps the file; a file changed on disk is parsed again."""
     import gguf
-    file = Path(path) if path is not None else default_gguf_path()
     reader = gguf.GGUFReader(str(file))
-    meta = read_metadata(reader)
-    weights: dict[str, np.ndarray] = {}
-    for tensor in reader.tensors:
-        array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        # GGUF lists dims fastest first; numpy's (reversed) shape is the row-major one
-        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
-        weights[tensor.name] = np.ascontiguousarray(array.reshape(shape), dtype=np.float32)
-    return GGUFModel(config_from_metadata(meta, set(weights)), weights, meta, file)
+    return reader, read_metadata(reader)
+
+
+def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
+    """Reads a llama GGUF file (default: the installed SmolLM2): its metadata now, and its tensors as
+    float32 when first read (`LazyWeights`), shaped as PyTorch stores them: (out, in) for projections,
+    (vocab, dim) for the embedding. Each call has its own weights; the parsed header is shared."""
+    file = (Path(path) if path is not None else default_gguf_path()).resolve()
+    stat = file.stat()
+    reader, meta = _parsed(file, stat.st_size, stat.st_mtime_ns)
+    weights = LazyWeights({tensor.name: tensor for tensor in reader.tensors})
+    return GGUFModel(config_from_metadata(meta, set(weights)), weights, dict(meta), file)
