@@ -26,16 +26,27 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--warmup", action="store_true", help="capture the jitted steps before timing")
     args = parser.parse_args(argv)
+    if args.max_tokens < 1:
+        parser.error(f"--max-tokens {args.max_tokens}: generate at least 1 token")
+    if args.temperature < 0:
+        parser.error(f"--temperature {args.temperature}: use 0 (greedy) or more")
+    if args.top_k < 0 or not 0 < args.top_p <= 1:
+        parser.error(f"--top-k {args.top_k} --top-p {args.top_p}: top-k is 0 (no limit) or more, top-p in (0, 1]")
 
     from atensor.models.generation import LlamaEngine, SamplingParams
     from atensor.models.gguf import load_gguf
     from atensor.models.llama import Llama
     from atensor.models.tokenizer import GGUFTokenizer
     gguf = load_gguf()
+    if not 0 < args.context <= gguf.config.context_length:
+        parser.error(f"--context {args.context}: the model takes 1 to {gguf.config.context_length} tokens")
     tokenizer = GGUFTokenizer(gguf.metadata)
-    engine = LlamaEngine(Llama(gguf, slots=1, context=args.context))
     text = tokenizer.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     ids = tokenizer.encode(text)
+    if not ids or len(ids) >= args.context:
+        parser.error(f"the prompt is {len(ids)} tokens; it must be 1 to {args.context - 1} tokens to leave room "
+                     f"for one generated token in --context {args.context} (raise --context or shorten it)")
+    engine = LlamaEngine(Llama(gguf, slots=1, context=args.context))
     if args.warmup:
         for _ in range(3):
             list(engine.generate(ids, 4))
