@@ -2,7 +2,10 @@
 API contract, greedy text equal to transformers' (tests/models/test_llama.py's cached reference), equal
 alone and batched, streaming one chunk per token, stop strings, disconnects freeing their slot,
 back-pressure (503), bad requests (4xx JSON, server keeps serving) and /health staying fast while
-streams generate."""
+streams generate. At the end, examples/generate.py (the CLI) as a subprocess: the same reference text,
+its rate line, and bad arguments refused with a message (a prompt longer than --context is refused
+after the tokenizer loads, by the same parser.error: not run here, it costs a model load). They live
+here to use the reference the server fixture computes while the server warms up."""
 from __future__ import annotations
 
 import asyncio
@@ -307,3 +310,46 @@ def test_a_non_streaming_request_whose_client_disconnects_stops_its_generation(s
     assert stats["steps"] - before < CONTEXT - 24     # long before its max_tokens
     time.sleep(0.5)
     assert _stats(server)["steps"] == stats["steps"]
+
+
+# ---- examples/generate.py ------------------------------------------------------------------------------
+GENERATE_TOKENS = 8
+
+
+def _start(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, str(ROOT / "examples" / "generate.py"), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_generate_py_streams_transformers_text_and_its_rate():
+    from tests.models.test_llama import RAW_PROMPTS, _reference
+    from atensor.models.gguf import load_gguf
+    from atensor.models.tokenizer import GGUFTokenizer
+    proc = _start(RAW_PROMPTS[0], "--max-tokens", str(GENERATE_TOKENS), "--context", "64")
+    # transformers' reference (cached by the server fixture's setup) while the example runs
+    ids = _reference()["json"]["generated"][0][:GENERATE_TOKENS]
+    tokenizer = GGUFTokenizer(load_gguf().metadata)
+    cut = next((i for i, t in enumerate(ids) if t in tokenizer.end_ids), len(ids))
+    done = _finish(proc)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == tokenizer.decode(ids[:cut]) + "\n"
+    assert f"{cut} generated" in done.stderr and "tokens/s]" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["hi", "--max-tokens", "0"], "--max-tokens 0"),
+    (["hi", "--temperature", "-1"], "--temperature -1"),
+    (["hi", "--top-p", "1.5"], "top-p in (0, 1]"),
+])
+def test_generate_py_refuses_bad_arguments_with_a_message(args, message):
+    done = _finish(_start(*args))
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
