@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, Iterator, Optional, Union
 
 import numpy as np

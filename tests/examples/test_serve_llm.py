@@ -4,7 +4,8 @@ alone and batched, streaming one chunk per token, stop strings, disconnects free
 back-pressure (503), bad requests (4xx JSON, server keeps serving) and /health staying fast while
 streams generate. At the end, examples/generate.py (the CLI) as a subprocess: the same reference text,
 its rate line, and bad arguments refused with a message (a prompt longer than --context is refused
-after the tokenizer loads, by the same parser.error: not run here, it costs a model load). They live
+after the tokenizer loads, by the same parser.error: not run here, it costs a ~6 s parse of the GGUF
+header in a fresh process). They live
 here to use the reference the server fixture computes while the server warms up."""
 from __future__ import annotations
 

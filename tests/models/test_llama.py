@@ -107,12 +107,13 @@ def test_weights_are_dequantized_on_first_read_as_the_gguf_package_does():
     import gguf as gguf_package
     model = load_gguf(GGUF)  # its own: the module's model has been read by the engine
     assert len(model.weights) == 272 and not model.weights._arrays  # metadata only, nothing dequantized
-    tensor = model.weights._tensors["blk.3.attn_q.weight"]  # the gguf package's ReaderTensor
-    expected = gguf_package.quants.dequantize(tensor.data, tensor.tensor_type).reshape(576, 576)
-    first = model.weights["blk.3.attn_q.weight"]
-    assert first.dtype == np.float32 and first.flags.c_contiguous
+    name = "blk.3.ffn_gate.weight"  # not square: PyTorch's (out, in) = (hidden, dim)
+    tensor = model.weights._tensors[name]  # the gguf package's ReaderTensor
+    expected = gguf_package.quants.dequantize(tensor.data, tensor.tensor_type).reshape(1536, 576)
+    first = model.weights[name]
+    assert first.shape == (1536, 576) and first.dtype == np.float32 and first.flags.c_contiguous
     np.testing.assert_array_equal(first, expected)
-    assert model.weights["blk.3.attn_q.weight"] is first and len(model.weights._arrays) == 1
+    assert model.weights[name] is first and len(model.weights._arrays) == 1
     with pytest.raises(KeyError, match="blk.99"):
         model.weights["blk.99.attn_q.weight"]
 
