@@ -11,8 +11,9 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 from __future__ import annotations
 
 import contextvars
+import copy
 import time
-from typing import Any, Generator, Optional
+from typing import Any, Generator, NoReturn, Optional
 
 from atensor.hcq.host import Job, dispatcher, reaper
 from atensor.hcq.loop import checkpoint
@@ -117,7 +118,7 @@ class RealizeHandle:
     def _raise_dispatch_error(self) -> None:
         err = self.job.error or dispatcher.signal.failure(self.job.value)
         if err is not None:
-            raise err
+            raise_kept(err)
 
     def _raise_task_error(self) -> None:
         sub = self.job.submission
@@ -132,7 +133,29 @@ class RealizeHandle:
                 if err is not None:
                     break
         if err is not None:
-            raise err
+            raise_kept(err)
+
+
+def raise_kept(err: BaseException) -> NoReturn:
+    """Raises a failure that a signal or a job keeps for whoever waits on it, as a copy with the same
+    type, arguments, cause and traceback. Why a copy: raising an object extends its traceback with
+    every frame it passes through, so the kept object itself would hold the frames (and their locals:
+    tensors, buffers, a jit call's arguments) of each caller that awaited it, for as long as the
+    signal keeps its failures. Measured: a jit call's argument outlived the call until a full
+    collection, because a leftover failed assign was re-dispatched, and raised, in each capture."""
+    try:
+        try:
+            fresh = copy.copy(err)
+        except Exception:  # noqa: BLE001 - an exception type copy cannot rebuild: raised as it is
+            fresh = err
+        if type(fresh) is not type(err):
+            fresh = err
+        if fresh is not err:
+            fresh.__cause__, fresh.__suppress_context__ = err.__cause__, err.__suppress_context__
+            fresh.__traceback__ = err.__traceback__
+        raise fresh
+    finally:  # this frame is in the raised traceback: its locals would make a cycle through it
+        del fresh, err
 
 
 __all__ = ["NotRealizedError", "RealizeHandle", "Recording", "recording"]

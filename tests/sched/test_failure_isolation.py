@@ -86,3 +86,36 @@ def test_an_assign_whose_graph_failed_is_not_the_buffers_new_contents(failing_wh
             t.tolist()
     t.assign(Tensor([[3.0]]))                  # a new write makes the buffer valid again
     assert t.tolist() == [[3.0]]
+
+
+def test_raising_a_kept_failure_leaves_it_as_it_was_and_keeps_no_frame_of_the_raiser() -> None:
+    """A failure a job or a signal keeps is raised to each waiter as a copy: the kept object's
+    traceback does not grow by the frames of every waiter (which held their locals, such as a jit
+    call's arguments, for as long as the failure was kept)."""
+    import weakref
+
+    from atensor.engine.handle import raise_kept
+
+    class Marker:
+        pass
+
+    try:
+        raise StaleReadError("version 0 was overwritten")
+    except StaleReadError as exc:
+        kept = exc
+    first = kept.__traceback__
+
+    def waiter() -> weakref.ref:
+        marker = Marker()
+        try:
+            raise_kept(kept)
+        except StaleReadError as exc:  # (not pytest.raises: its info would hold this frame)
+            assert exc is not kept and exc.args == kept.args
+            assert exc.__traceback__.tb_next is not None  # the kept traceback follows the raiser's
+        else:
+            pytest.fail("raise_kept returned")
+        return weakref.ref(marker)
+
+    gone = waiter()
+    assert kept.__traceback__ is first and first.tb_next is None
+    assert gone() is None
