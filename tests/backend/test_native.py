@@ -7,6 +7,8 @@ which are about the fallback; and each test must have run at least one C kernel.
 compiler the module is skipped, saying so."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import trio
@@ -235,8 +237,57 @@ def test_a_kernel_is_compiled_once_and_its_library_reused_from_the_disk_cache(mo
     assert len(compiles) == 1 and len(list((tmp_path / "native").glob("*.so"))) == 1
     # a new process (here: a cleared registry) finds the library on disk and does not compile again
     monkeypatch.setattr(native, "_kernels", {})
+    monkeypatch.setattr(native, "_by_code", {})
     assert ((x + 2) * x).sum(1).tolist() == [33.0] * 3
     assert len(compiles) == 1
+
+
+def test_the_same_kernel_on_another_device_is_bound_to_the_compiled_function(monkeypatch, tmp_path):
+    """Each device's copy of a data-parallel step's kernels differs from the others only in its buffers'
+    and constants' device: compiled together (a jit's capture), that code is compiled once, and every
+    device's kernel calls the one function."""
+    from atensor.graph.node import BufferSpec
+    from atensor.graph.ops import Ops
+    from atensor.graph.view import View
+    from atensor.sched.schedule import schedule
+    monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
+    sources = []
+    real = native._compile
+    monkeypatch.setattr(native, "_compile", lambda *a: (sources.append(a[1]), real(*a)))
+    data = np.arange(19, dtype=np.float32)
+    kernels, results = [], []
+    for device in ("CPU:0", "CPU:1"):
+        x = Tensor(data, device=device)
+        node = ((x - 7) * x * 3).node
+        out = BufferSpec(node.device, node.size, node.dtype)
+        root = Node.make(Ops.ASSIGN, node.dtype, (out.node(0), node), View.create((19,)))
+        kernels += [(t.work.ast, t.work.name) for t in schedule([root]).graph.tasks if hasattr(t.work, "ast")]
+        results.append((x - 7) * x * 3)
+    assert len(kernels) == 2 and kernels[0][0] != kernels[1][0]  # two ASTs (their constants' devices)
+    assert native.prepare(kernels) == 2
+    first, second = (native.lookup(ast) for ast, _ in kernels)
+    assert first.address == second.address
+    assert len(sources) == 1 and len(re.findall(r"void k\d+_\w+\(void", sources[0])) == 1
+    for got in results:
+        np.testing.assert_array_equal(got.numpy(), (data - 7) * data * 3)
+
+
+def test_a_large_kernel_is_compiled_with_the_large_flags_beside_the_others(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "LARGE_SOURCE", 1500)  # the prelude-less source of one small kernel is ~600
+    flags = []
+    real = native._compile
+    monkeypatch.setattr(native, "_compile", lambda *a: (flags.append(a[4]), real(*a)))
+    data = np.linspace(-2, 2, 17, dtype=np.float32)
+    x = Tensor(data)
+    y = x
+    for k in range(12):  # one long fused kernel
+        y = (y * 0.5 + k).sin()
+    want = data
+    for k in range(12):
+        want = np.sin(want * np.float32(0.5) + np.float32(k))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert native.LARGE_FLAGS in flags and native.LARGE_FLAGS[0] == "-O2"
 
 
 # ---- adversarial semantics: each test holds the C kernels to numpy itself ------------------------------
