@@ -130,14 +130,40 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> LlamaC
                        tied_embeddings="output.weight" not in tensor_names)
 
 
+def _reader_class() -> type:
+    """`gguf.GGUFReader` over a plain numpy view of its memory map (made once per process).
+
+    Why: the reader slices its `np.memmap` once per header item, and each slice of a memmap runs
+    numpy's Python-level `memmap.__getitem__` and `__array_finalize__`: on SmolLM2's header (49,152
+    tokens, 48,900 merges) 2 million such calls, ~4 of the parse's 5.5 s. A plain ndarray view of the
+    same map (`.view(np.ndarray)`, no copy: the map stays its base) slices in C; the fields and tensors
+    are the same (tests/models/test_gguf_reader.py holds it to the stock reader)."""
+    global _Reader
+    if _Reader is None:
+        import gguf
+
+        class PlainMapReader(gguf.GGUFReader):
+            @property
+            def data(self) -> np.ndarray:
+                return self._plain
+
+            @data.setter
+            def data(self, value: np.ndarray) -> None:  # GGUFReader.__init__ assigns its np.memmap here
+                self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+        _Reader = PlainMapReader
+    return _Reader
+
+
+_Reader: Optional[type] = None
+
+
 @functools.lru_cache(maxsize=4)
 def _parsed(file: Path, size: int, mtime_ns: int) -> tuple[Any, dict[str, Any]]:
-    """The `gguf.GGUFReader` of a file and its metadata, kept per (path, size, mtime): parsing
-    SmolLM2's header (49,152 tokens and 48,900 merges as numpy fields) takes ~6 s, and a process that
-    loads the model and then its tokenizer, or a test session, would pay it each time. The reader
-    only memory-maps the file; a file changed on disk is parsed again."""
-    import gguf
-    reader = gguf.GGUFReader(str(file))
+    """The GGUF reader of a file (`_reader_class`) and its metadata, kept per (path, size, mtime):
+    parsing SmolLM2's header (49,152 tokens and 48,900 merges as numpy fields) takes ~2 s, and a
+    process that loads the model and then its tokenizer, or a test session, would pay it each time.
+    The reader only memory-maps the file; a file changed on disk is parsed again."""
+    reader = _reader_class()(str(file))
     return reader, read_metadata(reader)
 
 
