@@ -2,7 +2,10 @@
 
 `prepare(asts)` renders each kernel with c_render.py, compiles all of them with one `cc` call into a
 shared library (kept in a cache directory, keyed by the source, the compiler and the flags, so a
-second run loads it at once), and registers each loaded function under its AST. `lookup(ast)` then
+second run loads it at once), and registers each loaded function under its AST. A kernel is compiled
+once per code (DESIGN.md: once per structural key): another AST with the same C source (another
+device's copy of it) is bound to the loaded function; the few very long kernels get their own
+compiler call at -O2, beside the others' (LARGE_SOURCE says why). `lookup(ast)` then
 gives the `NativeKernel` that engine/lower.py runs instead of the numpy function: one ctypes call, which
 releases the GIL for the whole kernel, so kernels of different CPU devices run at the same time.
 
@@ -311,8 +314,9 @@ def lookup(ast: Node) -> Optional[NativeKernel]:
 
 
 def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
-    """Compiles the (ast, name) kernels not compiled yet, in one compiler call; returns how many were
-    added. Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
+    """Compiles the (ast, name) kernels not compiled yet, in one compiler call (two at once when some
+    are longer than LARGE_SOURCE); returns how many were added (compiled, or bound to a loaded kernel
+    of the same code). Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
     worker thread, not the event loop. While profiling, the time is a "compile" host span naming them."""
     if not collector.is_active():
         return _prepare(kernels)
