@@ -7,7 +7,9 @@ which are about the fallback; and each test must have run at least one C kernel.
 compiler the module is skipped, saying so."""
 from __future__ import annotations
 
+import ctypes
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -670,3 +672,30 @@ def test_a_decode_steps_attention_contractions_are_gemvs_per_query_row_matching_
     attention = [src for src in sources if src.count("at_sgemv(") == 2]
     assert attention and "at_sgemm(" not in attention[0], sources
     assert attention[0].count("< 3; r") == 2, attention[0]  # one gemv per query row of the group of 3
+
+
+def test_the_kernels_call_numpys_blas_whatever_order_threadpoolctl_lists_the_libraries(monkeypatch):
+    """With scikit-learn imported the process holds scipy's OpenBLAS beside numpy's; threadpoolctl
+    lists them in no fixed order, and the kernels must bind numpy's either way (the library's key and
+    its integer width follow from it)."""
+    pytest.importorskip("sklearn")
+    import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS
+    import threadpoolctl
+    listed = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    homes = [Path(str(lib.filepath)).parent.name for lib in listed]
+    if not any(h.startswith("numpy") for h in homes) or len(listed) < 2:
+        pytest.skip(f"one BLAS library only: {homes}")
+    chosen = []
+    for order in (listed, listed[::-1]):
+        class Controller:
+            def select(self, **_):
+                return type("Selected", (), {"lib_controllers": list(order)})()
+        monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Controller)
+        monkeypatch.setattr(native, "_blas_bound", False)
+        monkeypatch.setattr(native, "_blas", None)
+        chosen.append(native._bind_blas())
+    numpy_lib = next(lib for lib in listed if Path(str(lib.filepath)).parent.name.startswith("numpy"))
+    sgemm = ctypes.cast(numpy_lib._get_symbol("cblas_sgemm"), ctypes.c_void_p).value
+    assert chosen[0] == chosen[1] and chosen[0][0] == sgemm
+    a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-6)
