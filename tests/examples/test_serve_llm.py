@@ -3,10 +3,9 @@ API contract, greedy text equal to transformers' (tests/models/test_llama.py's c
 alone and batched, streaming one chunk per token, stop strings, disconnects freeing their slot,
 back-pressure (503), bad requests (4xx JSON, server keeps serving) and /health staying fast while
 streams generate. At the end, examples/generate.py (the CLI) as a subprocess: the same reference text,
-its rate line, and bad arguments refused with a message (a prompt longer than --context is refused
-after the tokenizer loads, by the same parser.error: not run here, it costs a ~6 s parse of the GGUF
-header in a fresh process). They live
-here to use the reference the server fixture computes while the server warms up."""
+its rate line, and bad arguments refused with a message (a prompt longer than --context after the
+tokenizer has loaded: ~2 s of header parse). They live here to use the reference the server fixture
+computes while the server warms up."""
 from __future__ import annotations
 
 import asyncio
@@ -350,6 +349,7 @@ def test_generate_py_streams_transformers_text_and_its_rate():
     (["hi", "--max-tokens", "0"], "--max-tokens 0"),
     (["hi", "--temperature", "-1"], "--temperature -1"),
     (["hi", "--top-p", "1.5"], "top-p in (0, 1]"),
+    (["hello " * 40, "--context", "16"], "to leave room for one generated token in --context 16"),
 ])
 def test_generate_py_refuses_bad_arguments_with_a_message(args, message):
     done = _finish(_start(*args))
