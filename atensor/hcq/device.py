@@ -6,6 +6,7 @@ and hold no data: they exist to test scheduling and to measure atensor's own ove
 """
 from __future__ import annotations
 
+import collections
 import re
 import threading
 import time
@@ -60,7 +61,10 @@ class Device:
         self._more_queues: dict[str, Queue] = {}  # made on first use: "net" (atensor/dist/)
         self.bytes_in_use = 0
         self.peak_bytes = 0
-        self._pool: dict[int, list[np.ndarray]] = {}
+        # per size, the dead buffers' memory (the newest last); sizes in the order they were last used
+        # (taken from or given back), the least recent first: what a full pool gives up first
+        self._pool: collections.OrderedDict[int, list[np.ndarray]] = collections.OrderedDict()
+        self._pool_used: dict[int, float] = {}  # per size in the pool: when it was last taken or given back
         self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
 
@@ -131,8 +135,16 @@ class Device:
     # 256 MiB pays ~65,000 of them), so memory of a dead buffer is kept per size and handed to the next
     # buffer of that size. A buffer dies only when no node, task or queued command refers to its spec
     # (commands keep their specs alive), so memory is never reused under work still running on it.
+    # At most POOL_MAX_BYTES are kept. When a dead buffer does not fit, memory of the sizes nobody has
+    # taken or given back for POOL_STALE_S makes room, the least recently used first (as jemalloc
+    # purges pages not reused within a decay time): a pool full of an earlier phase's sizes no longer
+    # turns away the sizes in use now (turned away, each new buffer of those is fresh memory: in
+    # bench/mpi.py's 64 MiB allreduces after its smaller sizes, ~660 fresh 64 MiB arrays). Memory in use
+    # within that time is never given up, so a loop whose buffers outgrow the pool keeps a stable part
+    # of them pooled, and does not evict at every step what the next step takes again.
     POOL_MIN_BYTES = 1 << 16
     POOL_MAX_BYTES = 1 << 30
+    POOL_STALE_S = 2.0
 
     def _take(self, nbytes: int) -> np.ndarray:
         if nbytes >= self.POOL_MIN_BYTES:
@@ -140,22 +152,42 @@ class Device:
                 free = self._pool.get(nbytes)
                 if free:
                     self._pooled_bytes -= nbytes
-                    return free.pop()
+                    raw = free.pop()
+                    if free:
+                        self._pool.move_to_end(nbytes)
+                        self._pool_used[nbytes] = time.monotonic()
+                    else:  # invariant: every size in the pool holds memory
+                        del self._pool[nbytes], self._pool_used[nbytes]
+                    return raw
         return np.empty(nbytes, dtype=np.uint8)
 
     def _release(self, raw: np.ndarray) -> None:
         nbytes = raw.nbytes
         self._account(-nbytes)
-        if nbytes >= self.POOL_MIN_BYTES:
-            with self._mem_lock:
-                if self._pooled_bytes + nbytes <= self.POOL_MAX_BYTES:
-                    self._pool.setdefault(nbytes, []).append(raw)
-                    self._pooled_bytes += nbytes
+        if not self.POOL_MIN_BYTES <= nbytes <= self.POOL_MAX_BYTES:
+            return
+        evicted = []  # freed once the lock is released
+        with self._mem_lock:
+            pool, used, now = self._pool, self._pool_used, time.monotonic()
+            while self._pooled_bytes + nbytes > self.POOL_MAX_BYTES:  # invariant: pooled <= the maximum
+                size = next(iter(pool))  # the least recently used size
+                if now - used[size] < self.POOL_STALE_S:
+                    return  # every size kept is in use: this memory goes back to the system
+                kept = pool[size]
+                evicted.append(kept.pop(0))  # its oldest memory
+                self._pooled_bytes -= size
+                if not kept:
+                    del pool[size], used[size]
+            pool.setdefault(nbytes, []).append(raw)
+            pool.move_to_end(nbytes)
+            used[nbytes] = now
+            self._pooled_bytes += nbytes
 
     def empty_cache(self) -> None:
         """Returns the memory kept for reuse to the system."""
         with self._mem_lock:
             self._pool.clear()
+            self._pool_used.clear()
             self._pooled_bytes = 0
 
     def _account(self, delta: int) -> None:

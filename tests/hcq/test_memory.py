@@ -37,3 +37,58 @@ def test_memory_of_a_buffer_in_use_by_queued_work_is_never_reused():
         outs.append(((a * 2).contiguous() + 1).sum())  # the temporaries die as soon as the graph runs
     Tensor.realize(*outs).wait()
     assert [o.item() for o in outs] == [float((2 * i + 1) * (1 << 17)) for i in range(20)]
+
+
+def test_a_full_pool_gives_up_sizes_unused_for_a_while_for_the_one_in_use(monkeypatch):
+    """A pool at its maximum, full of an earlier phase's size, keeps the memory of the size in use now
+    (it was turned away: every buffer of that size was then fresh memory) by giving up the least
+    recently used memory unused for POOL_STALE_S; it never holds more than its maximum."""
+    dev = Device.get("CPU:3")
+    dev.empty_cache()
+    mib = 1 << 20
+    monkeypatch.setattr(type(dev), "POOL_MAX_BYTES", 4 * mib)
+    monkeypatch.setattr(type(dev), "POOL_STALE_S", 0.0)  # all memory not used this instant is stale
+    old = [Tensor.empty(mib // 4, device="CPU:3") for _ in range(3)]  # 1 MiB each: the earlier phase
+    small = Tensor.empty(mib // 8, device="CPU:3")  # 512 KiB, given back below
+    Tensor.realize(*old, small).wait()
+    del old
+    gc.collect()
+    assert dev._pooled_bytes == 3 * mib
+    big = Tensor.empty(mib // 2, device="CPU:3")  # 2 MiB: the phase now
+    big.realize().wait()
+    del big
+    gc.collect()  # 3 + 2 MiB > 4: the oldest 1 MiB block makes room
+    assert dev._pooled_bytes == 4 * mib and list(dev._pool) == [mib, 2 * mib]
+    again = Tensor.empty(mib // 2, device="CPU:3")
+    again.realize().wait()
+    assert dev._pooled_bytes == 2 * mib and list(dev._pool) == [mib]  # it took the pooled 2 MiB
+    del small
+    gc.collect()  # 512 KiB more fits: nothing given up, the newest size last
+    assert dev._pooled_bytes == 2 * mib + mib // 2 and list(dev._pool) == [mib, mib // 2]
+    too_big = Tensor.empty(5 * mib // 4, device="CPU:3")  # 5 MiB: over the maximum, never pooled
+    too_big.realize().wait()
+    del too_big
+    gc.collect()
+    assert dev._pooled_bytes == 2 * mib + mib // 2
+    dev.empty_cache()
+
+
+def test_a_full_pool_keeps_memory_in_use_and_turns_the_new_memory_away(monkeypatch):
+    """Memory used within POOL_STALE_S is never given up for other memory: a loop whose buffers
+    outgrow the pool keeps a stable part of them pooled instead of evicting, at every step, what the
+    next step takes again."""
+    dev = Device.get("CPU:3")
+    dev.empty_cache()
+    mib = 1 << 20
+    monkeypatch.setattr(type(dev), "POOL_MAX_BYTES", 4 * mib)
+    monkeypatch.setattr(type(dev), "POOL_STALE_S", 3600.0)
+    old = [Tensor.empty(mib // 4, device="CPU:3") for _ in range(4)]
+    big = Tensor.empty(mib // 2, device="CPU:3")
+    Tensor.realize(*old, big).wait()
+    del old
+    gc.collect()
+    assert dev._pooled_bytes == 4 * mib
+    del big
+    gc.collect()  # no room, and the 1 MiB memory is in use: the 2 MiB goes back to the system
+    assert dev._pooled_bytes == 4 * mib and list(dev._pool) == [mib]
+    dev.empty_cache()
