@@ -12,6 +12,9 @@ spans are made of these stamps. A command that fails publishes its value anyway 
 forever) and marks that value failed with the exception; waiters that depend on the data see it.
 
 Invariant: a signal's value never decreases (`set` asserts it).
+A failed value's exception is kept for the life of the signal (a buffer that failed work wrote may be
+read at any later time), so its traceback's frames are cleared when it is kept: the text of where it
+failed stays, the locals of the failing command (its arrays, its closure's tensors) go.
 Waiting from an event loop: `await signal.wait(v)` parks the task; the thread that publishes `v`
 wakes it through the event-loop seam (hcq/loop.py: trio or asyncio). Cancelling the wait only stops
 waiting; the work goes on.
@@ -19,6 +22,7 @@ waiting; the work goes on.
 from __future__ import annotations
 
 import collections
+import inspect
 import threading
 from typing import Optional
 
@@ -105,6 +109,27 @@ async def wait_all(targets: list[tuple[Signal, int]]) -> None:
         wakeup.close()
 
 
+# a generator's or coroutine's frame is left alone: clearing it would finalize one still suspended
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _release_frames(error: Optional[BaseException]) -> None:
+    """Clears the locals of the finished frames in the tracebacks of `error` and of its causes and
+    contexts (the text of the traceback stays). A frame still running (the catcher's) is left."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        tb = error.__traceback__
+        while tb is not None:
+            if not tb.tb_frame.f_code.co_flags & _SUSPENDABLE:
+                try:
+                    tb.tb_frame.clear()
+                except RuntimeError:  # still running
+                    pass
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+
+
 class Signal:
     """A monotonically increasing integer with stamps per value and failure marks.
 
@@ -143,6 +168,7 @@ class Signal:
                 if len(self._stamps) > self.STAMPS_KEPT:
                     self._stamps.popitem(last=False)
             if error is not None:
+                _release_frames(error)
                 self._failures[value] = error
             ready = self._ready_locked(value)
         for waiter in ready:

@@ -139,3 +139,36 @@ async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
             await wait_all(targets)
     assert a.value == b.value == 1000
     assert seen == [2]  # one waiter per signal
+
+
+def test_a_kept_failure_says_where_it_failed_but_keeps_none_of_the_failed_commands_locals():
+    """A signal keeps a failed value's exception for as long as it lives; the locals of the frames its
+    traceback passes through (a kernel's arrays) are released, the text of the traceback is not."""
+    import gc
+    import traceback
+    import weakref
+
+    from atensor.backend.runner import Runner
+    from atensor.hcq.queue import Command, KernelError, Queue
+
+    class Big:
+        pass
+    made: list = []
+
+    def failing_kernel() -> None:
+        big = Big()  # a local of the failing frame: an array the kernel made, say
+        made.append(weakref.ref(big))
+        raise ValueError("the kernel's own error")
+
+    queue = Queue("CPU:7", "failures")
+    value = queue.reserve() + 1
+    queue.submit([Command(value, (), Runner(failing_kernel), "failing", "kernel", 0)])
+    queue.signal.wait_blocking(value, check=False)
+    kept = queue.signal.failure(value)
+    assert isinstance(kept, KernelError) and isinstance(kept.__cause__, ValueError)
+    gc.collect()
+    assert made[0]() is None, "the failure kept the failing frame's locals alive"
+    text = "".join(traceback.format_exception(kept.__cause__))
+    assert "in failing_kernel" in text and "the kernel's own error" in text
+    with pytest.raises(SignalFailed, match="the kernel's own error"):
+        queue.signal.wait_blocking(value)
