@@ -156,6 +156,8 @@ class Signal:
         `late`: a value `reach` may have published already, and values after it may be published
         since (a queue's worker stamping a ring program the host saw finished): only its stamp is kept
         when the signal is past it; otherwise a value below the signal's is a bug (asserted)."""
+        if error is not None:  # outside the lock: clearing locals may free buffers, run finalizers
+            _release_frames(error)
         with self._cond:
             if value < self.value:
                 assert late, f"{self.name}: value may not decrease ({self.value} -> {value})"
@@ -168,7 +170,6 @@ class Signal:
                 if len(self._stamps) > self.STAMPS_KEPT:
                     self._stamps.popitem(last=False)
             if error is not None:
-                _release_frames(error)
                 self._failures[value] = error
             ready = self._ready_locked(value)
         for waiter in ready:
