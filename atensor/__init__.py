@@ -14,7 +14,7 @@ from atensor.dtype import DType, dtypes
 from atensor.hcq.device import Device
 from atensor.profiler import profile
 from atensor.tensor import NotRealizedError, Tensor
-from atensor.engine.jit import Jit, JitError, JitWarning, TinyJit, jit
+from atensor.jit import Jit, JitError, JitWarning, TinyJit, jit
 from atensor.graph.symbolic import Variable
 
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "settings", "profile", "NotRealizedError",

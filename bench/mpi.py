@@ -88,7 +88,7 @@ def worker_allreduce(quick: bool) -> dict:
     from mpi4py import MPI
     import atensor
     from atensor import Tensor, dist
-    from atensor.engine.jit import JitError
+    from atensor.jit.jit import JitError
     from atensor.hcq.device import Device
     world = dist.init(("CPU:0",))
     comm = MPI.COMM_WORLD

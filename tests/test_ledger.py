@@ -1,4 +1,4 @@
-"""The storage ledger (atensor/ledger.py): graph objects stay immutable, and what the ledger holds
+"""The storage ledger (atensor/ledger/): graph objects stay immutable, and what the ledger holds
 lives exactly as long as the node or buffer spec it describes."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from atensor.dtype import dtypes
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.hcq.buffer import Buffer
-from atensor.sched import versions
+from atensor.ledger import versions
 
 
 def _storage(t: Tensor) -> BufferSpec:

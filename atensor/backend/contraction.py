@@ -6,7 +6,7 @@ those in both that are reduced are the inner axis; the broadcast (stride-0) axes
 views themselves, so the operands go to BLAS without an intermediate broadcast array.
 
 Views BLAS cannot read. A gemm needs each operand as matrices with one unit stride; a permuted view
-or the sliding-window view of a convolution (im2col: axes that overlap, `tensor_pool.py`) is copied
+or the sliding-window view of a convolution (im2col: axes that overlap, `tensor/windows.py`) is copied
 first. Copied whole, a convolution's window operand is many times its input (a 5x5 kernel: 25x), so
 the copy and the gemm each stream it through memory: measured on MNIST's 128x32x24x24 layer, a
 batched gemm over the whole im2col copy ran at 42 GFLOP/s where one sample's gemm, its copy in

@@ -22,7 +22,7 @@ from atensor.graph import multi
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops
 from atensor.tensor import Tensor
-from atensor.tensor_multi import _REDUCE_OPS
+from atensor.tensor.multi import _REDUCE_OPS
 
 
 def allreduce(t: Tensor, op: str = "sum") -> Tensor:

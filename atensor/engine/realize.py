@@ -1,12 +1,12 @@
 """The realize pipeline: from "these tensors, realized" to a submitted plan and the handle to await.
 
-Why a module of its own: `Tensor.realize()` only says what to realize (tensor.py); `realize` here
+Why a module of its own: `Tensor.realize()` only says what to realize (tensor/tensor.py); `realize` here
 issues it, and the dispatcher thread (hcq/host.py) runs `_prepare` later, off the event loop (or the
 caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
 execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
 schedule-cache template (`_lowered`) with its own buffers in the template's slots, so it is neither
-built as a TaskGraph nor lowered again. The jit (engine/jit.py) records the schedules that this path ran
+built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the schedules that this path ran
 and keeps their plans.
 
 A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
@@ -27,7 +27,7 @@ from atensor.hcq.buffer import Buffer
 from atensor.engine.handle import RealizeHandle, Recording, recording
 from atensor.hcq.host import Job, dispatcher
 from atensor.sched import schedule as sched
-from atensor.sched import versions
+from atensor.ledger import versions
 
 
 def _storage_base(node: Node) -> Optional[Node]:

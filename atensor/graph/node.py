@@ -28,7 +28,7 @@ _uid_lock = threading.Lock()
 class _MultiRules:
     """How nodes over sharded (MULTI) sources are made: graph/multi.py's `push`, `view`, `movement`
     and `infer`, which it registers here when imported (`register_multi`), so that this module does
-    not import it back. `import atensor` always imports graph/multi.py (through tensor_multi.py)."""
+    not import it back. `import atensor` always imports graph/multi.py (through tensor/multi.py)."""
     push: Any
     view: Any
     movement: Any
@@ -47,7 +47,7 @@ def register_multi(push: Any, view: Any, movement: Any, infer: Any) -> None:
 
 
 class _LedgerHooks:
-    """What graph/ asks of the storage ledger (atensor/ledger.py), which registers it when imported
+    """What graph/ asks of the storage ledger (atensor/ledger/), which registers it when imported
     (`register_ledger`), so that graph/ does not import it back: `set_head(spec, node)` makes a lazy
     ASSIGN a new buffer's newest version (graph/multi.py's `assemble`). `import atensor` imports it."""
     set_head: Any
@@ -60,21 +60,21 @@ ledger_hooks = _LedgerHooks()
 
 
 def register_ledger(set_head: Any) -> None:
-    """atensor/ledger.py's hooks (see `_LedgerHooks`)."""
+    """atensor/ledger/'s hooks (see `_LedgerHooks`)."""
     ledger_hooks.set_head = set_head
 
 
 def _frozen(self: Any, name: str, value: Any = None) -> None:
     raise AttributeError(f"{type(self).__name__}.{name} cannot be set: graph objects are immutable; what "
                          f"changes about storage (versions, pending heads, runtime buffers, realized "
-                         f"values) lives in atensor/ledger.py")
+                         f"values) lives in atensor/ledger/")
 
 
 class BufferSpec:
     """A buffer's identity in the graph: `uid` is unique for the process; `size` is in elements.
 
     Immutable: what changes about a buffer (its version, pending head and runtime buffer) is the
-    storage ledger's (atensor/ledger.py), keyed by `uid`."""
+    storage ledger's (atensor/ledger/), keyed by `uid`."""
     __slots__ = ("uid", "device", "size", "dtype", "__weakref__")
     _next_uid = 0  # the last uid handed out; under _uid_lock (specs are made on several threads)
     uid: int
@@ -136,7 +136,7 @@ class Node:
 
     Nodes are interned, so identity is equality: hash and == are object identity (C-level, which
     matters: every graph pass hashes nodes). Attributes are read-only outside this module: a node's
-    realized value is the storage ledger's (atensor/ledger.py), not the node's."""
+    realized value is the storage ledger's (atensor/ledger/), not the node's."""
     __slots__ = ("op", "dtype", "src", "arg", "shape", "device", "__weakref__")
     op: Ops
     dtype: DType

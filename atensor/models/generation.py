@@ -34,12 +34,12 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from atensor.dtype import dtypes
-from atensor.engine.jit import jit
+from atensor.jit.jit import jit
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.symbolic import Variable
 from atensor.models.llama import Llama
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 PREFILL_BUCKETS = (16, 64, 128, 256, 512)
 WINDOW_BUCKETS = (64, 128, 256, 512, 1024, 2048)
@@ -70,7 +70,7 @@ def prefill_batches(count: int, length: int, max_tokens: int = PREFILL_BATCH_TOK
 
 def request_uniforms(seed: int, count: int, device: str = "CPU") -> np.ndarray:
     """`count` uniforms in [0, 1) from Threefry-2x32 keyed by `seed` at counters 0..count-1: the same
-    generator as atensor.random, with the request's own key and counters (so concurrent requests do not
+    generator as atensor.tensor.random, with the request's own key and counters (so concurrent requests do not
     shift each other's draws)."""
     device = Tensor.empty(0, device=device).device  # the canonical name ("CPU" is "CPU:0")
     counters = Node.make(Ops.ARANGE, dtypes.uint64, (), (0, 1, count, device))

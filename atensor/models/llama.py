@@ -34,7 +34,7 @@ import numpy as np
 
 from atensor.graph.symbolic import Variable
 from atensor.models.gguf import GGUFModel, LlamaConfig, load_gguf
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 Position = Union[int, Variable]
 NEG_INF = float("-inf")
@@ -187,7 +187,7 @@ class Llama:
                 layer.cache.shrink(cells).assign(fresh[row:row + 1])
             if slots is not None:  # each row reads its slot's first L cells back, its whole history
                 # (read back rather than used fresh: measured and tested this way; the jit bug that made
-                # it necessary, replays dropping writes no result read, is fixed in engine/jit.py)
+                # it necessary, replays dropping writes no result read, is fixed in jit/jit.py)
                 history = [layer.cache.shrink(((s, s + 1), None, None, (0, length), None)) for s in row_slots]
                 both = history[0].cat(*history[1:], dim=0) if b > 1 else history[0]  # (B, 2, Hkv, L, D)
                 keys, values = both[:, 0], both[:, 1]

@@ -4,7 +4,7 @@ A layer is a plain object whose tensors are attributes and whose `__call__` buil
 runs until a realize. Parameters are made with storage from the start (an empty buffer with a lazy
 assign of the initial values), so an optimizer step can assign into them and a state dict can be
 loaded into them before anything was realized. Randomness comes from the counter-based generator
-(atensor/random.py): the same seed gives the same weights on any device and any number of devices.
+(atensor/tensor/random.py): the same seed gives the same weights on any device and any number of devices.
 
 Layers that behave differently in training (Dropout, BatchNorm) read `Tensor.training`, which
 `with Tensor.train():` turns on, as in tinygrad.
@@ -24,7 +24,7 @@ from atensor.nn.losses import (binary_cross_entropy, binary_cross_entropy_with_l
                                log_softmax, mse_loss, sparse_categorical_crossentropy)
 from atensor.nn import optim  # noqa: F401 - `nn.optim.SGD` works without importing the submodule first
 from atensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 __all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout",
            "Sequential", "parameter", "uniform", "cross_entropy", "sparse_categorical_crossentropy",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
            "OneCycleLR", "LinearWarmup"]

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from atensor.profiler.collector import host_span
-from atensor.tensor import Tensor
+from atensor.tensor.tensor import Tensor
 
 
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:

@@ -11,7 +11,7 @@ next. A kernel reading version k must run before the ASSIGN that makes version k
 read), and a graph that reads a version older than the buffer's newest realized one would see data
 that was overwritten since it was built: that raises instead of silently differing from eager code.
 The bookkeeping of versions, pending assigns and realized values is the storage ledger's
-(atensor/ledger.py, its rules in sched/versions.py); this module reads it while scheduling, and a
+(atensor/ledger/, its rules in ledger/versions.py); this module reads it while scheduling, and a
 `Schedule`'s commit writes it there.
 """
 from __future__ import annotations
@@ -32,9 +32,9 @@ from atensor.config import settings
 from atensor.sched import cache
 from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
 from atensor.ledger import lock as _ledger_lock
-from atensor.sched.versions import (AssignCycleError, _flush_along, _realized, check_versions, record_realized,
+from atensor.ledger.versions import (AssignCycleError, _flush_along, _realized, check_versions, record_realized,
                                     storage_of)
-from atensor.sched.versions import StaleReadError  # noqa: F401 - imported from here (docs/semantics.md)
+from atensor.ledger.versions import StaleReadError  # noqa: F401 - imported from here (docs/semantics.md)
 
 
 @dataclass
@@ -92,7 +92,7 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
     """Turns ASSIGN roots into a TaskGraph of kernels and copies; records what becomes realized.
     `pending` (from `pending_heads()`) are lazy assigns to realize along when this graph overwrites
     a version they read; `Schedule.outputs` has one entry per given root. With `since_uid` (a jit
-    capture, engine/jit.py), a value realized into a buffer older than that id is computed again
+    capture, jit/jit.py), a value realized into a buffer older than that id is computed again
     rather than read from there: the graph then depends only on what the capture was given."""
     requested = len(roots)
     if pending:

@@ -177,7 +177,7 @@ async def test_a_buffer_every_replay_writes_counts_as_pending_until_the_replay_i
     told each replay's values: a reader on another thread must still see the replay in flight, wait
     for it, and read the value it wrote."""
     from atensor.hcq.buffer import Buffer
-    from atensor.tensor import _storage_base
+    from atensor.tensor.tensor import _storage_base
     rng = np.random.default_rng(6)
     a = Tensor((rng.standard_normal((256, 256)) * 0.02).astype(np.float32))
     w = Tensor(np.zeros((256, 256), np.float32))

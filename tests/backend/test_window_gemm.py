@@ -18,7 +18,7 @@ RNG = np.random.default_rng(7)
 
 def _conv_views(n: int, c: int, spatial: tuple[int, ...], o: int, kernel: tuple[int, ...],
                 stride: tuple[int, ...], dilation: tuple[int, ...]):
-    """conv2d's contraction views as tensor_pool.py makes them: the weight (1, 1, o, c, *kernel, 1...)
+    """conv2d's contraction views as tensor/windows.py makes them: the weight (1, 1, o, c, *kernel, 1...)
     broadcast and the input's window view (n, 1, 1, c, *kernel, *out), and the reduced axes."""
     out = tuple((s - d * (k - 1) - 1) // st + 1 for s, k, st, d in zip(spatial, kernel, stride, dilation))
     dims = len(kernel)

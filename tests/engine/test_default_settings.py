@@ -20,7 +20,7 @@ async def test_a_small_realize_is_planned_on_the_callers_thread_and_a_big_one_on
 
     from atensor import Tensor
     from atensor.hcq.host import dispatcher
-    from atensor.sched import versions
+    from atensor.ledger import versions
 
     gc.collect()  # the lazy assigns earlier tests left pending that nobody holds go
     while dispatcher.statistics()["dispatched"] < dispatcher.statistics()["issued"]:

@@ -53,7 +53,7 @@ def test_the_kept_plan_does_not_keep_the_buffers_of_the_graph_it_was_lowered_fro
 
 
 def test_assigns_through_the_kept_plan_count_versions_and_stale_reads_still_raise():
-    from atensor.sched.versions import StaleReadError
+    from atensor.ledger.versions import StaleReadError
     acc = Tensor(np.zeros(8, dtype=np.float32)).contiguous()
     acc.realize().wait()
     for k in range(5):

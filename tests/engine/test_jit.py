@@ -239,7 +239,7 @@ async def test_the_event_loop_keeps_ticking_while_replays_run():
 
 
 async def test_a_big_replay_goes_through_the_dispatcher_and_gives_the_same_values():
-    from atensor.engine.jit import INLINE_MAX_TASKS
+    from atensor.jit.jit import INLINE_MAX_TASKS
 
     @atensor.jit
     async def many(x: Tensor) -> list[Tensor]:

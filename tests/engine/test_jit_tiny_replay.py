@@ -151,7 +151,7 @@ async def test_a_tiny_replay_on_two_devices_runs_here_in_task_order(ran_here):
 
 
 def test_the_quick_input_key_is_the_schedule_cache_key_of_the_argument_graph():
-    from atensor.engine.jit import _graph_of, _input_key
+    from atensor.jit.jit import _graph_of, _input_key
     from atensor.sched import cache
     base = Tensor(np.arange(24, dtype=np.float32)).contiguous()
     base.realize().wait()

@@ -12,7 +12,7 @@ import pytest
 
 from atensor import Tensor
 from atensor.backend import numpy_backend
-from atensor.sched import versions
+from atensor.ledger import versions
 from atensor.sched.schedule import StaleReadError
 
 

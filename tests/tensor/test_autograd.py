@@ -87,7 +87,7 @@ CASES = [
      lambda x, y: ((x @ y).tanh() * (x @ y).exp()).sum(dim=0), [(4, 3), (3, 5)], (-1, 1)),
 ]
 
-# ops of the wider API (tensor_index.py, tensor_math.py, tensor_conv.py), where present
+# ops of the wider API (tensor/indexing.py, tensor/mathops.py, tensor/contract.py), where present
 _IDX = np.array([[0, 2, 2, 1], [3, 0, 1, 1], [2, 2, 3, 0]])
 _API = [
     ("softmax", "softmax", lambda x: x.softmax(1), lambda x: x.softmax(1), [(3, 5)], (-3, 3)),

@@ -20,8 +20,8 @@ from typing import Any, Optional, Self
 import numpy as np
 
 from atensor.dtype import dtypes
-from atensor.tensor_ops import _axis
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.ops import _axis
+from atensor.tensor.base import AnyTensor
 
 
 

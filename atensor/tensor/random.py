@@ -4,7 +4,7 @@ Every draw takes the next `numel` counters of a global counter in program order,
 only on the seed and on how many numbers were drawn before it in the program: not on the device, the
 number of devices, the order concurrent realizes run in, or which tensors are realized together.
 
-The seed and the draw's first counter come from a small buffer per draw (engine/rng.py owns the
+The seed and the draw's first counter come from a small buffer per draw (tensor/rng.py owns the
 state and those buffers): the graph of a draw depends only on its shape and devices, so a jitted
 function that draws replays with fresh numbers, the ones an eager run of the same calls draws.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Union
 
 from atensor.dtype import DType, dtypes
-from atensor.engine import rng
+from atensor.tensor import rng
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 

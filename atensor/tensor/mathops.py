@@ -18,12 +18,12 @@ import numpy as np
 from atensor.dtype import dtypes, least_upper_float
 from atensor.graph.node import GraphError
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.tensor_ops import TensorOps, _axis, _sum_dtype
+from atensor.tensor.ops import TensorOps, _axis, _sum_dtype
 from atensor.graph.semantics import reduce_identity
-from atensor.tensor_activations import ActivationOps
-from atensor.tensor_nn import NNOps
-from atensor.tensor_select import SelectOps
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.activations import ActivationOps
+from atensor.tensor.nn import NNOps
+from atensor.tensor.select import SelectOps
+from atensor.tensor.base import AnyTensor
 
 
 _BLOCK = 32

@@ -246,7 +246,7 @@ class AutogradOps:
         >>> (x * x).sum().gradient(x)[0].tolist()
         [2.0, 4.0, 6.0]
         """
-        cls = type(self)  # Tensor, without importing it back (tensor.py imports this module)
+        cls = type(self)  # Tensor, without importing it back (tensor/tensor.py imports this module)
         if grad_disabled():
             raise RuntimeError("gradient() inside Tensor.no_grad: leave the no_grad block first")
         used: list[bool] = []

@@ -1,10 +1,10 @@
 """The random generator's state (seed and counter) and the small buffer each draw reads it from.
 
 Why: `Tensor.rand` draws Threefry-2x32 of (counter, seed) for the next `numel` counters of one global
-counter (atensor/random.py builds the nodes). Neither the seed nor the draw's first counter is baked
+counter (atensor/tensor/random.py builds the nodes). Neither the seed nor the draw's first counter is baked
 into the graph: each draw reads both from a buffer of its own, two uint64 values [seed, first counter],
 written when the draw is made. So every draw of one shape builds the same graph (the schedule cache
-hits on the second), and a jit replay (engine/jit.py) draws fresh numbers without building anything:
+hits on the second), and a jit replay (jit/jit.py) draws fresh numbers without building anything:
 it gives each captured draw a new buffer, written from the counter at replay time, so a replay draws
 exactly what an eager run of the same calls would. tinygrad keeps its counter in a device tensor that
 each draw assigns to; a buffer per draw, written once, keeps atensor's values independent of devices
@@ -54,7 +54,7 @@ def _written(device: str, seed: int, start: int) -> BufferSpec:
 
 def draw_buffers(devices: Sequence[str], count: int) -> tuple[BufferSpec, ...]:
     """Takes the next `count` counters and returns one [seed, first counter] buffer per device; a jit
-    capture (engine/jit.py) notes the draw, to redraw it on every replay."""
+    capture (jit/jit.py) notes the draw, to redraw it on every replay."""
     seed, start = take(count)
     specs = tuple(_written(d, seed, start) for d in devices)
     capture = recording.get()

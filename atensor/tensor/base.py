@@ -1,7 +1,7 @@
-"""The name the Tensor mixins use for "a tensor" in their annotations, without importing tensor.py.
+"""The name the Tensor mixins use for "a tensor" in their annotations, without importing tensor/tensor.py.
 
-tensor.py builds `Tensor` from the op mixins (tensor_ops.py, tensor_math.py, ...), so a mixin that
-imported tensor.py back, even under `TYPE_CHECKING`, would close an import circle through all of them
+tensor/tensor.py builds `Tensor` from the op mixins (tensor/ops.py, tensor/mathops.py, ...), so a mixin that
+imported tensor/tensor.py back, even under `TYPE_CHECKING`, would close an import circle through all of them
 (tests/test_layering.py forbids that). Instead a mixin method annotates with `typing.Self`: the class
 it is called on, which is `Tensor`. A free helper function has no `Self`; it takes and returns
 `AnyTensor`, which a type checker reads as `Any`: such helpers call methods from every mixin, and no

@@ -1,4 +1,4 @@
-"""Contractions: einsum and outer (convolution and pooling are in tensor_pool.py).
+"""Contractions: einsum and outer (convolution and pooling are in tensor/windows.py).
 
 Everything here is a view plus a broadcast multiply and a sum, which the numpy backend recognizes as
 a contraction and runs through `np.einsum` (BLAS); no new graph op. An index repeated within one
@@ -10,8 +10,8 @@ from typing import Any, Self, Sequence, Union
 
 from atensor.dtype import least_upper_dtype
 from atensor.graph.node import GraphError
-from atensor.tensor_pool import PoolOps
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.windows import PoolOps
+from atensor.tensor.base import AnyTensor
 
 
 IntPair = Union[int, Sequence[int]]

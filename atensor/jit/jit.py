@@ -30,7 +30,7 @@ captured ones. What tinygrad's TinyJit does, with these rules:
   earlier calls keep their values. Tensors the function leaves elsewhere (`.grad`, attributes)
   belong to the captured call.
 - Random numbers (`rand`, `randn`, `randint`, `dropout`, ...) drawn inside the function are drawn
-  again on every replay, from the generator's counter at that time (engine/rng.py): a replay draws
+  again on every replay, from the generator's counter at that time (tensor/rng.py): a replay draws
   the numbers an eager run of the same calls would, without a capture per call.
 - What is replayed is what was realized: Python side effects, non-tensor return values and
   `await`s of other things run only while capturing. A function whose graph differs from call to
@@ -59,18 +59,18 @@ from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.plan import Plan, Submission
-from atensor.engine import rng
-from atensor.engine.callkey import call_key, only_plain_values_differ
+from atensor.tensor import rng
+from atensor.jit.callkey import call_key, only_plain_values_differ
 from atensor.hcq import loop
 from atensor.hcq.host import Job, dispatcher
 from atensor.engine.handle import RealizeHandle, Recording, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
-from atensor.sched import versions
+from atensor.ledger import versions
 from atensor.graph.taskgraph import Kernel, Task
-from atensor.tensor import Tensor
-from atensor.tensor_autograd import grad_disabled
+from atensor.tensor.tensor import Tensor
+from atensor.tensor.autograd import grad_disabled
 
 
 # replays of at most this many tasks are planned on the calling (event loop) thread: ~15-20 us a task,

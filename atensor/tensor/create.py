@@ -6,7 +6,7 @@ Threefry draws, or fresh storage); every other op method builds on an existing t
 tinygrad's and PyTorch's forms: a shape as separate ints or one tuple, `dtype`, `device` and
 `requires_grad`. Negative sizes raise ValueError, as in both.
 
-Random values come from the counter-based generator (random.py): the same seed gives the same values
+Random values come from the counter-based generator (tensor/random.py): the same seed gives the same values
 on any device. The initializers follow tinygrad's definitions (fan_in is the product of all axes but
 the first).
 """
@@ -17,13 +17,13 @@ from typing import Any, Optional, Self, Sequence, Union
 
 import numpy as np
 
-from atensor import random as _random
+from atensor.tensor import random as _random
 from atensor.config import settings
 from atensor.dtype import dtypes, to_dtype
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.hcq.device import canonical
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.base import AnyTensor
 
 
 Scalar = Union[int, float, bool]
@@ -158,7 +158,7 @@ class CreationOps:
     @classmethod
     def rand(cls, *shape, dtype: Any = None, device: Optional[str] = None,
              requires_grad: Optional[bool] = None) -> Self:
-        """Uniform values in [0, 1), from Threefry counters (see random.py)."""
+        """Uniform values in [0, 1), from Threefry counters (see tensor/random.py)."""
         shape = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         return _grad(cls(_random.uniform_node(shape, dt, canonical(device or settings.default_device))),

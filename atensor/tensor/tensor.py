@@ -31,15 +31,15 @@ from atensor.hcq.loop import running_library
 from atensor.engine.realize import _follow_storage, _storage_base, realize as realize_captured
 from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
-from atensor.sched import versions
-from atensor.tensor_autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
-from atensor.tensor_multi import MultiOps
-from atensor.tensor_conv import ConvOps
-from atensor.tensor_index import IndexOps, check_assign_dtype
-from atensor.tensor_math import MathOps
-from atensor.tensor_shape import ShapeOps
-from atensor.tensor_ops import TensorOps
-from atensor.tensor_attention import AttentionOps
+from atensor.ledger import versions
+from atensor.tensor.autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
+from atensor.tensor.multi import MultiOps
+from atensor.tensor.contract import ConvOps
+from atensor.tensor.indexing import IndexOps, check_assign_dtype
+from atensor.tensor.mathops import MathOps
+from atensor.tensor.movement import ShapeOps
+from atensor.tensor.ops import TensorOps
+from atensor.tensor.attention import AttentionOps
 
 Scalar = Union[int, float, bool]
 

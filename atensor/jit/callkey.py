@@ -1,4 +1,4 @@
-"""What a jit call must repeat to be replayed (engine/jit.py): the key of its arguments' plain values,
+"""What a jit call must repeat to be replayed (jit/jit.py): the key of its arguments' plain values,
 and the key of the graphs it ran.
 
 Why a module of its own: the jit compares the graphs of its capturing and its verifying call, and

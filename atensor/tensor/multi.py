@@ -151,7 +151,7 @@ class MultiOps:
         node = multi.gather(self.node, canonical(device))
         base = node.base()
         if base.op is Ops.ASSIGN:  # the parts are written into a new buffer: its newest version
-            from atensor.sched import versions
+            from atensor.ledger import versions
             versions.set_head(versions.storage_of(base), base)
         return self._new(node)
 

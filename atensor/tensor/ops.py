@@ -11,7 +11,7 @@ from typing import Any, Optional, Self, Sequence, Union
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops, ReduceOp
-from atensor.tensor_create import CreationOps, _ints
+from atensor.tensor.create import CreationOps, _ints
 
 
 Scalar = Union[int, float, bool]
@@ -37,7 +37,7 @@ def broadcast_shape(*shapes: tuple[int, ...], op: str = "op") -> tuple[int, ...]
 
 
 class TensorOps(CreationOps):
-    """The op methods of Tensor; see tensor.py for storage and realize."""
+    """The op methods of Tensor; see tensor/tensor.py for storage and realize."""
     __slots__ = ()
 
     # ---- broadcasting and dtypes ---------------------------------------------------------------

@@ -30,8 +30,8 @@ import numpy as np
 from atensor.dtype import dtypes, least_upper_float
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops
-from atensor.tensor_ops import TensorOps, _axis, broadcast_shape
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.ops import TensorOps, _axis, broadcast_shape
+from atensor.tensor.base import AnyTensor
 
 
 _BASIC = (int, slice, type(None), type(Ellipsis))

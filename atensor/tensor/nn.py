@@ -15,7 +15,7 @@ import math
 from typing import Optional, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_float
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.base import AnyTensor
 
 
 _REDUCTIONS = ("mean", "sum", "none")

@@ -7,7 +7,7 @@ What does change lives here, and only here:
   version), its **pending head** (the newest lazy ASSIGN into it, what a Tensor viewing the buffer
   follows) and its **runtime** (the device memory hcq/ attaches, an `hcq.buffer.Buffer`);
 - per node, its **realized value**: the BUFFER view that holds the node's value once a realize
-  committed it (sched/versions.py decides when such a value is still valid).
+  committed it (ledger/versions.py decides when such a value is still valid).
 
 Where it is kept, and why. Both tables sit here, keyed by identity, and hold the graph objects
 weakly, so an entry lives exactly as long as its spec or node (tests/test_ledger.py measures both):
@@ -24,10 +24,10 @@ attribute of the spec.
 
 Locking. `lock` (a `threading.Lock`, not reentrant) guards every write of versions, heads, the set
 of pending specs and realized values: a Tensor sets a head on the user's thread while the
-dispatcher commits a graph, and a commit's writes must be seen together. Who writes: sched/versions.py
+dispatcher commits a graph, and a commit's writes must be seen together. Who writes: ledger/versions.py
 (a Schedule's commit, the jit's version counts, heads set and dropped), through the `*_locked`
 functions while holding `lock` or through `set_head`, which takes it (tensor*.py and engine/ set
-heads through sched/versions.py; graph/multi.py's `assemble` through the hook registered with
+heads through ledger/versions.py; graph/multi.py's `assemble` through the hook registered with
 graph/node.py, as graph/ may not import this module). Reads take no lock: each read
 is of one attribute or one dict entry, atomic under the GIL, and a reader that needs several to
 agree (scheduling a graph) holds `lock` itself. Runtimes are attached once per spec by hcq/buffer.py
@@ -76,7 +76,7 @@ _pending: set[int] = set()
 _values: dict[int, tuple[weakref.ref, Node]] = {}
 _values_get = _values.get
 
-# The two one-probe reads of the scheduler's per-node loop (sched/versions.py `_realized`), without a
+# The two one-probe reads of the scheduler's per-node loop (ledger/versions.py `_realized`), without a
 # Python call around them: `record_of(spec.uid)` is the spec's Record or None (read its `version` and
 # `runtime`, never write them), `value_entry(id(node))` is (weak reference, value view) or None.
 record_of = _records_get
@@ -210,7 +210,7 @@ def pending_heads() -> list[Node]:
 # ---- realized values ------------------------------------------------------------------------------
 def value(node: Node) -> Optional[Node]:
     """The BUFFER view recorded as holding `node`'s value, or None (whether it still holds it is
-    sched/versions.py's question: `_realized`)."""
+    ledger/versions.py's question: `_realized`)."""
     entry = _values_get(id(node))
     return None if entry is None else entry[1]
 

@@ -12,7 +12,7 @@ import math
 from typing import Any, Self
 
 from atensor.dtype import dtypes, least_upper_float
-from atensor.tensor_ops import TensorOps
+from atensor.tensor.ops import TensorOps
 
 
 _ASIN = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,

@@ -1,6 +1,6 @@
 """The rules of the storage ledger: which buffer version each node names, which lazy assign is
 pending on each buffer, and which nodes' values already sit in a buffer. The state itself is
-atensor/ledger.py's; this module decides what it means and what a commit writes. `schedule`
+atensor/ledger/'s; this module decides what it means and what a commit writes. `schedule`
 (sched/schedule.py) reads it to decide what a graph must compute and what it must realize along; a
 `Schedule`'s commit writes it (`record_realized`).
 
@@ -10,7 +10,7 @@ was overwritten since it was built: that raises StaleReadError instead of silent
 eager code. A pending assign (`x.assign(y * 2)`, not yet realized) is program state, so it never
 goes stale: a realize that overwrites what it reads realizes it along (`_flush_along`).
 
-Locking: every write here holds `ledger.lock` (see atensor/ledger.py's header for what it guards);
+Locking: every write here holds `ledger.lock` (see atensor/ledger/'s header for what it guards);
 `schedule` holds it too while it reads several realized values that must agree.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def storage_of(node: Node) -> BufferSpec:
 
 
 def settle_head(spec: BufferSpec) -> None:
-    """Counts `spec`'s pending assign as realized when a replayed graph (engine/jit.py) has written the
+    """Counts `spec`'s pending assign as realized when a replayed graph (jit/jit.py) has written the
     version it makes: the assign's target is the version before the buffer's current one."""
     with ledger.lock:
         head = ledger.head(spec)
@@ -92,7 +92,7 @@ def drop_head(spec: BufferSpec, head: Node) -> None:
 
 def advance_versions(specs: Iterable[BufferSpec]) -> None:
     """Counts one more realized assign into each of `specs`: what a replayed graph's commit does
-    (engine/jit.py), under the same lock as `Schedule.commit`."""
+    (jit/jit.py), under the same lock as `Schedule.commit`."""
     with ledger.lock:
         for spec in specs:
             ledger.advance_locked(spec)

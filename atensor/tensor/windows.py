@@ -34,7 +34,7 @@ import numpy as np
 
 from atensor.dtype import dtypes, least_upper_dtype, least_upper_float
 from atensor.graph.view import View, strides_for
-from atensor.tensor_ops import TensorOps
+from atensor.tensor.ops import TensorOps
 
 
 Ints = Union[int, Sequence[int]]

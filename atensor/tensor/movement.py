@@ -13,8 +13,8 @@ from typing import Any, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_dtype
 from atensor.graph.node import GraphError
-from atensor.tensor_ops import TensorOps, _axis
-from atensor.tensor_base import AnyTensor
+from atensor.tensor.ops import TensorOps, _axis
+from atensor.tensor.base import AnyTensor
 
 
 
