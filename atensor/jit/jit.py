@@ -30,7 +30,7 @@ captured ones. What tinygrad's TinyJit does, with these rules:
   earlier calls keep their values. Tensors the function leaves elsewhere (`.grad`, attributes)
   belong to the captured call.
 - Random numbers (`rand`, `randn`, `randint`, `dropout`, ...) drawn inside the function are drawn
-  again on every replay, from the generator's counter at that time (tensor/rng.py): a replay draws
+  again on every replay, from the generator's counter at that time (tensor/random.py): a replay draws
   the numbers an eager run of the same calls would, without a capture per call.
 - What is replayed is what was realized: Python side effects, non-tensor return values and
   `await`s of other things run only while capturing. A function whose graph differs from call to
@@ -59,7 +59,7 @@ from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.plan import Plan, Submission
-from atensor.tensor import rng
+from atensor.tensor import random as rng
 from atensor.jit.callkey import call_key, only_plain_values_differ
 from atensor.hcq import loop
 from atensor.hcq.host import Job, dispatcher

@@ -1,111 +1,77 @@
-"""Elementwise functions without a graph op of their own: inverse trigonometric and hyperbolic
-functions, log10, copysign, fmod, logaddexp, and the activation functions tinygrad and PyTorch name.
+"""Activation functions with tinygrad's and PyTorch's names: relu, sigmoid, gelu, silu, softplus,
+mish, elu, selu, the hard and leaky variants, and the rest.
 
-Each is a composition of existing ops, so its gradient comes from the ops' rules. asin is
-Abramowitz-Stegun 4.4.46 (pi/2 - sqrt(1 - |x|) * a degree-7 polynomial, absolute error below 2e-8,
-tinygrad's choice); acos and atan are built from it. The hyperbolic inverses use the log forms, with
-|x| and the sign split off where the direct form would cancel badly for negative x.
+All are compositions of elementwise ops (elementwise.py), so their gradients come from the ops' rules;
+each clamps or splits where the direct formula would overflow.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Self
-
-from atensor.dtype import dtypes, least_upper_float
-from atensor.tensor.ops import TensorOps
+from typing import Self
 
 
-_ASIN = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
-         -0.2145988016, 1.5707963050)
+from atensor.dtype import least_upper_float
+
+
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
-def _poly(x: Any, coefficients: tuple[float, ...]) -> Any:
-    """Horner's rule, highest power first."""
-    out = x * 0 + coefficients[0]
-    for c in coefficients[1:]:
-        out = out * x + c
-    return out
-
-
 class ActivationOps:
-    """Elementwise math and activation methods of Tensor (a mixin)."""
+    """Activation methods of Tensor (a mixin)."""
     __slots__ = ()
 
-    def _as_float(self) -> Self:
-        return self.cast(least_upper_float(self.dtype))
-
-    # ---- inverse trigonometric and hyperbolic ------------------------------------------------------
-    def asin(self) -> Self:
-        """arcsin, for x in [-1, 1] (NaN outside)."""
-        x = self._as_float()
-        a = x.abs()
-        return x.sign() * (math.pi / 2 - (1.0 - a).sqrt() * _poly(a, _ASIN))
-
-    def acos(self) -> Self:
-        """arccos, for x in [-1, 1]."""
-        return math.pi / 2 - self.asin()
-
-    def atan(self) -> Self:
-        """arctan: asin(x / sqrt(1 + x^2))."""
-        x = self._as_float()
-        return (x / (x * x + 1).sqrt()).asin()
-
-    def sinh(self) -> Self:
-        """(e^x - e^-x) / 2."""
-        x = self._as_float()
-        return (x.exp() - (-x).exp()) * 0.5
-
-    def cosh(self) -> Self:
-        """(e^x + e^-x) / 2."""
-        x = self._as_float()
-        return (x.exp() + (-x).exp()) * 0.5
-
-    def asinh(self) -> Self:
-        """sign(x) * log(|x| + sqrt(x^2 + 1))."""
-        x = self._as_float()
-        a = x.abs()
-        return x.sign() * (a + (a * a + 1).sqrt()).log()
-
-    def acosh(self) -> Self:
-        """log(x + sqrt(x^2 - 1)), for x >= 1."""
-        x = self._as_float()
-        return (x + (x * x - 1).sqrt()).log()
-
-    def atanh(self) -> Self:
-        """log((1 + x) / (1 - x)) / 2, for x in (-1, 1)."""
-        x = self._as_float()
-        return ((1 + x) / (1 - x)).log() * 0.5
-
-    def log10(self) -> Self:
-        """Base-10 logarithm."""
-        return self._as_float().log2() * math.log10(2)
-
-    # ---- two-operand helpers -----------------------------------------------------------------------
-    def copysign(self, other: Any) -> Self:
-        """|self| with the sign of `other` (a -0.0 counts as negative, as in C and PyTorch)."""
-        x = self._as_float()
-        o = other if isinstance(other, TensorOps) else x._const_like(float(other))
-        negative = (o < 0) | ((o == 0) & ((1 / o) < 0))
-        a = x.abs()
-        return negative.where(-a, a)
-
-    def fmod(self, other: Any) -> Self:
-        """C's fmod: the remainder with the sign of the dividend, self - trunc(self / other) * other."""
-        if dtypes.is_int(self.dtype) and not (isinstance(other, TensorOps) and dtypes.is_float(other.dtype)) \
-                and not isinstance(other, float):
-            return self - self.div(other, rounding_mode="trunc") * other
-        x = self._as_float()
-        return x - x.div(other, rounding_mode="trunc") * other
-
-    def logaddexp(self, other: Any) -> Self:
-        """log(e^self + e^other), computed around the larger of the two."""
-        x = self._as_float()
-        m = x.maximum(other).detach()
-        m = m.isinf().where(m._const_like(0.0), m)
-        return ((x - m).exp() + (other - m).exp()).log() + m
-
     # ---- activations ---------------------------------------------------------------------------------
+    def sigmoid(self) -> Self:
+        """1 / (1 + e^-x), from t = e^-|x| (never overflows): 1 / (1 + t) for x >= 0, t / (1 + t) below,
+        so the value and the gradient stay finite at any x."""
+        x = self.cast(least_upper_float(self.dtype))
+        positive = x >= 0
+        t = positive.where(-x, x).exp()  # e^-|x|, with the gradient of the branch each side takes
+        inv = (1 + t).reciprocal()
+        return positive.where(inv, t * inv)
+
+    def relu(self) -> Self:
+        """x where positive, else 0; the gradient at 0 is 0 (PyTorch's and tinygrad's)."""
+        return (self > 0).where(self, 0)
+
+    def gelu(self, approximate: str = "tanh") -> Self:
+        """GELU; tinygrad's tanh approximation by default, the exact erf form with approximate="none"."""
+        x = self.cast(least_upper_float(self.dtype))
+        if approximate == "none":
+            return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+
+    def silu(self) -> Self:
+        """x * sigmoid(x)."""
+        return self * self.sigmoid()
+
+    swish = silu
+
+    def softplus(self, beta: float = 1.0) -> Self:
+        """log(1 + exp(beta * x)) / beta, computed without overflow."""
+        bx = self.cast(least_upper_float(self.dtype)) * beta
+        return (bx.relu() + ((-bx.abs()).exp() + 1).log()) * (1 / beta)
+
+    def mish(self) -> Self:
+        """x * tanh(softplus(x))."""
+        return self * self.softplus().tanh()
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
+        """Values clipped to [min_val, max_val]."""
+        return self.clamp(min_val, max_val)
+
+    def leaky_relu(self, neg_slope: float = 0.01) -> Self:
+        """x where positive, else neg_slope * x."""
+        return (self < 0).where(self * neg_slope, self)
+
+    def elu(self, alpha: float = 1.0) -> Self:
+        """x where positive, else alpha * (exp(x) - 1)."""
+        x = self.cast(least_upper_float(self.dtype))
+        return (x > 0).where(x, alpha * (x.exp() - 1))
+
+    def relu6(self) -> Self:
+        return self.clamp(0, 6)
+
     def softsign(self) -> Self:
         """x / (1 + |x|)."""
         x = self._as_float()

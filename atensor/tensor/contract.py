@@ -1,4 +1,4 @@
-"""Contractions: einsum and outer (convolution and pooling are in tensor/windows.py).
+"""Contractions: matmul, einsum and outer (convolution and pooling are in windows.py).
 
 Everything here is a view plus a broadcast multiply and a sum, which the numpy backend recognizes as
 a contraction and runs through `np.einsum` (BLAS); no new graph op. An index repeated within one
@@ -6,20 +6,41 @@ operand ('ii->i', a trace) takes that operand's diagonal first (a view).
 """
 from __future__ import annotations
 
-from typing import Any, Self, Sequence, Union
+from typing import Any, Self
+
 
 from atensor.dtype import least_upper_dtype
 from atensor.graph.node import GraphError
-from atensor.tensor.windows import PoolOps
 from atensor.tensor.base import AnyTensor
 
 
-IntPair = Union[int, Sequence[int]]
-
-
-class ConvOps(PoolOps):
-    """Contraction and window methods of Tensor (a mixin)."""
+class ContractOps:
+    """Contraction methods of Tensor (a mixin)."""
     __slots__ = ()
+
+    # ---- matmul --------------------------------------------------------------------------------
+    def dot(self, w: Self) -> Self:
+        """Matrix product with numpy's rules for 1-D and batched operands (a BLAS call in the kernel)."""
+        x = self
+        if x.ndim == 0 or w.ndim == 0:
+            raise GraphError(f"matmul needs tensors with at least one dimension, got {x.shape} and {w.shape}")
+        k = x.shape[-1]
+        kw = w.shape[-2] if w.ndim > 1 else w.shape[0]
+        if k != kw:
+            raise GraphError(f"matmul: shapes {x.shape} and {w.shape} do not align ({k} != {kw})")
+        a, b = x, w
+        dt = least_upper_dtype(a.dtype, b.dtype)
+        a, b = a.cast(dt), b.cast(dt)
+        if b.ndim == 1:
+            return (a * b).sum(-1)
+        if a.ndim == 1:
+            return (a.reshape(k, 1) * b).sum(-2)
+        a = a.reshape(*a.shape[:-1], 1, k)
+        b = b.transpose(-1, -2).reshape(*b.shape[:-2], 1, b.shape[-1], k)
+        return (a * b).sum(-1)
+
+    matmul = dot
+
 
     def outer(self, other: Self) -> Self:
         """The outer product of two 1-D tensors: out[i, j] = self[i] * other[j]."""

@@ -30,7 +30,7 @@ import numpy as np
 from atensor.dtype import dtypes, least_upper_float
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops
-from atensor.tensor.ops import TensorOps, _axis, broadcast_shape
+from atensor.tensor.base import TensorBase, _axis, broadcast_shape
 from atensor.tensor.base import AnyTensor
 
 
@@ -38,7 +38,7 @@ _BASIC = (int, slice, type(None), type(Ellipsis))
 
 
 def _is_tensor(x: Any) -> bool:
-    return isinstance(x, TensorOps)
+    return isinstance(x, TensorBase)
 
 
 class AssignDTypeError(RuntimeError, TypeError):
@@ -62,7 +62,7 @@ def check_assign_dtype(target: Any, value: Any) -> None:
 
 
 class IndexOps:
-    """Tensor-index methods of Tensor (a mixin placed before TensorOps, whose basic getitem it extends)."""
+    """Indexing methods of Tensor (a mixin): basic and advanced getitem, setitem, gather and scatter."""
     __slots__ = ()
 
     # ---- parsing ---------------------------------------------------------------------------------
@@ -119,12 +119,57 @@ class IndexOps:
         return out
 
     # ---- getitem ---------------------------------------------------------------------------------
+    def _basic_index(self, index: Any) -> Self:
+        """Basic indexing: ints, slices (any step), None and Ellipsis."""
+        index = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, TensorBase) or isinstance(i, (list, type(None).__class__)) and not i is None
+               for i in index if not isinstance(i, (int, slice, type(None), type(Ellipsis)))):
+            raise TypeError("tensor and list indices are not supported yet; use ints, slices, None and ...")
+        if sum(i is Ellipsis for i in index) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        real = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if real > self.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {self.ndim}")
+        if Ellipsis in index:
+            at = index.index(Ellipsis)
+            index = index[:at] + (slice(None),) * (self.ndim - real) + index[at + 1:]
+        else:
+            index = index + (slice(None),) * (self.ndim - real)
+        node = self.node
+        bounds, flips, steps, out_shape, dim = [], [], [], [], 0
+        for i in index:
+            if i is None:
+                out_shape.append(1)
+                continue
+            size = self.shape[dim]
+            if isinstance(i, bool) or not isinstance(i, (int, slice)):
+                raise TypeError(f"unsupported index {i!r}")
+            if isinstance(i, int):
+                if not -size <= i < size:
+                    raise IndexError(f"index {i} is out of bounds for axis {dim} with size {size}")
+                i = i + size if i < 0 else i
+                bounds.append((i, i + 1)); flips.append(False); steps.append(1)  # noqa: E702
+            else:
+                start, stop, step = i.indices(size)
+                count = len(range(start, stop, step))
+                if count == 0:
+                    bounds.append((0, 0)); flips.append(False); steps.append(1)  # noqa: E702
+                elif step > 0:
+                    bounds.append((start, start + (count - 1) * step + 1)); flips.append(False); steps.append(step)  # noqa: E702
+                else:
+                    low = start + (count - 1) * step
+                    bounds.append((low, start + 1)); flips.append(True); steps.append(-step)  # noqa: E702
+                out_shape.append(count)
+            dim += 1
+        node = node.shrink(tuple(bounds)).flip(tuple(flips)).stride(tuple(steps))
+        return self._new(node.reshape(tuple(out_shape)))
+
     def __getitem__(self, index: Any) -> Self:
         """numpy's indexing: ints, slices (any step), None, ..., and integer or boolean tensors (advanced
         indexing; several broadcast together, and their result axes go where numpy puts them)."""
         entries = self._index_entries(index)
         if not any(_is_tensor(e) for e in entries):
-            return TensorOps.__getitem__(self, tuple(entries))
+            return self._basic_index(tuple(entries))
         x, positions, flat, _ = self._advanced(entries)
         rest = [d for d in range(x.ndim) if d not in positions]
         rest_shape = tuple(x.shape[d] for d in rest)
@@ -139,7 +184,7 @@ class IndexOps:
         the row-major position into those axes (broadcast shape of the indices), -1 where invalid."""
         cls = type(self)
         basic = tuple(slice(None) if (isinstance(e, int) or _is_tensor(e)) else e for e in entries)
-        x = TensorOps.__getitem__(self, basic)
+        x = self._basic_index(basic)
         positions = [i for i, e in enumerate(entries) if isinstance(e, int) or _is_tensor(e)]
         sizes = [x.shape[p] for p in positions]
         wide = dtypes.int64 if math.prod(self.shape) >= 2 ** 31 - 1 else dtypes.int32
@@ -176,7 +221,7 @@ class IndexOps:
             self.assign(cond.where(value.cast(self.dtype), self))
             return
         if not any(_is_tensor(e) for e in entries):
-            TensorOps.__getitem__(self, tuple(entries)).assign(value)
+            self._basic_index(tuple(entries)).assign(value)
             return
         x, positions, flat, _ = self._advanced(entries)
         rest = [d for d in range(x.ndim) if d not in positions]

@@ -6,15 +6,19 @@ ops, in tinygrad's style: `cat` pads every part to the full size and adds them (
 zero outside its own slot), `repeat` expands a new axis of stride 0 and folds it into the old one,
 `reflect` padding is a flipped shrink joined on each side. Gradients therefore come from the rules
 for views and elementwise ops; no new graph op is needed.
+
+The primitive movements (reshape, permute, expand, pad with a constant, shrink, flip) each make one view
+node; the rest are built from them.
 """
 from __future__ import annotations
 
-from typing import Any, Self, Sequence, Union
+import math
+from typing import Any, Optional, Self, Sequence, Union
+
 
 from atensor.dtype import dtypes, least_upper_dtype
 from atensor.graph.node import GraphError
-from atensor.tensor.ops import TensorOps, _axis
-from atensor.tensor.base import AnyTensor
+from atensor.tensor.base import AnyTensor, Scalar, _axis
 
 
 
@@ -23,10 +27,103 @@ def _ints(args: Sequence) -> tuple[int, ...]:
         args = tuple(args[0])
     return tuple(int(a) for a in args)
 
-
-class ShapeOps:
-    """Joining and rearranging methods of Tensor (a mixin)."""
+class MovementOps:
+    """Movement methods of Tensor (a mixin): views that change shape, order or extent, and joins."""
     __slots__ = ()
+
+    # ---- movement ------------------------------------------------------------------------------
+    def reshape(self, *shape) -> Self:
+        """The same values in a new shape; one axis may be -1."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        # None keeps that axis's size (tinygrad's form)
+        shape = [self.shape[i] if s is None else int(s) for i, s in enumerate(shape)] if shape else []
+        if shape.count(-1) > 1:
+            raise GraphError(f"reshape: only one axis may be -1, got {tuple(shape)}")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.numel() % known:
+                raise GraphError(f"reshape: cannot reshape {self.shape} to {tuple(shape)}")
+            shape[shape.index(-1)] = self.numel() // known
+        return self._new(self.node.reshape(tuple(shape)))
+
+    view = reshape
+
+    def permute(self, *order) -> Self:
+        order = tuple(_axis(a, self.ndim) for a in _ints(order))
+        if len(set(order)) != len(order) or len(order) != self.ndim:
+            raise GraphError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
+        return self._new(self.node.permute(order))
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
+        order = list(range(self.ndim))
+        a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(*order)
+
+    @property
+    def T(self) -> Self:
+        return self.permute(*reversed(range(self.ndim)))
+
+    def expand(self, *shape) -> Self:
+        shape = _ints(shape)
+        new = tuple(s if n == -1 else n for s, n in zip((1,) * (len(shape) - self.ndim) + self.shape, shape))
+        return self._broadcast_to(new)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
+        if self.ndim == 0:
+            return self.reshape(1)
+        a, b = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
+        return self.reshape(*self.shape[:a], math.prod(self.shape[a:b + 1]), *self.shape[b + 1:])
+
+    def squeeze(self, dim: Optional[int] = None) -> Self:
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        if self.ndim == 0:
+            _axis(dim, 0, "squeeze dim")  # -1 and 0 name a 0-d tensor's no axes
+            return self
+        d = _axis(dim, self.ndim)
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+
+    def unsqueeze(self, dim: int) -> Self:
+        d = _axis(dim, self.ndim + 1)
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def _pad_constant(self, padding: Sequence, value: Scalar = 0.0) -> Self:
+        """Pads with `value`. `padding` is ((before, after), ...) per axis (None for none), or torch's
+        flat (left, right, top, bottom, ...) starting at the last axis."""
+        if all(isinstance(p, int) for p in padding):
+            if len(padding) % 2:
+                raise GraphError(f"flat padding needs pairs, got {tuple(padding)}")
+            pairs = [(0, 0)] * self.ndim
+            for i in range(len(padding) // 2):
+                pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+        else:
+            pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+        if len(pairs) != self.ndim:
+            raise GraphError(f"pad: {len(pairs)} pairs for a tensor with {self.ndim} dimensions")
+        if any(b < 0 or a < 0 for b, a in pairs):
+            shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
+            return self.shrink(shrink).pad([(max(0, b), max(0, a)) for b, a in pairs], value)
+        out = self._new(self.node.pad(tuple(pairs)))
+        if value == 0:
+            return out
+        inside = type(self).full(self.shape, True, dtype=dtypes.bool, device=self.device)
+        return inside._new(inside.node.pad(tuple(pairs))).where(out, value)
+
+    def shrink(self, arg: Sequence) -> Self:
+        """Keeps [begin, end) per axis (None keeps the whole axis)."""
+        bounds = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
+        return self._new(self.node.shrink(bounds))
+
+    def flip(self, axis: Any) -> Self:
+        listed = [_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)]
+        axes = set(listed)
+        if len(axes) != len(listed):
+            raise GraphError(f"flip: axis {tuple(axis)} names an axis twice")
+        return self._new(self.node.flip(tuple(i in axes for i in range(self.ndim))))
+
+
 
     def cat(self, *others: Self, dim: int = 0) -> Self:
         """This tensor and `others` joined along `dim`; every other axis must match. Parts of size 0
@@ -128,10 +225,10 @@ class ShapeOps:
         """Pads with `mode`: "constant" (with `value`), "reflect" (mirror without the edge),
         "replicate" (the edge repeated) or "circular" (wrap around). `padding` is ((before, after), ...)
         per axis (None for none), or PyTorch's flat (left, right, top, bottom, ...) from the last axis."""
-        if not isinstance(mode, str):  # TensorOps.pad(padding, value) called positionally
+        if not isinstance(mode, str):  # padding._pad_constant(value) called positionally
             mode, value = "constant", mode
         if mode == "constant":
-            return TensorOps.pad(self, padding, value)
+            return self._pad_constant(padding, value)
         if mode not in ("reflect", "replicate", "circular"):
             raise GraphError(f"pad mode {mode!r}; use constant, reflect, replicate or circular")
         pairs = _pairs(padding, self.ndim)
@@ -231,7 +328,7 @@ class ShapeOps:
         if m == 0:
             return type(self).zeros(*batch, 0, dtype=self.dtype, device=self.device)
         square = x.shrink(bounds + [(0, m), (0, m)]).reshape(*batch, m * m)
-        padded = TensorOps.pad(square, [(0, 0)] * len(batch) + [(0, m)])
+        padded = square._pad_constant([(0, 0)] * len(batch) + [(0, m)])
         return padded.reshape(*batch, m, m + 1)[..., 0]
 
     def diag(self, diagonal: int = 0) -> Self:
@@ -243,11 +340,11 @@ class ShapeOps:
             raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
         n = self.shape[0]
         # row i gets v_i followed by n zeros; the first n*n elements are the diagonal matrix
-        rows = TensorOps.pad(self.reshape(n, 1), [(0, 0), (0, n)]).reshape(n * (n + 1))[:n * n].reshape(n, n)
+        rows = self.reshape(n, 1)._pad_constant([(0, 0), (0, n)]).reshape(n * (n + 1))[:n * n].reshape(n, n)
         k = abs(diagonal)
         if k == 0:
             return rows
-        return TensorOps.pad(rows, [(0, k), (k, 0)] if diagonal > 0 else [(k, 0), (0, k)])
+        return rows._pad_constant([(0, k), (k, 0)] if diagonal > 0 else [(k, 0), (0, k)])
 
     def meshgrid(self, *others: Self, indexing: str = "ij") -> tuple[Self, ...]:
         """Coordinate grids of this tensor and `others` (each 1-D or 0-d), as torch.meshgrid: "ij" is

@@ -1,6 +1,7 @@
 """Functional neural-network ops as Tensor methods, with tinygrad's names: losses (cross_entropy,
 nll_loss, sparse_categorical_crossentropy, binary_crossentropy, binary_crossentropy_logits),
-normalization (layernorm, batchnorm, normalize), dropout and interpolate.
+normalization (layernorm, batchnorm, normalize), dropout, interpolate, and
+scaled_dot_product_attention (softmax(q k^T / sqrt(d) + mask) v, tinygrad's and PyTorch's signature).
 
 All are compositions of existing ops (so gradients come from their rules). The losses use the stable
 forms: log_softmax around the row maximum, and logsigmoid (-softplus(-x)) for logits, so large logits
@@ -8,6 +9,9 @@ never overflow. `atensor.nn`'s layers and loss functions (PyTorch's signatures) 
 ops. interpolate resamples one axis at a time with gathers: "nearest" picks floor(i * in / out),
 "linear" (with "bilinear" and "trilinear" as PyTorch's names for 2 and 3 axes) blends the two
 neighbours of (i + 0.5) * in / out - 0.5, or of i * (in - 1) / (out - 1) with `align_corners`.
+Attention masks follow PyTorch: a bool mask keeps where True; a float mask is added to the scores;
+`is_causal` keeps key j for query i when j <= i (top-left aligned). `enable_gqa` repeats each key/value
+head for its group of query heads (grouped-query attention).
 """
 from __future__ import annotations
 
@@ -180,3 +184,41 @@ class NNOps:
         if mode == "linear" and not dtypes.is_float(self.dtype):  # integers round back (PyTorch's uint8 images)
             return x.round().cast(self.dtype)
         return x.cast(self.dtype)
+
+    # ---- attention ---------------------------------------------------------------------------------
+    def scaled_dot_product_attention(self, key: Self, value: Self, attn_mask: Optional[Self] = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False,
+                                     enable_gqa: bool = False, scale: Optional[float] = None) -> Self:
+        """Attention of this (..., H, L, D) query over (..., Hkv, S, D) keys and (..., Hkv, S, Dv) values:
+        (..., H, L, Dv). `attn_mask` broadcasts to (..., H, L, S).
+
+        >>> q = k = v = Tensor.randn(1, 2, 4, 8)
+        >>> q.scaled_dot_product_attention(k, v, is_causal=True).shape
+        (1, 2, 4, 8)
+        """
+        if dropout_p:
+            raise NotImplementedError("scaled_dot_product_attention: dropout_p > 0 is not supported; "
+                                      "pass dropout_p=0.0")
+        if is_causal and attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: pass either attn_mask or is_causal, not both")
+        heads, kv_heads = self.shape[-3], key.shape[-3]
+        if heads != kv_heads and (not enable_gqa or heads % kv_heads):
+            raise ValueError(f"scaled_dot_product_attention: {heads} query heads and {kv_heads} key/value "
+                             f"heads; pass enable_gqa=True when query heads are a multiple of kv heads")
+        group = heads // kv_heads
+        lead, length, dim = self.shape[:-3], self.shape[-2], self.shape[-1]
+        source = key.shape[-2]
+        # query head h attends with kv head h // group (PyTorch's repeat_interleave): the group's queries
+        # are stacked as rows of one matmul per kv head, a plain batched GEMM with no repeated keys
+        q = self.reshape(*lead, kv_heads, group * length, dim)
+        scores = (q @ key.transpose(-1, -2)).reshape(*lead, heads, length, source)
+        scores = scores * (scale if scale is not None else 1 / math.sqrt(dim))
+        if is_causal:
+            attn_mask = type(self).ones(length, source, dtype=dtypes.bool, device=self.device).tril()
+        if attn_mask is not None:
+            if attn_mask.dtype == dtypes.bool:
+                scores = attn_mask.where(scores, float("-inf"))
+            else:
+                scores = scores + attn_mask
+        weights = scores.softmax(-1).reshape(*lead, kv_heads, group * length, source)
+        return (weights @ value).reshape(*lead, heads, length, value.shape[-1])

@@ -20,7 +20,7 @@ from typing import Any, Optional, Self
 import numpy as np
 
 from atensor.dtype import dtypes
-from atensor.tensor.ops import _axis
+from atensor.tensor.base import _axis
 from atensor.tensor.base import AnyTensor
 
 

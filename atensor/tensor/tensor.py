@@ -33,25 +33,31 @@ from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.ledger import versions
 from atensor.tensor.autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
-from atensor.tensor.multi import MultiOps
-from atensor.tensor.contract import ConvOps
+from atensor.tensor.activations import ActivationOps
+from atensor.tensor.base import TensorBase
+from atensor.tensor.contract import ContractOps
+from atensor.tensor.create import CreationOps
+from atensor.tensor.elementwise import ElementwiseOps
 from atensor.tensor.indexing import IndexOps, check_assign_dtype
-from atensor.tensor.mathops import MathOps
-from atensor.tensor.movement import ShapeOps
-from atensor.tensor.ops import TensorOps
-from atensor.tensor.attention import AttentionOps
+from atensor.tensor.movement import MovementOps
+from atensor.tensor.multi import MultiOps
+from atensor.tensor.nn import NNOps
+from atensor.tensor.reduce import ReduceOps
+from atensor.tensor.select import SelectOps
+from atensor.tensor.windows import WindowOps
 
 Scalar = Union[int, float, bool]
 
 
-class Tensor(IndexOps, ShapeOps, MathOps, ConvOps, TensorOps, AutogradOps, MultiOps, AttentionOps,
-             metaclass=ModeMeta):
+class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps, IndexOps, SelectOps,
+             ContractOps, WindowOps, NNOps, AutogradOps, MultiOps, TensorBase, metaclass=ModeMeta):
     """A lazy n-dimensional array on one device. See the module docstring for realize semantics.
 
     >>> (Tensor([1, 2, 3]) + 1).tolist()
     [2, 3, 4]
     """
-    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "_swap", "_pending", "__weakref__")
+    # "__dict__": a user may attach attributes to a tensor, as to a PyTorch tensor
+    __slots__ = ("_node", "_requires_grad", "grad", "_ctx", "_swap", "_pending", "__weakref__", "__dict__")
 
     def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
                  requires_grad: Optional[bool] = None):

@@ -34,7 +34,7 @@ import numpy as np
 
 from atensor.dtype import dtypes, least_upper_dtype, least_upper_float
 from atensor.graph.view import View, strides_for
-from atensor.tensor.ops import TensorOps
+
 
 
 Ints = Union[int, Sequence[int]]
@@ -75,7 +75,7 @@ def _ceil_extra(size: int, pads: tuple[int, int], k: int, s: int, d: int) -> int
     return max(0, (out - 1) * s + d * (k - 1) + 1 - (size + pads[0] + pads[1]))
 
 
-class PoolOps:
+class WindowOps:
     """Convolution and pooling methods of Tensor (a mixin)."""
     __slots__ = ()
 
@@ -88,7 +88,7 @@ class PoolOps:
             raise RuntimeError(f"expected a (N, C, {dims} spatial) tensor, got shape {self.shape}")
         if min(kernel + stride + dilation) < 1:
             raise RuntimeError(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive")
-        x = TensorOps.pad(self, [(0, 0), (0, 0), *pads], fill) if any(p != (0, 0) for p in pads) else self
+        x = self._pad_constant([(0, 0), (0, 0), *pads], fill) if any(p != (0, 0) for p in pads) else self
         sizes = x.shape[2:]
         out = tuple((n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(sizes, kernel, stride, dilation))
         if any(o <= 0 for o in out):
@@ -110,7 +110,7 @@ class PoolOps:
             raise RuntimeError(f"expected a (N, C, {dims} spatial) tensor, got shape {self.shape}")
         if min(kernel + stride + dilation) < 1:
             raise RuntimeError(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive")
-        x = TensorOps.pad(self, [(0, 0), (0, 0), *pads], 0) if any(p != (0, 0) for p in pads) else self
+        x = self._pad_constant([(0, 0), (0, 0), *pads], 0) if any(p != (0, 0) for p in pads) else self
         n, c, *sizes = x.shape
         out = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(sizes, kernel, stride, dilation))
         if any(o <= 0 for o in out):
@@ -178,7 +178,7 @@ class PoolOps:
                 x = x.unsqueeze(axis + 1)
                 pairs = [(0, 0)] * x.ndim
                 pairs[axis + 1] = (0, step - 1)
-                x = TensorOps.pad(x, pairs).reshape(*x.shape[:axis], size * step, *x.shape[axis + 2:])
+                x = x._pad_constant(pairs).reshape(*x.shape[:axis], size * step, *x.shape[axis + 2:])
                 bounds: list[Any] = [None] * x.ndim
                 bounds[axis] = (0, (size - 1) * step + 1)
                 x = x.shrink(bounds)
@@ -253,7 +253,7 @@ class PoolOps:
             return total / math.prod(k)
         ones = type(self).ones(1, 1, *self.shape[2:], dtype=x.dtype, device=self.device)
         if count_include_pad:
-            ones = TensorOps.pad(ones, [(0, 0), (0, 0), *pads], 1.0)
+            ones = ones._pad_constant([(0, 0), (0, 0), *pads], 1.0)
             counted = [(0, e) for e in extra]
         else:
             counted = full

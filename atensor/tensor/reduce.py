@@ -1,37 +1,94 @@
-"""Math beyond the core ops: cumulative ops, softmax family, statistics, norms, rounding, tests for
-nan/inf, and the activation functions, all as compositions of existing graph ops.
+"""Reductions of Tensor: sum, prod, max, min, mean, any, all, argmax/argmin, the cumulative ops,
+logsumexp, the softmax family, and statistics (var, std, norms).
 
 Cumulative ops (cumsum, cumprod, cummax) use tinygrad's idea: compare positions to build the
 triangle "i <= j", fill the rest with the op's identity and reduce, which is O(n^2) per row; above
 `2 * _BLOCK` elements the axis is split into blocks (cumulate inside each block, then across the block
-totals), so the cost stays O(n * _BLOCK). erf is the Abramowitz-Stegun 7.1.26 polynomial (absolute
-error below 1.5e-7, enough for float32). Rounding is built from TRUNC: floor, ceil, and round half
-to even (numpy's and PyTorch's rule).
+totals), so the cost stays O(n * _BLOCK). Integer sums accumulate in at least 32 bits (numpy's rule).
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Optional, Self
 
-import numpy as np
 
-from atensor.dtype import dtypes, least_upper_float
-from atensor.graph.node import GraphError
-from atensor.graph.ops import Ops, ReduceOp
-from atensor.tensor.ops import TensorOps, _axis, _sum_dtype
+from atensor.dtype import dtypes, least_upper_float, to_dtype
+from atensor.graph.ops import ReduceOp
 from atensor.graph.semantics import reduce_identity
-from atensor.tensor.activations import ActivationOps
-from atensor.tensor.nn import NNOps
-from atensor.tensor.select import SelectOps
-from atensor.tensor.base import AnyTensor
+from atensor.tensor.base import AnyTensor, TensorBase, _axis, _sum_dtype
 
 
 _BLOCK = 32
 
 
-class MathOps(ActivationOps, SelectOps, NNOps):
-    """Math methods of Tensor (a mixin)."""
+class ReduceOps:
+    """Reduction methods of Tensor (a mixin)."""
     __slots__ = ()
+
+    # ---- reductions ----------------------------------------------------------------------------
+    def _reduce_axes(self, axis: Any) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        return tuple(sorted({_axis(a, self.ndim) for a in axes}))
+
+    def _reduce(self, op: ReduceOp, axis: Any, keepdim: bool) -> Self:
+        axes = self._reduce_axes(axis)
+        node = self.node.reduce(op, axes) if self.ndim else self.node
+        out = self._new(node)
+        if not keepdim:
+            out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        return out
+
+    def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Self:
+        """Sum over `axis` (all when None); small ints and bools accumulate in int32 / uint32."""
+        acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
+        return self.cast(acc)._reduce(ReduceOp.SUM, axis, keepdim)
+
+    def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Self:
+        acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
+        return self.cast(acc)._reduce(ReduceOp.PROD, axis, keepdim)
+
+    def max(self, axis: Any = None, keepdim: bool = False) -> Self:
+        return self._reduce(ReduceOp.MAX, axis, keepdim)
+
+    def min(self, axis: Any = None, keepdim: bool = False) -> Self:
+        if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
+            return ~((~self).max(axis, keepdim))
+        return -((-self).max(axis, keepdim))
+
+    def mean(self, axis: Any = None, keepdim: bool = False) -> Self:
+        """Arithmetic mean; integer tensors give the default float."""
+        axes = self._reduce_axes(axis)
+        count = math.prod(self.shape[a] for a in axes)
+        out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
+        return out / count if count else out * math.nan
+
+    def any(self, axis: Any = None, keepdim: bool = False) -> Self:
+        return self.cast(dtypes.bool).max(axis, keepdim)
+
+    def all(self, axis: Any = None, keepdim: bool = False) -> Self:
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    def argmax(self, axis: Optional[int] = None, keepdim: bool = False) -> Self:
+        """Index of the first maximum along `axis` (of the flattened tensor when None)."""
+        if axis is None:
+            return self.flatten().argmax(0, keepdim=False)
+        axis = _axis(axis, self.ndim)
+        n = self.shape[axis]
+        if n == 0:
+            raise ValueError("argmax of an empty axis")
+        is_max = self == self.max(axis, keepdim=True)
+        if dtypes.is_float(self.dtype):
+            is_max = is_max | (self != self)  # a NaN is the maximum (torch and numpy: its first index)
+        shape = [1] * self.ndim
+        shape[axis] = n
+        count_down = type(self).arange(n, 0, -1, device=self.device).reshape(*shape)
+        return (n - (is_max * count_down).max(axis, keepdim)).cast(dtypes.int32)
+
+    def argmin(self, axis: Optional[int] = None, keepdim: bool = False) -> Self:
+        flipped = ~self if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else -self
+        return flipped.argmax(axis, keepdim)
 
     # ---- cumulative ------------------------------------------------------------------------------
     def _cumulate(self, op: ReduceOp, axis: int) -> Self:
@@ -143,7 +200,7 @@ class MathOps(ActivationOps, SelectOps, NNOps):
     def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Self:
         """|self - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only with
         `equal_nan`), as torch.isclose."""
-        other = other if isinstance(other, TensorOps) else self._const_like(other)
+        other = other if isinstance(other, TensorBase) else self._const_like(other)
         exact = self == other
         if not (dtypes.is_float(self.dtype) or dtypes.is_float(other.dtype)):
             return exact
@@ -166,136 +223,6 @@ class MathOps(ActivationOps, SelectOps, NNOps):
             return (x != 0).cast(x.dtype).sum(axis, keepdim)
         return x.pow(ord).sum(axis, keepdim).pow(1.0 / ord)
 
-    # ---- elementwise helpers ---------------------------------------------------------------------
-    def clamp(self, min: Any = None, max: Any = None) -> Self:  # noqa: A002 (PyTorch's names)
-        """Values limited to [min, max]; either bound may be a tensor."""
-        if min is None and max is None:
-            raise GraphError("clamp needs at least one of min and max")
-        out = self  # selects, not max/min: the gradient is 1 at the bounds, as PyTorch's
-        if min is not None:
-            out = (out < min).where(min, out) if isinstance(min, TensorOps) else \
-                (out < min).where(out._const_like(min), out)
-        if max is not None:
-            out = (out > max).where(max, out) if isinstance(max, TensorOps) else \
-                (out > max).where(out._const_like(max), out)
-        return out
-
-    clip = clamp  # tinygrad's name
-
-    def lerp(self, end: Any, weight: Any) -> Self:
-        """self + (end - self) * weight."""
-        return self + (end - self) * weight
-
-    def sign(self) -> Self:
-        """-1, 0 or 1 by the sign (NaN stays NaN), in this tensor's dtype."""
-        if self.dtype == dtypes.bool:
-            return self
-        zero = self * 0 if dtypes.is_float(self.dtype) else self._const_like(0)
-        return (self > 0).where(self._const_like(1), (self < 0).where(self._const_like(-1), zero))
-
-    def trunc(self) -> Self:
-        """Rounds toward zero (integers unchanged)."""
-        return self if not dtypes.is_float(self.dtype) else self._new(self.node.alu(Ops.TRUNC))
-
-    def floor(self) -> Self:
-        """Rounds toward -inf."""
-        if not dtypes.is_float(self.dtype):
-            return self
-        t = self.trunc()
-        return (t > self).where(t - 1, t)
-
-    def ceil(self) -> Self:
-        """Rounds toward +inf."""
-        if not dtypes.is_float(self.dtype):
-            return self
-        t = self.trunc()
-        return (t < self).where(t + 1, t)
-
-    def round(self) -> Self:
-        """Rounds to the nearest integer, halves to even (numpy's and PyTorch's rule)."""
-        if not dtypes.is_float(self.dtype):
-            return self
-        f = self.floor()
-        diff = self - f
-        odd = (f - (f * 0.5).floor() * 2) != 0
-        up = (diff > 0.5) | ((diff == 0.5) & odd)
-        return up.where(f + 1, f)
-
-    def isnan(self) -> Self:
-        """True where the value is NaN."""
-        return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)
-
-    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
-        """True where the value is +inf (when `detect_positive`) or -inf (when `detect_negative`)."""
-        if not dtypes.is_float(self.dtype):
-            return self._const_like(False, dtypes.bool)
-        pos, neg = self == math.inf, self == -math.inf
-        if detect_positive and detect_negative:
-            return pos | neg
-        return pos if detect_positive else (neg if detect_negative else self._const_like(False, dtypes.bool))
-
-    def isfinite(self) -> Self:
-        return (self.isinf() | self.isnan()).logical_not()
-
-    def nan_to_num(self, nan: float = 0.0, posinf: Optional[float] = None,
-                   neginf: Optional[float] = None) -> Self:
-        """NaN, +inf and -inf replaced (by default: 0, the dtype's largest and lowest finite values)."""
-        if not dtypes.is_float(self.dtype):
-            return self
-        info = np.finfo(self.dtype.np)
-        hi = float(info.max) if posinf is None else posinf
-        lo = float(info.min) if neginf is None else neginf
-        out = self.isnan().where(self._const_like(nan), self)
-        out = (out == math.inf).where(out._const_like(hi), out)
-        return (out == -math.inf).where(out._const_like(lo), out)
-
-    def erf(self) -> Self:
-        """The error function (Abramowitz and Stegun 7.1.26, absolute error < 1.5e-7)."""
-        x = self.cast(least_upper_float(self.dtype))
-        a = x.abs()
-        t = (a * 0.3275911 + 1).reciprocal()
-        poly = ((((t * 1.061405429 - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
-        y = 1 - poly * (-(a * a)).exp()
-        return x.sign() * y
-
-    # ---- activations -----------------------------------------------------------------------------
-    def gelu(self, approximate: str = "tanh") -> Self:
-        """GELU; tinygrad's tanh approximation by default, the exact erf form with approximate="none"."""
-        x = self.cast(least_upper_float(self.dtype))
-        if approximate == "none":
-            return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
-        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-
-    def silu(self) -> Self:
-        """x * sigmoid(x)."""
-        return self * self.sigmoid()
-
-    swish = silu
-
-    def softplus(self, beta: float = 1.0) -> Self:
-        """log(1 + exp(beta * x)) / beta, computed without overflow."""
-        bx = self.cast(least_upper_float(self.dtype)) * beta
-        return (bx.relu() + ((-bx.abs()).exp() + 1).log()) * (1 / beta)
-
-    def mish(self) -> Self:
-        """x * tanh(softplus(x))."""
-        return self * self.softplus().tanh()
-
-    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
-        """Values clipped to [min_val, max_val]."""
-        return self.clamp(min_val, max_val)
-
-    def leaky_relu(self, neg_slope: float = 0.01) -> Self:
-        """x where positive, else neg_slope * x."""
-        return (self < 0).where(self * neg_slope, self)
-
-    def elu(self, alpha: float = 1.0) -> Self:
-        """x where positive, else alpha * (exp(x) - 1)."""
-        x = self.cast(least_upper_float(self.dtype))
-        return (x > 0).where(x, alpha * (x.exp() - 1))
-
-    def relu6(self) -> Self:
-        return self.clamp(0, 6)
 
 
 def _cum_last(x: AnyTensor, op: ReduceOp) -> AnyTensor:
@@ -306,12 +233,12 @@ def _cum_last(x: AnyTensor, op: ReduceOp) -> AnyTensor:
     blocks = -(-n // _BLOCK)
     pad = blocks * _BLOCK - n
     identity = reduce_identity(op, x.dtype)
-    padded = TensorOps.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)], identity) if pad else x
+    padded = x._pad_constant([(0, 0)] * (x.ndim - 1) + [(0, pad)], identity) if pad else x
     tiles = padded.reshape(*x.shape[:-1], blocks, _BLOCK)
     inside = _cum_small(tiles, op)  # within each block
     totals = inside[..., -1]                          # (..., blocks)
     before = _cum_last(totals, op)                    # inclusive running totals of the blocks
-    shifted = TensorOps.pad(before, [(0, 0)] * (before.ndim - 1) + [(1, 0)], identity)[..., :-1]
+    shifted = before._pad_constant([(0, 0)] * (before.ndim - 1) + [(1, 0)], identity)[..., :-1]
     combined = _combine(inside, shifted.unsqueeze(-1), op)
     return combined.reshape(*x.shape[:-1], blocks * _BLOCK)[..., :n]
 
