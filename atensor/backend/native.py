@@ -3,7 +3,7 @@
 `prepare(asts)` renders each kernel with c_render.py, compiles all of them with one `cc` call into a
 shared library (kept in a cache directory, keyed by the source, the compiler and the flags, so a
 second run loads it at once), and registers each loaded function under its AST. A kernel is compiled
-once per code (DESIGN.md: once per structural key): another AST with the same C source (another
+once per code (docs/design.md: kernels compile once per C source): another AST with the same C source (another
 device's copy of it) is bound to the loaded function; the few very long kernels get their own
 compiler call at -O2, beside the others' (LARGE_SOURCE says why). `lookup(ast)` then
 gives the `NativeKernel` that engine/lower.py runs instead of the numpy function: one ctypes call, which

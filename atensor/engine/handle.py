@@ -27,7 +27,7 @@ class Recording(list):
     first buffer id made during the capture: a value realized into an older buffer (by an earlier call,
     say, whose result is still held) is computed again instead of read from there, so the recorded
     graphs read only the call's inputs and state, and two calls record the same graphs whatever
-    earlier results are still alive. `draws` are the random draws the call made (tensor/rng.py), in
+    earlier results are still alive. `draws` are the random draws the call made (tensor/random.py), in
     order: (their counter buffers, how many counters each took), redrawn on every replay."""
 
     def __init__(self, since_uid: int):

@@ -13,7 +13,7 @@ queues already, and hcq/ orders the new tasks after it through each buffer's pen
 readers (timeline signal values), so one graph never has to know about another.
 
 It lives in graph/ because it is the contract between two layers that may not import each other
-upward: sched/ builds it, hcq/ runs it (DESIGN.md: hcq imports graph and profiler only). It names
+upward: sched/ builds it, hcq/ runs it (docs/design.md: hcq does not import sched). It names
 devices and queues by string; it knows nothing of their runtimes.
 
 Invariant: `tasks` is in a topological order (every edge goes from an earlier to a later task).

@@ -10,7 +10,7 @@ the worker never asks the host what to do next. Dependencies between queues are 
 queues' timeline signals.
 
 The GIL is shared with the trio loop. A worker that runs Python between short GIL-releasing calls
-can starve the loop thread (the convoy effect, measured in DESIGN.md), so the worker gives the GIL
+can starve the loop thread for over a second (the convoy effect; docs/design.md), so the worker gives the GIL
 back with `time.sleep(0)`. A `sleep(0)` costs about 55 us on these machines (the kernel's timer
 slack), more than a tiny command itself, so the worker yields after a command once it has held the
 GIL-running stretch for YIELD_EVERY_NS since its last yield: the loop thread never waits longer than

@@ -7,7 +7,7 @@
 # tables, cli.py `python -m atensor.profiler trace.json`. loop.py's `ticking()` measures how long the
 # event loop itself was held (the longest gap of a 1 ms ticker).
 #
-# This package imports nothing from the rest of atensor (DESIGN.md: profiler knows nothing of
+# This package imports nothing from the rest of atensor (docs/design.md: profiler knows nothing of
 # tensors), so it can be tested, and used on saved traces, on its own.
 #
 #     with atensor.profile() as prof:        # or `async with`

@@ -7,7 +7,7 @@
 A task that sleeps 1 ms in a loop records the time between its wake-ups. A loop that is never held
 shows gaps near 1 ms; a loop blocked by a synchronous call, a stop-the-world garbage collection or
 a thread that keeps the GIL shows one gap as long as the block. This is the measure atensor's
-concurrency model is judged by (DESIGN.md: the loop's longest gap stays bounded), used by the tests,
+concurrency model is judged by (docs/design.md: the loop's longest gap stays bounded), used by the tests,
 bench/loop_lag.py and examples/quickstart.py. It runs under trio or asyncio (detected with sniffio),
 and needs nothing of atensor.
 """

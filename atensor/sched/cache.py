@@ -15,7 +15,7 @@ output is kept as a *template* keyed by the graph's structure with its buffers a
 Computing a key costs one pass over the graph (a few microseconds per node) against the whole
 scheduler on a miss. Kernel ASTs name buffers by parameter index, not identity, so a template's
 kernels are the compiled ones already. A random draw reads its seed and first counter from a buffer
-of its own (tensor/rng.py), so two draws of one shape have equal keys and the second hits.
+of its own (tensor/random.py), so two draws of one shape have equal keys and the second hits.
 """
 from __future__ import annotations
 
