@@ -17,25 +17,37 @@ from atensor.sched import cache
 pytestmark = pytest.mark.default_settings
 
 
-def _template_of(t: Tensor) -> cache.Template:
-    """The template the last realize of `t`'s graph structure used (found through its key)."""
-    found = [tp for tp in cache._templates.values() if isinstance(tp.lowered, tuple)]
-    assert found, "no template holds a lowered plan"
-    return found[-1]
+@pytest.fixture
+def looked_up(monkeypatch) -> list:
+    """What each schedule-cache lookup returned (a template on a hit, None on a miss), in order."""
+    found: list = []
+    original = cache.lookup
+
+    def spy(key: cache.GraphKey):
+        template = original(key)
+        found.append(template)
+        return template
+    monkeypatch.setattr(cache, "lookup", spy)
+    return found
 
 
-def test_a_repeated_eager_chain_runs_the_kept_plan_and_computes_what_numpy_does():
+def test_a_repeated_eager_chain_runs_the_kept_plan_and_computes_what_numpy_does(looked_up):
     rng = np.random.default_rng(0)
     ref = rng.random(16, dtype=np.float32)
     plans = set()
     for k in range(6):
         x = Tensor(ref + k)  # another input buffer each time, one structure
         y = ((x * 2).contiguous() - 1).exp2()  # two kernels: a temporary buffer between them
+        looked_up.clear()
         y.realize().wait()
         expect_y = np.exp2(((ref + k) * 2) - 1)
         np.testing.assert_allclose(y.numpy(), expect_y, rtol=1e-6)
+        assert len(looked_up) == 1  # this realize's own lookup
         if k >= 1:  # the first use of a structure schedules it; from the first hit on, its plan is kept
-            plans.add(id(_template_of(y).lowered[0]))
+            template = looked_up[0]
+            assert template is not None, f"realize {k} missed the schedule cache"
+            assert isinstance(template.lowered, tuple), "the hit did not submit the template's kept plan"
+            plans.add(id(template.lowered[0]))
     assert len(plans) == 1  # one Plan, submitted again with other buffers
 
 

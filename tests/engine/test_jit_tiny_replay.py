@@ -70,10 +70,15 @@ def test_a_tiny_replay_chained_on_its_own_result_counts_every_call(library, ran_
     async def main() -> None:
         y = Tensor.zeros(16).contiguous()
         await y.realize()
-        for _ in range(40):
+        replays_here = 0
+        for k in range(40):
+            before = len(ran_here)
             y = await step(y)
+            if k >= 3:  # a replay (calls 1-3 run the function): counted only when its kernel ran here
+                replays_here += len(ran_here) > before
         assert y.tolist() == [40.0] * 16
-        assert ran_here  # the replays ran here
+        assert step.stats["replays"] == 37
+        assert replays_here == 37  # every replay ran on the calling thread
     _run(library, main)
 
 

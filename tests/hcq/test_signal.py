@@ -1,5 +1,9 @@
 """Timeline signals awaited from trio: woken by a value set on another thread, cancellable, reusable.
 
+No test sleeps to let something happen: `wait_all_tasks_blocked` returns once every task is parked and
+every wake-up already delivered (a value set on a joined thread) has run, so what a test asserts after
+it does not depend on how fast this machine is.
+
 Both wake-up mechanisms of hcq/loop.py are tested: the eventfd a waiting task polls (Linux) and the
 task rescheduled through the trio token (elsewhere). tests/hcq/test_loop.py does the same under asyncio."""
 import threading
@@ -7,6 +11,7 @@ import time
 
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from atensor.hcq import loop as loop_module
 from atensor.hcq.signal import Signal, SignalFailed, wait_all
@@ -40,11 +45,12 @@ async def test_a_value_set_on_another_thread_wakes_every_waiter_it_reaches(mecha
     async with trio.open_nursery() as nursery:
         for value in (1, 2, 3):
             nursery.start_soon(waiter, value)
-        await trio.sleep(0.01)
-        thread = _set_later(sig, 2, 0.0)
-        await trio.sleep(0.2)
+        await wait_all_tasks_blocked()
+        assert sig.statistics()["waiters"] == 3
+        _set_later(sig, 2, 0.0).join()
+        await wait_all_tasks_blocked()
         assert sorted(woken) == [1, 2]  # 3 is not reached yet
-        thread.join()
+        assert sig.statistics()["waiters"] == 1
         _set_later(sig, 3, 0.0).join()
     assert sorted(woken) == [1, 2, 3]
     assert sig.statistics()["waiters"] == 0
@@ -57,11 +63,19 @@ async def test_a_cancelled_wait_leaves_no_waiter_and_the_next_wait_is_not_woken_
     assert scope.cancelled_caught
     assert sig.statistics()["waiters"] == 0
     sig.set(1, (0, 1))  # nobody waits for it any more
-    thread = _set_later(sig, 2, 0.1)
-    start = trio.current_time()
-    await sig.wait(2)  # reuses the idle eventfd: a stale wake-up must not end it before 2 is set
-    assert sig.value >= 2 and trio.current_time() - start >= 0.05
-    thread.join()
+    returned = trio.Event()
+
+    async def wait_for_2() -> None:
+        await sig.wait(2)  # reuses the idle eventfd: a stale wake-up must not end it before 2 is set
+        assert sig.value >= 2
+        returned.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_2)
+        await wait_all_tasks_blocked()
+        assert not returned.is_set() and sig.statistics()["waiters"] == 1
+        _set_later(sig, 2, 0.0).join()
+    assert returned.is_set()
 
 
 async def test_a_set_racing_a_cancellation_is_harmless(mechanism):
@@ -77,7 +91,7 @@ async def test_a_set_racing_a_cancellation_is_harmless(mechanism):
 
 async def test_a_failed_value_raises_from_a_checked_wait(mechanism):
     sig = Signal("test/q")
-    thread = _set_later(sig, 1, 0.02, ValueError("kernel broke"))
+    thread = _set_later(sig, 1, 0.0, ValueError("kernel broke"))
     with pytest.raises(SignalFailed, match="kernel broke"):
         await sig.wait(1)
     await sig.wait(1, check=False)
@@ -95,9 +109,9 @@ async def test_wait_all_returns_once_every_signal_is_reached_and_cleans_up(mecha
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(waiter)
-        await trio.sleep(0.01)
+        await wait_all_tasks_blocked()
         _set_later(b, 2, 0.0).join()
-        await trio.sleep(0.1)
+        await wait_all_tasks_blocked()
         assert not done.is_set()  # a is still running
         _set_later(a, 1, 0.0).join()
         with trio.fail_after(10):
@@ -113,11 +127,19 @@ async def test_a_cancelled_wait_all_leaves_no_waiter_and_late_values_do_not_wake
     assert a.statistics()["waiters"] == 0 and b.statistics()["waiters"] == 0
     a.set(1, (0, 1))
     b.set(1, (0, 1))
-    late = _set_later(a, 2, 0.1)
-    start = trio.current_time()
-    await wait_all([(a, 2), (b, 1)])  # b is reached; a must really be set first
-    assert a.value >= 2 and trio.current_time() - start >= 0.05
-    late.join()
+    returned = trio.Event()
+
+    async def wait_for_both() -> None:
+        await wait_all([(a, 2), (b, 1)])  # b is reached; a must really be set first
+        assert a.value >= 2
+        returned.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_both)
+        await wait_all_tasks_blocked()
+        assert not returned.is_set()
+        _set_later(a, 2, 0.0).join()
+    assert returned.is_set()
 
 
 async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
@@ -128,7 +150,7 @@ async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
     seen: list[int] = []
 
     async def watch() -> None:
-        await trio.sleep(0.05)
+        await wait_all_tasks_blocked()
         seen.append(a.statistics()["waiters"] + b.statistics()["waiters"])
         _set_later(a, 1000, 0.0).join()
         _set_later(b, 1000, 0.0).join()

@@ -18,13 +18,13 @@ def test_a_repeated_structure_hits_the_cache_and_gives_the_same_values():
     w = Tensor(rng.standard_normal((8, 4)).astype(np.float32))
     first = _step(w, Tensor(rng.standard_normal((16, 8)).astype(np.float32)))
     first.realize().wait()
-    hits = cache.stats["hits"]
+    hits, misses = cache.stats["hits"], cache.stats["misses"]
     for _ in range(3):
         data = rng.standard_normal((16, 8)).astype(np.float32)
         out = _step(w, Tensor(data))
         out.realize().wait()
         np.testing.assert_allclose(out.numpy(), (np.maximum(data @ w.numpy(), 0) * 2 + 1).sum(0), rtol=1e-5)
-    assert cache.stats["hits"] >= hits + 3
+    assert (cache.stats["hits"], cache.stats["misses"]) == (hits + 3, misses)  # each realize hit, none missed
 
 
 def test_cached_assign_chains_keep_versions_and_values_right():
@@ -59,6 +59,7 @@ def test_a_hit_schedules_the_same_task_graph_as_a_fresh_schedule():
         fresh = schedule(roots(((y * 3).to("CPU:1").exp().contiguous() + 1).sum()))
     z = Tensor(np.ones((4, 4), dtype=np.float32))
     hit = schedule(roots(((z * 3).to("CPU:1").exp().contiguous() + 1).sum()))
+    assert fresh.template is None and hit.template is not None  # scheduled afresh, and from the cache
     assert shape_of(a.graph) == shape_of(fresh.graph) == shape_of(hit.graph)
     assert {t.work.ast for t in hit.graph.tasks if t.work.kind == "kernel"} == \
         {t.work.ast for t in fresh.graph.tasks if t.work.kind == "kernel"}
@@ -83,4 +84,6 @@ def test_with_and_without_the_cache_every_program_gives_the_same_values(ops, see
     with atensor.Context(schedule_cache=False):
         expected = program()
     np.testing.assert_allclose(program(), expected, rtol=1e-6)
+    misses = cache.stats["misses"]
     np.testing.assert_allclose(program(), expected, rtol=1e-6)  # now from the cache
+    assert cache.stats["misses"] == misses, "a realize of the program's third run missed the cache"
