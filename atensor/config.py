@@ -83,7 +83,7 @@ class Settings:
 
 # The settings in effect, per context: a `Context` block changes them for the code inside it (its trio
 # task and the tasks and realizes it starts), not for concurrent tasks. A realize runs in the context
-# it was issued in, whichever thread plans it (hcq/host.py's Job keeps that context).
+# it was issued in, whichever thread plans it (engine/dispatch.py's Job keeps that context).
 _defaults = Settings()
 _current: contextvars.ContextVar[Settings] = contextvars.ContextVar("atensor_settings", default=_defaults)
 

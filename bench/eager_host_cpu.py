@@ -21,7 +21,7 @@ from common import table, write_results  # noqa: E402
 
 from atensor import Tensor  # noqa: E402
 from atensor.engine import realize as engine_realize  # noqa: E402
-from atensor.hcq.host import Job  # noqa: E402
+from atensor.engine.dispatch import Job  # noqa: E402
 from atensor.ledger import versions  # noqa: E402
 
 clock = time.thread_time

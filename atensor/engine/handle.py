@@ -1,6 +1,6 @@
-"""The handle a realize returns, and the jit's recording switch: what the caller awaits.
+"""The handle a realize returns: what the caller awaits.
 
-A realize is already dispatched when `realize()` returns (hcq/host.py's dispatcher plans and
+A realize is already dispatched when `realize()` returns (engine/dispatch.py's dispatcher plans and
 submits it); the handle waits for the dispatcher's timeline value of the job, then for every
 queue value its submission published.
 
@@ -10,36 +10,15 @@ buffer's pending writes and waits for them, and a buffer is never read half-writ
 """
 from __future__ import annotations
 
-import contextvars
 import copy
 import time
 from typing import Any, Generator, NoReturn, Optional
 
-from atensor.hcq.host import Job, dispatcher, reaper
+from atensor.engine.dispatch import Job, dispatcher, reaper
 from atensor.hcq.loop import checkpoint
 from atensor.hcq.signal import Signal, wait_all
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-
-
-class Recording(list):
-    """The schedules the realizes of one jit capture ran (jit/jit.py), in order. `since_uid` is the
-    first buffer id made during the capture: a value realized into an older buffer (by an earlier call,
-    say, whose result is still held) is computed again instead of read from there, so the recorded
-    graphs read only the call's inputs and state, and two calls record the same graphs whatever
-    earlier results are still alive. `draws` are the random draws the call made (tensor/random.py), in
-    order: (their counter buffers, how many counters each took), redrawn on every replay."""
-
-    def __init__(self, since_uid: int):
-        super().__init__()
-        self.since_uid = since_uid
-        self.draws: list[tuple[tuple, int]] = []
-
-
-# While atensor.jit captures a call, the Recording its realizes append their schedules to. A context
-# variable, so only the capturing task (and the tasks it starts) records.
-recording: contextvars.ContextVar[Optional[Recording]] = contextvars.ContextVar("atensor_recording",
-                                                                                 default=None)
 
 
 class NotRealizedError(RuntimeError):

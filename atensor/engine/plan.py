@@ -52,7 +52,7 @@ submission of native programs the buffers every replay touches follow the plan's
 (hcq/buffer.py), told once: only the swapped buffers learn each replay's values.
 
 Invariant: only the dispatching thread (the dispatcher, or a caller planning inline while it holds
-the dispatcher, hcq/host.py) calls `submit`, so reserving values and noting buffers need no lock.
+the dispatcher, engine/dispatch.py) calls `submit`, so reserving values and noting buffers need no lock.
 """
 from __future__ import annotations
 

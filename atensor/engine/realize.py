@@ -1,11 +1,11 @@
 """The realize pipeline: from "these tensors, realized" to a submitted plan and the handle to await.
 
 Why a module of its own: `Tensor.realize()` only says what to realize (tensor/tensor.py); `realize` here
-issues it, and the dispatcher thread (hcq/host.py) runs `_prepare` later, off the event loop (or the
+issues it, and the dispatcher thread (engine/dispatch.py) runs `_prepare` later, off the event loop (or the
 caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
 execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
-schedule-cache template (`_lowered`) with its own buffers in the template's slots, so it is neither
+schedule-cache template (`kept_plan`) with its own buffers in the template's slots, so it is neither
 built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the schedules that this path ran
 and keeps their plans.
 
@@ -15,6 +15,8 @@ new node (a view of its storage) the next time its node is read.
 from __future__ import annotations
 
 import time
+import weakref
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from atensor.config import settings
@@ -24,9 +26,10 @@ from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
-from atensor.engine.handle import RealizeHandle, Recording, recording
-from atensor.hcq.host import Job, dispatcher
-from atensor.sched import schedule as sched
+from atensor.engine.handle import RealizeHandle
+from atensor.engine.dispatch import Job, Recording, dispatcher, recording
+from atensor.sched import cache, schedule as sched
+from atensor.engine.plan import Plan, Submission, execute
 from atensor.ledger import versions
 
 
@@ -88,7 +91,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
     return True
 
 
-def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]):
+def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]) -> Optional[Submission]:
     """The part of a realize that runs on the dispatcher thread: an output buffer and an ASSIGN root
     per computed tensor, then scheduling and submission. `realize()` itself only records what to
     realize, so realizing 10,000 tensors does not hold the event loop; each tensor takes its storage
@@ -146,7 +149,8 @@ def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs
     return node
 
 
-def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[Recording] = None):
+def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
+          record: Optional[Recording] = None) -> Submission:
     start = time.perf_counter_ns()
     result = sched.schedule(roots, pending, record.since_uid if record is not None else None)
     if record is not None:  # atensor.jit is capturing this call: keep what it ran
@@ -154,12 +158,12 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optio
     # a graph structured like one realized before (a schedule-cache hit) reuses the Plan lowered from
     # its template: nothing is instantiated or lowered, the submission only fills the plan's slots
     # (not while a capture records the graph or race proofs need it)
-    lowered = _lowered(result.template) if result.template is not None and record is None \
+    kept = kept_plan(result.template) if result.template is not None and record is None \
         and not settings.racecheck else None
-    if lowered is not None:
-        plan, order = lowered
+    if kept is not None:
+        plan = kept.plan
         fill = result.fill
-        specs = [fill[j] for j in order]
+        specs = [fill[j] for j in kept.fill_index]
         written_specs = [specs[bi] for bi in plan.written_index]
     else:
         plan = specs = None
@@ -176,21 +180,32 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optio
             buf.hold(-1)
 
 
-def _lowered(template: Any) -> tuple[Any, list[int]]:
-    """The Plan kept on a schedule-cache template and, per buffer of the plan, its place in a `fill`.
-    Lowered from the template's slots on its first hit, which costs what lowering the instantiated
-    graph would: every later hit saves it."""
-    found = template.lowered
+@dataclass(frozen=True)
+class KeptPlan:
+    """The Plan an eager realize keeps for a schedule-cache template, lowered from the template's slots,
+    and for each buffer of the plan its place in a `Template.fill` list."""
+    plan: Plan
+    fill_index: list[int]
+
+
+# Template -> its KeptPlan. Weak: a template the cache evicts takes its plan with it. Written only by the
+# dispatching thread (one at a time, engine/dispatch.py), so no lock.
+_kept: weakref.WeakKeyDictionary[cache.Template, KeptPlan] = weakref.WeakKeyDictionary()
+
+
+def kept_plan(template: cache.Template) -> KeptPlan:
+    """The plan kept for `template`, lowered from its slots on its first hit, which costs what lowering
+    the instantiated graph would: every later hit saves it."""
+    found = _kept.get(template)
     if found is None:
-        from atensor.engine.plan import Plan
         plan = Plan(template.slot_tasks(), slots=True)
-        found = template.lowered = (plan, [template.slot_index(ref) for ref in plan.buffers])
+        found = _kept[template] = KeptPlan(plan, [template.slot_index(ref) for ref in plan.buffers])
     return found
 
 
-def _commit_and_execute(result: sched.Schedule, start: int, plan: Any, specs: Optional[list[BufferSpec]],
-                        written: list[Buffer]):
-    from atensor.engine.plan import execute
+def _commit_and_execute(result: sched.Schedule, start: int, plan: Optional[Plan],
+                        specs: Optional[list[BufferSpec]],
+                        written: list[Buffer]) -> Submission:
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
     if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from atensor.engine.handle import Recording
+from atensor.engine.dispatch import Recording
 from atensor.graph import symbolic
 from atensor.graph.view import View
 from atensor.sched import schedule as sched

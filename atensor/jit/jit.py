@@ -62,8 +62,9 @@ from atensor.engine.plan import Plan, Submission
 from atensor.tensor import random as rng
 from atensor.jit.callkey import call_key, only_plain_values_differ
 from atensor.hcq import loop
-from atensor.hcq.host import Job, dispatcher
-from atensor.engine.handle import RealizeHandle, Recording, recording
+from atensor.engine.dispatch import Job, dispatcher
+from atensor.engine.handle import RealizeHandle
+from atensor.engine.dispatch import Recording, recording
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache

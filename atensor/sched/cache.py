@@ -76,15 +76,13 @@ class Slot:
 
 @dataclasses.dataclass(eq=False)
 class Template:
-    """A scheduled TaskGraph with buffers as slots; see the module docstring. `lowered` is the
-    engine's Plan of these tasks with their slots as buffers (engine/realize.py), opaque here: it
-    lives and goes with the template."""
+    """A scheduled TaskGraph with buffers as slots; see the module docstring. The engine keeps the Plan
+    it lowers from a template's slots beside it (engine/realize.py `kept_plan`), not on it."""
     tasks: list[tuple[Any, tuple, frozenset[int]]]   # (work with slot refs, accesses with slot refs, deps)
     temps: list[tuple[str, int, Any]]                # (device, size, dtype) of each temporary buffer
     realized: list[tuple[int, int]]                  # (position of an ASSIGN in the key's order, its slot)
     outputs: list[int]                               # slot of each root's storage
     leaf_count: int = 0                              # how many slots the graph's own buffers fill
-    lowered: Any = None
 
     @staticmethod
     def capture(graph: TaskGraph, key: GraphKey, realized: list[tuple[Node, BufferSpec]],

@@ -28,7 +28,7 @@ from atensor.dtype import DType, dtypes
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.hcq.device import Device
-from atensor.engine.handle import recording
+from atensor.engine.dispatch import recording
 
 Devices = Union[str, tuple[str, ...]]
 _state = {"seed": 0, "counter": 0}

@@ -19,7 +19,7 @@ async def test_a_small_realize_is_planned_on_the_callers_thread_and_a_big_one_on
     import trio
 
     from atensor import Tensor
-    from atensor.hcq.host import dispatcher
+    from atensor.engine.dispatch import dispatcher
     from atensor.ledger import versions
 
     gc.collect()  # the lazy assigns earlier tests left pending that nobody holds go

@@ -1,4 +1,4 @@
-"""The Plan an eager realize keeps on a schedule-cache template (engine/realize.py `_lowered`): a graph
+"""The Plan an eager realize keeps on a schedule-cache template (engine/realize.py `kept_plan`): a graph
 structured like one realized before is submitted by filling that plan's slots with its own buffers,
 without building or lowering its TaskGraph. In the default configuration (race checks off), as users
 run: with race proofs on, every realize builds its graph to prove it."""
@@ -12,6 +12,7 @@ import pytest
 
 from atensor import Tensor, ledger
 from atensor.graph.ops import Ops
+from atensor.engine import realize
 from atensor.sched import cache
 
 pytestmark = pytest.mark.default_settings
@@ -46,8 +47,8 @@ def test_a_repeated_eager_chain_runs_the_kept_plan_and_computes_what_numpy_does(
         if k >= 1:  # the first use of a structure schedules it; from the first hit on, its plan is kept
             template = looked_up[0]
             assert template is not None, f"realize {k} missed the schedule cache"
-            assert isinstance(template.lowered, tuple), "the hit did not submit the template's kept plan"
-            plans.add(id(template.lowered[0]))
+            assert template in realize._kept, "the hit did not submit a plan kept for its template"
+            plans.add(id(realize.kept_plan(template).plan))
     assert len(plans) == 1  # one Plan, submitted again with other buffers
 
 

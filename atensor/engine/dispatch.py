@@ -1,4 +1,8 @@
-"""The host side of a realize: dispatch off the event loop (the awaitable handle is engine/handle.py).
+"""The dispatcher: realizes planned off the event loop, in issue order (the awaitable handle is handle.py).
+
+It belongs to engine/, not hcq/: a `Job` carries engine work (a plan that returns a `Submission`, the
+jit's `Recording`), and the runtime below (queues, signals, buffers) never runs engine code it cannot
+name.
 
 Why a dispatcher thread: turning a large graph into a TaskGraph and command lists is Python work
 that can take longer than an event loop may stall. `realize()` therefore only records what to
@@ -21,7 +25,7 @@ import collections
 import contextvars
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from atensor.config import settings
 from atensor.hcq.buffer import Buffer
@@ -30,23 +34,45 @@ from atensor.hcq.queue import lower_priority
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
+from atensor.engine.plan import Submission
+
+
+class Recording(list):
+    """The schedules the realizes of one jit capture ran (jit/jit.py), in order. `since_uid` is the
+    first buffer id made during the capture: a value realized into an older buffer (by an earlier call,
+    say, whose result is still held) is computed again instead of read from there, so the recorded
+    graphs read only the call's inputs and state, and two calls record the same graphs whatever
+    earlier results are still alive. `draws` are the random draws the call made (tensor/random.py), in
+    order: (their counter buffers, how many counters each took), redrawn on every replay."""
+
+    def __init__(self, since_uid: int):
+        super().__init__()
+        self.since_uid = since_uid
+        self.draws: list[tuple[tuple, int]] = []
+
+
+# While atensor.jit captures a call, the Recording its realizes append their schedules to. A context
+# variable, so only the capturing task (and the tasks it starts) records.
+recording: contextvars.ContextVar[Optional[Recording]] = contextvars.ContextVar("atensor_recording",
+                                                                                 default=None)
 
 
 class Job:
-    """One realize: a function that schedules and submits (run on the dispatcher thread) and the
-    buffers whose pending writes the caller wants to wait for. `record`, when set, receives the
-    schedule the job ran (see jit/jit.py). `context` is the caller's (contextvars): the plan runs
-    in it, so the settings and modes of the task that issued the realize are the ones it sees."""
+    """One realize: a function that schedules and submits (run on the dispatcher thread, or inline)
+    and returns its `Submission`, and the buffers whose pending writes the caller wants to wait for.
+    `record`, when set, receives the schedule the job ran (see jit/jit.py). `context` is the caller's
+    (contextvars): the plan runs in it, so the settings and modes of the task that issued the realize
+    are the ones it sees."""
     __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context",
                  "error", "issued_ns")
 
-    def __init__(self, plan: Optional[Callable[[], Any]], wait_for: list[Buffer],
+    def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer],
                  done_buffers: list[Buffer]):
         self.plan, self.wait_for, self.done_buffers = plan, wait_for, done_buffers
         self.value = 0
-        self.submission: Any = None  # what the plan returned: an engine Submission
+        self.submission: Optional[Submission] = None  # what the plan returned (None: nothing to run)
         self.extra_waits: list[tuple[Signal, int]] = []
-        self.record: Optional[list] = None
+        self.record: Optional[Recording] = None
         self.issued_ns = 0  # when it was queued for the dispatcher (its wait there is a profiler span)
         self.context = contextvars.copy_context()
         self.error: Optional[BaseException] = None  # the plan's error, when it was planned inline
