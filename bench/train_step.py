@@ -161,7 +161,7 @@ def run_kernel_pair(steps: int) -> dict:
             for _ in range(6):
                 (await step(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))).item()
     trio.run(warm)
-    plan = next(r.producer_plan for prog in step._programs.values() for r in prog.records if r.producer_plan)
+    plan = next(r.plans[True] for prog in step._programs.values() for r in prog.records if True in r.plans)
     calls = [native.batch([plan.runners[i] for i in members if plan.static[i][1] == "kernel"])
              for members in plan.by_queue]
 

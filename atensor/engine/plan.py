@@ -15,11 +15,11 @@ to the next is computed by `submit`:
   touch a swapped buffer are made again from their works copied with the new buffers.
 
 An eager realize makes a plan and submits it once (`execute`), or, for a graph structured like one
-realized before, submits the plan kept on its schedule-cache template, lowered from the template's
-slots (`slots=True`: every buffer is in each submission's mapping, runners are made per submission,
-and each submission is an eager one); a jit keeps its plans (one per captured realize) and submits
-them on every replay. All go through `submit`, and this is the only module that hands command lists
-to queues.
+realized before, submits the `CapturedProgram` (engine/program.py) of its schedule-cache template,
+whose plan is lowered from the template's slots (every buffer is in each submission's mapping, runners
+are made per submission, and each submission is an eager one); a jit keeps one CapturedProgram per
+captured realize, whose plans keep their runners, and submits them on every replay. All go through
+`submit`, and this is the only module that hands command lists to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
 - a tiny plan (at most INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
@@ -59,7 +59,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Collection, Optional
 
 from atensor.backend import native
 from atensor.backend.runner import Runner
@@ -148,18 +148,18 @@ def execute(graph: TaskGraph) -> Submission:
 
 
 class Plan:
-    """`tasks` (a graph's, in topological order) lowered once. `swapped[i]` says task i touches a
-    buffer that `submit`'s mapping replaces (a jit replay's inputs and results); `once` says the plan
-    is submitted a single time (an eager realize: no runner is kept for later)."""
+    """`tasks` (a graph's, in topological order) lowered once. `slots` are the buffers that `submit`'s
+    mapping replaces (a captured program's, engine/program.py; none for a graph submitted once).
+    `keep_runners`: the plan is submitted many times and keeps its runners, rebinding the slots'
+    addresses in them (a jit program); without it each submission is an eager realize's (one command
+    per task), and runners are made per submission, from the works with the mapped buffers when
+    there are slots (a schedule-cache template's program). `copies_on_producer`: the producer layout."""
 
-    def __init__(self, tasks: list[Task], swapped: Optional[list[bool]] = None,
-                 copies_on_producer: bool = False, once: bool = False, slots: bool = False):
+    def __init__(self, tasks: list[Task], slots: Collection = frozenset(), copies_on_producer: bool = False,
+                 keep_runners: bool = False):
         self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
-        # `slots`: lowered from a schedule-cache template (engine/realize.py): the tasks' buffers are
-        # slots, which every submission's mapping fills, and each submission is an eager realize's (one
-        # command per task, runners made from the works with the mapped buffers: none is kept)
-        self.from_slots = slots
-        self.once = once or swapped is None or slots
+        self.from_slots = bool(slots) and not keep_runners
+        self.once = not keep_runners
         self.queues: list[Queue] = []
         queue_index: dict[Queue, int] = {}
         self.buffers: list[BufferSpec] = []
@@ -241,7 +241,10 @@ class Plan:
             grouped.setdefault(bi, []).append((qi, pos + 1, write))
         self.notes = [(bi, tuple(entries)) for bi, entries in grouped.items()]
         self.tasks = tasks
-        self.touched = swapped if swapped is not None else [False] * len(tasks)
+        # task i touches a slot: its runner is rebound or made again on each submission
+        self.touched = [any(a.buffer in slots for a in t.accesses) or
+                        any(s in slots for s in getattr(t.work, "buffers", ())) for t in tasks] \
+            if keep_runners and slots else [False] * len(tasks)
         # a task another queue waits for ends a batch of native kernels (its value is published as
         # soon as it is done); a task that waits for another queue starts one
         self.ends_batch = [False] * len(tasks)

@@ -5,7 +5,7 @@ issues it, and the dispatcher thread (engine/dispatch.py) runs `_prepare` later,
 caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
 ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
 execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
-schedule-cache template (`kept_plan`) with its own buffers in the template's slots, so it is neither
+schedule-cache template (`program_of`: a CapturedProgram, engine/program.py) with its own buffers in the template's slots, so it is neither
 built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the schedules that this path ran
 and keeps their plans.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from atensor.config import settings
@@ -29,7 +28,8 @@ from atensor.hcq.buffer import Buffer
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.dispatch import Job, Recording, dispatcher, recording
 from atensor.sched import cache, schedule as sched
-from atensor.engine.plan import Plan, Submission, execute
+from atensor.engine.plan import Submission, execute
+from atensor.engine.program import CapturedProgram
 from atensor.ledger import versions
 
 
@@ -158,15 +158,13 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     # a graph structured like one realized before (a schedule-cache hit) reuses the Plan lowered from
     # its template: nothing is instantiated or lowered, the submission only fills the plan's slots
     # (not while a capture records the graph or race proofs need it)
-    kept = kept_plan(result.template) if result.template is not None and record is None \
+    program = program_of(result.template) if result.template is not None and record is None \
         and not settings.racecheck else None
-    if kept is not None:
-        plan = kept.plan
-        fill = result.fill
-        specs = [fill[j] for j in kept.fill_index]
-        written_specs = [specs[bi] for bi in plan.written_index]
+    if program is not None:
+        mapping = program.mapping_of_fill(result.fill)
+        written_specs = program.written(mapping)
     else:
-        plan = specs = None
+        mapping = None
         written_specs = list({a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"})
     # buffers this graph writes count as in flight until their writes are noted by the plan, so a
     # sync accessor never reads one between commit (new version visible) and submission
@@ -174,38 +172,29 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     for buf in written:
         buf.hold(1)
     try:
-        return _commit_and_execute(result, start, plan, specs, written)
+        return _commit_and_execute(result, start, program, mapping, written)
     finally:
         for buf in written:
             buf.hold(-1)
 
 
-@dataclass(frozen=True)
-class KeptPlan:
-    """The Plan an eager realize keeps for a schedule-cache template, lowered from the template's slots,
-    and for each buffer of the plan its place in a `Template.fill` list."""
-    plan: Plan
-    fill_index: list[int]
+# Template -> its CapturedProgram. Weak: a template the cache evicts takes its program with it. Written
+# only by the dispatching thread (one at a time, engine/dispatch.py), so no lock.
+_programs: weakref.WeakKeyDictionary[cache.Template, CapturedProgram] = weakref.WeakKeyDictionary()
 
 
-# Template -> its KeptPlan. Weak: a template the cache evicts takes its plan with it. Written only by the
-# dispatching thread (one at a time, engine/dispatch.py), so no lock.
-_kept: weakref.WeakKeyDictionary[cache.Template, KeptPlan] = weakref.WeakKeyDictionary()
-
-
-def kept_plan(template: cache.Template) -> KeptPlan:
-    """The plan kept for `template`, lowered from its slots on its first hit, which costs what lowering
-    the instantiated graph would: every later hit saves it."""
-    found = _kept.get(template)
+def program_of(template: cache.Template) -> CapturedProgram:
+    """The captured program of `template`, made on its first hit; its plan is lowered from the
+    template's slots once, which costs what lowering the instantiated graph would: every later hit
+    saves it."""
+    found = _programs.get(template)
     if found is None:
-        plan = Plan(template.slot_tasks(), slots=True)
-        found = _kept[template] = KeptPlan(plan, [template.slot_index(ref) for ref in plan.buffers])
+        found = _programs[template] = CapturedProgram.of_template(template)
     return found
 
 
-def _commit_and_execute(result: sched.Schedule, start: int, plan: Optional[Plan],
-                        specs: Optional[list[BufferSpec]],
-                        written: list[Buffer]) -> Submission:
+def _commit_and_execute(result: sched.Schedule, start: int, program: Optional[CapturedProgram],
+                        mapping: Optional[dict[Any, BufferSpec]], written: list[Buffer]) -> Submission:
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
     if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
@@ -218,8 +207,8 @@ def _commit_and_execute(result: sched.Schedule, start: int, plan: Optional[Plan]
         collector.record_host(HostSpan(f"schedule {result.task_count} tasks", "schedule", start,
                                        time.perf_counter_ns()))
     try:
-        if plan is not None:
-            return plan.submit(dict(zip(plan.buffers, specs)))
+        if program is not None:
+            return program.submit(mapping)
         return execute(result.graph)
     except BaseException as exc:
         # the commit made the written versions current, but their writes never ran: no buffer this

@@ -58,7 +58,8 @@ from atensor.graph.ops import Ops
 from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
-from atensor.engine.plan import Plan, Submission
+from atensor.engine.plan import Submission
+from atensor.engine.program import CapturedProgram
 from atensor.tensor import random as rng
 from atensor.jit.callkey import call_key, only_plain_values_differ
 from atensor.hcq import loop
@@ -69,7 +70,7 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.sched import cache
 from atensor.ledger import versions
-from atensor.graph.taskgraph import Kernel, Task
+from atensor.graph.taskgraph import Kernel
 from atensor.tensor.tensor import Tensor
 from atensor.tensor.autograd import grad_disabled
 
@@ -162,46 +163,9 @@ def _leaves(node: Node) -> list[Node]:
 
 # ---- a captured call ----------------------------------------------------------------------------------
 @dataclass
-class _Record:
-    """One captured realize: its tasks, which of them touch a substituted buffer, the buffers whose
-    version it advances."""
-    tasks: list[Task]
-    touched: list[bool]
-    assigned: tuple[BufferSpec, ...]
-    plan: Optional[Plan] = None  # made on the first replay (on the dispatcher thread)
-    producer_plan: Optional[Plan] = None  # the same with copies on their producers' queues
-
-    def lowered(self) -> bool:
-        """True when `plan_for_now` has its plan already (no lowering to do)."""
-        plan = self.producer_plan if _producer_layout() else self.plan
-        return plan is not None and plan.epoch == native.epoch
-
-    def plan_for_now(self) -> Plan:
-        """The plan to submit with: lowered once per set of compiled kernels, in one of two layouts.
-        When native programs can run (and no profile is taken), copies between CPU devices run on the
-        queue that produced their data (the Plan's producer layout); otherwise on their copy queues,
-        as the scheduler placed them. Each layout keeps its own runners."""
-        producer = _producer_layout()
-        plan = self.producer_plan if producer else self.plan
-        if plan is None or plan.epoch != native.epoch:  # (re)lowered when kernels were compiled
-            plan = Plan(self.tasks, self.touched, copies_on_producer=producer)
-            if producer:
-                self.producer_plan = plan
-            else:
-                self.plan = plan
-        return plan
-
-
-def _producer_layout() -> bool:
-    """Whether replays now use the producer layout: native programs can run and no profile is taken
-    (a profile shows each copy on the queue the scheduler chose)."""
-    return native.programs_available() and not collector.is_active()
-
-
-@dataclass
 class _Program:
     """What replaying one key needs."""
-    records: list[_Record]
+    records: list[CapturedProgram]    # one per captured realize, in order
     inputs: list[BufferSpec]          # the captured call's input buffers, in argument order
     fresh: list[BufferSpec]           # the result buffers the captured call made: new per replay
     results: list[Node]               # the returned tensors' nodes (views of their buffers)
@@ -280,7 +244,7 @@ class _InThread:
         return self.fn()
 
 
-def _native_candidates(records: list[_Record]) -> list[tuple[Node, str]]:
+def _native_candidates(records: list[CapturedProgram]) -> list[tuple[Node, str]]:
     """The CPU kernels of a captured program not compiled yet, when jit kernels are compiled."""
     if settings.native != "jit":
         return []
@@ -308,7 +272,7 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
     return tensors[0]._dispatch(tuple(tensors[1:]))
 
 
-def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
+def _run_records(records: list[CapturedProgram], mapping: dict[BufferSpec, BufferSpec],
                  inputs: list[BufferSpec]) -> Submission:
     """On the dispatcher thread: each captured graph's commit (version counts), then its submission;
     a lazy input's pending assign, computed by the replay, then counts as realized."""
@@ -318,7 +282,7 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     for record in records:
         if record.assigned:
             versions.advance_versions([mapping.get(spec, spec) for spec in record.assigned])
-        sub = record.plan_for_now().submit(mapping)
+        sub = record.submit(mapping)
         if total is None:
             total = sub
         else:
@@ -348,16 +312,15 @@ def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
             if spec.uid >= first_uid and spec not in input_set and spec not in fresh:
                 fresh.append(spec)
     substituted = input_set | set(fresh) | {spec for specs, _ in records.draws for spec in specs}
-    kept: list[_Record] = []
+    slots = frozenset(substituted)  # what a replay's mapping replaces: the same set for every realize
+    kept: list[CapturedProgram] = []
     written: set[BufferSpec] = set()
     accessed: set[BufferSpec] = set()
     for rec in records:
         tasks = list(rec.graph.tasks)
-        touched = [any(a.buffer in substituted for a in t.accesses) or
-                   any(s in substituted for s in getattr(t.work, "buffers", ())) for t in tasks]
         written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
         accessed.update(a.buffer for t in tasks for a in t.accesses)
-        kept.append(_Record(tasks, touched, tuple(rec.assigned)))
+        kept.append(CapturedProgram(tasks, slots, keep_runners=True, assigned=tuple(rec.assigned)))
     var_vals = [t.work.var_vals for r in kept for t in r.tasks if getattr(t.work, "var_vals", None)]
     return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
                     sum(len(r.tasks) for r in kept), frozenset(accessed), call_key(records),

@@ -77,7 +77,7 @@ class Slot:
 @dataclasses.dataclass(eq=False)
 class Template:
     """A scheduled TaskGraph with buffers as slots; see the module docstring. The engine keeps the Plan
-    it lowers from a template's slots beside it (engine/realize.py `kept_plan`), not on it."""
+    it lowers from a template's slots beside it (engine/realize.py `program_of`), not on it."""
     tasks: list[tuple[Any, tuple, frozenset[int]]]   # (work with slot refs, accesses with slot refs, deps)
     temps: list[tuple[str, int, Any]]                # (device, size, dtype) of each temporary buffer
     realized: list[tuple[int, int]]                  # (position of an ASSIGN in the key's order, its slot)

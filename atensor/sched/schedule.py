@@ -44,7 +44,7 @@ class Schedule:
 
     On a schedule-cache hit the graph is not built unless asked for: `template` and `fill` (the
     buffers in its slots, sched/cache.py) say what it is, and engine/realize.py submits the Plan it
-    keeps for the template (engine/realize.py `kept_plan`) with those buffers; reading `graph` instantiates it
+    keeps for the template (engine/realize.py `program_of`) with those buffers; reading `graph` instantiates it
     (with exactly these buffers: the same graph the plan runs)."""
     _graph: Optional[TaskGraph]
     outputs: list[BufferSpec]

@@ -223,7 +223,7 @@ async def test_a_buffer_every_replay_writes_counts_as_pending_until_the_replay_i
                 caught += 1
                 np.testing.assert_array_equal(value, after)  # it waited for the replay's write
         assert caught > 0, "no replay was ever seen in flight"
-        plans = [p for prog in step._programs.values() for r in prog.records for p in (r.producer_plan,) if p]
+        plans = [p for prog in step._programs.values() for r in prog.records for p in (r.plans.get(True),) if p]
         assert any(p.clock is not None for p in plans)  # w's update ran as native programs: w followed a clock
 
 
@@ -255,7 +255,7 @@ async def test_every_address_a_replayed_program_uses_belongs_to_a_buffer_the_pla
         await a.realize()
         for _ in range(4):  # captured, verified, compiled, lowered
             await f(Tensor(rng.standard_normal((64, 256)).astype(np.float32)))
-        plan = next(iter(f._programs.values())).records[0].producer_plan
+        plan = next(iter(f._programs.values())).records[0].plans.get(True)
         for _ in range(3):
             await f(Tensor(rng.standard_normal((64, 256)).astype(np.float32)))  # fast path
             check(plan)

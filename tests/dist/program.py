@@ -62,7 +62,7 @@ def native_program_queues(jitted: Any) -> list[str]:
     names = set()
     for captured in jitted._programs.values():
         for record in captured.records:
-            plan = record.producer_plan
+            plan = record.plans.get(True)
             if plan is not None:
                 names.update(f"{plan.queues[qi].device}/{plan.queues[qi].kind}" for qi in plan.programs)
     return sorted(names)

@@ -1,4 +1,4 @@
-"""The Plan an eager realize keeps on a schedule-cache template (engine/realize.py `kept_plan`): a graph
+"""The Plan an eager realize keeps on a schedule-cache template (engine/realize.py `program_of`): a graph
 structured like one realized before is submitted by filling that plan's slots with its own buffers,
 without building or lowering its TaskGraph. In the default configuration (race checks off), as users
 run: with race proofs on, every realize builds its graph to prove it."""
@@ -47,8 +47,8 @@ def test_a_repeated_eager_chain_runs_the_kept_plan_and_computes_what_numpy_does(
         if k >= 1:  # the first use of a structure schedules it; from the first hit on, its plan is kept
             template = looked_up[0]
             assert template is not None, f"realize {k} missed the schedule cache"
-            assert template in realize._kept, "the hit did not submit a plan kept for its template"
-            plans.add(id(realize.kept_plan(template).plan))
+            assert template in realize._programs, "the hit did not submit its template's captured program"
+            plans.add(id(realize.program_of(template).plan()))
     assert len(plans) == 1  # one Plan, submitted again with other buffers
 
 
