@@ -162,8 +162,8 @@ def run_kernel_pair(steps: int) -> dict:
                 (await step(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))).item()
     trio.run(warm)
     plan = next(r.plans[True] for prog in step._programs.values() for r in prog.records if True in r.plans)
-    calls = [native.batch([plan.runners[i] for i in members if plan.static[i][1] == "kernel"])
-             for members in plan.by_queue]
+    calls = [native.batch([plan.kept[i] for i in members if plan.layout.static[i].kind == "kernel"])
+             for members in plan.layout.by_queue]
 
     def block(call, out: list) -> None:
         times = []

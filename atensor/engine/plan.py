@@ -22,7 +22,7 @@ captured realize, whose plans keep their runners, and submits them on every repl
 `submit`, and this is the only module that hands command lists to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
-- a tiny plan (at most INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
+- a tiny plan (at most layout.py's INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
   a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
   thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
   batches its native kernels into one): eager or replayed, the await then finds it done;
@@ -64,12 +64,12 @@ from typing import Callable, Collection, Optional
 from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
-from atensor.graph.symbolic import evaluate
-from atensor.graph.taskgraph import Copy, Kernel, Task, TaskGraph
+from atensor.graph.taskgraph import Task, TaskGraph
+from atensor.engine.layout import Layout
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.hcq.buffer import Buffer, Clock
-from atensor.hcq.device import Device, all_idle
+from atensor.hcq.device import all_idle
 from atensor.hcq.queue import Command, DependencyFailed, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
@@ -131,25 +131,15 @@ def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: li
                     waits[sig] = (v, old is not None and old[1])
 
 
-# An eager plan of at most this many kernels and copies, touching at most this many bytes and doing at
-# most this many flops, runs on the thread that plans it (the caller's, for a realize planned inline)
-# when every queue it uses is idle and nothing is pending on its buffers: the await then finds its
-# values published and returns without a hand-off to a worker and back (two thread wake-ups, ~100 us
-# on these machines). The bound this keeps: such a plan runs for at most ~50 us (4 numpy kernels of
-# 16 KiB; bench/overhead.py's round trip runs one of 64 bytes in 5-10 us), less than planning it.
-INLINE_MAX_TASKS = 4
-INLINE_MAX_BYTES = 64 << 10
-INLINE_MAX_FLOPS = 1 << 16
-
-
 def execute(graph: TaskGraph) -> Submission:
     """An eager realize's graph, planned and submitted once; returns what to await."""
     return Plan(graph.tasks).submit()
 
 
 class Plan:
-    """`tasks` (a graph's, in topological order) lowered once. `slots` are the buffers that `submit`'s
-    mapping replaces (a captured program's, engine/program.py; none for a graph submitted once).
+    """`tasks` (a graph's, in topological order) lowered once into a `Layout` (engine/layout.py), and the
+    state its submissions keep (runners, address slots, native programs). `slots` are the buffers that
+    `submit`'s mapping replaces (a captured program's, engine/program.py; none for a graph submitted once).
     `keep_runners`: the plan is submitted many times and keeps its runners, rebinding the slots'
     addresses in them (a jit program); without it each submission is an eager realize's (one command
     per task), and runners are made per submission, from the works with the mapped buffers when
@@ -157,100 +147,8 @@ class Plan:
 
     def __init__(self, tasks: list[Task], slots: Collection = frozenset(), copies_on_producer: bool = False,
                  keep_runners: bool = False):
-        self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
-        self.from_slots = bool(slots) and not keep_runners
-        self.once = not keep_runners
-        self.queues: list[Queue] = []
-        queue_index: dict[Queue, int] = {}
-        self.buffers: list[BufferSpec] = []
-        buffer_index: dict[BufferSpec, int] = {}
-        self.task_queue: list[int] = []
-        self.task_pos: list[int] = []
-        # per task: (queue, place) of its newest dependency on each other queue
-        self.waits_inside: list[tuple[tuple[int, int], ...]] = []
-        self.accesses: list[tuple[tuple[int, bool], ...]] = []      # (buffer, reading)
-        self.static: list[tuple[str, str, int, int, tuple[int, ...]]] = []
-        self.read_first: list[tuple[int, str]] = []  # (buffer, task name): read before the graph writes it
-        counts: list[int] = []
-        symbolic = False  # some task's work has Variables: its size at capture bounds no later replay
-        written: set[int] = set()
-        last: dict[tuple[int, int, bool], int] = {}                 # (buffer, queue, write) -> place
-        queue_of: dict[tuple[str, str], Queue] = {}
-        for task in tasks:
-            work = task.work
-            where = (work.device, work.queue)
-            queue = queue_of.get(where)
-            if queue is None:
-                queue = queue_of[where] = Device.get(where[0]).queue(where[1])
-            if copies_on_producer:
-                queue = self._producer_queue(task, queue)
-            qi = queue_index.get(queue)
-            if qi is None:
-                qi = queue_index[queue] = len(self.queues)
-                self.queues.append(queue)
-                counts.append(0)
-            pos = counts[qi]
-            counts[qi] += 1
-            self.task_queue.append(qi)
-            self.task_pos.append(pos)
-            newest: dict[int, int] = {}
-            for dep in task.deps:
-                dq = self.task_queue[dep]
-                if dq != qi and newest.get(dq, -1) < self.task_pos[dep]:
-                    newest[dq] = self.task_pos[dep]
-            self.waits_inside.append(tuple(newest.items()))
-            accesses = []
-            nbytes = 0
-            var_vals = getattr(work, "var_vals", None)
-            symbolic = symbolic or bool(var_vals)
-            for acc in task.accesses:
-                bi = buffer_index.get(acc.buffer)
-                if bi is None:
-                    bi = buffer_index[acc.buffer] = len(self.buffers)
-                    self.buffers.append(acc.buffer)
-                reading = acc.mode == "r"
-                if reading and bi not in written:
-                    self.read_first.append((bi, task.name))
-                accesses.append((bi, reading))
-                last[(bi, qi, not reading)] = pos
-                span = acc.end - acc.start
-                nbytes += span if type(span) is int else evaluate(span, var_vals)
-            for spec in getattr(work, "buffers", ()):  # one without an access (size 0) is swapped too
-                if spec not in buffer_index:
-                    buffer_index[spec] = len(self.buffers)
-                    self.buffers.append(spec)
-            written.update(bi for bi, reading in accesses if not reading)
-            self.accesses.append(tuple(accesses))
-            self.static.append((task.name, work.kind, nbytes, getattr(work, "flops", 0),
-                                tuple(sorted(task.deps))))
-        self.counts = counts
-        self.signals = [q.signal for q in self.queues]
-        self.written_index = sorted(written)  # the buffers some task writes (places in `buffers`)
-        # tiny enough to run on the planning thread itself when its queues are idle (see `submit`)
-        # (a jit replay's too, unless its sizes depend on Variables bound per replay)
-        self.tiny = len(tasks) <= INLINE_MAX_TASKS and (self.once or not symbolic) and \
-            all(type(t.work) in (Kernel, Copy) for t in tasks) and \
-            sum(st[2] for st in self.static) <= INLINE_MAX_BYTES and \
-            sum(st[3] for st in self.static) <= INLINE_MAX_FLOPS
-        self.by_queue: list[list[int]] = [[] for _ in self.queues]
-        for i, qi in enumerate(self.task_queue):
-            self.by_queue[qi].append(i)
-        # per buffer: what it is told once the graph is submitted, (queue, place, write) each
-        grouped: dict[int, list[tuple[int, int, bool]]] = {}
-        for (bi, qi, write), pos in last.items():
-            grouped.setdefault(bi, []).append((qi, pos + 1, write))
-        self.notes = [(bi, tuple(entries)) for bi, entries in grouped.items()]
-        self.tasks = tasks
-        # task i touches a slot: its runner is rebound or made again on each submission
-        self.touched = [any(a.buffer in slots for a in t.accesses) or
-                        any(s in slots for s in getattr(t.work, "buffers", ())) for t in tasks] \
-            if keep_runners and slots else [False] * len(tasks)
-        # a task another queue waits for ends a batch of native kernels (its value is published as
-        # soon as it is done); a task that waits for another queue starts one
-        self.ends_batch = [False] * len(tasks)
-        for i, waits in enumerate(self.waits_inside):
-            for dq, dpos in waits:
-                self.ends_batch[self.by_queue[dq][dpos]] = True
+        self.layout = Layout(tasks, slots, copies_on_producer, keep_runners)
+        self.epoch = self.layout.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
         self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Runner]] = {}
         # per queue: (the ids of the runners it was built of, program)
         self.programs: dict[int, tuple[tuple[int, ...], native.Program]] = {}
@@ -273,28 +171,13 @@ class Plan:
         self.slots: Optional[AddressSlots] = None  # where the swapped buffers' addresses sit (patching.py)
         self.all_native = False
 
-    def _producer_queue(self, task: Task, queue: Queue) -> Queue:
-        """Where a copy between CPU devices runs in the producer layout: on the one queue that made
-        what it copies, or, when no task of the graph made it (an input), on the destination's compute
-        queue (a memcpy of a few hundred KB costs less than handing over to the copy queue's thread and
-        back: two cross-thread wake-ups per copy on a busy machine). Anything else stays."""
-        device = Device.get(task.device)
-        if not isinstance(task.work, Copy) or device.kind != "CPU":
-            return queue
-        if not task.deps:
-            return device.queue("compute") if Device.get(task.work.src.device).kind == "CPU" else queue
-        producers = {self.queues[self.task_queue[d]] for d in task.deps}
-        if len(producers) != 1:
-            return queue
-        producer = producers.pop()
-        return producer if Device.get(producer.device).kind == "CPU" else queue
-
     # ---- runners ---------------------------------------------------------------------------------
     def _lower_runners(self) -> None:
         """Makes every task's runner from its captured work, and finds the address slots of the
         swapped buffers in the native ones (they are kept: each submission rewrites the slots)."""
+        L = self.layout
         start = time.perf_counter_ns()
-        kept = [runner_for(task.work) for task in self.tasks]
+        kept = [runner_for(task.work) for task in L.tasks]
         if collector.is_active():
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
         self.kept = kept
@@ -304,17 +187,18 @@ class Plan:
         self.all_native = all(r is not None and r.native is not None and (r.threads == 1 or threads_ok)
                               for r in kept)
         if self.swapped:
-            patchable = [t and r is not None and r.native is not None for t, r in zip(self.touched, kept)]
-            self.remake = [i for i, t in enumerate(self.touched) if t and not patchable[i]]
+            patchable = [t and r is not None and r.native is not None for t, r in zip(L.touched, kept)]
+            self.remake = [i for i, t in enumerate(L.touched) if t and not patchable[i]]
             self.slots = AddressSlots.find(kept, self.swapped, patchable)
 
     def _runners(self, mapping: dict[BufferSpec, BufferSpec], new_specs: list[BufferSpec]) -> list:
         """This submission's runner per task: the kept ones, pointed at `new_specs` (the swapped
         buffers' replacements) when the last submission is done with them; otherwise (still running)
         fresh runners for the tasks that touch a swapped buffer."""
-        if self.from_slots:  # nothing is kept: each runner is made from its work with this mapping's buffers
+        L = self.layout
+        if L.from_slots:  # nothing is kept: each runner is made from its work with this mapping's buffers
             fill = mapping.__getitem__
-            return [runner_for(fill_slots(task.work, fill)) for task in self.tasks]
+            return [runner_for(fill_slots(task.work, fill)) for task in L.tasks]
         if self.kept is None:
             self._lower_runners()
         for rebind in self.rebinds:  # bound Variables' new values into the kept native blocks
@@ -329,30 +213,31 @@ class Plan:
                 return kept
             runs = kept.copy()
             for i in self.remake:
-                runs[i] = runner_for(swap_buffers(self.tasks[i].work, get))
+                runs[i] = runner_for(swap_buffers(L.tasks[i].work, get))
             return runs
         return [runner_for(swap_buffers(task.work, get)) if touched else run
-                for task, touched, run in zip(self.tasks, self.touched, kept)]
+                for task, touched, run in zip(L.tasks, L.touched, kept)]
 
     # ---- submission ------------------------------------------------------------------------------
     def submit(self, mapping: Optional[dict[BufferSpec, BufferSpec]] = None) -> Submission:
         """Puts the tasks on the queues, with the buffers `mapping` swaps (captured -> new); returns
         what to await. The mapping's keys must be the same on every submission of a plan."""
+        L = self.layout
         mapping = mapping or {}
         if self.swapped is None:  # the buffers of the graph that submissions swap
-            self.swapped_index = [bi for bi, s in enumerate(self.buffers) if s in mapping]
-            self.swapped = [self.buffers[bi] for bi in self.swapped_index]
+            self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
+            self.swapped = [L.buffers[bi] for bi in self.swapped_index]
             # a plan of slots has no buffers of its own (every one is in the mapping)
-            self.fixed_bufs = [] if self.from_slots else [Buffer.of(s) for s in self.buffers]
+            self.fixed_bufs = [] if L.from_slots else [Buffer.of(s) for s in L.buffers]
         new_specs = [mapping[s] for s in self.swapped]
         bufs = self.fixed_bufs
-        if self.from_slots:
+        if L.from_slots:
             bufs = [Buffer.of(spec) for spec in new_specs]
         elif new_specs:
             bufs = bufs.copy()
             for bi, spec in zip(self.swapped_index, new_specs):
                 bufs[bi] = Buffer.of(spec)
-        for bi, name in self.read_first:
+        for bi, name in L.read_first:
             buf = bufs[bi]
             if buf.writes:
                 buf.pending_writes()  # folds a finished write that failed into `failure`
@@ -368,26 +253,26 @@ class Plan:
         # a tiny plan (eager, or a jit replay's) runs here, on the planning thread, when its queues have
         # nothing before it: the caller's await then finds it done, with no hand-off to a worker and no
         # wake-up back (~100-150 us of a one-kernel replay's ~210, measured with bench/jit_replay.py)
-        here: Optional[list] = [] if quiet and self.tiny and all(q.idle() for q in self.queues) else None
+        here: Optional[list] = [] if quiet and L.tiny and all(q.idle() for q in L.queues) else None
         # a replayed plan of one task on an idle queue may start it on this thread (Runner.here: a net
         # command), without the hand-off to the queue's worker and the wake-up back
-        alone = quiet and not self.once and len(self.tasks) == 1 and self.queues[0].idle()
+        alone = quiet and not L.once and len(L.tasks) == 1 and L.queues[0].idle()
         runs = self._runners(mapping, new_specs)
         alone = alone and runs[0] is not None  # a task that runs nothing (on a NULL device) has no runner
         # a replay of more tasks whose queue starts with a net command that waits for nothing may
         # start that collective on this thread once every list is submitted, while the workers wake
-        lead = None if alone or not quiet or self.once else self._lead(runs)
-        bases = [queue.reserve(count) for queue, count in zip(self.queues, self.counts)]
-        signals = self.signals
-        base_id = take_task_ids(len(self.tasks))
-        placed: list = [None] * len(self.tasks)
+        lead = None if alone or not quiet or L.once else self._lead(runs)
+        bases = [queue.reserve(count) for queue, count in zip(L.queues, L.counts)]
+        signals = L.signals
+        base_id = take_task_ids(len(L.tasks))
+        placed: list = [None] * len(L.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
         sub = Submission(placed=placed)
-        self.last_final = list(zip(signals, [b + c for b, c in zip(bases, self.counts)]))
+        self.last_final = list(zip(signals, [b + c for b, c in zip(bases, L.counts)]))
         # a replay batches its native kernels (run here too when its one queue's are: one foreign call)
-        batching = quiet and not profiling and not self.once and (here is None or len(self.queues) == 1)
+        batching = quiet and not profiling and not L.once and (here is None or len(L.queues) == 1)
         if batching and here is None and self.all_native and native.programs_available():
-            slots = [native.timeline_slot(q) for q in self.queues]
+            slots = [native.timeline_slot(q) for q in L.queues]
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
                 self._note_program(bufs, signals, bases)
@@ -405,7 +290,7 @@ class Plan:
         # queue by queue, each list handed over as soon as it is built: the first device starts while
         # the next one's list is made (waits across queues are by value, so the order is free)
         lists = []
-        for qi, members in enumerate(self.by_queue):
+        for qi, members in enumerate(L.by_queue):
             own = signals[qi]
             commands: list[Command] = []
             group: list[tuple[int, Runner]] = []  # native kernels run as one command
@@ -413,29 +298,29 @@ class Plan:
                 run = runs[i]
                 if batching:
                     if run is not None and run.native is not None and run.threads == 1:
-                        if group and self.waits_inside[i]:
+                        if group and L.waits_inside[i]:
                             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
                         group.append((i, run))
-                        if self.ends_batch[i]:
+                        if L.ends_batch[i]:
                             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
                         continue
                     self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
-                value = bases[qi] + self.task_pos[i] + 1
+                value = bases[qi] + L.task_pos[i] + 1
                 if quiet:
                     waits = tuple([(signals[dq], bases[dq] + dpos + 1, True)
-                                   for dq, dpos in self.waits_inside[i]])
+                                   for dq, dpos in L.waits_inside[i]])
                 else:
                     waits = self._waits(i, own, signals, bases, before)
-                name, kind, nbytes, flops, deps = self.static[i]
+                name, kind, nbytes, flops, deps = L.static[i]
                 commands.append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
                                         tuple([base_id + d for d in deps]) if profiling else ()))
-                placed[i] = (own, value, self.tasks[i])
+                placed[i] = (own, value, L.tasks[i])
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
-            queue = self.queues[qi]
-            sub.final[queue] = bases[qi] + self.counts[qi]
+            queue = L.queues[qi]
+            sub.final[queue] = bases[qi] + L.counts[qi]
             if here is not None:  # one command per task, or (one queue) per batch, in task order
                 here.extend((members[k], queue, command) for k, command in enumerate(commands))
-            elif self.once:
+            elif L.once:
                 lists.append((queue, commands))  # handed over once every buffer is told (below)
             elif alone and runs[0].here is not None:
                 queue.start_here(commands[0], runs[0].here, commands)  # done here, or submitted by it
@@ -454,33 +339,36 @@ class Plan:
     def _lead(self, runs: list) -> Optional[Callable[[Callable[[], None], bool], bool]]:
         """The `Runner.here` of a task that is the first of its idle queue and waits for no other
         queue's (a net command), else None; called before values are reserved."""
-        for qi, members in enumerate(self.by_queue):
+        L = self.layout
+        for qi, members in enumerate(L.by_queue):
             first = runs[members[0]]
-            if first is not None and first.here is not None and not self.waits_inside[members[0]] \
-                    and self.queues[qi].idle():
+            if first is not None and first.here is not None and not L.waits_inside[members[0]] \
+                    and L.queues[qi].idle():
                 return first.here
         return None
 
     def _note(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
         """Tells each buffer the values of its last write and last read per queue in this submission."""
-        for bi, entries in self.notes:
+        L = self.layout
+        for bi, entries in L.notes:
             bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
 
     def _note_program(self, bufs: list[Buffer], signals: list[Signal], bases: list[int]) -> None:
         """`_note` for a submission of native programs (nothing in it can fail): the buffers every
         replay touches follow the plan's clock, told once, so only the clock and the swapped buffers
         learn this submission's values."""
+        L = self.layout
         if self.clock is None:
             self.clock = Clock(signals, self)
             swapped = set(self.swapped_index)
-            for bi, entries in self.notes:
+            for bi, entries in L.notes:
                 if bi not in swapped:
                     self.fixed_bufs[bi].follow(self.clock, tuple((qi, off) for qi, off, w in entries if w),
                                                tuple((qi, off) for qi, off, w in entries if not w))
-            self.swapped_notes = [(bi, entries) for bi, entries in self.notes if bi in swapped]
-            self.written_fixed = [self.fixed_bufs[bi] for bi, entries in self.notes
+            self.swapped_notes = [(bi, entries) for bi, entries in L.notes if bi in swapped]
+            self.written_fixed = [self.fixed_bufs[bi] for bi, entries in L.notes
                                   if bi not in swapped and any(w for _, _, w in entries)]
-        self.clock.advance(bases, [b + c for b, c in zip(bases, self.counts)])
+        self.clock.advance(bases, [b + c for b, c in zip(bases, L.counts)])
         for buf in self.written_fixed:
             buf.overwritten()
         for bi, entries in self.swapped_notes:
@@ -491,9 +379,10 @@ class Plan:
         """Every task is native: each queue gets one command, a native program whose waits on other
         queues and whose values other queues wait for go through the C timelines (native.Program).
         Returns the (queue, command list) pairs to submit."""
+        L = self.layout
         lists = []
         bases_c = (ctypes.c_uint64 * len(bases))(*bases)
-        for qi, members in enumerate(self.by_queue):
+        for qi, members in enumerate(L.by_queue):
             ids = tuple([id(runs[i]) for i in members])
             kept = self.programs.get(qi)
             program = kept[1] if kept is not None and kept[0] == ids else None
@@ -501,25 +390,25 @@ class Plan:
                 ops: list[tuple[int, int, int, int]] = []
                 program_runs: list = []
                 for i in members:
-                    for dq, dpos in self.waits_inside[i]:
+                    for dq, dpos in L.waits_inside[i]:
                         ops.append((native.WAIT, slots[dq], dq, dpos + 1))
                         program_runs.append(None)
                     ops.append((native.RUN, 0, 0, 0))
                     program_runs.append(runs[i])
-                    if self.ends_batch[i]:  # another queue waits for it
-                        ops.append((native.PUBLISH, slots[qi], qi, self.task_pos[i] + 1))
+                    if L.ends_batch[i]:  # another queue waits for it
+                        ops.append((native.PUBLISH, slots[qi], qi, L.task_pos[i] + 1))
                         program_runs.append(None)
                 program = native.Program(ops, program_runs)
                 self.programs[qi] = (ids, program)  # valid while these runners are the ones in use
             else:
                 program.retune()  # the measured thread counts for this run
             first = members[0]
-            value = bases[qi] + self.counts[qi]
+            value = bases[qi] + L.counts[qi]
             name, nbytes, flops = self._program_summary(qi)
             own = signals[qi]
             for i in members:
-                placed[i] = (own, value, self.tasks[i])
-            queue = self.queues[qi]
+                placed[i] = (own, value, L.tasks[i])
+            queue = L.queues[qi]
             sub.final[queue] = value
             lists.append((queue, [Command(value, (), program.bind(bases_c), name, "kernel", base_id + first,
                                           nbytes, flops, ())]))
@@ -527,19 +416,21 @@ class Plan:
 
     def _program_summary(self, qi: int) -> tuple[str, int, int]:
         """The name, bytes and flops of queue qi's program command (the same on every submission)."""
+        L = self.layout
         found = self.summaries.get(qi)
         if found is None:
-            members = self.by_queue[qi]
+            members = L.by_queue[qi]
             first = members[0]
-            name = self.static[first][0] if len(members) == 1 else \
-                f"{len(members)} tasks from {self.static[first][0]}"
-            found = self.summaries[qi] = (name, sum(self.static[i][2] for i in members),
-                                          sum(self.static[i][3] for i in members))
+            name = L.static[first].name if len(members) == 1 else \
+                f"{len(members)} tasks from {L.static[first].name}"
+            found = self.summaries[qi] = (name, sum(L.static[i].nbytes for i in members),
+                                          sum(L.static[i].flops for i in members))
         return found
 
     def _flush(self, group: list[tuple[int, Runner]], commands: list[Command], base: int,
                base_id: int, signals: list[Signal], bases: list[int], placed: list, own: Signal) -> None:
         """The native kernels of `group` ((task, runner) pairs) as one command; empties it."""
+        L = self.layout
         if not group:
             return
         tasks = [i for i, _ in group]
@@ -551,24 +442,25 @@ class Plan:
         if run is None:
             run = group[0][1] if len(group) == 1 else native.batch([r for _, r in group])
             self.batches[key] = (ids, run)  # valid while these runners are the ones in use
-        waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in self.waits_inside[first]])
-        value = base + self.task_pos[last] + 1
-        name = self.static[first][0] if len(group) == 1 else f"{len(group)} kernels from {self.static[first][0]}"
-        nbytes = sum(self.static[i][2] for i in tasks)
-        flops = sum(self.static[i][3] for i in tasks)
+        waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in L.waits_inside[first]])
+        value = base + L.task_pos[last] + 1
+        name = L.static[first].name if len(group) == 1 else f"{len(group)} kernels from {L.static[first].name}"
+        nbytes = sum(L.static[i].nbytes for i in tasks)
+        flops = sum(L.static[i].flops for i in tasks)
         commands.append(Command(value, waits, run, name, "kernel", base_id + first, nbytes, flops, ()))
         for i in tasks:
-            placed[i] = (own, value, self.tasks[i])
+            placed[i] = (own, value, L.tasks[i])
         group.clear()
 
     def _waits(self, i: int, own: Signal, signals: list[Signal], bases: list[int],
                before: list[tuple[list, list]]) -> tuple:
         """Task i's waits: on the graph's tasks of other queues, and on work still pending on its
         buffers (reads wait for pending writes; writes also for pending reads)."""
+        L = self.layout
         waits: dict = {}
-        for dq, dpos in self.waits_inside[i]:
+        for dq, dpos in L.waits_inside[i]:
             waits[signals[dq]] = (bases[dq] + dpos + 1, True)
-        for bi, reading in self.accesses[i]:
+        for bi, reading in L.accesses[i]:
             wait_for_pending(waits, own, reading, *before[bi])
         return tuple([(s, v, c) for s, (v, c) in waits.items()])
 

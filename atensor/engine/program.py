@@ -96,7 +96,7 @@ class CapturedProgram:
     def written(self, mapping: dict[Any, BufferSpec]) -> list[BufferSpec]:
         """The buffers a submission with `mapping` writes."""
         plan = self.plan()
-        return [mapping.get(spec, spec) for spec in (plan.buffers[bi] for bi in plan.written_index)]
+        return [mapping.get(spec, spec) for spec in (plan.layout.buffers[bi] for bi in plan.layout.written_index)]
 
 
 __all__ = ["CapturedProgram"]

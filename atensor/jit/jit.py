@@ -77,7 +77,7 @@ from atensor.tensor.autograd import grad_disabled
 
 # replays of at most this many tasks are planned on the calling (event loop) thread: ~15-20 us a task,
 # so at most a few ms of loop time
-INLINE_MAX_TASKS = 200
+INLINE_MAX_REPLAY_TASKS = 200
 
 
 class JitError(RuntimeError):
@@ -445,7 +445,7 @@ class Jit:
             # a small replay is submitted from this thread (it costs less than the hand-off to the
             # dispatcher and back); a big one would stall the event loop, and so would lowering a plan
             # (the first replay, or the first after kernels were compiled): those go to the dispatcher
-            if program.tasks > INLINE_MAX_TASKS or not all(r.lowered() for r in program.records) \
+            if program.tasks > INLINE_MAX_REPLAY_TASKS or not all(r.lowered() for r in program.records) \
                     or not dispatcher.run_inline(job):
                 # queued behind other work: its buffers count as in flight until it is planned, so a
                 # sync accessor does not read them meanwhile

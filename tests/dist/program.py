@@ -64,7 +64,7 @@ def native_program_queues(jitted: Any) -> list[str]:
         for record in captured.records:
             plan = record.plans.get(True)
             if plan is not None:
-                names.update(f"{plan.queues[qi].device}/{plan.queues[qi].kind}" for qi in plan.programs)
+                names.update(f"{plan.layout.queues[qi].device}/{plan.layout.queues[qi].kind}" for qi in plan.programs)
     return sorted(names)
 
 

@@ -239,11 +239,11 @@ async def test_the_event_loop_keeps_ticking_while_replays_run():
 
 
 async def test_a_big_replay_goes_through_the_dispatcher_and_gives_the_same_values():
-    from atensor.jit.jit import INLINE_MAX_TASKS
+    from atensor.jit.jit import INLINE_MAX_REPLAY_TASKS
 
     @atensor.jit
     async def many(x: Tensor) -> list[Tensor]:
-        return [(x * (i + 1)).contiguous().sum() for i in range(INLINE_MAX_TASKS + 20)]
+        return [(x * (i + 1)).contiguous().sum() for i in range(INLINE_MAX_REPLAY_TASKS + 20)]
 
     for seed in range(5):
         x = _data(seed, (8,))
