@@ -334,6 +334,20 @@ def _run_records(records: list[_Record], mapping: dict[BufferSpec, BufferSpec],
     return total
 
 
+def _own_variables(task: Task) -> Task:
+    """`task`, with a kernel that has variables given a `var_vals` dict of its own: a replay rebinds
+    the program's dicts in place (`_Program.bind`), and the captured kernel may share its dict with a
+    schedule-cache template (a graph instantiated from one copies works shallowly), whose eager hits
+    would then run at the replay's values (issue 40)."""
+    work = task.work
+    if not getattr(work, "var_vals", None):
+        return task
+    own = object.__new__(type(work))
+    own.__dict__.update(work.__dict__)
+    own.var_vals = dict(work.var_vals)
+    return Task(task.id, own, task.accesses, set(task.deps))
+
+
 def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
              result_shape: Any) -> _Program:
     """The program of a captured call: `records` are the schedules it ran (and its random draws); the
@@ -351,7 +365,7 @@ def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
     written: set[BufferSpec] = set()
     accessed: set[BufferSpec] = set()
     for rec in records:
-        tasks = list(rec.graph.tasks)
+        tasks = [_own_variables(t) for t in rec.graph.tasks]
         touched = [any(a.buffer in substituted for a in t.accesses) or
                    any(s in substituted for s in getattr(t.work, "buffers", ())) for t in tasks]
         written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
