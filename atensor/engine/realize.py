@@ -119,6 +119,13 @@ class Storage:
         return found
 
 
+def in_flight(node: Node) -> bool:
+    """True when `node` views the storage of a realize that is issued but not yet planned (its ASSIGN
+    is claimed, atensor/ledger/)."""
+    base = node.src[0] if node.op is Ops.VIEW else node
+    return base.op is Ops.ASSIGN and ledger.claimed(versions.storage_of(base))
+
+
 def _needs_storage(node: Node) -> bool:
     if node.op is Ops.MULTI:
         return any(_storage_base(s) is None for s in node.src)

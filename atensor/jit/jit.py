@@ -60,13 +60,14 @@ from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.plan import Plan, Submission
 from atensor.tensor import rng
-from atensor.jit.callkey import call_key, only_plain_values_differ
+from atensor.jit.callkey import (ProgramKey, _graph_of, _input_key, _is_stored, _leaves, difference,
+                                 only_plain_values_differ, program_key)
 from atensor.hcq import loop
 from atensor.hcq.host import Job, dispatcher
-from atensor.engine.handle import RealizeHandle, Recording, recording
+from atensor.engine.handle import RealizeHandle, Recording, planned_so_far, recording
+from atensor.engine.realize import in_flight
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-from atensor.sched import cache
 from atensor.ledger import versions
 from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor.tensor import Tensor
@@ -128,37 +129,6 @@ def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
     return tuple(items) if kind == "tuple" else items
 
 
-def _is_stored(node: Node) -> bool:
-    """True when `node` only views realized buffers (no computation, no pending assign)."""
-    return all(n.op in (Ops.BUFFER, Ops.VIEW, Ops.MULTI) for n in toposort([node]))
-
-
-def _graph_of(node: Node) -> list[Node]:
-    """toposort([node]), at once for the common argument: a view of one buffer."""
-    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER:
-        return [node.src[0], node]
-    return [node] if node.op is Ops.BUFFER else toposort([node])
-
-
-def _input_key(graph: list[Node]) -> tuple:
-    """`cache.graph_key(graph).key`, at once for the common argument: a buffer, or one node (a view)
-    of one buffer (the same tuple: tests/engine/test_jit_tiny_replay.py checks it)."""
-    first = graph[0]
-    if first.op is Ops.BUFFER and len(graph) <= 2:
-        spec = first.arg[0]
-        leaf = (Ops.BUFFER, first.dtype, 0, spec.device, spec.size)
-        if len(graph) == 1:
-            return (leaf, ())
-        node = graph[1]
-        if node.src == (first,):
-            return (leaf, (node.op, node.dtype, node.arg, (0,)), ())
-    return cache.graph_key(graph).key
-
-
-def _leaves(node: Node) -> list[Node]:
-    return [n for n in toposort([node]) if n.op is Ops.BUFFER]
-
-
 # ---- a captured call ----------------------------------------------------------------------------------
 @dataclass
 class _Record:
@@ -208,7 +178,7 @@ class _Program:
     written: frozenset[BufferSpec]    # every buffer a replay writes (captured names)
     tasks: int                        # tasks per replay, all records together
     accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
-    keys: list[Optional[tuple]]       # each record's graph structure and each draw: what a call repeats
+    keys: ProgramKey                  # each realize's tasks and each draw: what a call repeats
     draws: list[rng.Draw]             # the random draws the call made, redrawn on every replay
     verified: bool = False
     result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
@@ -373,7 +343,7 @@ def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
         kept.append(_Record(tasks, touched, tuple(rec.assigned)))
     var_vals = [t.work.var_vals for r in kept for t in r.tasks if getattr(t.work, "var_vals", None)]
     return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
-                    sum(len(r.tasks) for r in kept), frozenset(accessed), call_key(records),
+                    sum(len(r.tasks) for r in kept), frozenset(accessed), program_key(records, inputs),
                     list(records.draws), var_vals=var_vals)
 
 
@@ -473,6 +443,11 @@ class Jit:
             tensors = []
             shape = _flatten((args, kwargs), tensors, values)
         nodes = [t.node for t in tensors]
+        if any(in_flight(n) for n in nodes):  # `x.realize()` not yet planned: its buffer, once it is
+            barrier = planned_so_far()
+            if barrier is not None:
+                yield _WAIT, barrier
+            nodes = [t.node for t in tensors]
         graphs = [_graph_of(n) for n in nodes]
         key = (shape, tuple([_input_key(g) for g in graphs]), Tensor.training, grad_disabled())
         program = self._programs.get(key)
@@ -528,8 +503,8 @@ class Jit:
                 except Exception:  # noqa: BLE001 - not this call's error; see above
                     pass
         records = Recording(BufferSpec.last_uid() + 1)  # realized values of earlier calls are not read
+        inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
         if program is None:
-            inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
             self._capturing.add(key)
             try:
                 result, outs, result_shape = yield from self._run(tensors, records)
@@ -541,14 +516,15 @@ class Jit:
                 self._programs.popitem(last=False)
             return result
         result, _, _ = yield from self._run(tensors, records)
-        if call_key(records) != program.keys:
+        found = program_key(records, inputs)
+        if found != program.keys:
             del self._programs[key]
             raise JitError(
-                f"atensor.jit: {self._name} built different graphs on two calls with the same arguments "
-                f"({len(program.records)} realizes and {len(program.draws)} random draws, then "
-                f"{len(records)} and {len(records.draws)}), so it cannot be replayed. Python numbers that "
-                f"change between calls do this: pass such values in as tensors (or bound Variables), or do "
-                f"not jit the function")
+                f"atensor.jit: {self._name} ran different programs on two calls with the same arguments, so "
+                f"it cannot be replayed: {difference(program.keys, found)}. A value that changes between "
+                f"calls (a Python number baked into the graph, a branch, another tensor read from Python "
+                f"state) does this: pass such values in as tensors (or bound Variables), or do not jit "
+                f"the function")
         program.verified = True
         kernels = _native_candidates(program.records)
         if kernels and self.compile == "background":
@@ -581,13 +557,18 @@ class Jit:
                 lazy = [t for t in tensors if not _is_stored(t.node)]
                 if lazy:
                     yield _WAIT, lazy[0]._dispatch(tuple(lazy[1:]))
-            before = {id(head) for head in versions.pending_heads()}
+            before = set(versions.pending_heads())
             result = yield _CALL, None
             outs: list[Tensor] = []
             result_shape = _flatten(result, outs)
             # the assigns the call issued are realized with its results, so that they are recorded and
-            # every replay performs them: a KV-cache write that no result reads is still a write
-            issued = [Tensor(head) for head in versions.pending_heads() if id(head) not in before]
+            # every replay performs them: a KV-cache write that no result reads is still a write. Which
+            # ones are left must not depend on timing: once every realize the call issued is planned,
+            # the pending heads are exactly those none of them took along, in the order they were set
+            barrier = planned_so_far()
+            if barrier is not None:
+                yield _WAIT, barrier
+            issued = [Tensor(head) for head in versions.pending_heads() if head not in before]
             if outs or issued:
                 work = outs + issued
                 yield _WAIT, work[0]._dispatch(tuple(work[1:]))
