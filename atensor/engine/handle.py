@@ -115,6 +115,18 @@ class RealizeHandle:
             raise_kept(err)
 
 
+def planned_so_far() -> Optional[RealizeHandle]:
+    """A handle that is done once every realize issued so far is planned and committed (not run), or
+    None when the dispatcher had nothing queued: from then on the ledger's pending heads are the
+    assigns no issued realize takes along, whichever thread planned them and when (jit/jit.py collects
+    them so; an input realized just before a jitted call is its buffer after it)."""
+    job = Job(lambda: None, [], [])
+    if dispatcher.run_inline(job):
+        return None
+    dispatcher.submit(job)
+    return RealizeHandle(job, None)
+
+
 def raise_kept(err: BaseException) -> NoReturn:
     """Raises a failure that a signal or a job keeps for whoever waits on it, as a copy with the same
     type, arguments, cause and traceback. Why a copy: raising an object extends its traceback with
@@ -137,4 +149,4 @@ def raise_kept(err: BaseException) -> NoReturn:
         del fresh, err
 
 
-__all__ = ["NotRealizedError", "RealizeHandle", "Recording", "recording"]
+__all__ = ["NotRealizedError", "RealizeHandle", "planned_so_far"]

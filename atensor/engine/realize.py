@@ -2,18 +2,22 @@
 
 Why a module of its own: `Tensor.realize()` only says what to realize (tensor/tensor.py); `realize` here
 issues it, and the dispatcher thread (engine/dispatch.py) runs `_prepare` later, off the event loop (or the
-caller does at once, for a small graph while the dispatcher is idle): an output buffer and an
-ASSIGN root per computed tensor, then scheduling (sched/), the race and bounds proofs, commit, and
+caller does at once, for a small graph while the dispatcher is idle): each computed tensor's storage
+(a buffer and the ASSIGN into it), then scheduling (sched/), the race and bounds proofs, commit, and
 execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
 schedule-cache template (`program_of`: a CapturedProgram, engine/program.py) with its own buffers in the template's slots, so it is neither
 built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the schedules that this path ran
 and keeps their plans.
 
-A tensor is never written from the dispatcher thread except its `_swap` slot: the tensor takes its
-new node (a view of its storage) the next time its node is read.
+When a tensor's storage is decided: when `realize()` is called (a `Storage` on the tensor's `_swap`
+slot), not when the realize is planned. Deciding it at planning let a write issued meanwhile
+(`c[0:1].assign(v)` right after `c.realize()`) see a pure value and give it storage of its own, so
+the write was lost or not depending on which thread planned the realize (issue 33). The Storage is
+made by whichever thread needs it first; the dispatcher never writes a tensor's node.
 """
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from typing import Any, Optional
@@ -60,18 +64,96 @@ INLINE_MAX_NODES = 64
 
 def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     """Issues the realize of `captured` ((tensor, its node) pairs) and returns the handle to await
-    (it returns `result`). Small graphs are planned and submitted here, on the caller's thread, when
-    nothing is queued before them; the others (and any realize while race proofs are on: z3 takes
-    milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in issue order."""
+    (it returns `result`). Each computed tensor's storage is fixed here (a `Storage`, made by the
+    first thread that needs it), so a write into the tensor or into a view of it issued before this
+    realize completes lands in the tensor's buffer, ordered after it, whichever thread plans the
+    realize and whenever (docs/semantics.md, rule 3). Small graphs are planned and submitted here,
+    when nothing is queued before them; the others (and any realize while race proofs are on: z3
+    takes milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in
+    issue order."""
+    items: list[tuple[Node, Optional[Storage]]] = []
+    given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
+    for t, node in captured:
+        storage = t._swap if isinstance(t._swap, Storage) and t._swap.lazy is node else None
+        if storage is None and _needs_storage(node):
+            storage = t._swap = Storage(node)
+        if storage is None:
+            given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
+        items.append((node, storage))
+    ledger.claim(given)
     pending = versions.pending_heads()
     job = Job(None, [], [])
     job.record = recording.get()
-    job.plan = lambda: _prepare(job, captured, pending)
+    job.plan = lambda: _prepare(job, items, given, pending)
     if settings.racecheck or settings.native == "all" \
-            or not _small([n for _, n in captured] + pending, INLINE_MAX_NODES) \
+            or not _small([n for n, _ in items] + pending, INLINE_MAX_NODES) \
             or not dispatcher.run_inline(job, keep_error=True):
         dispatcher.submit(job)
     return RealizeHandle(job, result)
+
+
+# one lock for every Storage: making one takes microseconds, and two threads rarely want one at once
+_storage_lock = threading.Lock()
+
+
+class Storage:
+    """The storage a realize gives a computed tensor: a new buffer and the pending ASSIGN into it that
+    computes the tensor's value (per shard for a sharded tensor). It is fixed when `realize()` is
+    called and made by whichever thread needs it first: the tensor's own thread the moment it reads
+    the tensor's node (to view it or to assign into it: Tensor.node), or the realize's planning.
+    Made once, under `_storage_lock`; the ASSIGN is claimed by the realize (atensor/ledger/) from the
+    start. Why not make it in `realize()` at once: realizing 3,000 tensors would then build 9,000
+    nodes on the event loop's thread (~0.3 s measured on the 2-core CI machine), where this costs
+    one small object per tensor."""
+    __slots__ = ("lazy", "_node")
+
+    def __init__(self, lazy: Node):
+        self.lazy = lazy
+        self._node: Optional[Node] = None
+
+    def node(self) -> Node:
+        """The tensor's node with storage: a view of the pending ASSIGN into its buffer."""
+        found = self._node
+        if found is None:
+            with _storage_lock:
+                found = self._node
+                if found is None:
+                    found = self._node = _with_storage(self.lazy)
+        return found
+
+
+def in_flight(node: Node) -> bool:
+    """True when `node` views the storage of a realize that is issued but not yet planned (its ASSIGN
+    is claimed, atensor/ledger/)."""
+    base = node.src[0] if node.op is Ops.VIEW else node
+    return base.op is Ops.ASSIGN and ledger.claimed(versions.storage_of(base))
+
+
+def _needs_storage(node: Node) -> bool:
+    if node.op is Ops.MULTI:
+        return any(_storage_base(s) is None for s in node.src)
+    return _storage_base(node) is None
+
+
+def _with_storage(node: Node) -> Node:
+    """`node` with storage: itself when it views storage (a buffer, or a pending assign into one),
+    else a view of a new buffer whose pending ASSIGN (claimed) computes `node`."""
+    if node.op is Ops.MULTI:
+        parts = tuple(_with_storage(s) for s in node.src)
+        return node if parts == node.src else Node.make(Ops.MULTI, node.dtype, parts, node.arg)
+    if _storage_base(node) is not None:
+        return node
+    spec = BufferSpec(node.device, node.size, node.dtype)
+    view = View.create((node.size,)).reshape(node.shape)
+    root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), view)
+    versions.set_head(spec, root, claimed=True)
+    return root.view(view)
+
+
+def _assign_bases(node: Node) -> list[Node]:
+    """The pending ASSIGNs a node with storage views (one per shard), which its realize computes."""
+    parts = node.src if node.op is Ops.MULTI else (node,)
+    return [b for p in parts if (b := p.base()).op is Ops.ASSIGN]
 
 
 def _small(nodes: list[Node], limit: int) -> bool:
@@ -91,62 +173,35 @@ def _small(nodes: list[Node], limit: int) -> bool:
     return True
 
 
-def _prepare(job: Job, captured: list[tuple[Any, Node]], pending: list[Node]) -> Optional[Submission]:
-    """The part of a realize that runs on the dispatcher thread: an output buffer and an ASSIGN root
-    per computed tensor, then scheduling and submission. `realize()` itself only records what to
-    realize, so realizing 10,000 tensors does not hold the event loop; each tensor takes its storage
-    the next time its node is read (the dispatcher never writes a tensor's node: only its `_swap`)."""
-    roots: list[Node] = []
-    made: list[Node] = []
-    swaps: list[tuple[Any, tuple[Node, Node]]] = []
-    for t, node in captured:
-        if node.op is Ops.MULTI:  # a sharded tensor: every shard is an output of this realize
-            parts = tuple(_realize_part(s, roots, job.wait_for, job.done_buffers, made) for s in node.src)
-            new = Node.make(Ops.MULTI, node.dtype, parts, node.arg)
-        else:
-            new = _realize_part(node, roots, job.wait_for, job.done_buffers, made)
-        if new is not node:
-            swaps.append((t, (node, new)))
+def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[tuple[BufferSpec, Node]],
+             pending: list[Node]) -> Optional[Submission]:
+    """The part of a realize that runs on the dispatcher thread (or inline): each tensor's storage
+    (made here unless its thread made it already), the output buffers, then scheduling and
+    submission. If it fails before anything is committed, the ASSIGNs that storage holds stay claimed
+    (no later realize or jit capture takes them along) and the tensors keep them: realizing one again
+    raises again. The pending assigns it was given are pending again (their claims given back)."""
+    bases: dict[int, Node] = {}
+    for node, storage in items:
+        stored = storage.node() if storage is not None else node
+        for part in stored.src if stored.op is Ops.MULTI else (stored,):
+            base = _storage_base(part)
+            if base is None:
+                continue
+            if base.op is Ops.BUFFER:
+                job.wait_for.append(Buffer.of(base.arg[0]))
+            else:
+                bases.setdefault(id(base), base)
+    roots = list(bases.values())
+    for root in roots:
+        buf = Buffer.of(versions.storage_of(root))
+        buf.hold(1)
+        job.done_buffers.append(buf)
+        job.wait_for.append(buf)
     try:
-        submission = _plan(roots, pending, job.record) if roots else None
+        return _plan(roots, pending, job.record) if roots else None
     except BaseException:
-        # the tensors keep their lazy nodes (realizing them again raises again, not reads nothing);
-        # the output buffers this realize made hold nothing: their ASSIGNs must not stay pending, or
-        # every later realize and jit capture would try them again and fail with this error
-        for root in made:
-            versions.drop_head(versions.storage_of(root), root)
+        ledger.unclaim(given)
         raise
-    for t, swap in swaps:  # only a realize that was submitted gives its tensors their storage
-        t._swap = swap
-    return submission
-
-
-def _realize_part(node: Node, roots: list[Node], wait_for: list[Buffer], outputs: list[Buffer],
-                  made: Optional[list[Node]] = None) -> Node:
-    """Adds what realizing the single-device `node` needs to `roots`, `wait_for` and `outputs` (and
-    to `made` the ASSIGNs into output buffers made here); returns the node the tensor holds
-    afterwards (a view of its storage)."""
-    base = _storage_base(node)
-    if base is not None and base.op is Ops.BUFFER:
-        wait_for.append(Buffer.of(base.arg[0]))
-        return node
-    if base is not None:  # a pending assign: realize it
-        root = base
-        spec = versions.storage_of(base)
-    else:
-        spec = BufferSpec(node.device, node.size, node.dtype)
-        view = View.create((node.size,)).reshape(node.shape)
-        root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), view)
-        versions.set_head(spec, root)
-        if made is not None:
-            made.append(root)
-        node = root.view(view)
-    roots.append(root)
-    buf = Buffer.of(spec)
-    buf.hold(1)
-    outputs.append(buf)
-    wait_for.append(buf)
-    return node
 
 
 def _plan(roots: list[Node], pending: Optional[list[Node]] = None,

@@ -410,6 +410,9 @@ def _scatter_rule(ctx: Node, ret: Node) -> Grads:
     if ret.arg == "set":  # overwritten elements of the base get none
         written = Node.make(Ops.SCATTER, ctx.dtype, (zeros_like(base), index, _const(values, 1.0)), "set")
         return (written.alu(Ops.CMPNE, zeros_like(base)).alu(Ops.WHERE, zeros_like(ctx), ctx), None, at_index)
+    if ret.arg == "prod":  # made only for integers and bools (tensor/indexing.py), which have no gradient
+        raise GraphError("a SCATTER with reduce 'prod' has no gradient rule; floats scatter their products "
+                         "through sums of logarithms, which do")
     # "max": whichever of the base element and the values written there equals the result gets it
     won = values.alu(Ops.CMPEQ, Node.make(Ops.GATHER, ret.dtype, (ret, index)))
     return (base.alu(Ops.CMPEQ, ret).alu(Ops.WHERE, ctx, zeros_like(ctx)), None,

@@ -411,9 +411,9 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
             raise GraphError(f"{op.name} needs a flat source and an integer index, got shape {src[0].shape} "
                              f"and index dtype {src[1].dtype.name}")
         if op is Ops.SCATTER and (src[2].shape != src[1].shape or src[2].dtype != src[0].dtype
-                                  or arg not in ("set", "sum", "max")):
+                                  or arg not in ("set", "sum", "max", "prod")):
             raise GraphError(f"SCATTER: values {src[2].shape} {src[2].dtype.name} must match index {src[1].shape} "
-                             f"and base dtype {src[0].dtype.name}; reduce {arg!r} must be set, sum or max")
+                             f"and base dtype {src[0].dtype.name}; reduce {arg!r} must be set, sum, max or prod")
         if any(s.device != src[0].device and "kernel" not in (s.device, src[0].device) for s in src):
             raise GraphError(f"{op.name} on tensors of different devices: move them with .to(device) first")
         return (src[1].shape if op is Ops.GATHER else src[0].shape), src[0].device

@@ -27,7 +27,7 @@ class Ops(Enum):
     # indexing (tensor/indexing.py): data-dependent positions into a flat (N,) source, 0-based; an index
     # outside [0, N) reads 0 (GATHER) or writes nothing (SCATTER)
     GATHER = auto()      # src (source (N,), index): out[p] = source[index[p]]; shape of index
-    SCATTER = auto()     # src (base (N,), index, values of index's shape), arg "set"/"sum"/"max": (N,)
+    SCATTER = auto()     # src (base (N,), index, values of index's shape), arg "set"/"sum"/"max"/"prod": (N,)
     # movement: arg View; never copies
     VIEW = auto()
     # realization

@@ -113,16 +113,17 @@ def gather_fn(source: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 def scatter_fn(base: np.ndarray, index: np.ndarray, values: np.ndarray, reduce: str) -> np.ndarray:
     """A copy of the flat `base` with `values` written at `index` ("set": the last write to a position
-    wins), added ("sum") or maxed ("max") into it; indices outside [0, len(base)) write nothing."""
+    wins), added ("sum"), maxed ("max") or multiplied ("prod": exact in integers, wrapping as numpy and
+    torch do) into it; indices outside [0, len(base)) write nothing."""
     out = np.array(base, copy=True)
     valid = (index >= 0) & (index < base.shape[0])
     at, vals = index[valid], np.asarray(values)[valid]
     if reduce == "set":
         out[at] = vals
-    elif out.dtype == np.bool_:
-        np.logical_or.at(out, at, vals)  # sum and max of bools are both "any"
+    elif out.dtype == np.bool_:  # sum and max of bools are both "any", prod is "all"
+        (np.logical_and if reduce == "prod" else np.logical_or).at(out, at, vals)
     else:
-        (np.add if reduce == "sum" else np.maximum).at(out, at, vals)
+        {"sum": np.add, "max": np.maximum, "prod": np.multiply}[reduce].at(out, at, vals)
     return out
 
 

@@ -61,16 +61,16 @@ from atensor.hcq.device import Device
 from atensor.engine.plan import Submission
 from atensor.engine.program import CapturedProgram
 from atensor.tensor import random as rng
-from atensor.jit.callkey import call_key, only_plain_values_differ
+from atensor.jit.callkey import (ProgramKey, _graph_of, _input_key, _is_stored, _leaves, difference,
+                                 only_plain_values_differ, program_key)
 from atensor.hcq import loop
-from atensor.engine.dispatch import Job, dispatcher
-from atensor.engine.handle import RealizeHandle
-from atensor.engine.dispatch import Recording, recording
+from atensor.engine.dispatch import Job, Recording, dispatcher, recording
+from atensor.engine.handle import RealizeHandle, planned_so_far
+from atensor.engine.realize import in_flight
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-from atensor.sched import cache
 from atensor.ledger import versions
-from atensor.graph.taskgraph import Kernel
+from atensor.graph.taskgraph import Kernel, Task
 from atensor.tensor.tensor import Tensor
 from atensor.tensor.autograd import grad_disabled
 
@@ -130,37 +130,6 @@ def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
     return tuple(items) if kind == "tuple" else items
 
 
-def _is_stored(node: Node) -> bool:
-    """True when `node` only views realized buffers (no computation, no pending assign)."""
-    return all(n.op in (Ops.BUFFER, Ops.VIEW, Ops.MULTI) for n in toposort([node]))
-
-
-def _graph_of(node: Node) -> list[Node]:
-    """toposort([node]), at once for the common argument: a view of one buffer."""
-    if node.op is Ops.VIEW and node.src[0].op is Ops.BUFFER:
-        return [node.src[0], node]
-    return [node] if node.op is Ops.BUFFER else toposort([node])
-
-
-def _input_key(graph: list[Node]) -> tuple:
-    """`cache.graph_key(graph).key`, at once for the common argument: a buffer, or one node (a view)
-    of one buffer (the same tuple: tests/engine/test_jit_tiny_replay.py checks it)."""
-    first = graph[0]
-    if first.op is Ops.BUFFER and len(graph) <= 2:
-        spec = first.arg[0]
-        leaf = (Ops.BUFFER, first.dtype, 0, spec.device, spec.size)
-        if len(graph) == 1:
-            return (leaf, ())
-        node = graph[1]
-        if node.src == (first,):
-            return (leaf, (node.op, node.dtype, node.arg, (0,)), ())
-    return cache.graph_key(graph).key
-
-
-def _leaves(node: Node) -> list[Node]:
-    return [n for n in toposort([node]) if n.op is Ops.BUFFER]
-
-
 # ---- a captured call ----------------------------------------------------------------------------------
 @dataclass
 class _Program:
@@ -173,7 +142,7 @@ class _Program:
     written: frozenset[BufferSpec]    # every buffer a replay writes (captured names)
     tasks: int                        # tasks per replay, all records together
     accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
-    keys: list[Optional[tuple]]       # each record's graph structure and each draw: what a call repeats
+    keys: ProgramKey                  # each realize's tasks and each draw: what a call repeats
     draws: list[rng.Draw]             # the random draws the call made, redrawn on every replay
     verified: bool = False
     result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
@@ -299,6 +268,20 @@ def _run_records(records: list[CapturedProgram], mapping: dict[BufferSpec, Buffe
     return total
 
 
+def _own_variables(task: Task) -> Task:
+    """`task`, with a kernel that has variables given a `var_vals` dict of its own: a replay rebinds
+    the program's dicts in place (`_Program.bind`), and the captured kernel may share its dict with a
+    schedule-cache template (a graph instantiated from one copies works shallowly), whose eager hits
+    would then run at the replay's values (issue 40)."""
+    work = task.work
+    if not getattr(work, "var_vals", None):
+        return task
+    own = object.__new__(type(work))
+    own.__dict__.update(work.__dict__)
+    own.var_vals = dict(work.var_vals)
+    return Task(task.id, own, task.accesses, set(task.deps))
+
+
 def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
              result_shape: Any) -> _Program:
     """The program of a captured call: `records` are the schedules it ran (and its random draws); the
@@ -317,13 +300,13 @@ def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
     written: set[BufferSpec] = set()
     accessed: set[BufferSpec] = set()
     for rec in records:
-        tasks = list(rec.graph.tasks)
+        tasks = [_own_variables(t) for t in rec.graph.tasks]
         written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
         accessed.update(a.buffer for t in tasks for a in t.accesses)
         kept.append(CapturedProgram(tasks, slots, keep_runners=True, assigned=tuple(rec.assigned)))
     var_vals = [t.work.var_vals for r in kept for t in r.tasks if getattr(t.work, "var_vals", None)]
     return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
-                    sum(len(r.tasks) for r in kept), frozenset(accessed), call_key(records),
+                    sum(len(r.tasks) for r in kept), frozenset(accessed), program_key(records, inputs),
                     list(records.draws), var_vals=var_vals)
 
 
@@ -423,6 +406,11 @@ class Jit:
             tensors = []
             shape = _flatten((args, kwargs), tensors, values)
         nodes = [t.node for t in tensors]
+        if any(in_flight(n) for n in nodes):  # `x.realize()` not yet planned: its buffer, once it is
+            barrier = planned_so_far()
+            if barrier is not None:
+                yield _WAIT, barrier
+            nodes = [t.node for t in tensors]
         graphs = [_graph_of(n) for n in nodes]
         key = (shape, tuple([_input_key(g) for g in graphs]), Tensor.training, grad_disabled())
         program = self._programs.get(key)
@@ -478,8 +466,8 @@ class Jit:
                 except Exception:  # noqa: BLE001 - not this call's error; see above
                     pass
         records = Recording(BufferSpec.last_uid() + 1)  # realized values of earlier calls are not read
+        inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
         if program is None:
-            inputs = [leaf.arg[0] for n in nodes for leaf in _leaves(n)]
             self._capturing.add(key)
             try:
                 result, outs, result_shape = yield from self._run(tensors, records)
@@ -491,14 +479,15 @@ class Jit:
                 self._programs.popitem(last=False)
             return result
         result, _, _ = yield from self._run(tensors, records)
-        if call_key(records) != program.keys:
+        found = program_key(records, inputs)
+        if found != program.keys:
             del self._programs[key]
             raise JitError(
-                f"atensor.jit: {self._name} built different graphs on two calls with the same arguments "
-                f"({len(program.records)} realizes and {len(program.draws)} random draws, then "
-                f"{len(records)} and {len(records.draws)}), so it cannot be replayed. Python numbers that "
-                f"change between calls do this: pass such values in as tensors (or bound Variables), or do "
-                f"not jit the function")
+                f"atensor.jit: {self._name} ran different programs on two calls with the same arguments, so "
+                f"it cannot be replayed: {difference(program.keys, found)}. A value that changes between "
+                f"calls (a Python number baked into the graph, a branch, another tensor read from Python "
+                f"state) does this: pass such values in as tensors (or bound Variables), or do not jit "
+                f"the function")
         program.verified = True
         kernels = _native_candidates(program.records)
         if kernels and self.compile == "background":
@@ -531,13 +520,18 @@ class Jit:
                 lazy = [t for t in tensors if not _is_stored(t.node)]
                 if lazy:
                     yield _WAIT, lazy[0]._dispatch(tuple(lazy[1:]))
-            before = {id(head) for head in versions.pending_heads()}
+            before = set(versions.pending_heads())
             result = yield _CALL, None
             outs: list[Tensor] = []
             result_shape = _flatten(result, outs)
             # the assigns the call issued are realized with its results, so that they are recorded and
-            # every replay performs them: a KV-cache write that no result reads is still a write
-            issued = [Tensor(head) for head in versions.pending_heads() if id(head) not in before]
+            # every replay performs them: a KV-cache write that no result reads is still a write. Which
+            # ones are left must not depend on timing: once every realize the call issued is planned,
+            # the pending heads are exactly those none of them took along, in the order they were set
+            barrier = planned_so_far()
+            if barrier is not None:
+                yield _WAIT, barrier
+            issued = [Tensor(head) for head in versions.pending_heads() if head not in before]
             if outs or issued:
                 work = outs + issued
                 yield _WAIT, work[0]._dispatch(tuple(work[1:]))

@@ -69,9 +69,11 @@ class Record:
 # uid -> the record of a spec that has state (a version above 0, a head or a runtime buffer)
 _records: dict[int, Record] = {}
 _records_get = _records.get
-# buffers that may have a pending head: what `pending_heads` walks (a WeakSet: a spec that dies goes)
-# (uids, not a WeakSet: adding to one is three Python calls; a dead spec's uid goes with its record)
-_pending: set[int] = set()
+# buffers whose pending head no issued realize has claimed yet, in the order their heads were set (a
+# dict as an ordered set: `pending_heads` lists them in program order, never in hash or id order, so
+# a jit capture collects them the same way on every call). Uids, not a WeakSet: adding to one is three
+# Python calls; a dead spec's uid goes with its record.
+_pending: dict[int, None] = {}
 # realized values: id(node) -> (weak reference to the node, the BUFFER view holding its value)
 _values: dict[int, tuple[weakref.ref, Node]] = {}
 _values_get = _values.get
@@ -84,12 +86,12 @@ value_entry = _values_get
 
 
 def _drop_record(uid: int, ref: weakref.ref, pop: Callable[..., Any] = _records.pop,
-                 discard: Callable[[int], None] = _pending.discard) -> None:
+                 discard: Callable[..., Any] = _pending.pop) -> None:
     """A spec died: its record (and the runtime buffer it holds) goes, and the runtime is told
     (`runtime.spec_died()`: hcq/buffer.py gives the memory back to its device then). No lock: see the
     header. (A `partial` callback, not a `KeyedRef`: that one is made by two Python-level calls.)"""
     record = pop(uid, None)
-    discard(uid)
+    discard(uid, None)
     if record is not None:
         runtime = record.runtime
         if runtime is not None:
@@ -156,15 +158,44 @@ def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
     return found
 
 
-def set_head(spec: BufferSpec, node: Node) -> None:
-    """Makes `node` (an ASSIGN into `spec`) the buffer's newest lazy version."""
+def set_head(spec: BufferSpec, node: Node, claimed: bool = False) -> None:
+    """Makes `node` (an ASSIGN into `spec`) the buffer's newest lazy version; `claimed` when an issued
+    realize takes it along (see `claim`)."""
     with lock:
         record = _records_get(spec.uid)
         if record is None:
             record = _records[spec.uid] = Record(spec)
         record.head = node
-        _pending.add(spec.uid)
+        _pending.pop(spec.uid, None)  # a new head is the newest pending work: last in program order
+        if not claimed:
+            _pending[spec.uid] = None
 
+
+def claim(heads: list[tuple[BufferSpec, Node]]) -> None:
+    """Notes that an issued realize takes each `(spec, head)` along: `pending_heads` stops listing the
+    head (its realize will commit it), while `head`/`latest` still name it until that commit, so a
+    view or an assign made meanwhile builds on it. A head replaced since is left as it is."""
+    with lock:
+        for spec, node in heads:
+            record = _records_get(spec.uid)
+            if record is not None and record.head is node:
+                _pending.pop(spec.uid, None)
+
+
+def unclaim(heads: list[tuple[BufferSpec, Node]]) -> None:
+    """Gives back the claims of a realize that failed before committing: each head that is still its
+    buffer's head is pending again, for a later realize to take (and raise from, if it fails again)."""
+    with lock:
+        for spec, node in heads:
+            record = _records_get(spec.uid)
+            if record is not None and record.head is node:
+                _pending[spec.uid] = None
+
+
+def claimed(spec: BufferSpec) -> bool:
+    """True when `spec` has a pending head that an issued realize has claimed (see `claim`)."""
+    record = _records_get(spec.uid)
+    return record is not None and record.head is not None and spec.uid not in _pending
 
 def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
     """Forgets `spec`'s pending head (only if it is `node`, when given: a newer head set since stays).
@@ -172,7 +203,7 @@ def clear_head_locked(spec: BufferSpec, node: Optional[Node] = None) -> None:
     record = _records_get(spec.uid)
     if record is not None and record.head is not None and (node is None or record.head is node):
         record.head = None
-        _pending.discard(spec.uid)
+        _pending.pop(spec.uid, None)
 
 
 def advance_locked(spec: BufferSpec) -> int:
@@ -196,11 +227,12 @@ def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
     _values[key] = (weakref.ref(node, partial(_forget, key)), target)
     if record.head is node:
         record.head = None
-        _pending.discard(spec.uid)
+        _pending.pop(spec.uid, None)
 
 
 def pending_heads() -> list[Node]:
-    """The newest lazy version of every buffer that has one, in no particular order."""
+    """The newest lazy version of every buffer that has one and that no issued realize has claimed,
+    in the order the heads were set (program order)."""
     with lock:
         if not _pending:  # the common case
             return []

@@ -338,10 +338,17 @@ class IndexOps:
 
     def _scatter_prod(self, dim: int, index: Self, src: Self, include_self: bool) -> Self:
         """The product of the values scattered to each position (times this tensor's value there with
-        `include_self`), through sums the SCATTER op has: exp of the summed log-magnitudes, the sign from
-        the count of negatives, zero where a zero was scattered. Floats keep ~1e-7 relative error per
-        factor; integers are rounded back."""
+        `include_self`). Integers and bools multiply exactly, wrapping as numpy and torch do (a SCATTER
+        "prod"). Floats go through sums, whose gradient rule exists: exp of the summed log-magnitudes,
+        the sign from the count of negatives, zero where a zero was scattered (~1e-7 relative error per
+        factor)."""
         cls = type(self)
+        if not dtypes.is_float(self.dtype):
+            base = self
+            if not include_self:
+                hit = self.zeros_like(dtype=dtypes.bool)._scatter_flat(dim, index, True, "set", "scatter_reduce")
+                base = hit.where(self._const_like(1), self)
+            return base._scatter_flat(dim, index, src, "prod", "scatter_reduce")
         ft = least_upper_float(self.dtype)
         values = src.cast(ft)
         zero_f, zero_i = self.zeros_like(dtype=ft), self.zeros_like(dtype=dtypes.int32)

@@ -28,7 +28,7 @@ from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device, canonical
 from atensor.hcq.loop import running_library
-from atensor.engine.realize import _follow_storage, _storage_base, realize as realize_captured
+from atensor.engine.realize import Storage, _follow_storage, _storage_base, realize as realize_captured
 from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.ledger import versions
@@ -62,7 +62,7 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
     def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
                  requires_grad: Optional[bool] = None):
         self.requires_grad, self.grad, self._ctx = requires_grad, None, None
-        self._swap: Optional[tuple[Node, Node]] = None  # set by the dispatcher, see `realize`
+        self._swap: Optional[Storage] = None  # the storage a realize fixed for it (engine/realize.py)
         self._pending: Optional[RealizeHandle] = None  # the last realize of this tensor not yet waited for
         if type(data) is Node and device is None and dtype is None:  # every op's result, a replay's
             self._node = data
@@ -102,10 +102,10 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
     def node(self) -> Node:
         """This tensor's graph node; a view of storage follows the storage's newest version."""
         swap = self._swap
-        if swap is not None:  # a realize of this tensor was prepared: hold its storage from now on
+        if swap is not None:  # this tensor was realized: its storage was fixed then, held from now on
             self._swap = None
-            if self._node is swap[0]:
-                self._node = swap[1]
+            if self._node is swap.lazy:
+                self._node = swap.node()
         node = self._node
         if node.op is Ops.MULTI:  # a sharded tensor: each shard follows its own storage
             new = Node.make(Ops.MULTI, node.dtype, tuple(_follow_storage(s) for s in node.src), node.arg)
@@ -178,7 +178,8 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         return handle
 
     def __await__(self) -> Generator[Any, None, Tensor]:
-        """`await t`: waits (from trio or asyncio) for this tensor's pending work and returns it. A
+        """`await t`: waits (from trio or asyncio) for everything pending on this tensor and returns it:
+        its last realize, and writes into it issued after that realize (which are realized now). A
         tensor never realized is realized first. A failed realize raises here, naming the task."""
         return self._wait_async().__await__()
 
@@ -186,14 +187,25 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         handle = self._pending
         if handle is None and not self._is_ready_single():
             handle = self._dispatch()
-        if handle is not None:
+        while handle is not None:
             try:
                 await handle
             finally:  # done, failed (its error is raised here) or cancelled (the work still runs)
                 if self._pending is handle and handle.done():
                     self._pending = None
+            handle = self._dispatch() if self._has_unissued_work() else None
         self._raise_write_failure()  # a value a failed task wrote raises again on every await
         return self
+
+    def _has_unissued_work(self) -> bool:
+        """True when this tensor's value still needs a realize: it is computed, or a write into its
+        storage (an assign, `t[i] = v`) is pending, issued after the realize awaited last."""
+        node = self.node
+        for part in node.src if node.op is Ops.MULTI else (node,):
+            base = _storage_base(part)
+            if base is None or base.op is Ops.ASSIGN:
+                return True
+        return False
 
     def _raise_write_failure(self) -> None:
         """Raises when this tensor's buffer was last written by a task that failed."""
@@ -205,8 +217,8 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
             raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
 
     def wait(self, timeout: Optional[float] = None) -> Tensor:
-        """Blocks until this tensor's pending work is done and returns it: the plain-script counterpart of
-        `await t` (inside a running event loop it raises NotRealizedError instead of blocking)."""
+        """Blocks until everything pending on this tensor is done (its last realize, and writes into it
+        issued since, realized now) and returns it: the plain-script counterpart of `await t` (inside a running event loop it raises NotRealizedError instead of blocking)."""
         if self._pending is None and self._is_ready_single():
             return self
         handle = self._pending
@@ -215,11 +227,13 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         self._refuse_in_loop("wait")
         if handle is None:
             handle = self._dispatch()
-        try:
-            handle.wait(timeout)
-        finally:
-            if self._pending is handle and handle.done():
-                self._pending = None
+        while handle is not None:  # as `await t`: later writes into it are realized too
+            try:
+                handle.wait(timeout)
+            finally:
+                if self._pending is handle and handle.done():
+                    self._pending = None
+            handle = self._dispatch() if self._has_unissued_work() else None
         return self
 
     def _is_ready_single(self) -> bool:
