@@ -61,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from atensor.config import settings
 from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
@@ -379,6 +380,7 @@ class Plan:
         base_id = take_task_ids(len(self.tasks))
         placed: list = [None] * len(self.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
+        echo = settings.debug >= 2  # DEBUG=2: each command printed as it finishes (profiler/counters.py)
         sub = Submission(placed=placed)
         self.last_final = list(zip(signals, [b + c for b, c in zip(bases, self.counts)]))
         # a replay batches its native kernels (run here too when its one queue's are: one foreign call)
@@ -425,7 +427,7 @@ class Plan:
                     waits = self._waits(i, own, signals, bases, before)
                 name, kind, nbytes, flops, deps = self.static[i]
                 commands.append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
-                                        tuple([base_id + d for d in deps]) if profiling else ()))
+                                        tuple([base_id + d for d in deps]) if profiling else (), 1, echo))
                 placed[i] = (own, value, self.tasks[i])
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = self.queues[qi]
@@ -519,7 +521,7 @@ class Plan:
             queue = self.queues[qi]
             sub.final[queue] = value
             lists.append((queue, [Command(value, (), program.bind(bases_c), name, "kernel", base_id + first,
-                                          nbytes, flops, ())]))
+                                          nbytes, flops, (), len(members), settings.debug >= 2)]))
         return lists
 
     def _program_summary(self, qi: int) -> tuple[str, int, int]:
@@ -553,7 +555,8 @@ class Plan:
         name = self.static[first][0] if len(group) == 1 else f"{len(group)} kernels from {self.static[first][0]}"
         nbytes = sum(self.static[i][2] for i in tasks)
         flops = sum(self.static[i][3] for i in tasks)
-        commands.append(Command(value, waits, run, name, "kernel", base_id + first, nbytes, flops, ()))
+        commands.append(Command(value, waits, run, name, "kernel", base_id + first, nbytes, flops, (),
+                                len(tasks), settings.debug >= 2))
         for i in tasks:
             placed[i] = (own, value, self.tasks[i])
         group.clear()

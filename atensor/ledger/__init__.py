@@ -200,11 +200,13 @@ def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
 
 
 def pending_heads() -> list[Node]:
-    """The newest lazy version of every buffer that has one, in no particular order."""
+    """The newest lazy version of every buffer that has one, oldest buffer first: a fixed order, so a
+    jitted call that realizes the assigns it issued builds the same graph every call (a set's order
+    changed from call to call, and the jit saw a different graph)."""
     with lock:
         if not _pending:  # the common case
             return []
-        return [h for uid in list(_pending) if (r := _records_get(uid)) is not None and (h := r.head) is not None]
+        return [h for uid in sorted(_pending) if (r := _records_get(uid)) is not None and (h := r.head) is not None]
 
 
 # ---- realized values ------------------------------------------------------------------------------
