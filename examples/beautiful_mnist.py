@@ -1,6 +1,6 @@
 # Ported from tinygrad's examples/beautiful_mnist.py (github.com/tinygrad/tinygrad, MIT licence) with only
-# its import lines changed: `tinygrad` -> `atensor`. Written from the upstream file as of tinygrad 0.11+
-# (`@Context(TRAINING=1)`, `opt.schedule_step()`, getenv's STEPS/BS/MUON knobs); the copy readable from
+# its import lines changed: `tinygrad` -> `atensor`. Written from memory of the upstream file (tinygrad 0.11+:
+# `@Context(TRAINING=1)`, `opt.schedule_step()`, getenv's STEPS/BS/MUON knobs), not copied: the copy readable from
 # this machine is an older revision of the same file (`with Tensor.train()`, a fixed 70 steps).
 # Here `mnist()` is scikit-learn's digits in MNIST's layout unless MNIST's idx files are given
 # (ATENSOR_MNIST_DIR, docs/porting.md). tests/examples/test_beautiful_mnist.py runs it.
