@@ -18,6 +18,13 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/native.py): `jit` those of `atensor.jit` replays, `all` every kernel, `0` none |
+| debug | ATENSOR_DEBUG | 0 | 2 or more: print each command (kernel, copy) as it finishes, with its time, bytes and flops (profiler/counters.py); read when a realize is submitted |
+| mnist_dir | ATENSOR_MNIST_DIR | (unset) | a folder holding MNIST's four idx files (`train-images-idx3-ubyte[.gz]`...), which `nn.datasets.mnist()` then loads instead of its local digits |
+
+Besides the settings, `Context` takes tinygrad's flags that atensor has an equivalent for
+(`TINYGRAD_FLAGS`): `Context(TRAINING=1)` is training mode (`Tensor.train()`, whose state lives here,
+`training_mode`), `Context(DEBUG=2)` the `debug` setting. A tinygrad flag with no equivalent is an error
+that names docs/porting.md.
 """
 from __future__ import annotations
 
@@ -79,6 +86,8 @@ class Settings:
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
     net_timeout_s: float = env_number("ATENSOR_NET_TIMEOUT", "300", kind=float)
     max_devices: int = env_number("ATENSOR_MAX_DEVICES", "16")
+    debug: int = env_number("ATENSOR_DEBUG", "0")
+    mnist_dir: Optional[str] = os.environ.get("ATENSOR_MNIST_DIR") or None
 
 
 # The settings in effect, per context: a `Context` block changes them for the code inside it (its trio
@@ -108,11 +117,34 @@ class _CurrentSettings:
 
 settings = _CurrentSettings()
 
+# Training mode (`Tensor.training`, `Tensor.train()`, tinygrad's TRAINING), per context like the settings:
+# two trio tasks, one training and one evaluating, each see their own. It lives here, beside the settings,
+# so that `Context(TRAINING=1)` sets it without config importing the Tensor.
+training_mode: contextvars.ContextVar[bool] = contextvars.ContextVar("atensor_training", default=False)
+
+# tinygrad's Context flags that atensor has an equivalent for: flag -> the setting it sets (None: training
+# mode). Its other flags (BEAM, JIT, NOOPT, ...) are refused naming docs/porting.md.
+TINYGRAD_FLAGS: dict[str, Optional[str]] = {"TRAINING": None, "DEBUG": "debug"}
+_TINYGRAD_ONLY = {"BEAM", "JIT", "NOOPT", "IMAGE", "FUSE_OPTIM", "SPLIT_REDUCEOP", "WINO", "CAPTURING",
+                  "ALLOW_DEVICE_USAGE", "TC", "OPT", "PROFILE", "VIZ", "CACHELEVEL", "RANGEIFY", "FUSE_ARANGE",
+                  "USE_TC", "TRANSCENDENTAL", "NOLOCALS", "LRU", "NO_MEMORY_PLANNER", "CPU_LLVM", "DEV"}
+
+
+def getenv(key: str, default: object = 0) -> object:
+    """tinygrad's `getenv`: environment variable `key` converted to the type of `default` (a program's own
+    knob, such as `getenv("STEPS", 70)`; atensor's settings are the table above).
+
+    >>> getenv("ATENSOR_DOCTEST_UNSET", 70), getenv("ATENSOR_DOCTEST_UNSET", 0.5)
+    (70, 0.5)
+    """
+    return type(default)(os.environ.get(key, default))
+
 
 @contextlib.contextmanager
 def Context(**changes: object) -> Iterator[Settings]:
     """Changes settings for the duration of a `with` block, in this context only (this trio task and
-    what it starts; concurrent tasks keep theirs): `with Context(racecheck=True): ...`.
+    what it starts; concurrent tasks keep theirs): `with Context(racecheck=True): ...`. Also a decorator
+    (`@Context(TRAINING=1)`), and takes tinygrad's flags in TINYGRAD_FLAGS.
 
     >>> with Context(schedule_cache=False) as inside:
     ...     (inside.schedule_cache, settings.schedule_cache)
@@ -121,12 +153,27 @@ def Context(**changes: object) -> Iterator[Settings]:
     True
     """
     known = {f.name for f in fields(Settings)}
+    training = None
+    for flag in [name for name in changes if name in TINYGRAD_FLAGS]:
+        value = changes.pop(flag)
+        if TINYGRAD_FLAGS[flag] is None:
+            training = bool(value)
+        else:
+            changes[TINYGRAD_FLAGS[flag]] = value
+    tinygrad_only = set(changes) & _TINYGRAD_ONLY
+    if tinygrad_only:
+        raise TypeError(f"tinygrad's Context flag(s) {sorted(tinygrad_only)} have no atensor equivalent; "
+                        f"docs/porting.md says what to do instead (tinygrad flags taken: {sorted(TINYGRAD_FLAGS)})")
     unknown = set(changes) - known
     if unknown:
-        raise TypeError(f"unknown atensor setting(s) {sorted(unknown)}; known: {sorted(known)}")
+        raise TypeError(f"unknown atensor setting(s) {sorted(unknown)}; known: {sorted(known)} "
+                        f"and tinygrad's {sorted(TINYGRAD_FLAGS)}")
     new = dataclasses.replace(_current.get(), **changes)
     token = _current.set(new)
+    mode = training_mode.set(training) if training is not None else None
     try:
         yield new
     finally:
+        if mode is not None:
+            training_mode.reset(mode)
         _current.reset(token)

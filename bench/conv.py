@@ -17,6 +17,11 @@ fused Adam, the step an `atensor.jit` function, captured then replayed) on one d
 for `--model cnn` against the MLP, alternating the models each round: the issue's target is the CNN
 as fast per sample as the MLP.
 
+`--step-rounds N` (default 3; 0 skips it) also times whole jitted steps (bench/conv_steps.py): the
+beautiful_mnist model and the flagship's `--model cnn`, at batch 512 and 128, forward, forward+backward
+and the Adam step, against PyTorch and tinygrad; `--steps-only` runs just those and updates the `steps`
+entry of bench/results/conv.json, leaving the layer figures as they were.
+
 Rounds alternate the peers (atensor, torch, tinygrad, then again), so a drift of the machine's speed
 hits all of them; the table gives the median over the rounds of the wall time and of the process's
 CPU time (on a loaded machine the CPU time is the steadier figure: it leaves out the time other
@@ -200,11 +205,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--train-steps", type=int, default=20, help="steps per round of the cnn-vs-mlp "
                         "training step timing (0: skip it)")
+    parser.add_argument("--step-rounds", type=int, default=3, help="rounds of the whole-step comparison "
+                        "(bench/conv_steps.py; 0: skip it)")
+    parser.add_argument("--steps-only", action="store_true", help="only the whole-step comparison")
     args = parser.parse_args()
     Tensor([0.0]).numpy()  # the CPU device exists: its BLAS share is known
     threads = settings.blas_threads or blas.threads_for(1 << 62)
     import torch
     torch.set_num_threads(threads)
+    if args.steps_only:
+        _steps_only(args.step_rounds, threads)
+        return
     peers = {"atensor": _atensor, "torch": _torch, "tinygrad": _tinygrad}
     rows, results = [], {}
     for name, (xs, ws, pad) in LAYERS.items():
@@ -256,17 +267,39 @@ def main() -> None:
         train_summary["cnn_over_mlp"] = statistics.median(ratios["wall"])
         train_summary["cnn_over_mlp_range"] = [min(ratios["wall"]), max(ratios["wall"])]
         train_summary["cnn_over_mlp_cpu"] = statistics.median(ratios["cpu"])
+    steps = _steps(args.step_rounds, threads) if args.step_rounds > 0 else {}
     print(table(f"conv2d, median of {args.rounds} alternating rounds (BLAS and torch threads: {threads}; "
                 f"cores: {os.cpu_count()})",
                 ["layer", "mode", "peer", "wall ms", "wall range", "cpu ms", "GFLOP/s", "vs torch (wall)",
                  "vs torch (cpu)"], rows))
     path = write_results("conv", {"threads": threads, "rounds": args.rounds, "layers": results,
-                                  "train_step": train_summary,
+                                  "train_step": train_summary, "steps": steps,
                                   "command": "ATENSOR_BLAS_THREADS=1 python bench/conv.py --rounds "
-                                             f"{args.rounds} --train-steps {args.train_steps}",
+                                             f"{args.rounds} --train-steps {args.train_steps} "
+                                             f"--step-rounds {args.step_rounds}",
                                   "note": "medians over alternating rounds; forward+backward GFLOP/s counts 3x "
                                           "the forward's flops; cpu_ms is the process's CPU time"})
     print(f"wrote {path}")
+
+
+def _steps(rounds: int, threads: int) -> dict:
+    """Runs and prints the whole-step comparison (bench/conv_steps.py); returns its results."""
+    import conv_steps
+    rows, results = conv_steps.run(rounds)
+    print(table(f"jitted convnet steps, median of {rounds} alternating rounds (threads: {threads})",
+                ["model", "mode", "peer", "wall ms", "cpu ms", "vs torch (wall)", "vs torch (cpu)"], rows))
+    return {"rounds": rounds, "threads": threads, "results": results,
+            "command": f"ATENSOR_BLAS_THREADS={threads} python bench/conv.py --steps-only --step-rounds {rounds}"}
+
+
+def _steps_only(rounds: int, threads: int) -> None:
+    """`--steps-only`: the step comparison, written into conv.json's `steps` (the rest kept)."""
+    import json
+    steps = _steps(rounds, threads)
+    path = Path(__file__).resolve().parent / "results" / "conv.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    old.pop("benchmark", None), old.pop("machine", None), old.pop("time", None)
+    print(f"wrote {write_results('conv', {**old, 'steps': steps})}")
 
 
 if __name__ == "__main__":

@@ -21,11 +21,12 @@ import atensor
 
 PACKAGE_DIR = pathlib.Path(atensor.__file__).parent
 
-_BASE = {"dtype", "config"}  # settings and dtypes: read by every layer that computes
+_BASE = {"dtype", "config", "porting"}  # settings, dtypes, tinygrad's missing names: read by every layer
 _MAY_IMPORT: dict[str, set[str]] = {
     "profiler": set(),
     "dtype": set(),
     "config": set(),
+    "porting": set(),
     "graph": {"dtype"},
     "ledger": {"graph"} | _BASE,
     "sched": {"ledger", "graph"} | _BASE,
@@ -38,7 +39,8 @@ _MAY_IMPORT: dict[str, set[str]] = {
     "nn": {"jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
     "models": {"nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
                "profiler"} | _BASE,
-    "atensor": {"models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
+    "helpers": _BASE,
+    "atensor": {"helpers", "models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
                 "profiler"} | _BASE,
 }
 

@@ -61,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional
 
+from atensor.config import settings
 from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
@@ -267,6 +268,7 @@ class Plan:
         base_id = take_task_ids(len(L.tasks))
         placed: list = [None] * len(L.tasks)
         profiling = collector.is_active()  # dependency ids only feed the profile's arrows
+        echo = settings.debug >= 2  # DEBUG=2: each command printed as it finishes (profiler/counters.py)
         sub = Submission(placed=placed)
         self.last_final = list(zip(signals, [b + c for b, c in zip(bases, L.counts)]))
         # a replay batches its native kernels (run here too when its one queue's are: one foreign call)
@@ -313,7 +315,7 @@ class Plan:
                     waits = self._waits(i, own, signals, bases, before)
                 name, kind, nbytes, flops, deps = L.static[i]
                 commands.append(Command(value, waits, run, name, kind, base_id + i, nbytes, flops,
-                                        tuple([base_id + d for d in deps]) if profiling else ()))
+                                        tuple([base_id + d for d in deps]) if profiling else (), 1, echo))
                 placed[i] = (own, value, L.tasks[i])
             self._flush(group, commands, bases[qi], base_id, signals, bases, placed, own)
             queue = L.queues[qi]
@@ -411,7 +413,7 @@ class Plan:
             queue = L.queues[qi]
             sub.final[queue] = value
             lists.append((queue, [Command(value, (), program.bind(bases_c), name, "kernel", base_id + first,
-                                          nbytes, flops, ())]))
+                                          nbytes, flops, (), len(members), settings.debug >= 2)]))
         return lists
 
     def _program_summary(self, qi: int) -> tuple[str, int, int]:
@@ -447,7 +449,8 @@ class Plan:
         name = L.static[first].name if len(group) == 1 else f"{len(group)} kernels from {L.static[first].name}"
         nbytes = sum(L.static[i].nbytes for i in tasks)
         flops = sum(L.static[i].flops for i in tasks)
-        commands.append(Command(value, waits, run, name, "kernel", base_id + first, nbytes, flops, ()))
+        commands.append(Command(value, waits, run, name, "kernel", base_id + first, nbytes, flops, (),
+                                len(tasks), settings.debug >= 2))
         for i in tasks:
             placed[i] = (own, value, L.tasks[i])
         group.clear()

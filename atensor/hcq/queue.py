@@ -40,7 +40,7 @@ from atensor.hcq import doorbell
 from atensor.hcq.doorbell import Doorbell
 from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.signal import Signal, SignalFailed
-from atensor.profiler import collector
+from atensor.profiler import collector, counters
 from atensor.profiler.events import Span
 
 
@@ -53,22 +53,27 @@ class DependencyFailed(RuntimeError):
 
 
 class _RingClaim:
-    """Whether a ring program's run is counted yet (Queue.poll and the worker race to count it)."""
-    __slots__ = ("counted",)
+    """Whether a ring program's run is counted yet (Queue.poll and the worker race to count it), and
+    its command (what GlobalCounters adds, by whichever counts it)."""
+    __slots__ = ("counted", "command")
 
-    def __init__(self) -> None:
+    def __init__(self, command: "Command") -> None:
         self.counted = False
+        self.command = command
 
 
 class Command:
     """One entry of a queue's list: wait for `waits`, run `run`, publish `value` with a stamp."""
     __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps", "started",
-                 "claim")
+                 "claim", "kernels", "echo")
 
     def __init__(self, value: int, waits: tuple, run: Optional[Runner], name: str, kind: str,
-                 task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = ()):
+                 task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = (),
+                 kernels: int = 1, echo: bool = False):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
+        self.kernels = kernels  # the tasks it runs (a batch of native kernels is one command): GlobalCounters
+        self.echo = echo  # print it as it finishes (the `debug` setting of the realize that made it)
         self.started = 0  # set by `Queue.start_here` when it submits a command it starts: its stamp's start
         self.claim: Optional[_RingClaim] = None  # set by `Queue.submit` when the doorbell ring holds its program
 
@@ -174,7 +179,7 @@ class Queue:
                 number = self._doorbell.post(first.run.ring_args if len(commands) == 1 and not first.waits
                                              and first.run is not None else None)
                 if number:
-                    first.claim = _RingClaim()
+                    first.claim = _RingClaim(first)
                     self._ring_last = (first.value, number, first.claim)
             else:
                 self._cond.notify()
@@ -193,22 +198,27 @@ class Queue:
         last_value, number, claim = self._ring_last
         if last_value == value and claim is not None and self._doorbell is not None \
                 and self._doorbell.finished(number):
-            self._count_ring_program(claim)  # counted once it is published: the statistics agree
+            if self._count_ring_program(claim):  # counted once it is published: the statistics agree
+                stamps = self._doorbell.stamps  # the newest program's (this one), written as it ran
+                command = claim.command
+                counters.count(command.kind, command.kernels, command.nbytes, command.flops, stamps[0], stamps[1])
             signal.reach(value)
             return True
         return False
 
-    def _count_ring_program(self, claim: Optional[_RingClaim]) -> None:
+    def _count_ring_program(self, claim: Optional[_RingClaim]) -> bool:
         """Counts a program the ring ran (`commands_run`, the doorbell's `ran`) once, by whichever of
-        the polling host and the worker comes first (its command's claim, set when it was posted)."""
+        the polling host and the worker comes first (its command's claim, set when it was posted);
+        True for that one, which also adds it to GlobalCounters."""
         with self._cond:
             if claim is not None:
                 if claim.counted:
-                    return
+                    return False
                 claim.counted = True
             self.commands_run += 1
             if self._doorbell is not None:
                 self._doorbell.ran += 1
+            return True
 
     def statistics(self) -> dict:
         """Commands submitted but not yet run, the signal's value, and the last reserved value."""
@@ -239,8 +249,8 @@ class Queue:
                     # the host may have published its value already (`poll`), and run later tiny
                     # commands here since: the value is stamped, never lowered, counted once
                     first = commands[0]
-                    self._count_ring_program(first.claim)
-                    self._finish(first, first.started or stamps[0], stamps[1], None, late=True)
+                    counted = self._count_ring_program(first.claim)
+                    self._finish(first, first.started or stamps[0], stamps[1], None, late=True, count=counted)
                     del commands
                     last_yield = time.perf_counter_ns()
                     continue
@@ -283,12 +293,17 @@ class Queue:
         self._finish(command, start, time.perf_counter_ns(), error)
 
     def _finish(self, command: Command, start: int, end: int, error: Optional[BaseException],
-                late: bool = False) -> None:
+                late: bool = False, count: bool = True) -> None:
         """Publishes a command's value with its stamps (and its error); records its span. `late`: the
         value may be reached already (a ring program `poll` saw finished), see `Signal.set`; it was
         counted already (`_count_ring_program`)."""
         if not late:
             self.commands_run += 1
+        if error is None:  # counted before it is published: a waiter that wakes sees it counted
+            if count:  # (a ring program the polling host published first was counted there: `poll`)
+                counters.count(command.kind, command.kernels, command.nbytes, command.flops, start, end)
+            if command.echo:
+                counters.echo(self.device, command.kind, command.name, command.nbytes, command.flops, start, end)
         self.signal.set(command.value, (start, end), error, late)
         if collector.is_active():
             collector.record_span(Span(self.device, self.kind, command.task_id, command.name,

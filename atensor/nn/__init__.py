@@ -24,9 +24,11 @@ from atensor.nn.losses import (binary_cross_entropy, binary_cross_entropy_with_l
                                log_softmax, mse_loss, sparse_categorical_crossentropy)
 from atensor.nn import optim  # noqa: F401 - `nn.optim.SGD` works without importing the submodule first
 from atensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
+from atensor.porting import missing_name
 from atensor.tensor.tensor import Tensor
 
-__all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout",
+__all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "Embedding",
+           "Dropout",
            "Sequential", "parameter", "uniform", "cross_entropy", "sparse_categorical_crossentropy",
            "mse_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy", "log_softmax",
            "get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load", "optim"]
@@ -173,6 +175,23 @@ class LayerNorm:
         return out * self.weight + self.bias if self.weight is not None else out
 
 
+class RMSNorm:
+    """Root mean square normalization over the last axis (Zhang and Sennrich), tinygrad's and PyTorch's:
+    x / sqrt(mean(x^2) + eps) computed in float32 and cast back, times `weight` (ones at first) unless
+    `elementwise_affine` is False."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True, device: Optional[str] = None):
+        self.eps = eps
+        self.weight = parameter(Tensor.ones(dim, device=device)) if elementwise_affine else None
+
+    def _norm(self, x: Tensor) -> Tensor:
+        return x * ((x * x).mean(axis=-1, keepdim=True) + self.eps).rsqrt()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        out = self._norm(x.cast(dtypes.float32)).cast(x.dtype)
+        return out if self.weight is None else out * self.weight
+
+
 class Embedding:
     """A lookup table: row `i` of `weight` (vocab_size, embed_size) for each index `i`. Computed as a
     one-hot matmul, so its gradient is a matmul too (no scatter needed)."""
@@ -215,3 +234,12 @@ class Sequential:
         for layer in self.layers:
             x = layer(x)
         return x
+
+
+def __getattr__(name: str) -> object:
+    """`nn.datasets` without importing it first, as tinygrad's; tinygrad's layers atensor lacks raise an
+    error naming docs/porting.md."""
+    if name == "datasets":
+        import importlib
+        return importlib.import_module("atensor.nn.datasets")
+    raise missing_name("atensor.nn", name)

@@ -23,9 +23,10 @@ import numpy as np
 
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
+from atensor.porting import missing_name
 from atensor.tensor.tensor import Tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "Muon", "newton_schulz", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
            "OneCycleLR", "LinearWarmup"]
 
 
@@ -239,6 +240,87 @@ class AdamW(Adam):
         super().__init__(params, lr, b1, b2, eps, weight_decay, betas, fused)
 
 
+class LAMB(Optimizer):
+    """LAMB (You et al.), tinygrad's rule: Adam's bias-corrected step plus decoupled weight decay,
+    up = m_hat / (sqrt(v_hat) + eps) + wd * p, scaled per parameter by the trust ratio
+    r = |p| / |up| (1 where either norm is 0): p = p - lr * r * up. Per parameter, so not `fused`."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-6, weight_decay: float = 0.0):
+        if weight_decay < 0:
+            raise ValueError(f"LAMB weight_decay must be >= 0, got {weight_decay}")
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
+        self.b1_t, self.b2_t = _scalar(1.0, self.params[0]), _scalar(1.0, self.params[0])
+        self.m = [_state_like(t) for t in self.targets]
+        self.v = [_state_like(t) for t in self.targets]
+        self.state += [self.b1_t, self.b2_t] + self.m + self.v
+
+    def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
+        lr = state(self.lr)
+        b1_t = state(self.b1_t).assign(state(self.b1_t) * self.b1)
+        b2_t = state(self.b2_t).assign(state(self.b2_t) * self.b2)
+        for i, (t, g) in enumerate(zip(params, grads)):
+            p = t.detach()
+            m, v = state(self.m[i]), state(self.v[i])
+            m = m.assign(m * self.b1 + g * (1.0 - self.b1))
+            v = v.assign(v * self.b2 + (g * g) * (1.0 - self.b2))
+            up = (m / (1.0 - b1_t)) / ((v / (1.0 - b2_t)).sqrt() + self.eps) + p * self.wd
+            r1, r2 = (p * p).sum().sqrt(), (up * up).sum().sqrt()
+            trust = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+            t.assign((p - up * (lr * trust)).cast(t.dtype))
+
+
+def newton_schulz(g: Tensor, steps: int, coefficients: Sequence[float], eps: float = 1e-7) -> Tensor:
+    """The Newton-Schulz iteration of an odd polynomial (tinygrad's `Tensor.newton_schulz`): `g` scaled
+    to unit Frobenius norm, then `steps` times G = sum_i c_i (G G^T)^i G, on the last two axes (the
+    wide orientation: a tall matrix is transposed in and out). With Muon's coefficients it takes G
+    towards the nearest semi-orthogonal matrix."""
+    if g.ndim < 2:
+        raise ValueError(f"newton_schulz needs two or more axes, got shape {g.shape}")
+    if g.shape[-2] > g.shape[-1]:
+        return newton_schulz(g.transpose(-2, -1), steps, coefficients, eps).transpose(-2, -1)
+    x = g / ((g * g).sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
+    for _ in range(steps):
+        gram = x @ x.transpose(-2, -1)
+        term, total = x, x * coefficients[0]
+        for c in coefficients[1:]:
+            term = gram @ term
+            total = total + term * c
+        x = total
+    return x
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al.), tinygrad's rule: momentum b = momentum * b + g, the direction
+    d = g + momentum * b (Nesterov) or b, orthogonalized by `newton_schulz` on the parameter seen as
+    (shape[0], rest), then p = p - lr * d - lr * wd * p (weight decay after the momentum). Every
+    parameter, biases too, as in tinygrad. Per parameter, so not `fused`."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.95,
+                 weight_decay: float = 0.1, ns_steps: int = 5,
+                 ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True):
+        if momentum < 0:
+            raise ValueError(f"Muon momentum must be >= 0, got {momentum}")
+        super().__init__(params, lr)
+        self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
+        self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients)
+        self.b = [_state_like(t) for t in self.targets] if momentum else []
+        self.state += self.b
+
+    def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
+        lr = state(self.lr)
+        for i, (t, g) in enumerate(zip(params, grads)):
+            p = t.detach()
+            if self.momentum:
+                b = state(self.b[i])
+                b = b.assign(b * self.momentum + g)
+                g = g + b * self.momentum if self.nesterov else b
+            d = newton_schulz(g.reshape(g.shape[0], -1), self.ns_steps, self.ns_coefficients).reshape(g.shape)
+            update = d * lr + p * (lr * self.wd) if self.wd else d * lr
+            t.assign((p - update).cast(t.dtype))
+
+
 # ---- learning-rate schedules ---------------------------------------------------------------------
 class LRScheduler:
     """Sets the optimizer's learning rate from the number of `step()` calls so far (PyTorch's
@@ -328,3 +410,8 @@ class LinearWarmup(LRScheduler):
         frac = min(1.0, self.epoch / max(1, self.warmup_steps))
         return self.lr0 * (self.start_factor + (1 - self.start_factor) * frac)
 
+
+
+def __getattr__(name: str) -> object:
+    """tinygrad's names this module lacks raise an error naming docs/porting.md."""
+    raise missing_name("atensor.nn.optim", name)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from atensor.profiler.collector import host_span
+from atensor.porting import missing_name
 from atensor.tensor.tensor import Tensor
 
 
@@ -105,3 +106,8 @@ def safe_load(path: str, device: Optional[str] = None) -> dict[str, Tensor]:
     from safetensors.numpy import load_file
     with host_span(f"load weights {path}", "load"):
         return {key: Tensor(array, device=device) for key, array in load_file(path).items()}
+
+
+def __getattr__(name: str) -> object:
+    """tinygrad's names this module lacks raise an error naming docs/porting.md."""
+    raise missing_name("atensor.nn.state", name)

@@ -20,6 +20,7 @@ import weakref
 from contextlib import ContextDecorator
 from typing import Any, Callable, Optional, Self
 
+from atensor.config import training_mode
 from atensor.graph.gradient import combine_shards, compute_gradient
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops
@@ -38,7 +39,7 @@ def graphs_needed() -> bool:
 
 # Training mode and no_grad are per context (contextvars): two trio tasks, one training and one
 # evaluating, each see their own mode; a task starts with the mode of the task that started it.
-_training: contextvars.ContextVar[bool] = contextvars.ContextVar("atensor_training", default=False)
+_training = training_mode  # kept in config.py, so that `Context(TRAINING=1)` sets it
 _no_grad: contextvars.ContextVar[bool] = contextvars.ContextVar("atensor_no_grad", default=False)
 _no_grad_stack: contextvars.ContextVar[tuple[bool, ...]] = contextvars.ContextVar("atensor_no_grad_stack",
                                                                                   default=())

@@ -32,6 +32,7 @@ from atensor.engine.realize import Storage, _follow_storage, _storage_base, real
 from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.ledger import versions
+from atensor.porting import missing_attribute
 from atensor.tensor.autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
 from atensor.tensor.activations import ActivationOps
 from atensor.tensor.base import TensorBase
@@ -302,6 +303,24 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
     def contiguous(self) -> Tensor:
         """Asks for a contiguous layout when the value is computed (not kept after the realize)."""
         return self._new(Node.make(Ops.CONTIGUOUS, self.dtype, (self.node,)))
+
+    def contiguous_backward(self) -> Tensor:
+        """tinygrad's hint that the gradient flowing back through this point be materialized contiguously
+        (so a later backward kernel reads it once instead of recomputing it). The value and the gradient
+        are this tensor's own; atensor's scheduler decides which gradients it materializes by itself, so
+        here it is the identity, kept for ported code.
+
+        >>> Tensor([1.0, 2.0]).contiguous_backward().tolist()
+        [1.0, 2.0]
+        """
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for names the Tensor lacks: tinygrad's get an error naming docs/porting.md. (Also
+        reached when a property raised AttributeError: that error is raised again, not hidden.)"""
+        if hasattr(type(self), name):
+            return object.__getattribute__(self, name)
+        raise missing_attribute("Tensor", name)
 
     def clone(self, device: Optional[str] = None) -> Tensor:
         """Independent storage, filled lazily, that persists; `clone(device)` also moves it."""
