@@ -4,10 +4,10 @@ Why a module of its own: `Tensor.realize()` only says what to realize (tensor/te
 issues it, and the dispatcher thread (engine/dispatch.py) runs `_prepare` later, off the event loop (or the
 caller does at once, for a small graph while the dispatcher is idle): each computed tensor's storage
 (a buffer and the ASSIGN into it), then scheduling (sched/), the race and bounds proofs, commit, and
-execution (engine/plan.py): a graph structured like one realized before submits the Plan kept on its
-schedule-cache template (`program_of`: a CapturedProgram, engine/program.py) with its own buffers in the template's slots, so it is neither
-built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the schedules that this path ran
-and keeps their plans.
+execution (engine/plan.py): a graph structured like one realized before submits the CapturedProgram of
+its schedule-cache template (`program_of`, engine/program.py) with its own buffers in the template's
+slots, so it is neither built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the
+schedules that this path ran and keeps them as CapturedPrograms.
 
 When a tensor's storage is decided: when `realize()` is called (a `Storage` on the tensor's `_swap`
 slot), not when the realize is planned. Deciding it at planning let a write issued meanwhile
