@@ -28,7 +28,7 @@ clock = time.thread_time
 
 
 def _prepare(captured: list) -> None:
-    job = Job(None, [], [])
+    job = Job(None, [])
     job.record = None
     engine_realize._prepare(job, captured, versions.pending_heads())
 

@@ -28,7 +28,7 @@ import time
 from typing import Callable, Optional
 
 from atensor.config import settings
-from atensor.hcq.buffer import Buffer
+from atensor.hcq.buffer import Buffer, InFlight
 from atensor.hcq.gcpause import gc_paused
 from atensor.hcq.queue import lower_priority
 from atensor.hcq.signal import Signal, SignalFailed
@@ -63,12 +63,12 @@ class Job:
     `record`, when set, receives the schedule the job ran (see jit/jit.py). `context` is the caller's
     (contextvars): the plan runs in it, so the settings and modes of the task that issued the realize
     are the ones it sees."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "done_buffers", "record", "context",
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "in_flight", "record", "context",
                  "error", "issued_ns")
 
-    def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer],
-                 done_buffers: list[Buffer]):
-        self.plan, self.wait_for, self.done_buffers = plan, wait_for, done_buffers
+    def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer]):
+        self.plan, self.wait_for = plan, wait_for
+        self.in_flight = InFlight()  # the buffers it will write, held until it is planned
         self.value = 0
         self.submission: Optional[Submission] = None  # what the plan returned (None: nothing to run)
         self.extra_waits: list[tuple[Signal, int]] = []
@@ -125,8 +125,7 @@ class Dispatcher:
                 raise
             job.error = exc
         finally:
-            for buf in job.done_buffers:
-                buf.hold(-1)
+            job.in_flight.release()
             job.plan = None
             with self._cond:
                 self._busy = False
@@ -152,8 +151,7 @@ class Dispatcher:
             except Exception as exc:  # reported to whoever awaits the job
                 error = exc
             finally:
-                for buf in job.done_buffers:
-                    buf.hold(-1)
+                job.in_flight.release()
             end = time.perf_counter_ns()
             if collector.is_active():
                 collector.record_host(HostSpan(f"job {job.value} waits in the dispatcher queue", "wait",

@@ -120,7 +120,7 @@ def planned_so_far() -> Optional[RealizeHandle]:
     None when the dispatcher had nothing queued: from then on the ledger's pending heads are the
     assigns no issued realize takes along, whichever thread planned them and when (jit/jit.py collects
     them so; an input realized just before a jitted call is its buffer after it)."""
-    job = Job(lambda: None, [], [])
+    job = Job(lambda: None, [])
     if dispatcher.run_inline(job):
         return None
     dispatcher.submit(job)

@@ -28,7 +28,7 @@ from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
-from atensor.hcq.buffer import Buffer
+from atensor.hcq.buffer import Buffer, InFlight
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.dispatch import Job, Recording, dispatcher, recording
 from atensor.sched import cache, schedule as sched
@@ -82,7 +82,7 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
         items.append((node, storage))
     ledger.claim(given)
     pending = versions.pending_heads()
-    job = Job(None, [], [])
+    job = Job(None, [])
     job.record = recording.get()
     job.plan = lambda: _prepare(job, items, given, pending)
     if settings.racecheck or settings.native == "all" \
@@ -194,8 +194,7 @@ def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[
     roots = list(bases.values())
     for root in roots:
         buf = Buffer.of(versions.storage_of(root))
-        buf.hold(1)
-        job.done_buffers.append(buf)
+        job.in_flight.hold(buf)
         job.wait_for.append(buf)
     try:
         return _plan(roots, pending, job.record) if roots else None
@@ -223,14 +222,10 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
         written_specs = list({a.buffer for t in result.graph.tasks for a in t.accesses if a.mode == "w"})
     # buffers this graph writes count as in flight until their writes are noted by the plan, so a
     # sync accessor never reads one between commit (new version visible) and submission
-    written = [Buffer.of(s) for s in written_specs]
-    for buf in written:
-        buf.hold(1)
-    try:
-        return _commit_and_execute(result, start, program, mapping, written)
-    finally:
-        for buf in written:
-            buf.hold(-1)
+    with InFlight() as written:
+        for spec in written_specs:
+            written.hold(Buffer.of(spec))
+        return _commit_and_execute(result, start, program, mapping, written.buffers)
 
 
 # Template -> its CapturedProgram. Weak: a template the cache evicts takes its program with it. Written

@@ -173,7 +173,8 @@ class Buffer:
 
     def hold(self, delta: int) -> None:
         """Counts realizes that will write this buffer: +1 when one is dispatched (or planned), -1 once
-        its writes are noted. Under the lock: the trio thread and the dispatcher both change it."""
+        its writes are noted. Under the lock: the trio thread and the dispatcher both change it. Called
+        only through `InFlight`, which pairs every +1 with its -1."""
         with self._lock:
             self.inflight += delta
 
@@ -219,3 +220,30 @@ def _buffer_of(spec: BufferSpec, record_of: Callable[[int], Any] = ledger.record
 
 
 Buffer.of = staticmethod(_buffer_of)  # type: ignore[assignment]
+
+
+class InFlight:
+    """The buffers a dispatched realize will write, each counted in flight (`Buffer.hold`) until its
+    writes are noted, so a sync accessor never reads one between the realize's commit and its
+    submission. The one owner of those counts: `hold` adds one, `release` gives every one back, once
+    (a job releases when it is planned, engine/dispatch.py; `with InFlight() as held:` releases on
+    leaving the block)."""
+    __slots__ = ("buffers",)
+
+    def __init__(self) -> None:
+        self.buffers: list[Buffer] = []
+
+    def hold(self, buf: Buffer) -> None:
+        buf.hold(1)
+        self.buffers.append(buf)
+
+    def release(self) -> None:
+        held, self.buffers = self.buffers, []
+        for buf in held:
+            buf.hold(-1)
+
+    def __enter__(self) -> InFlight:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

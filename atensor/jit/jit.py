@@ -176,7 +176,7 @@ class _Program:
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
         tensors = [Tensor(n) for n in self._results_on(mapping)]
-        job = Job(None, [], [])
+        job = Job(None, [])
         records = self.records
         job.plan = lambda: _run_records(records, mapping, inputs)
         return job, tensors, mapping
@@ -437,9 +437,8 @@ class Jit:
                     or not dispatcher.run_inline(job):
                 # queued behind other work: its buffers count as in flight until it is planned, so a
                 # sync accessor does not read them meanwhile
-                job.done_buffers = [Buffer.of(mapping.get(spec, spec)) for spec in program.written]
-                for buf in job.done_buffers:
-                    buf.hold(1)
+                for spec in program.written:
+                    job.in_flight.hold(Buffer.of(mapping.get(spec, spec)))
                 dispatcher.submit(job)
             handle = RealizeHandle(job, None)
             if values:

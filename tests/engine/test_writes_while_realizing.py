@@ -48,7 +48,7 @@ def test_the_realize_is_still_queued_when_the_write_is_issued():
     import threading
     from atensor.engine.dispatch import Job
     release = threading.Event()
-    blocker = Job(lambda: release.wait(30), [], [])
+    blocker = Job(lambda: release.wait(30), [])
     dispatcher.submit(blocker)
     c = Tensor.arange(6).float().contiguous().realize()
     c[2:4] = Tensor([10.0, 20.0])
