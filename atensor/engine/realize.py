@@ -73,13 +73,26 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     issue order."""
     items: list[tuple[Node, Optional[Storage]]] = []
     given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
-    for t, node in captured:
-        storage = t._swap if isinstance(t._swap, Storage) and t._swap.lazy is node else None
-        if storage is None and _needs_storage(node):
-            storage = t._swap = Storage(node)
-        if storage is None:
+    view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+    for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
+        swap = t._swap
+        if swap is not None and swap.lazy is node:  # the same tensor given twice
+            items.append((node, swap))
+            continue
+        base = node
+        while base.op is view:
+            base = base.src[0]
+        if base.op is buffer:
+            items.append((node, None))
+        elif base.op is assign:
+            given.append((versions.storage_of(base), base))
+            items.append((node, None))
+        elif node.op is Ops.MULTI and not _needs_storage(node):
             given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
-        items.append((node, storage))
+            items.append((node, None))
+        else:
+            storage = t._swap = Storage(node)
+            items.append((node, storage))
     ledger.claim(given)
     pending = versions.pending_heads()
     job = Job(None, [])

@@ -114,3 +114,19 @@ def test_a_failed_realize_raises_again_when_realized_again(mode):
         with pytest.raises(StaleReadError):
             late.wait()
     assert (Tensor([1.0]) + 1).tolist() == [2.0]       # an unrelated realize is not affected
+
+
+def test_writes_into_a_realize_in_flight_inside_a_jitted_function_replay(mode):
+    import atensor
+
+    def body(x: Tensor) -> Tensor:
+        c = (x * 0).contiguous().realize()        # a result buffer, fresh on every replay
+        c[0:1].assign(x[1:2] + 1)
+        c.shrink(((2, 3),)).assign(x[0:1] * 5).realize()
+        return c
+
+    step = atensor.TinyJit(body)
+    for i in range(5):
+        x = np.array([i, i + 1, 7, 8], np.float32)
+        assert step(Tensor(x)).tolist() == [x[1] + 1, 0.0, x[0] * 5, 0.0]
+    assert step.stats["replays"] == 2
