@@ -90,14 +90,33 @@ class LazyWeights(Mapping):
         return len(self._tensors)
 
 
+@dataclass(frozen=True)
+class StoredTensor:
+    """A tensor as the file stores it: its GGUF type name (Q4_1, F32, ...), its row-major shape
+    (PyTorch's: (out, in) for a projection) and `data`, a view of the file's memory map (no copy;
+    uint8 rows of blocks for a quantized type)."""
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
 @dataclass
 class GGUFModel:
     """What a GGUF file holds: config, float32 weights by GGUF name (dequantized on first access),
-    tokenizer metadata."""
+    tokenizer metadata; `stored(name)` gives a tensor as the file stores it."""
     config: LlamaConfig
     weights: Mapping[str, np.ndarray]
     metadata: dict[str, Any]
     path: Path
+
+    def stored(self, name: str) -> StoredTensor:
+        """The tensor `name` as stored: a view of the memory-mapped file, nothing decoded or copied."""
+        tensor = self.weights._tensors[name] if isinstance(self.weights, LazyWeights) else None
+        if tensor is None:
+            raise KeyError(f"{name}: this GGUFModel holds no stored tensors (its weights were given as arrays)")
+        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        return StoredTensor(name, tensor.tensor_type.name, shape, tensor.data)
 
 
 def _field(reader: Any, key: str) -> Any:
