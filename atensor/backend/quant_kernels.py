@@ -17,7 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from atensor.backend import native
+from atensor.backend import native, quant_numpy
+from atensor.config import settings
 from atensor.graph.quant import PackedShape
 
 PATHS = ("portable", "avx2", "avx512")
@@ -64,6 +65,23 @@ def available_paths() -> list[str]:
     if lib is None:
         return []
     return ["portable"] + [p for p in ("avx2", "avx512") if getattr(lib, f"atq_has_{p}")()]
+
+
+def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.ndarray:
+    """A QMATMUL kernel of the numpy backend (an eager realize's; a jit replay's is compiled C): the
+    best C path through this library unless `settings.native` is "0" or it did not compile, else
+    numpy's decode (quant_numpy.py). Decoding the whole matrix in numpy would make a 113 MB float32
+    temporary of SmolLM2's embedding for each prefill's logits."""
+    if settings.native != "0" and library() is not None:
+        return matmul(x, packed, shape).reshape(x.shape[:-1] + (shape.rows,))
+    return quant_numpy.qmatmul(x, packed, shape)
+
+
+def run_dequant(packed: np.ndarray, shape: PackedShape) -> np.ndarray:
+    """A DEQUANT kernel of the numpy backend: the C decode unless native is "0" (see `run_qmatmul`)."""
+    if settings.native != "0" and library() is not None:
+        return dequantize(packed, shape)
+    return quant_numpy.dequantize(packed, shape)
 
 
 def _pointer(a: np.ndarray) -> ctypes.c_void_p:
