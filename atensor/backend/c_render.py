@@ -41,9 +41,9 @@ from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
 from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
 from atensor.backend.gemm_axes import contraction_groups
+from atensor.backend.quant_c import NotPacked, render_packed
 
 
-PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
 NUMPY_CONTRACTION_FLOPS = 1 << 20  # a contraction this large that cannot be a gemm here stays on numpy
 
 
@@ -498,8 +498,11 @@ class CRenderer:
         params = sorted((n for n in self.order if n.op is Ops.PARAM), key=lambda n: n.arg[0])
         for p in params:
             self.params[p] = f"b{p.arg[0]}"
-        if self.ast.src[1].op in PACKED:
-            return self._render_packed(params)
+        if self.ast.src[1].op in PACKED:  # one call of the packed-weight kernels
+            try:
+                return render_packed(self.ast, self.name, [(p.arg[0], _ctype(p.dtype)) for p in params])
+            except NotPacked as why:
+                raise Unsupported(str(why)) from None
         # a negative stride anywhere (a flip) selects the flags known to be correct (c_prelude.py)
         negative = any(n.op is Ops.VIEW and any(st < 0 for st in n.arg.strides) for n in self.order)
         header = [f"{'AT_NEGATIVE_STEPS ' if negative else ''}void {self.name}(void **bufs) {{"]
@@ -529,27 +532,6 @@ class CRenderer:
         self._store()
         body = header + self.lines + [f"  free({t});" for t in self.temps] + ["}"]
         return "\n".join(body) + "\n"
-
-    def _render_packed(self, params: list[Node]) -> str:
-        """A QMATMUL or DEQUANT kernel: one call of the packed-weight kernel (quant_c.py) from its
-        operands' buffers into the store target (contiguous, as every point's own buffer is)."""
-        target, value = self.ast.src
-
-        def place(n: Node) -> str:
-            view, param = (n.arg, n.src[0]) if n.op is Ops.VIEW else (View.create(n.shape), n)
-            if param.op is not Ops.PARAM or not view.contiguous or view.mask is not None or view.variables():
-                raise Unsupported(f"a {value.op.name} operand that is not a contiguous buffer")
-            return f"b{param.arg[0]}" + (f" + {view.offset}" if view.offset else "")
-        packed, out = value.arg, place(target)
-        lead = math.prod(value.shape[:-1])
-        call = (f"{PACKED_CALL}qmatmul({packed.format.code}, {place(value.src[0])}, {place(value.src[1])}, "
-                f"{out}, {lead}, {packed.cols}, {packed.rows});" if value.op is Ops.QMATMUL else
-                f"{PACKED_CALL}dequant({packed.format.code}, {place(value.src[0])}, {out}, {packed.rows}, "
-                f"{packed.cols});")
-        header = [f"void {self.name}(void **bufs) {{"]
-        header += [f"  {_ctype(p.dtype)} *restrict b{p.arg[0]} = ({_ctype(p.dtype)} *)bufs[{p.arg[0]}];"
-                   for p in params]
-        return "\n".join(header + [f"  {call}", "}"]) + "\n"
 
     def _reads_elsewhere(self, value: Node, param: Node, view: View) -> bool:
         return _reads_at(value, param, view, self.arrays, set())

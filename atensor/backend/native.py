@@ -38,8 +38,8 @@ from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
 from atensor.backend import blas
 from atensor.backend.c_prelude import PRELUDE
-from atensor.backend.c_render import PACKED_CALL, Unsupported, render_c, variable_slots
-from atensor.backend.quant_c import SOURCE as QUANT_SOURCE
+from atensor.backend.c_render import Unsupported, render_c, variable_slots
+from atensor.backend.quant_c import PACKED_CALL, SOURCE as QUANT_SOURCE
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.backend.runner import Runner
@@ -525,9 +525,14 @@ def quant_library() -> Optional[ctypes.CDLL]:
         with _quant_lock:
             if _quant is None and quant_failure is None:
                 try:
-                    _quant = load_helper("atensor-quant", QUANT_SOURCE)
+                    lib = load_helper("atensor-quant", QUANT_SOURCE)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                     quant_failure = f"{type(exc).__name__}: {exc}"
+                    return None
+                blas = _bind_blas()
+                if blas is not None:  # many rows of x: decoded panels through sgemm (quant_c.py)
+                    lib.atq_set_sgemm(ctypes.c_void_p(blas[0]), ctypes.c_int(int(blas[2])))
+                _quant = lib
     return _quant
 
 

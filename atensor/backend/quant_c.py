@@ -12,10 +12,54 @@ one compile holds all three on x86); `ATQ_BEST` picks the best the compiler's -m
 compile time. The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`).
 
 Batched rows: `atq_matmul` with several rows of x decodes each weight row once into an L1-resident
-scratch row and multiplies it with every row of x, four at a time (each weight block is read from
-memory once for all rows); one row of x (batch-1 decode) takes the fused decode-and-dot in
-registers, where the scratch row's store and load would cost more than the decode.
+scratch row and multiplies it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on (a
+prefill, 16 decode streams) it decodes panels of weight rows (128 KiB, in L2) and multiplies each
+panel with all rows of x in BLAS's sgemm (set by native.py; its threads are the kernel's BLAS threads).
+Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
+takes the fused decode-and-dot in registers, where a scratch row's store and load would cost more
+than the decode.
+
+`render_packed` is a QMATMUL or DEQUANT kernel's own C (c_render.py calls it): one call through the
+prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which native.py sets to this library's
+best-path `atq_matmul` / `atq_dequant`.
 """
+from __future__ import annotations
+
+import math
+
+from atensor.graph.node import Node
+from atensor.graph.ops import Ops
+from atensor.graph.view import View
+
+PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
+
+
+class NotPacked(Exception):
+    """The kernel's operands are not plain buffers; c_render.py leaves it on numpy."""
+
+
+def render_packed(ast: Node, name: str, params: list[tuple[int, str]]) -> str:
+    """C of `void name(void **bufs)` for a STORE of a QMATMUL or DEQUANT: one call of the packed-weight
+    kernel from its operands' buffers into the store target (contiguous, as every point's buffer is).
+    `params` are (index, C type) of the kernel's buffers. Raises NotPacked for an operand that is not
+    a contiguous run of a buffer."""
+    target, value = ast.src
+
+    def place(n: Node) -> str:
+        view, param = (n.arg, n.src[0]) if n.op is Ops.VIEW else (View.create(n.shape), n)
+        if param.op is not Ops.PARAM or not view.contiguous or view.mask is not None or view.variables():
+            raise NotPacked(f"a {value.op.name} operand that is not a contiguous buffer")
+        return f"b{param.arg[0]}" + (f" + {view.offset}" if view.offset else "")
+    packed, out = value.arg, place(target)
+    if value.op is Ops.QMATMUL:
+        call = (f"{PACKED_CALL}qmatmul({packed.format.code}, {place(value.src[0])}, {place(value.src[1])}, {out}, "
+                f"{math.prod(value.shape[:-1])}, {packed.cols}, {packed.rows});")
+    else:
+        call = f"{PACKED_CALL}dequant({packed.format.code}, {place(value.src[0])}, {out}, {packed.rows}, {packed.cols});"
+    lines = [f"void {name}(void **bufs) {{"]
+    lines += [f"  {ctype} *restrict b{index} = ({ctype} *)bufs[{index}];" for index, ctype in params]
+    return "\n".join(lines + [f"  {call}", "}"]) + "\n"
+
 
 SOURCE = r"""
 #include <stdint.h>
@@ -320,8 +364,31 @@ static void atq_dot4_portable(const float *w, const float *x, int64_t ldx, int64
   for (int r = 0; r < 4; r++) out[r * ldo] = atq_dot_dense_portable(w, x + r * ldx, n);
 }
 
+/* BLAS's sgemm (numpy's OpenBLAS; native.py sets it when it loads this library), for many rows of x:
+   a panel of weight rows is decoded into a scratch block, which sgemm multiplies with every row of x */
+typedef void (*atq_sgemm32_t)(int, int, int, int, int, int, float, const float *, int, const float *, int,
+                              float, float *, int);
+typedef void (*atq_sgemm64_t)(int, int, int, long long, long long, long long, float, const float *, long long,
+                              const float *, long long, float, float *, long long);
+static void *atq_sgemm;
+static int atq_sgemm_ilp64;
+void atq_set_sgemm(void *fn, int ilp64) { atq_sgemm = fn; atq_sgemm_ilp64 = ilp64; }
+#define ATQ_GEMM_ROWS 8        /* from this many rows of x on, decoded panels go to sgemm */
+#define ATQ_PANEL_FLOATS 32768 /* a panel's decoded weights: 128 KiB, in L2 */
+static void atq_gemm_panel(const float *x, const float *panel, float *y, int64_t m, int64_t n, int64_t cols,
+                           int64_t ldy) {  /* y[:, 0:n] = x (m, cols) . panel (n, cols)^T */
+  if (atq_sgemm_ilp64)
+    ((atq_sgemm64_t)atq_sgemm)(101, 111, 112, m, n, cols, 1.0f, x, cols, panel, cols, 0.0f, y, ldy);
+  else
+    ((atq_sgemm32_t)atq_sgemm)(101, 111, 112, (int)m, (int)n, (int)cols, 1.0f, x, (int)cols, panel, (int)cols, 0.0f,
+                               y, (int)ldy);
+}
+
 /* ---- the kernels, one per path ----------------------------------------------------------------------
-   y (m, rows) = x (m, cols) . W^T, W packed (rows, cols); rows [r0, r1) only (a thread's share) */
+   y (m, rows) = x (m, cols) . W^T, W packed (rows, cols); rows [r0, r1) only (a thread's share).
+   One row of x: decode and dot in registers. A few rows: each weight row decoded once into scratch,
+   then dotted with the rows of x four at a time. Many rows (with sgemm): panels of weight rows decoded
+   once each, multiplied by sgemm. Every path reads each weight block from memory once. */
 #define ATQ_MATMUL(PATH, ATTR)                                                                          \
   static ATTR void atq_matmul_rows_##PATH(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,  \
                                           int64_t cols, int64_t rows, int64_t r0, int64_t r1) {         \
@@ -331,9 +398,22 @@ static void atq_dot4_portable(const float *w, const float *x, int64_t ldx, int64
         for (int64_t r = r0; r < r1; r++) y[i * rows + r] = atq_dot_row_##PATH(fmt, w + r * rb, x + i * cols, cols); \
       return;                                                                                           \
     }                                                                                                   \
+    if (m >= ATQ_GEMM_ROWS && atq_sgemm != NULL) {                                                      \
+      int64_t per = ATQ_PANEL_FLOATS / cols < 4 ? 4 : ATQ_PANEL_FLOATS / cols;                           \
+      float *panel = (float *)malloc(sizeof(float) * per * cols);                                       \
+      if (panel != NULL) {                                                                              \
+        for (int64_t r = r0; r < r1; r += per) {                                                        \
+          int64_t n = r1 - r < per ? r1 - r : per;                                                      \
+          for (int64_t j = 0; j < n; j++) atq_decode_row_##PATH(fmt, w + (r + j) * rb, panel + j * cols, cols); \
+          atq_gemm_panel(x, panel, y + r, m, n, cols, rows);                                             \
+        }                                                                                               \
+        free(panel);                                                                                    \
+        return;                                                                                         \
+      }                                                                                                 \
+    }                                                                                                   \
     float scratch[ATQ_SCRATCH] __attribute__((aligned(64)));                                             \
     for (int64_t r = r0; r < r1; r++) {                                                                 \
-      atq_decode_row_##PATH(fmt, w + r * rb, scratch, cols);  /* each weight block read once */         \
+      atq_decode_row_##PATH(fmt, w + r * rb, scratch, cols);                                            \
       int64_t i = 0;                                                                                    \
       for (; i + 4 <= m; i += 4) atq_dot4_##PATH(scratch, x + i * cols, cols, cols, y + i * rows + r, rows); \
       for (; i < m; i++) y[i * rows + r] = atq_dot_dense_##PATH(scratch, x + i * cols, cols);           \

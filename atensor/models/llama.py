@@ -154,8 +154,8 @@ class Llama:
         embed = part("token_embd.weight")  # (vocab, dim)
         self.embed = embed if isinstance(embed, PackedWeight) else t(embed)
         self.device = self.embed.device
-        self.output = Projections([part("output.weight" if "output.weight" in w else "token_embd.weight")],
-                                  device)  # (vocab, dim): logits = x . output^T
+        tied = "output.weight" not in w
+        self.output = Projections([embed if tied else part("output.weight")], device)  # logits = x . output^T
         self.norm = vector("output_norm.weight")
         shape = (slots, 2, cfg.n_kv_heads, context, cfg.head_dim)
         self.layers = []
