@@ -2,9 +2,12 @@
 
     python examples/generate.py "The capital of France is" --max-tokens 64
     python examples/generate.py --chat "Write a haiku about tensors." --temperature 0.7 --seed 1
+    python examples/generate.py "Once upon a time" --dtype float32   # the weights dequantized first
 
-Prints the text as it is generated, then the prompt length, time to first token and decode tokens/s
-(the first runs also capture the jitted steps; `--warmup` does that before timing).
+Prints the text as it is generated, then the prompt length, time to first token, decode tokens/s,
+the model's load time and the process's peak resident memory (the first runs also capture the jitted
+steps; `--warmup` does that before timing). By default the GGUF file's quantized tensors are used as
+stored (memory-mapped, multiplied in their blocks: docs/quantized.md).
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--warmup", action="store_true", help="capture the jitted steps before timing")
+    parser.add_argument("--dtype", choices=("quantized", "float32"), default="quantized",
+                        help="quantized: the file's blocks as stored (default); float32: dequantized at load")
     args = parser.parse_args(argv)
     if args.max_tokens < 1:
         parser.error(f"--max-tokens {args.max_tokens}: generate at least 1 token")
@@ -46,7 +51,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not ids or len(ids) >= args.context:
         parser.error(f"the prompt is {len(ids)} tokens; it must be 1 to {args.context - 1} tokens to leave room "
                      f"for one generated token in --context {args.context} (raise --context or shorten it)")
-    engine = LlamaEngine(Llama(gguf, slots=1, context=args.context))
+    loading = time.perf_counter()
+    model = Llama(gguf, slots=1, context=args.context, weights="packed" if args.dtype == "quantized" else "float32")
+    load_s = time.perf_counter() - loading
+    engine = LlamaEngine(model)
     if args.warmup:
         for _ in range(3):
             list(engine.generate(ids, 4))
@@ -71,7 +79,20 @@ def main(argv: Optional[list[str]] = None) -> None:
         return
     rate = (len(out) - 1) / (end - first) if len(out) > 1 else float("nan")
     print(f"\n[{len(ids)} prompt tokens, {len(out)} generated; first token {1000 * (first - start):.0f} ms; "
-          f"decode {rate:.1f} tokens/s]", file=sys.stderr)
+          f"decode {rate:.1f} tokens/s; {args.dtype} weights loaded in {load_s:.2f} s; peak resident memory "
+          f"{_peak_rss_mb():.0f} MB]", file=sys.stderr)
+
+
+def _peak_rss_mb() -> float:
+    """The process's peak resident memory (VmHWM), in MB; NaN where /proc is not there."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
   publishes on C timelines (a value and a futex word per queue), so queues hand work to each other
   without the GIL or a Python wake-up;
 - `atensor_copy`, a memcpy between buffers that a program can hold;
-- `at_sgemm_rows`, the product of 2..4 rows with a big matrix, reading the matrix once (c_blas.py).
+- `at_sgemm_rows`, the product of 2..4 rows with a big matrix, reading the matrix once (c_blas.py);
+- the pointers to the packed-weight kernels (quant_c.py) that QMATMUL and DEQUANT kernels call.
 Changing it changes every library's cache key: everything is compiled again once.
 """
 
@@ -84,6 +85,15 @@ static inline void at_sgemm_rows(int64_t m, int64_t n, int64_t k, const float *a
   if (m == 2) at_sgemm_rows2(n, k, a, lda, w, ldw, c, ldc);
   else if (m == 3) at_sgemm_rows3(n, k, a, lda, w, ldw, c, ldc);
   else at_sgemm_rows4(n, k, a, lda, w, ldw, c, ldc);
+}
+/* the packed-weight kernels (quant_c.py), in a helper library: native.py sets these when it loads a
+   library whose kernels call them (a QMATMUL or DEQUANT kernel, c_render.py) */
+typedef void (*at_qmatmul_t)(int, const float *, const uint8_t *, float *, int64_t, int64_t, int64_t);
+typedef void (*at_dequant_t)(int, const uint8_t *, float *, int64_t, int64_t);
+static at_qmatmul_t at_packed_qmatmul;
+static at_dequant_t at_packed_dequant;
+void atensor_set_quant(void *matmul, void *dequant) {
+  at_packed_qmatmul = (at_qmatmul_t)matmul; at_packed_dequant = (at_dequant_t)dequant;
 }
 typedef void (*at_kernel_t)(void **);
 /* timelines of native programs (native.py): a queue's value, and a futex word for sleeping waiters */

@@ -35,12 +35,13 @@ from typing import Any, Callable
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.node import Node, toposort
-from atensor.graph.ops import BINARY, Ops, ReduceOp, UNARY
+from atensor.graph.ops import BINARY, PACKED, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
 from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
 from atensor.backend.gemm_axes import contraction_groups
+from atensor.backend.quant_c import NotPacked, render_packed
 
 
 NUMPY_CONTRACTION_FLOPS = 1 << 20  # a contraction this large that cannot be a gemm here stays on numpy
@@ -497,6 +498,11 @@ class CRenderer:
         params = sorted((n for n in self.order if n.op is Ops.PARAM), key=lambda n: n.arg[0])
         for p in params:
             self.params[p] = f"b{p.arg[0]}"
+        if self.ast.src[1].op in PACKED:  # one call of the packed-weight kernels
+            try:
+                return render_packed(self.ast, self.name, [(p.arg[0], _ctype(p.dtype)) for p in params])
+            except NotPacked as why:
+                raise Unsupported(str(why)) from None
         # a negative stride anywhere (a flip) selects the flags known to be correct (c_prelude.py)
         negative = any(n.op is Ops.VIEW and any(st < 0 for st in n.arg.strides) for n in self.order)
         header = [f"{'AT_NEGATIVE_STEPS ' if negative else ''}void {self.name}(void **bufs) {{"]

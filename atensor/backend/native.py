@@ -39,6 +39,7 @@ from atensor.graph.symbolic import Variable
 from atensor.backend import blas
 from atensor.backend.c_prelude import PRELUDE
 from atensor.backend.c_render import Unsupported, render_c, variable_slots
+from atensor.backend.quant_c import PACKED_CALL, SOURCE as QUANT_SOURCE
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.backend.runner import Runner
@@ -371,6 +372,8 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
             symbol = f"k{len(todo)}_{''.join(c if c.isalnum() else '_' for c in name)}"[:120]
             try:
                 source = render_c(ast, symbol, blas=blas is not None)
+                if PACKED_CALL in source and quant_library() is None:
+                    raise Unsupported(f"the packed-weight kernels did not compile: {quant_failure}")
             except Unsupported as why:
                 _refused[ast] = str(why)
                 continue
@@ -415,6 +418,8 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
         runner.restype = None
         _bind_doorbell(lib)
         _program_runner = runner
+    if any(PACKED_CALL in src for _, src in todo.values()):
+        _set_quant(libraries)
     if blas is not None:
         for lib in libraries:
             lib.atensor_set_blas(*(ctypes.c_void_p(blas[i]) for i in (0, 1, 3, 4, 5)))
@@ -505,6 +510,40 @@ def load_helper(name: str, source: str) -> ctypes.CDLL:
     if not path.exists():
         _compile(cc, source, path, ())
     return ctypes.CDLL(str(path))
+
+
+quant_failure: Optional[str] = None  # why the packed-weight helper did not load, if it did not
+_quant: Optional[ctypes.CDLL] = None
+_quant_lock = threading.Lock()  # not `_lock`: _prepare asks for the helper while holding that
+
+
+def quant_library() -> Optional[ctypes.CDLL]:
+    """The packed-weight kernels (backend/quant_c.py) as a helper library, compiled on first use (once
+    per machine); None when they cannot be compiled (`quant_failure` says why: QMATMUL stays on numpy)."""
+    global _quant, quant_failure
+    if _quant is None and quant_failure is None:
+        with _quant_lock:
+            if _quant is None and quant_failure is None:
+                try:
+                    lib = load_helper("atensor-quant", QUANT_SOURCE)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                    quant_failure = f"{type(exc).__name__}: {exc}"
+                    return None
+                blas = _bind_blas()
+                if blas is not None:  # many rows of x: decoded panels through sgemm (quant_c.py)
+                    lib.atq_set_sgemm(ctypes.c_void_p(blas[0]), ctypes.c_int(int(blas[2])))
+                _quant = lib
+    return _quant
+
+
+def _set_quant(libraries: list[ctypes.CDLL]) -> None:
+    """Points each library's `at_packed_qmatmul` / `at_packed_dequant` (c_prelude.py) at the helper's kernels."""
+    helper = quant_library()
+    if helper is None:
+        return
+    address = lambda fn: ctypes.c_void_p(ctypes.cast(fn, ctypes.c_void_p).value)  # noqa: E731
+    for lib in libraries:
+        lib.atensor_set_quant(address(helper.atq_matmul), address(helper.atq_dequant))
 
 
 def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...], flags: tuple[str, ...] = FLAGS) -> None:

@@ -29,7 +29,7 @@ from atensor.dtype import dtypes
 from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph.view import View
-from atensor.backend import numpy_plans
+from atensor.backend import numpy_plans, quant_kernels
 from atensor.backend.numpy_plans import AddPads, Contraction, RowsThenAddPads, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
@@ -531,6 +531,10 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
             expr = f"_gather({src[0]}, {src[1]})"
         elif n.op is Ops.SCATTER:
             expr = f"_scatter({src[0]}, {src[1]}, {src[2]}, {n.arg!r})"
+        elif n.op is Ops.QMATMUL:
+            expr = f"{const(quant_kernels.run_qmatmul)}({src[0]}, {src[1]}, {const(n.arg)})"
+        elif n.op is Ops.DEQUANT:
+            expr = f"{const(quant_kernels.run_dequant)}({src[0]}, {const(n.arg)})"
         else:
             raise NotImplementedError(f"numpy backend cannot render {n.op}")
         lines.append(f"{out} = {expr}")

@@ -380,6 +380,25 @@ def _on_multi(op: Ops, src: tuple[Node, ...], arg: Any) -> bool:
     return (op is Ops.CONST or op is Ops.ARANGE) and type(arg[-1]) is tuple
 
 
+def _packed_shape(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shape, str]:
+    """QMATMUL (x (..., cols) float32, packed bytes) -> (..., rows); DEQUANT (packed bytes,) -> (rows, cols)."""
+    packed = src[-1]
+    if packed.dtype != dtypes.uint8 or packed.shape != (arg.nbytes,):
+        raise GraphError(f"{op.name}: the packed {arg.format.name} source of a ({arg.rows}, {arg.cols}) matrix "
+                         f"is ({arg.nbytes},) uint8, got {packed.shape} {packed.dtype.name}")
+    if dtype != dtypes.float32:
+        raise GraphError(f"{op.name} computes float32, not {dtype.name}")
+    if op is Ops.DEQUANT:
+        return (arg.rows, arg.cols), packed.device
+    x = src[0]
+    if x.dtype != dtypes.float32 or not x.shape or x.shape[-1] != arg.cols:
+        raise GraphError(f"QMATMUL: x must be float32 (..., {arg.cols}), got {x.shape} {x.dtype.name}")
+    if x.device != packed.device and "kernel" not in (x.device, packed.device):
+        raise GraphError(f"QMATMUL of x on {x.device} with weights on {packed.device}: move x with "
+                         f".to('{packed.device}') first")
+    return x.shape[:-1] + (arg.rows,), packed.device
+
+
 def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shape, str]:
     """Shape and device of a new node; raises GraphError naming the op and operands when invalid."""
     if op is Ops.MULTI or op is Ops.ALLREDUCE:
@@ -417,6 +436,8 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
         if any(s.device != src[0].device and "kernel" not in (s.device, src[0].device) for s in src):
             raise GraphError(f"{op.name} on tensors of different devices: move them with .to(device) first")
         return (src[1].shape if op is Ops.GATHER else src[0].shape), src[0].device
+    if op is Ops.QMATMUL or op is Ops.DEQUANT:
+        return _packed_shape(op, dtype, src, arg)
     if op is Ops.ASSIGN:
         storage, value = src
         if storage.op not in (Ops.BUFFER, Ops.ASSIGN):

@@ -39,6 +39,9 @@ class Ops(Enum):
     # multi-device (graph/multi.py): the only nodes whose device is a tuple, and the collective
     MULTI = auto()       # src: one node per device; arg (axis, bounds): sharded on axis (None: replicated)
     ALLREDUCE = auto()   # src: one partial per device; arg AllReduceArg; the reduced value on src[arg.index]
+    # packed weights (graph/quant.py): each its own kernel, its sources read from buffers
+    QMATMUL = auto()     # src (x (..., cols) float32, packed (nbytes,) uint8), arg PackedShape: x @ W^T (..., rows)
+    DEQUANT = auto()     # src (packed (nbytes,) uint8,), arg PackedShape: W as float32 (rows, cols)
 
 
 class ReduceOp(Enum):
@@ -55,4 +58,5 @@ BINARY = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.
 TERNARY = frozenset({Ops.WHERE})
 ELEMENTWISE = UNARY | BINARY | TERNARY
 COMPARISON = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+PACKED = frozenset({Ops.QMATMUL, Ops.DEQUANT})
 LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.ARANGE, Ops.PARAM})

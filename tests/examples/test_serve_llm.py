@@ -342,7 +342,8 @@ def test_generate_py_streams_transformers_text_and_its_rate():
     done = _finish(proc)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == tokenizer.decode(ids[:cut]) + "\n"
-    assert f"{cut} generated" in done.stderr and "tokens/s]" in done.stderr
+    assert f"{cut} generated" in done.stderr and "tokens/s; quantized weights loaded in" in done.stderr
+    assert "peak resident memory" in done.stderr
 
 
 @pytest.mark.parametrize("args, message", [

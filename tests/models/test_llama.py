@@ -128,6 +128,18 @@ def test_prefill_logits_match_transformers_within_1e3(engine, reference):
     np.testing.assert_allclose(out, ref, atol=1e-3, rtol=0)
 
 
+def test_the_float32_model_and_the_packed_one_match_transformers_logits(engine, reference):
+    """`weights="float32"` dequantizes every tensor at load (examples/generate.py --dtype float32); the
+    module's engine holds the file's packed tensors (the default). Both give transformers' logits."""
+    from atensor.nn.packed import PackedWeight
+    ids = reference["json"]["prompts"][0]
+    dense = Llama(load_gguf(GGUF), slots=1, context=16, weights="float32")
+    assert isinstance(engine.model.embed, PackedWeight) and not isinstance(dense.embed, PackedWeight)
+    out = dense.forward(Tensor(np.array([ids], np.int32)), Tensor(dense.position_ids(len(ids), [0])),
+                        dense.causal_mask(len(ids), [0]), [0]).numpy()[0]
+    np.testing.assert_allclose(out, reference["logits"], atol=1e-3, rtol=0)
+
+
 def test_greedy_generation_gives_transformers_ids_on_raw_and_chat_prompts(engine, reference):
     info = reference["json"]
     for ids, expected in zip(info["prompts"], info["generated"]):

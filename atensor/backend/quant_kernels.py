@@ -1,0 +1,117 @@
+"""The packed-weight kernels in C (quant_c.py's source), compiled once per machine and bound.
+
+Why a helper library of their own rather than a kernel's rendered body: the block decodes and their
+three paths are a few hundred lines of intrinsics, the same for every QMATMUL; rendered into each
+kernel library they would be compiled again with each jit capture. A QMATMUL kernel's C (c_render.py)
+is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which native.py sets to
+the helper's `atq_matmul` when it loads a library (native.quant_library compiles the helper).
+
+`matmul` and `dequantize` call a chosen path directly: the tests hold each path the CPU has to the
+portable one and to numpy.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Optional
+
+import numpy as np
+
+from atensor.backend import native, quant_numpy
+from atensor.config import settings
+from atensor.graph.quant import PackedShape
+
+PATHS = ("portable", "avx2", "avx512")
+_lock = threading.Lock()
+_library: Optional[ctypes.CDLL] = None
+
+
+def library() -> Optional[ctypes.CDLL]:
+    """The loaded helper library (native.quant_library: compiled on first use), its functions typed;
+    None (and `failure()` says why) without a compiler or when it does not compile."""
+    global _library
+    if _library is not None:
+        return _library
+    lib = native.quant_library()
+    if lib is None:
+        return None
+    with _lock:
+        for path in PATHS:
+            for kind in ("matmul", "dequant"):
+                fn = getattr(lib, f"atq_{kind}_{path}", None)
+                if fn is not None:
+                    fn.restype = None
+        for name in ("atq_has_avx2", "atq_has_avx512"):
+            getattr(lib, name).restype = ctypes.c_int
+        lib.atq_best_path.restype = ctypes.c_char_p
+        _library = lib
+    return _library
+
+
+def failure() -> Optional[str]:
+    """Why the helper library could not be loaded, if it could not."""
+    return native.quant_failure
+
+
+def best_path() -> str:
+    """The path the compiled library's kernels use (chosen at compile time from -march=native)."""
+    lib = library()
+    return lib.atq_best_path().decode() if lib is not None else "numpy"
+
+
+def available_paths() -> list[str]:
+    """The paths this CPU can run: portable always, avx2 and avx512 when it has their instructions."""
+    lib = library()
+    if lib is None:
+        return []
+    return ["portable"] + [p for p in ("avx2", "avx512") if getattr(lib, f"atq_has_{p}")()]
+
+
+def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.ndarray:
+    """A QMATMUL kernel of the numpy backend (an eager realize's; a jit replay's is compiled C): the
+    best C path through this library unless `settings.native` is "0" or it did not compile, else
+    numpy's decode (quant_numpy.py). Decoding the whole matrix in numpy would make a 113 MB float32
+    temporary of SmolLM2's embedding for each prefill's logits."""
+    if settings.native != "0" and library() is not None:
+        return matmul(x, packed, shape).reshape(x.shape[:-1] + (shape.rows,))
+    return quant_numpy.qmatmul(x, packed, shape)
+
+
+def run_dequant(packed: np.ndarray, shape: PackedShape) -> np.ndarray:
+    """A DEQUANT kernel of the numpy backend: the C decode unless native is "0" (see `run_qmatmul`)."""
+    if settings.native != "0" and library() is not None:
+        return dequantize(packed, shape)
+    return quant_numpy.dequantize(packed, shape)
+
+
+def _pointer(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.__array_interface__["data"][0])
+
+
+def matmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape, path: str = "best") -> np.ndarray:
+    """x (m, cols) float32 @ W^T through the C kernel of `path` ("best", or one of `available_paths`)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the packed-weight kernels did not compile: {failure()}")
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape.cols)
+    w = np.ascontiguousarray(packed).reshape(-1).view(np.uint8)
+    if w.size != shape.nbytes:
+        raise ValueError(f"{shape} needs {shape.nbytes} bytes, got {w.size}")
+    out = np.empty((x.shape[0], shape.rows), np.float32)
+    fn = lib.atq_matmul if path == "best" else getattr(lib, f"atq_matmul_{path}")
+    fn(ctypes.c_int(shape.format.code), _pointer(x), _pointer(w), _pointer(out), ctypes.c_int64(x.shape[0]),
+       ctypes.c_int64(shape.cols), ctypes.c_int64(shape.rows))
+    return out
+
+
+def dequantize(packed: np.ndarray, shape: PackedShape, path: str = "best") -> np.ndarray:
+    """The (rows, cols) float32 matrix, decoded by the C kernel of `path`."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the packed-weight kernels did not compile: {failure()}")
+    w = np.ascontiguousarray(packed).reshape(-1).view(np.uint8)
+    out = np.empty((shape.rows, shape.cols), np.float32)
+    fn = lib.atq_dequant if path == "best" else getattr(lib, f"atq_dequant_{path}")
+    fn(ctypes.c_int(shape.format.code), _pointer(w), _pointer(out), ctypes.c_int64(shape.rows),
+       ctypes.c_int64(shape.cols))
+    return out

