@@ -15,6 +15,21 @@ device when it can (it needs clang: without it the table says why it is missing)
 Peers alternate within each round, so drift in the machine's speed affects all of them. The table shows
 the median wall time and the process's CPU time per call. On a machine whose cores other processes use,
 the CPU time is the steadier of the two.
+
+Where the rest goes (measured 2026-12-03, one thread, CPU time, a machine at load 8-11; bench/results/conv.json
+holds the step table): the issue's target is at most 1.2x torch, and it is not met. The Adam step of beautiful_mnist
+is 2.38x torch at batch 512 and 1.84x at 128; the flagship's cnn step is 1.75x and 1.25x. A profile of the b128
+mnist step (atensor.profile over two replays) puts 52% of kernel time in the second convolution
+(r_sum_128x1x32x32x5x5x20x20: its forward and its two gradients) and 29% in the third, with the bias/batchnorm
+reductions at 2.5% and every elementwise kernel under 0.1% each. Layer by layer, against torch's conv2d
+(conv.py's harness, batch 128, forward / forward+backward with the input's gradient):
+conv2 32->32 k5 on 24x24 1.45x / 1.50x, conv3 32->64 k3 on 10x10 1.21x / 1.24x, conv4 64->64 k3 on 8x8
+1.33x / 2.20x, conv1 1->32 k5 1.92x / 0.57x, the cnn's 1->16 k3 on 8x8 5.4x / 3.5x. Those sum to 1.34x of
+torch for the mnist model's convolutions; the rest of the step (batchnorm, pooling, the loss, Adam) is its
+other ~100 ms at b128. So the gap is in the convolution lowering (window_gemm.py / contraction.py's copies
+around the gemms), and for the small-channel layers in per-kernel overhead. A direct convolution for
+small channel counts, and a backward that reuses the forward's unfolded windows, are the next steps to
+measure.
 """
 from __future__ import annotations
 
@@ -62,12 +77,16 @@ def atensor_modes(model: str, batch: int) -> dict[str, Callable[[], Any]]:
     def forward(x: Tensor) -> Tensor:
         return net(x)
 
+    # the gradients land in buffers kept across calls, as PyTorch's `.grad`s do (returning them as
+    # results instead makes every replay allocate fresh result buffers: measured 2x this mode's time)
+    kept = [Tensor.zeros(*p.shape).contiguous().realize() for p in opt.params]
+
     @atensor.jit
     @Context(TRAINING=1)
-    def backward(x: Tensor, y: Tensor) -> list[Tensor]:
+    def backward(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
         loss = net(x).sparse_categorical_crossentropy(y).backward()
-        return [loss.realize(*[p.grad for p in opt.params])] + [p.grad for p in opt.params]
+        return loss.realize(*[k.assign(p.grad) for k, p in zip(kept, opt.params)])
 
     @atensor.jit
     @Context(TRAINING=1)
