@@ -195,8 +195,17 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
                 if self._pending is handle and handle.done():
                     self._pending = None
             handle = self._dispatch() if self._has_unissued_work() else None
+        if self._writes_in_flight():  # issued through another tensor's realize (a view's), still queued
+            await self._dispatch()
         self._raise_write_failure()  # a value a failed task wrote raises again on every await
         return self
+
+    def _writes_in_flight(self) -> bool:
+        """True when writes into this single-device tensor's buffer are still dispatched or running
+        after its own realizes are done: a view of it realized on its own (`t[0:2].realize()`) writes
+        it through a realize that is not this tensor's. A realize of this stored tensor, dispatched
+        after that one, waits for its writes (the dispatcher plans in issue order)."""
+        return not isinstance(self.device, tuple) and not self._is_ready_single()
 
     def _has_unissued_work(self) -> bool:
         """True when this tensor's value still needs a realize: it is computed, or a write into its
@@ -235,6 +244,8 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
                 if self._pending is handle and handle.done():
                     self._pending = None
             handle = self._dispatch() if self._has_unissued_work() else None
+        if self._writes_in_flight():  # issued through another tensor's realize (a view's), still queued
+            self._dispatch().wait(timeout)
         return self
 
     def _is_ready_single(self) -> bool:
