@@ -1,6 +1,7 @@
 """LLM inference: SmolLM2-135M on atensor (float32, KV cache, jitted decode) against transformers + torch.
 
     python bench/llm.py                 # writes bench/results/llm.json
+    python bench/llm.py --server-only   # serving against the thread design, prefix TTFT: llm_server.json
 
 - Single stream: time to first token for a 64-token prompt (bucketed prefill) and decode tokens/s over
   64 greedy tokens; transformers + torch float32 (the same weights, dequantized from the same GGUF) with
@@ -15,6 +16,11 @@
   thread pool; /health is polled every 20 ms meanwhile (p99 and worst latency). Three alternating
   rounds of 1, 4 and 16 streams, the median round reported (with the range): one round each swung the
   16-to-1 ratio between 3.7x and 4.2x from run to run here.
+- `--server-only`: the serving table alone, examples/serve_llm.py (the model loop a task on the event
+  loop) against the thread design of `--baseline REV` (its examples/serve_llm.py from git, run on this
+  tree's atensor), the two servers started side by side and measured in alternating rounds; then time
+  to first token of a ~400-token prompt whose prefix a finished request left in a slot (prefix cache)
+  against a cold one, alternating. Writes bench/results/llm_server.json.
 Timing on a shared 2-core machine is noisy: read the ratios measured in the same run.
 """
 from __future__ import annotations
