@@ -1,6 +1,7 @@
 """LLM inference: SmolLM2-135M on atensor (float32, KV cache, jitted decode) against transformers + torch.
 
     python bench/llm.py                 # writes bench/results/llm.json
+    python bench/llm.py --server-only   # serving against the thread design, prefix TTFT: llm_server.json
 
 - Single stream: time to first token for a 64-token prompt (bucketed prefill) and decode tokens/s over
   64 greedy tokens; transformers + torch float32 (the same weights, dequantized from the same GGUF) with
@@ -15,6 +16,11 @@
   thread pool; /health is polled every 20 ms meanwhile (p99 and worst latency). Three alternating
   rounds of 1, 4 and 16 streams, the median round reported (with the range): one round each swung the
   16-to-1 ratio between 3.7x and 4.2x from run to run here.
+- `--server-only`: the serving table alone, examples/serve_llm.py (the model loop a task on the event
+  loop) against the thread design of `--baseline REV` (its examples/serve_llm.py from git, run on this
+  tree's atensor), the two servers started side by side and measured in alternating rounds; then time
+  to first token of a ~400-token prompt whose prefix a finished request left in a slot (prefix cache)
+  against a cold one, alternating. Writes bench/results/llm_server.json.
 Timing on a shared 2-core machine is noisy: read the ratios measured in the same run.
 """
 from __future__ import annotations
@@ -29,6 +35,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -182,37 +189,156 @@ async def _load(url: str, streams: int) -> dict:
             "server": server}
 
 
-def bench_server(stream_counts: list[int]) -> list[dict]:
+def _start_server(script: Path, *flags: str) -> tuple[subprocess.Popen, str]:
+    """Starts `script` (examples/serve_llm.py, or the thread design's copy) on a free port and waits for
+    /health."""
     import httpx
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "serve_llm.py"), "--port", str(port),
-                             "--slots", "16", "--context", "256", "--prefill-buckets", "16", "64"], env=env)
+    proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), *flags], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{script} exited")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError("serve_llm.py exited")
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        asyncio.run(_load(url, 2))  # first requests after warm-up
-        rounds: dict[int, list[dict]] = {n: [] for n in stream_counts}
-        for _ in range(SERVER_ROUNDS):  # alternating: a slow spell of the machine hits every count
-            for n in stream_counts:
-                run = asyncio.run(_load(url, n))
-                if run["tokens"] != n * STREAM_TOKENS:
-                    raise RuntimeError(f"the server generated {run['tokens']} tokens for {n} streams of "
-                                       f"{STREAM_TOKENS}: {run}")
-                rounds[n].append(run)
-        return [_median_round(n, runs) for n, runs in rounds.items()]
-    finally:
-        proc.terminate()
         proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+THROUGHPUT_FLAGS = ("--slots", "16", "--context", "256", "--prefill-buckets", "16", "64")
+
+
+def bench_server(stream_counts: list[int], baseline: Optional[Path] = None) -> dict[str, list[dict]]:
+    """Aggregate tokens/s and /health latency at each stream count through examples/serve_llm.py and,
+    with `baseline` (another server script, the thread design's), through it too: the two servers run
+    side by side (one idle while the other is measured), in alternating rounds."""
+    scripts = {"event loop": ROOT / "examples" / "serve_llm.py"}
+    if baseline is not None:
+        scripts["thread (baseline)"] = baseline
+    servers = {}
+    try:
+        for name, script in scripts.items():
+            servers[name] = _start_server(script, *THROUGHPUT_FLAGS)
+            asyncio.run(_load(servers[name][1], 2))  # first requests after warm-up
+        rounds: dict[str, dict[int, list[dict]]] = {name: {n: [] for n in stream_counts} for name in scripts}
+        for _ in range(SERVER_ROUNDS):  # alternating: a slow spell of the machine hits every count and server
+            for n in stream_counts:
+                for name, (_, url) in servers.items():
+                    run = asyncio.run(_load(url, n))
+                    if run["tokens"] != n * STREAM_TOKENS:
+                        raise RuntimeError(f"{name}: {run['tokens']} tokens for {n} streams of {STREAM_TOKENS}")
+                    rounds[name][n].append(run)
+        return {name: [_median_round(n, runs) for n, runs in by_n.items()] for name, by_n in rounds.items()}
+    finally:
+        for proc, _ in servers.values():
+            _stop(proc)
+
+
+PREFIX_WORDS = 400  # tokens of the shared prefix (one word and its space: about one token each)
+
+
+async def _ttft(url: str, prompt: str) -> float:
+    """Seconds from sending a streamed completion to its first generated token."""
+    import httpx
+    async with httpx.AsyncClient(timeout=600) as client:
+        start = time.perf_counter()
+        async with client.stream("POST", url + "/v1/completions", json={
+                "prompt": prompt, "max_tokens": 2, "temperature": 0, "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    return time.perf_counter() - start
+    raise RuntimeError("no token came back")
+
+
+def bench_prefix_ttft(rounds: int = 5) -> dict:
+    """Time to first token of a prompt whose first ~400 tokens a finished request left in a slot (a
+    prefix-cache hit: only the question is prefilled) against a cold one (a fresh prefix each time:
+    the whole prompt prefilled), alternating, on a 4-slot server with a 512-token context."""
+    import httpx
+    from atensor.models.gguf import load_gguf
+    from atensor.models.tokenizer import GGUFTokenizer
+    tokenizer = GGUFTokenizer(load_gguf().metadata)
+    words = ["apple", "river", "stone", "cloud", "paper", "light", "green", "music", "table", "house"]
+
+    def prefix(seed: int) -> str:
+        rng = np.random.default_rng(seed)
+        return " ".join(rng.choice(words, PREFIX_WORDS)) + "\n"
+    proc, url = _start_server(ROOT / "examples" / "serve_llm.py", "--slots", "4", "--context", "512",
+                              "--prefill-buckets", "16", "64")
+    try:
+        shared = prefix(0)
+        asyncio.run(_ttft(url, shared + "Question 0:"))  # leaves the shared prefix in a slot
+        asyncio.run(_ttft(url, prefix(999) + "Question 0:"))  # the cold path's programs, once
+        cold, warm = [], []
+        for i in range(rounds):
+            cold.append(asyncio.run(_ttft(url, prefix(1000 + i) + f"Question {i}:")))
+            warm.append(asyncio.run(_ttft(url, shared + f"Question {i + 1}:")))
+        hits = httpx.get(url + "/health").json()["prefix_hits"]
+    finally:
+        _stop(proc)
+    tokens = len(tokenizer.encode(shared + "Question 1:"))
+    return {"prompt_tokens": tokens, "shared_tokens": len(tokenizer.encode(shared)), "rounds": rounds,
+            "cold_ms": [1000 * t for t in cold], "cached_ms": [1000 * t for t in warm],
+            "cold_median_ms": 1000 * statistics.median(cold), "cached_median_ms": 1000 * statistics.median(warm),
+            "ratio": statistics.median(warm) / statistics.median(cold), "prefix_hits": hits}
+
+
+def baseline_script(rev: str) -> Path:
+    """examples/serve_llm.py as it was at `rev` (the thread design), written to a temporary file."""
+    import tempfile
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:examples/serve_llm.py"], check=True,
+                          capture_output=True, text=True).stdout
+    path = Path(tempfile.gettempdir()) / f"serve_llm_{rev[:10]}.py"
+    path.write_text(text)
+    return path
+
+
+def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = None) -> None:
+    """Prints the serving table: each server's tokens/s and /health latency by stream count."""
+    first = next(iter(served.values()))
+    rows = []
+    for i, s in enumerate(first):
+        for name, runs in served.items():
+            r = runs[i]
+            row = [r["streams"], name, r["tps"], f"{min(r['tps_rounds']):.1f}-{max(r['tps_rounds']):.1f}",
+                   r["tps"] / s["tps"], r["tps"] / runs[0]["tps"], r["health_p99_ms"], r["health_worst_ms"]]
+            if pool is not None:
+                row.append(r["tps"] / pool[i]["tps"])
+            rows.append(row)
+    head = ["streams", "server", "tok/s", "range", "vs event loop", "vs 1 stream", "/health p99 ms", "worst ms"]
+    print(table(f"serving {STREAM_TOKENS} greedy tokens per request: aggregate tokens/s, median of "
+                f"{SERVER_ROUNDS} alternating rounds (worst: of all rounds)",
+                head + (["vs transformers pool"] if pool is not None else []), rows))
+
+
+def server_main(baseline_rev: str) -> None:
+    """`python bench/llm.py --server-only [--baseline REV]`: the serving tables alone (against the thread
+    design at REV), the prefix-cache TTFT, written to bench/results/llm_server.json."""
+    counts = [1, 4, 16]
+    served = bench_server(counts, baseline_script(baseline_rev) if baseline_rev else None)
+    serving_tables(served)
+    prefix = bench_prefix_ttft()
+    print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
+                f"a prefix a finished request left in a slot, median of {prefix['rounds']} alternating rounds",
+                ["prompt", "TTFT ms", "vs cold"],
+                [["cold", prefix["cold_median_ms"], 1.0], ["cached prefix", prefix["cached_median_ms"],
+                                                            prefix["ratio"]]]))
+    path = write_results("llm_server", {"baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
+                                        "note": "one run on a shared 2-core machine; other sessions were running"})
+    print(f"wrote {path}")
 
 
 def _median_round(streams: int, runs: list[dict]) -> dict:
@@ -269,19 +395,22 @@ def main() -> None:
     counts = [1, 4, 16]
     served = bench_server(counts)
     pool = [bench_transformers_pool(hf, tokenizer, n) for n in counts]
-    rows = [[s["streams"], s["tps"], f"{min(s['tps_rounds']):.1f}-{max(s['tps_rounds']):.1f}", p["tps"],
-             s["tps"] / p["tps"], s["tps"] / served[0]["tps"], s["health_p99_ms"], s["health_worst_ms"]]
-            for s, p in zip(served, pool)]
-    print(table(f"serving {STREAM_TOKENS} greedy tokens per request: aggregate tokens/s, median of "
-                f"{SERVER_ROUNDS} alternating rounds (worst: of all rounds)",
-                ["streams", "atensor server", "range", "transformers pool", "ratio", "vs 1 stream",
-                 "/health p99 ms", "worst ms"], rows))
+    serving_tables(served, pool)
     path = write_results("llm", {"threads": THREADS, "memcpy_bps": bandwidth, "weight_bytes": weight_bytes,
-                                 "decode_limit_tps": limit, "single_stream": single, "prefill_16": prefill, "server": served,
+                                 "decode_limit_tps": limit, "single_stream": single, "prefill_16": prefill, "server": served["event loop"],
                                  "transformers_pool": pool,
                                  "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+    parser = argparse.ArgumentParser(description="SmolLM2 inference and serving benchmarks")
+    parser.add_argument("--server-only", action="store_true", help="only the serving and prefix-TTFT part")
+    parser.add_argument("--baseline", default="88d9cad", help="the git revision whose examples/serve_llm.py "
+                        "(the thread design) the server part is compared with ('' : none)")
+    args = parser.parse_args()
+    if args.server_only:
+        server_main(args.baseline)
+    else:
+        main()

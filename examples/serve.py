@@ -4,6 +4,7 @@
     python examples/serve.py --port 8000 --server hypercorn-trio   # the same app on trio, through hypercorn
     curl -s localhost:8000/embed -d '{"sentences": ["a cat", "a dog"]}'
     curl -s localhost:8000/health
+    curl -s localhost:8000/v1/embeddings -d '{"input": ["a cat"]}'   # OpenAI's shape (the openai client works)
 
 Why this shape: the usual async model server pushes PyTorch into a thread pool, and the GIL-heavy
 inference then competes with the event loop. Here a request handler only validates and tokenizes;
@@ -112,6 +113,7 @@ class _Pending:
     body: Optional[bytes] = None  # the JSON reply, encoded off the loop thread
     error: Optional[BaseException] = None
     abandoned: bool = False
+    encode: Optional[Callable[[np.ndarray], bytes]] = None  # the reply's encoder (default: /embed's)
 
 
 class BatchingEngine:
@@ -154,11 +156,12 @@ class BatchingEngine:
                     tg.start_soon(self._worker, model)
             task_status.started()
 
-    async def embed_reply(self, ids: list[list[int]]) -> bytes:
-        """Queues one request's token ids and returns the encoded JSON reply with its rows. Cancelled
-        while queued: the request is dropped; cancelled while its batch computes: the batch finishes
-        and these rows are discarded."""
-        pending = _Pending(ids, anyio.current_time())
+    async def embed_reply(self, ids: list[list[int]],
+                          encode: Optional[Callable[[np.ndarray], bytes]] = None) -> bytes:
+        """Queues one request's token ids and returns the encoded JSON reply with its rows (`encode`:
+        the rows to the body, off the loop; default /embed's). Cancelled while queued: the request is
+        dropped; cancelled while its batch computes: the batch finishes and these rows are discarded."""
+        pending = _Pending(ids, anyio.current_time(), encode=encode)
         self._send.send_nowait(pending)
         try:
             await pending.done.wait()
@@ -283,7 +286,8 @@ def _encode_replies(batch: list[_Pending], model: str) -> list[bytes]:
     """The batch's reply bodies, in a worker thread that yields a core to the event loop's thread as
     atensor's workers do (settings.worker_nice): encoding is batch work, /health is not."""
     lower_priority(atensor.settings.worker_nice)
-    return [reply_body(p.result, model) for p in batch]  # type: ignore[arg-type]
+    return [p.encode(p.result) if p.encode is not None else reply_body(p.result, model)  # type: ignore[arg-type]
+            for p in batch]
 
 
 def _forward_in_thread(model: Any) -> Callable[..., Awaitable[Any]]:
@@ -314,8 +318,10 @@ class SyncEngine(BatchingEngine):
         self.sentences_computed += len(ids)
         return out.numpy()[:len(ids)]  # blocks this pool thread until done (no loop runs here)
 
-    async def embed_reply(self, ids: list[list[int]]) -> bytes:
-        return await run_in_threadpool(lambda: reply_body(self.embed_blocking(ids), self.name))
+    async def embed_reply(self, ids: list[list[int]],
+                          encode: Optional[Callable[[np.ndarray], bytes]] = None) -> bytes:
+        encode = encode or (lambda vectors: reply_body(vectors, self.name))
+        return await run_in_threadpool(lambda: encode(self.embed_blocking(ids)))
 
 
 # ---- request validation -------------------------------------------------------------------------------
@@ -410,6 +416,44 @@ class EmbedService:
             return Response(status_code=499)
         return Response(reply, media_type="application/json")
 
+    async def openai_embeddings(self, request: Request) -> Response:
+        """POST /v1/embeddings in OpenAI's shape (atensor.serve.embeddings), computed as /embed is."""
+        from atensor.serve.embeddings import embeddings_body, parse_embeddings
+        from atensor.serve.requests import RequestError
+        self.requests += 1
+        try:
+            body = await self._read_body(request)
+            req = parse_embeddings(body, self.engine.name, self.engine.dim, self.config.max_request_sentences)
+            ids = self.engine.tokenize(req.inputs)
+            too_long = [i for i, row in enumerate(ids) if len(row) > self.engine.max_tokens]
+            if too_long:
+                raise RequestError(400, f"'input'[{too_long[0]}] is too long: {len(ids[too_long[0]])} tokens, "
+                                        f"the model takes at most {self.engine.max_tokens}", param="input")
+            if self.shutting_down:
+                raise RequestError(503, "the server is shutting down", kind="server_error")
+        except BadRequest as bad:
+            return JSONResponse(RequestError(bad.status, bad.message).body(), status_code=bad.status)
+        except RequestError as bad:
+            return JSONResponse(bad.body(), status_code=bad.status)
+        tokens = sum(len(row) for row in ids)
+
+        def encode(vectors: np.ndarray) -> bytes:
+            return embeddings_body(vectors, self.engine.name, tokens, req.base64)
+        self.in_flight += 1
+        try:
+            if isinstance(self.engine, TorchEngine):
+                reply = await _until_disconnect(request, self._torch_vectors, req.inputs, encode)
+            else:
+                reply = await _until_disconnect(request, self.engine.embed_reply, ids, encode)
+        finally:
+            self.in_flight -= 1
+        if reply is None:
+            return Response(status_code=499)
+        return Response(reply, media_type="application/json")
+
+    async def _torch_vectors(self, sentences: list[str], encode: Callable[[np.ndarray], bytes]) -> bytes:
+        return encode(await self.engine.embed_sentences(sentences))
+
     async def _torch_reply(self, sentences: list[str]) -> bytes:
         return reply_body(await self.engine.embed_sentences(sentences), self.engine.name)
 
@@ -446,7 +490,8 @@ def error_response(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
 
-ALLOWED = {"/embed": 'POST {"sentences": [...]}', "/health": "GET"}
+ALLOWED = {"/embed": 'POST {"sentences": [...]}', "/v1/embeddings": 'POST {"input": [...]} (OpenAI)',
+           "/health": "GET"}
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -454,7 +499,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     path, method = request.url.path, request.method
     if status == 404:
-        message = f"no route {path}; the server has POST /embed and GET /health"
+        message = f"no route {path}; the server has POST /embed, POST /v1/embeddings and GET /health"
     elif status == 405:
         message = f"{method} {path} is not allowed; use {ALLOWED.get(path, 'another method')}"
     else:
@@ -486,6 +531,7 @@ def make_app(config: ServerConfig, engine_factory: Optional[Callable[[], Any]] =
                 tg.cancel_scope.cancel()
 
     app = Starlette(routes=[Route("/embed", service.embed, methods=["POST"]),
+                            Route("/v1/embeddings", service.openai_embeddings, methods=["POST"]),
                             Route("/health", service.health, methods=["GET"])],
                     exception_handlers={HTTPException: _http_error, Exception: _http_error},
                     lifespan=lifespan)

@@ -7,7 +7,8 @@ hides the circle from the interpreter, not from a reader or a static checker). A
 import Node` an edge to atensor.graph.node (the implicit import of a parent package's __init__ is not
 counted: every module would then depend on its package's re-exports).
 
-The layers ("Layers" in docs/design.md), top to bottom: the package root, models/, nn/, jit/, tensor/ (the
+The layers ("Layers" in docs/design.md), top to bottom: the package root, serve/ (the LLM server's library),
+models/, nn/, jit/, tensor/ (the
 Tensor and its op families), engine/, dist/, sched/, backend/, hcq/, ledger/ (the storage ledger: under
 sched/ and hcq/, which both write it), graph/, dtype.py and config.py, profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
 """
@@ -40,7 +41,10 @@ _MAY_IMPORT: dict[str, set[str]] = {
     "models": {"nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
                "profiler"} | _BASE,
     "helpers": _BASE,
-    "atensor": {"helpers", "models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
+    "serve": {"models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
+              "profiler"} | _BASE,
+    "atensor": {"helpers", "models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend",
+                "ledger", "graph",
                 "profiler"} | _BASE,
 }
 

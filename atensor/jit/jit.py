@@ -364,13 +364,25 @@ class Jit:
                                f"`async def` instead and await it")
         return self._drive_sync(args, kwargs)
 
-    async def _drive_async(self, args: tuple, kwargs: dict) -> Any:
+    async def call_async(self, *args: Any, **kwargs: Any) -> Any:
+        """Awaits a call of a plain `def` on the running trio or asyncio loop: the function (which only
+        builds graphs) is called on the loop's thread while capturing, and every realize, replay and
+        compile is awaited, never blocked on. The calls share their captured programs with the blocking
+        ones (`step(x)` in a script, `await step.call_async(x)` in a server: one capture)."""
+        if self.is_async:
+            return await self._drive_async(args, kwargs)
+        return await self._drive_async(args, kwargs, plain=True)
+
+    async def _drive_async(self, args: tuple, kwargs: dict, plain: bool = False) -> Any:
         steps, value, error = self._steps(args, kwargs), None, None
         with collector.host_span(f"jit {self._name}", "call"):  # the call's host time, for the profiler
             while (step := _advance(steps, value, error))[0] is not _DONE:
                 value, error = None, None
                 try:
-                    value = await step[1] if step[0] is _WAIT else await self.fn(*args, **kwargs)
+                    if step[0] is _WAIT:
+                        value = await step[1]
+                    else:
+                        value = self._call_plain(args, kwargs) if plain else await self.fn(*args, **kwargs)
                 except BaseException as exc:  # noqa: BLE001 - handed to the steps (their cleanup runs)
                     error = exc
         return step[1]

@@ -22,6 +22,16 @@ programs keyed by shape only:
   context 256 a 64-cell window cut the attention kernel from 1.00 ms to 0.35 ms per layer (profiler).
   A prefill starts at position 0, so its window is its bucket length.
 
+- extend: a prompt whose first `start` tokens are already in the slot's cells (a prefix cache hit) is
+  prefilled from `start` on: one row of the rest, padded to a bucket, written at the bound Variables
+  `slot` and `start` and attending over a window of the slot (the decode step's path with L tokens).
+  One program per (bucket, window), captured on first use.
+
+Every step has a blocking form (`prefill`, `prefill_many`, `decode`: scripts, the CLI) and an awaitable
+one (`prefill_async`, `prefill_many_async`, `decode_async`) for an async app on trio or asyncio: the
+same host-side inputs, the same jitted programs (`Jit.call_async`), the realize awaited instead of
+blocked on, so the event loop serves other requests while the kernels run on atensor's queues.
+
 Sampling happens on the host on the step's logits: temperature scaling, top-k, top-p (nucleus), then
 inverse-CDF with a uniform drawn from atensor's Threefry generator keyed by the request's seed, one
 counter per generated token: a seed reproduces a run whatever else the server runs meanwhile.
@@ -81,11 +91,38 @@ def request_uniforms(seed: int, count: int, device: str = "CPU") -> np.ndarray:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick the next token. temperature 0 is greedy (argmax)."""
+    """How to pick the next token. temperature 0 is greedy (argmax). The penalties are OpenAI's: a
+    token's logit is lowered by `frequency_penalty` times its count among the tokens generated so far,
+    plus `presence_penalty` once it has appeared (`penalize`)."""
     temperature: float = 0.0
     top_k: int = 0      # 0: no limit
     top_p: float = 1.0
     seed: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+    @property
+    def penalized(self) -> bool:
+        return self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
+
+def penalize(logits: np.ndarray, generated: Sequence[int], params: SamplingParams) -> np.ndarray:
+    """OpenAI's penalties on one row's logits: logit[j] - c[j] * frequency_penalty - (c[j] > 0) *
+    presence_penalty, c[j] the count of token j among `generated` (the completion so far, not the
+    prompt). Returns `logits` itself when there is nothing to do, else a new array."""
+    if not params.penalized or not generated:
+        return logits
+    tokens, counts = np.unique(np.asarray(generated, np.int64), return_counts=True)
+    out = logits.astype(np.float32, copy=True)
+    out[tokens] -= counts * np.float32(params.frequency_penalty) + np.float32(params.presence_penalty)
+    return out
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log p of one row's logits (vocab,), in float64: the model's own distribution (no temperature)."""
+    z = logits.astype(np.float64)
+    z -= z.max()
+    return z - np.log(np.exp(z).sum())
 
 
 def sample(logits: np.ndarray, params: SamplingParams, uniform: float) -> int:
@@ -121,8 +158,11 @@ class LlamaEngine:
         self.windows = sorted({min(w, model.context) for w in window_buckets} | {model.context})
         self.slot_vars = [Variable(f"slot{i}", 0, model.slots - 1) for i in range(batch_bucket(model.slots))]
         self.pos_vars = [Variable(f"pos{i}", 0, model.context - 1) for i in range(model.slots)]
+        # an extend's start, per bucket: its L written cells [start, start + L) stay in the context
+        self.start_vars = {b: Variable(f"start{b}", 0, model.context - b) for b in self.buckets}
         self._prefill_step = jit(self._prefill_fn)
         self._decode_step = jit(self._decode_fn)
+        self._extend_step = jit(self._extend_fn)
 
     # the jitted bodies: tensors and bound variables in, logits out
     def _prefill_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, last: Tensor, slots: tuple) -> Tensor:
@@ -146,14 +186,19 @@ class LlamaEngine:
                 return w
         raise ValueError(f"{cells} cells of history do not fit the context of {self.context}")
 
-    def prefill(self, slot: int, ids: Sequence[int]) -> np.ndarray:
-        """Writes the prompt's keys and values into `slot` at positions [0, len(ids)) and returns the
-        last token's logits (vocab,). Blocking (run it off the event loop)."""
-        return self.prefill_many({slot: ids})[slot]
+    def _extend_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, last: Tensor, slot: Variable,
+                   start: Variable) -> Tensor:
+        return self.model.forward(tokens, positions, mask, [start], first_slot=slot, last=last)
 
-    def prefill_many(self, prompts: Mapping[int, Sequence[int]]) -> dict[int, np.ndarray]:
-        """`prefill` of several prompts {slot: ids} (distinct slots), those of one bucket as the rows of
-        batched forwards (`prefill_batches`): {slot: last token's logits (vocab,)}. Blocking."""
+    def extend_fits(self, start: int, length: int) -> bool:
+        """Whether a prompt of `length` tokens whose first `start` are cached can be prefilled from
+        `start` (its bucket of the rest, padding too, must fit the context)."""
+        return 0 < start < length and start + self.bucket(length - start) <= self.context
+
+    # ---- the host-side inputs of each step, shared by the blocking and the awaitable forms ----------
+    def _check_prompts(self, prompts: Mapping[int, Sequence[int]]) -> list[tuple[int, list]]:
+        """[(bucket length, [(slot, ids)])] in bucket order, each bucket's rows in `prefill_batches`
+        groups, after checking the slots and prompts."""
         by_bucket: dict[int, list[tuple[int, Sequence[int]]]] = {}
         for slot, ids in prompts.items():
             if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.model.slots:
@@ -161,35 +206,47 @@ class LlamaEngine:
             if len(ids) == 0:
                 raise ValueError(f"slot {slot}: an empty prompt has no next token; send at least one token")
             by_bucket.setdefault(self.bucket(len(ids)), []).append((int(slot), ids))
-        out: dict[int, np.ndarray] = {}
+        groups = []
         for length, rows in sorted(by_bucket.items()):
             done = 0
             for size in prefill_batches(len(rows), length):
-                out.update(self._prefill_rows(rows[done:done + size], size, length))
+                groups.append((length, size, rows[done:done + size]))
                 done += size
-        return out
+        return groups
 
-    def _prefill_rows(self, rows: list[tuple[int, Sequence[int]]], count: int, length: int) -> dict[int, np.ndarray]:
-        """One prefill forward of `rows` [(slot, ids)] padded to `count` rows of `length` tokens; a
-        padding row repeats the first row (the same tokens into the same slot: the same writes)."""
+    def _prefill_args(self, rows: list[tuple[int, Sequence[int]]], count: int, length: int) -> tuple:
+        """The prefill step's arguments for `rows` [(slot, ids)] padded to `count` rows of `length`
+        tokens; a padding row repeats the first row (the same tokens into the same slot: the same writes)."""
         padded = rows + [rows[0]] * (count - len(rows))
         tokens = np.zeros((count, length), np.int32)
         for i, (_, ids) in enumerate(padded):
             tokens[i, :len(ids)] = ids
         last = np.array([len(ids) - 1 for _, ids in padded], np.int32)
         m, starts = self.model, [0] * count
-        out = self._prefill_step(Tensor(tokens), Tensor(m.position_ids(length, starts)),
-                                 Tensor(m.mask_array(length, starts, length)), Tensor(last),
-                                 tuple(v.bind(slot) for v, (slot, _) in zip(self.slot_vars, padded)))
-        logits = out.numpy()
-        return {slot: logits[i] for i, (slot, _) in enumerate(rows)}
+        return (Tensor(tokens), Tensor(m.position_ids(length, starts)),
+                Tensor(m.mask_array(length, starts, length)), Tensor(last),
+                tuple(v.bind(slot) for v, (slot, _) in zip(self.slot_vars, padded)))
 
-    def decode(self, rows: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
-        """One decode step: {slot: (token, position)} -> {slot: logits (vocab,)}. The batch is slots
-        0..B-1, B the bucket of the highest slot; other rows compute a throw-away token. Blocking."""
-        count = batch_bucket(max(rows) + 1)
-        if count > self.model.slots:
-            count = self.model.slots
+    def _extend_args(self, slot: int, ids: Sequence[int], start: int) -> tuple:
+        """The extend step's arguments: ids[start:] padded to its bucket, written from `start` on."""
+        if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.model.slots:
+            raise ValueError(f"slot {slot!r} is not one of the model's slots 0..{self.model.slots - 1}")
+        if not self.extend_fits(start, len(ids)):
+            raise ValueError(f"slot {slot}: cannot prefill {len(ids)} tokens from position {start} (the "
+                             f"cached prefix must leave at least one token, and the rest's bucket must "
+                             f"fit the context of {self.context})")
+        rest = list(ids[start:])
+        length = self.bucket(len(rest))
+        tokens = np.zeros((1, length), np.int32)
+        tokens[0, :len(rest)] = rest
+        m = self.model
+        return (Tensor(tokens), Tensor(m.position_ids(length, [start])),
+                Tensor(m.mask_array(length, [start], self.window(start + length))),
+                Tensor(np.array([len(rest) - 1], np.int32)), self.slot_vars[0].bind(int(slot)),
+                self.start_vars[length].bind(int(start)))
+
+    def _decode_args(self, rows: dict[int, tuple[int, int]]) -> tuple:
+        count = min(batch_bucket(max(rows) + 1), self.model.slots)
         tokens = np.zeros((count, 1), np.int32)
         starts = [0] * count
         for slot, (token, pos) in rows.items():
@@ -197,10 +254,53 @@ class LlamaEngine:
                 raise ValueError(f"slot {slot}: position {pos} is past the context of {self.context}")
             tokens[slot, 0], starts[slot] = token, pos
         m = self.model
-        out = self._decode_step(Tensor(tokens), Tensor(m.position_ids(1, starts)),
-                                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1))),
-                                tuple(v.bind(s) for v, s in zip(self.pos_vars, starts)))
-        logits = out.numpy()
+        return (Tensor(tokens), Tensor(m.position_ids(1, starts)),
+                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1))),
+                tuple(v.bind(s) for v, s in zip(self.pos_vars, starts)))
+
+    # ---- blocking forms (scripts, the CLI) -----------------------------------------------------------
+    def prefill(self, slot: int, ids: Sequence[int], start: int = 0) -> np.ndarray:
+        """Writes the prompt's keys and values into `slot` at positions [start, len(ids)) and returns the
+        last token's logits (vocab,); with `start` > 0 the slot's cells [0, start) must already hold
+        ids[:start] (a cached prefix). Blocking (outside an event loop; see `prefill_async`)."""
+        if start:
+            return self._extend_step(*self._extend_args(slot, ids, start)).numpy()[0]
+        return self.prefill_many({slot: ids})[slot]
+
+    def prefill_many(self, prompts: Mapping[int, Sequence[int]]) -> dict[int, np.ndarray]:
+        """`prefill` of several prompts {slot: ids} (distinct slots), those of one bucket as the rows of
+        batched forwards (`prefill_batches`): {slot: last token's logits (vocab,)}. Blocking."""
+        out: dict[int, np.ndarray] = {}
+        for length, count, rows in self._check_prompts(prompts):
+            logits = self._prefill_step(*self._prefill_args(rows, count, length)).numpy()
+            out.update({slot: logits[i] for i, (slot, _) in enumerate(rows)})
+        return out
+
+    def decode(self, rows: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
+        """One decode step: {slot: (token, position)} -> {slot: logits (vocab,)}. The batch is slots
+        0..B-1, B the bucket of the highest slot; other rows compute a throw-away token. Blocking."""
+        logits = self._decode_step(*self._decode_args(rows)).numpy()
+        return {slot: logits[slot] for slot in rows}
+
+    # ---- awaitable forms (an async app on trio or asyncio) -------------------------------------------
+    async def prefill_async(self, slot: int, ids: Sequence[int], start: int = 0) -> np.ndarray:
+        """`prefill`, awaited on the running event loop (which stays free while the kernels run)."""
+        if start:
+            return (await self._extend_step.call_async(*self._extend_args(slot, ids, start))).numpy()[0]
+        return (await self.prefill_many_async({slot: ids}))[slot]
+
+    async def prefill_many_async(self, prompts: Mapping[int, Sequence[int]]) -> dict[int, np.ndarray]:
+        """`prefill_many`, awaited. Cancelled, the step still runs to its end on atensor's queues (the
+        slots' cells are then written, and stale to the caller)."""
+        out: dict[int, np.ndarray] = {}
+        for length, count, rows in self._check_prompts(prompts):
+            logits = (await self._prefill_step.call_async(*self._prefill_args(rows, count, length))).numpy()
+            out.update({slot: logits[i] for i, (slot, _) in enumerate(rows)})
+        return out
+
+    async def decode_async(self, rows: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
+        """`decode`, awaited: `await engine.decode_async({slot: (token, position)})`."""
+        logits = (await self._decode_step.call_async(*self._decode_args(rows))).numpy()
         return {slot: logits[slot] for slot in rows}
 
     def generate(self, ids: Sequence[int], max_tokens: int, params: SamplingParams = SamplingParams(),

@@ -1,44 +1,57 @@
-"""examples/serve_llm.py's Batcher on its own, with a stand-in engine (no model): an idle batcher gathers a
-burst of requests into one prefill, a busy one admits at the next token boundary, and a lone request is
-not held longer than the gathering bound."""
+"""atensor.serve's Batcher on its own, with a stand-in engine (no model), on trio and on asyncio: it runs as
+a task of the event loop; an idle batcher gathers a burst of requests into one prefill, a busy one admits
+at the next token boundary, a lone request is not held longer than the gathering bound, a prompt sharing
+a finished request's prefix is prefilled from where the cached cells end (least recently used slots are
+overwritten first), and cancelling the task fails the requests still generating."""
 from __future__ import annotations
 
-import importlib.util
-import threading
+import asyncio
 import time
-from pathlib import Path
 
+import anyio
 import numpy as np
+import pytest
+import trio
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("serve_llm_under_test", ROOT / "examples" / "serve_llm.py")
-serve_llm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(serve_llm)
+from atensor.models.generation import SamplingParams
+from atensor.serve.batcher import Batcher
+from atensor.serve.requests import Failure, Finish, Generation, Token, channel
+from atensor.serve.slots import SlotCache
 
 VOCAB = 8
 
 
 class FakeEngine:
-    """Prefill and decode of a model whose next token is always 1 (logits are one-hot), recording the
-    slots of every prefill call and the time it started."""
+    """Awaitable prefill and decode of a model whose next token is always 1 (one-hot logits), recording
+    each prefill call: (time, kind, {slot: start})."""
 
     def __init__(self, slots: int = 4, step_seconds: float = 0.002):
         self.model = type("Model", (), {"slots": slots})()
         self.context = 1024
         self.step_seconds = step_seconds
-        self.prefill_calls: list[tuple[float, list[int]]] = []
+        self.prefill_calls: list[tuple[float, str, dict]] = []
+        self.loop_free = True  # the loop ran another task while a step was awaited
 
     def _logits(self) -> np.ndarray:
         out = np.zeros(VOCAB, np.float32)
         out[1] = 1.0
         return out
 
-    def prefill_many(self, prompts: dict) -> dict:
-        self.prefill_calls.append((time.monotonic(), sorted(prompts)))
+    def extend_fits(self, start: int, length: int) -> bool:
+        return 0 < start < length
+
+    async def prefill_many_async(self, prompts: dict) -> dict:
+        self.prefill_calls.append((time.monotonic(), "cold", {s: 0 for s in prompts}))
+        await anyio.sleep(self.step_seconds)
         return {slot: self._logits() for slot in prompts}
 
-    def decode(self, rows: dict) -> dict:
-        time.sleep(self.step_seconds)
+    async def prefill_async(self, slot: int, ids: list, start: int = 0) -> np.ndarray:
+        self.prefill_calls.append((time.monotonic(), "extend", {slot: start}))
+        await anyio.sleep(self.step_seconds)
+        return self._logits()
+
+    async def decode_async(self, rows: dict) -> dict:
+        await anyio.sleep(self.step_seconds)
         return {slot: self._logits() for slot in rows}
 
 
@@ -49,112 +62,142 @@ class FakeTokenizer:
         return "x" * len(ids)
 
 
-class Events(list):
-    def put_nowait(self, item: object) -> None:
-        self.append(item)
+def _generation(max_tokens: int = 20, ids=(5, 6, 7)) -> tuple[Generation, object]:
+    send, receive = channel()
+    return Generation(list(ids), max_tokens, SamplingParams(), send), receive
 
 
-class DirectLoop:
-    def call_soon_threadsafe(self, fn, *args) -> None:
-        fn(*args)
+async def _events(receive) -> list:
+    out = []
+    while not out or isinstance(out[-1], Token):
+        out.append(await receive.receive())
+    return out
 
 
-def _generation(max_tokens: int = 20):
-    from atensor.models.generation import SamplingParams
-    return serve_llm.Generation(ids=[5, 6, 7], max_tokens=max_tokens, params=SamplingParams(), stop=[],
-                                loop=DirectLoop(), events=Events())
+def _run(library: str, main) -> object:
+    return trio.run(main) if library == "trio" else asyncio.run(main())
 
 
-def _finished(gens, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(g.finish_reason for g in gens):
-        assert time.monotonic() < deadline, "the batcher did not finish the requests"
-        time.sleep(0.01)
+LIBRARIES = ["trio", "asyncio"]
 
 
-def _run(batch_wait: float, arrivals: list[float], slots: int = 4,
-         max_tokens: int = 20) -> tuple[FakeEngine, list, float]:
-    """Submits one request per `arrivals` offset (seconds) to an idle batcher; returns the engine, the
-    generations and the time of the first submission."""
-    engine = FakeEngine(slots)
-    batcher = serve_llm.Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=batch_wait)
-    batcher.start()
-    gens = [_generation(max_tokens) for _ in arrivals]
-    start = time.monotonic()
-    try:
-        for gen, at in zip(gens, arrivals):
-            time.sleep(max(0.0, start + at - time.monotonic()))
+async def _serve(batcher: Batcher, arrivals: list[float], max_tokens: int = 20, prompts=None) -> list:
+    """Submits one request per `arrivals` offset to a running batcher; returns each one's events."""
+    results: list = [None] * len(arrivals)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(batcher.run)
+        start = time.monotonic()
+
+        async def client(i: int) -> None:
+            await anyio.sleep(max(0.0, start + arrivals[i] - time.monotonic()))
+            gen, receive = _generation(max_tokens, prompts[i] if prompts else (5, 6, 7))
             batcher.submit(gen)
-        _finished(gens)
-    finally:
-        batcher.stop()
-    return engine, gens, start
+            results[i] = await _events(receive)
+        async with anyio.create_task_group() as clients:
+            for i in range(len(arrivals)):
+                clients.start_soon(client, i)
+        tasks.cancel_scope.cancel()
+    return results
 
 
-def test_an_idle_batcher_prefills_a_burst_together():
-    engine, gens, _ = _run(batch_wait=0.25, arrivals=[0.0, 0.02, 0.04])
-    assert [slots for _, slots in engine.prefill_calls] == [[0, 1, 2]]
-    assert all(g.tokens == [1] * 20 and g.finish_reason == "length" for g in gens)
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_an_idle_batcher_prefills_a_burst_together(library):
+    engine = FakeEngine()
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.25)
+    results = _run(library, lambda: _serve(batcher, [0.0, 0.02, 0.04]))
+    assert [call[2] for call in engine.prefill_calls] == [{0: 0, 1: 0, 2: 0}]
+    for events in results:
+        assert [e.token for e in events[:-1]] == [1] * 20
+        assert isinstance(events[-1], Finish) and events[-1].reason == "length"
 
 
-def test_without_a_wait_the_first_request_starts_alone_and_the_rest_join_at_a_token_boundary():
-    engine, gens, _ = _run(batch_wait=0.0, arrivals=[0.0, 0.15, 0.15], max_tokens=200)  # ~0.4 s each
-    calls = [slots for _, slots in engine.prefill_calls]
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_without_a_wait_the_first_request_starts_alone_and_the_rest_join_at_a_token_boundary(library):
+    engine = FakeEngine()
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.0)
+    results = _run(library, lambda: _serve(batcher, [0.0, 0.15, 0.15], max_tokens=200))
+    calls = [sorted(call[2]) for call in engine.prefill_calls]
     assert calls[0] == [0] and sorted(s for slots in calls[1:] for s in slots) == [1, 2], calls
-    assert all(g.tokens == [1] * 200 for g in gens)
+    assert all(len(events) == 201 for events in results)
 
 
-def test_a_lone_request_waits_at_most_the_gathering_bound():
-    engine, _, start = _run(batch_wait=0.05, arrivals=[0.0])
-    (at, slots), = engine.prefill_calls
-    assert slots == [0]
-    assert at - start < 0.05 * 4 + 1.0  # the bound plus a generous margin on a loaded machine
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_lone_request_waits_at_most_the_gathering_bound(library):
+    engine = FakeEngine()
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.05)
+    start = time.monotonic()
+    _run(library, lambda: _serve(batcher, [0.0]))
+    (at, _, slots), = engine.prefill_calls
+    assert slots == {0: 0} and at - start < 0.05 * 4 + 1.0  # the bound plus a margin on a loaded machine
 
 
-def test_a_burst_that_fills_every_free_slot_is_admitted_without_waiting_out_the_quiet_time():
-    engine, _, start = _run(batch_wait=5.0, arrivals=[0.0, 0.0], slots=2)
-    (at, slots), = engine.prefill_calls
-    assert slots == [0, 1] and at - start < 2.5  # far less than one 5 s quiet period
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_busy_batcher_admits_at_the_next_token_boundary_not_after_the_quiet_time(library):
+    engine = FakeEngine(step_seconds=0.01)
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=2.0)
+
+    async def main() -> float:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(batcher.run)
+            first, _ = _generation(200)
+            batcher.submit(first)
+            while batcher.steps < 3:
+                await anyio.sleep(0.005)
+            second, receive = _generation(5)
+            joined = time.monotonic()
+            batcher.submit(second)
+            await _events(receive)
+            first.cancelled = True
+            tasks.cancel_scope.cancel()
+        return engine.prefill_calls[-1][0] - joined
+    assert _run(library, main) < 1.0  # not the 2 s quiet period
 
 
-def test_a_busy_batcher_does_not_wait_for_more():
-    """A request arriving while others generate joins at the next token boundary: gathering is only
-    for an idle batcher (the decode steps keep their pace)."""
-    engine = FakeEngine(4, step_seconds=0.01)
-    batcher = serve_llm.Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=2.0)
-    batcher.start()
-    first, second = _generation(200), _generation(5)
-    try:
-        batcher.submit(first)
-        deadline = time.monotonic() + 30
-        while batcher.steps < 3:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-        joined = time.monotonic()
-        batcher.submit(second)
-        _finished([second])
-        assert engine.prefill_calls[-1][0] - joined < 1.0  # not the 2 s quiet period
-        first.cancelled = True
-        _finished_or_released(batcher, first)
-    finally:
-        batcher.stop()
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_prompt_sharing_a_finished_requests_prefix_is_prefilled_from_its_cached_cells(library):
+    engine = FakeEngine()
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.0, min_reuse=4)
+    system = list(range(10, 30))
+
+    async def main() -> None:
+        await _serve(batcher, [0.0], max_tokens=3, prompts=[system + [1, 2]])
+        await _serve(batcher, [0.0], max_tokens=3, prompts=[system + [3, 4, 5]])
+    _run(library, main)
+    (_, kind0, first), (_, kind1, second) = engine.prefill_calls
+    assert kind0 == "cold" and kind1 == "extend"
+    assert second == {next(iter(first)): len(system)}  # the same slot, from where the prompts differ
+    assert batcher.slots.hits == 1 and batcher.slots.hit_tokens == len(system)
 
 
-def _finished_or_released(batcher, gen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while gen.slot is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+def test_the_slot_cache_reuses_the_longest_prefix_else_the_least_recently_used_slot():
+    cache2 = SlotCache(3, min_reuse=2)
+    assert [cache2.acquire([9] * 5).slot for _ in range(3)] == [0, 1, 2] and not cache2.free
+    cache2.release(1, [1, 2, 3, 4])
+    cache2.release(0, [1, 2, 7])
+    cache2.release(2, [5, 6])
+    hit = cache2.acquire([1, 2, 3, 9])
+    assert (hit.slot, hit.reused) == (1, 3)
+    miss = cache2.acquire([8, 8, 8])  # no usable prefix: the least recently used free slot (0, freed first)
+    assert (miss.slot, miss.reused) == (0, 0)
+    capped = cache2.acquire([5, 6])  # the whole prompt cached: the last token is prefilled again
+    assert (capped.slot, capped.reused) == (2, 0)  # 1 token < min_reuse
+    assert cache2.in_use == 3
 
 
-def test_stop_ends_a_gathering_batcher_promptly():
-    engine = FakeEngine(4)
-    batcher = serve_llm.Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=10.0)
-    batcher.start()
-    batcher.submit(_generation())
-    time.sleep(0.05)
-    started = time.monotonic()
-    stopper = threading.Thread(target=batcher.stop)
-    stopper.start()
-    stopper.join(timeout=30)
-    assert not batcher.thread.is_alive() and time.monotonic() - started < 5.0
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_cancelling_the_batcher_fails_the_requests_still_generating_and_frees_their_slots(library):
+    engine = FakeEngine(step_seconds=0.01)
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.0)
+
+    async def main() -> object:
+        gen, receive = _generation(10_000)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(batcher.run)
+            batcher.submit(gen)
+            while batcher.steps < 2:
+                await anyio.sleep(0.005)
+            tasks.cancel_scope.cancel()
+        return (await _events(receive))[-1]
+    last = _run(library, main)
+    assert isinstance(last, Failure) and "shutting down" in last.message
+    assert len(batcher.slots.free) == 4 and not batcher.active and not batcher.running

@@ -229,6 +229,47 @@ async def test_a_hang_up_while_the_batch_computes_discards_the_rows(server, expe
         np.testing.assert_allclose(reply.json()["embeddings"][0], expected["hello world"], atol=1e-5)
 
 
+OPENAI_INPUTS = ["hello world", "Ünïcödé café 東京", "a cat sat on the mat"]
+
+
+@pytest.fixture(scope="module")
+def sentence_transformers_vectors() -> np.ndarray:
+    """sentence-transformers' own embeddings of OPENAI_INPUTS (the independent reference)."""
+    st = pytest.importorskip("sentence_transformers")
+    from tests.models.test_bert import model_dir
+    model = st.SentenceTransformer(str(model_dir()), device="cpu")
+    return model.encode(OPENAI_INPUTS, convert_to_numpy=True)
+
+
+def _openai_embeddings(url: str) -> tuple[Any, Any, Any]:
+    """The openai client's embeddings (its default base64 transfer, and floats), and a refused field."""
+    from openai import BadRequestError, OpenAI
+    client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    model = "sentence-transformers/all-MiniLM-L6-v2"
+    default = client.embeddings.create(model=model, input=OPENAI_INPUTS)
+    floats = client.embeddings.create(model=model, input=OPENAI_INPUTS[0], encoding_format="float")
+    try:
+        client.embeddings.create(model=model, input=["x"], dimensions=64)
+        refused = None
+    except BadRequestError as exc:
+        refused = exc.body
+    return default, floats, refused
+
+
+async def test_v1_embeddings_gives_the_openai_client_sentence_transformers_vectors(server, sentence_transformers_vectors):
+    pytest.importorskip("openai")
+    default, floats, refused = await trio.to_thread.run_sync(_openai_embeddings, server.url)
+    assert [d.index for d in default.data] == [0, 1, 2] and default.usage.prompt_tokens > 6
+    got = np.array([d.embedding for d in default.data], np.float32)
+    np.testing.assert_allclose(got, sentence_transformers_vectors, atol=1e-5)
+    np.testing.assert_allclose(floats.data[0].embedding, sentence_transformers_vectors[0], atol=1e-5)
+    assert refused["param"] == "dimensions" and refused["type"] == "invalid_request_error"
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        reply = await client.post("/v1/embeddings", json={"input": [1, 2, 3]})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "input"
+        assert (await health(client))["status"] == "ok"
+
+
 async def test_on_hypercorn_trio_two_replicas_take_turns_and_errors_are_json(expected):
     srv = Server("--server", "hypercorn-trio", "--devices", "2", "--batch-window-ms", "20")
     try:

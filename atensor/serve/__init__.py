@@ -1,0 +1,17 @@
+"""An OpenAI-compatible LLM server as library code: continuous batching on the event loop
+(`batcher`), KV-cache slots with a prefix cache (`slots`), the OpenAI protocol (`protocol`), the ASGI app
+(`app`), Prometheus metrics (`metrics`) and start-up (`startup`). examples/serve_llm.py wires them up.
+
+    engine, tokenizer = build_engine(slots=16, context=512)
+    batcher = Batcher(engine, tokenizer, max_waiting=64, metrics=ServerMetrics())
+    uvicorn.run(make_app(batcher, tokenizer))
+"""
+from atensor.serve.app import ServerConfig, make_app
+from atensor.serve.batcher import Batcher
+from atensor.serve.metrics import ServerMetrics
+from atensor.serve.requests import Generation, RequestError
+from atensor.serve.slots import SlotCache
+from atensor.serve.startup import build_engine, favour_the_loop
+
+__all__ = ["Batcher", "Generation", "RequestError", "ServerConfig", "ServerMetrics", "SlotCache", "build_engine",
+           "favour_the_loop", "make_app"]

@@ -1,0 +1,69 @@
+"""The LLM server the example tests share: examples/serve_llm.py started once per test session (its
+warm-up is the longest setup of the suite), while transformers' reference is computed meanwhile."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOTS, WAITING, CONTEXT = 4, 6, 128
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _reference_while_the_server_warms_up() -> None:
+    """Computes (or reads) transformers' cached reference while the server captures its steps: the two
+    took ~50 s each one after the other, the longest setups of the suite."""
+    from tests.models.test_llama import _reference
+    try:
+        _reference()
+    except pytest.skip.Exception:
+        pass  # no torch: the tests that need the reference skip on their own
+
+
+def running_server():
+    """Starts the server, yields (its URL, its process), stops it. With ATENSOR_TEST_LLM_URL set (a
+    server already started with this module's flags, for working on the tests), yields (that URL, None)."""
+    import httpx
+    if os.environ.get("ATENSOR_TEST_LLM_URL"):
+        yield os.environ["ATENSOR_TEST_LLM_URL"], None
+        return
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "serve_llm.py"), "--port", str(port),
+                             "--slots", str(SLOTS), "--max-waiting", str(WAITING), "--context", str(CONTEXT),
+                             "--prefill-buckets", "16", "64"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    try:
+        _reference_while_the_server_warms_up()
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve_llm.py exited: {proc.stdout.read().decode()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("serve_llm.py did not start within 600 s")
+            time.sleep(0.5)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
