@@ -1,0 +1,132 @@
+"""Lowering a task on an OpenCL device to a `Runner` whose `enqueue` puts it on a device queue.
+
+Why beside lower.py and not inside it: the same choice (what runs for a work) with different
+materials. A kernel is rendered by gpu_render.py from the same AST the C backend renders, in the
+OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), and its
+kernels get their arguments once, here: buffers, temporaries the runner owns, bound Variables'
+values (`Runner.rebind` sets those again before a jit replay's submission). A copy is one OpenCL copy:
+host to device (non-blocking: the runner holds the host array until the command is published, see
+cl_queue.py), device to device (the devices of one platform share a context), or device to host,
+which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable
+
+import numpy as np
+
+from atensor.backend.c_render import Unsupported
+from atensor.backend.gpu_dialect import OPENCL
+from atensor.backend.gpu_render import GPUProgram, render_gpu
+from atensor.backend.runner import Runner
+from atensor.graph.taskgraph import Copy, Kernel
+from atensor.hcq import cl_runtime
+from atensor.hcq.device import Device, DeviceError
+
+_RENDERED_KEPT = 4096
+# (kernel AST, name, fp64) -> program: an eager realize lowers its tasks on every submission
+_rendered: collections.OrderedDict[tuple, GPUProgram] = collections.OrderedDict()
+
+
+def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram:
+    """The kernel `work` as OpenCL C for `handle`'s device (kept for the next task of the same AST)."""
+    key = (work.ast, work.name, handle.fp64)
+    found = _rendered.get(key)
+    if found is None:
+        try:
+            found = render_gpu(work.ast, work.name, OPENCL, handle.fp64)
+        except Unsupported as exc:
+            raise DeviceError(f"kernel {work.name} cannot run on {work.device}: the OpenCL renderer does not "
+                              f"lower {exc}; compute that part on a CPU device and move the result with "
+                              f".to('{work.device}')") from None
+        _rendered[key] = found
+        if len(_rendered) > _RENDERED_KEPT:
+            _rendered.popitem(last=False)
+    return found
+
+
+def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
+    """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each)."""
+    import pyopencl as cl
+    handle = device.cl
+    prog = rendered(work, handle)
+    built = cl_runtime.program(handle, prog.source)
+    temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
+    mems = [buffers[k].memory.mem for k in range(prog.buffers)]
+    kernels = [cl.Kernel(built, k.name) for k in prog.kernels]
+    var_vals = work.var_vals
+
+    def set_args() -> None:
+        values = [np.int64(var_vals[v]) for v in prog.variables] if prog.variables else []
+        for kernel in kernels:
+            kernel.set_args(*mems, *temps, *values)
+    set_args()
+    launches = [(kernel, (k.global_size,), (k.local_size,)) for kernel, k in zip(kernels, prog.kernels)]
+    enqueue_nd = cl.enqueue_nd_range_kernel
+
+    def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+        first = last = None
+        for kernel, global_size, local_size in launches:
+            last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
+            wait_for = []
+            if first is None:
+                first = last
+        return first, last
+    keep = (work.buffers, temps, kernels)
+    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
+                  rebind=set_args if prog.variables else None)
+
+
+def copy_runner(work: Copy, src_dev: Device, dst_dev: Device, src: Any, dst: Any) -> Runner:
+    """A copy with an OpenCL device at one end or both (`src`, `dst`: their Buffers)."""
+    import pyopencl as cl
+    n, src_off, dst_off = work.nbytes, work.src_offset, work.dst_offset
+    keep = (work.src, work.dst)
+    if dst_dev.cl is None:  # device to host: a blocking read, on the CPU device's copy queue
+        if src_dev.kind != "CL" or dst_dev.kind != "CPU":
+            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}")
+        host = dst.memory.view(np.uint8)[dst_off:dst_off + n]
+        memory = src.memory
+
+        def read() -> None:
+            memory.read_into(host, src_off)
+        return Runner(read, keep_alive=keep)
+    handle = dst_dev.cl
+    if n == 0:
+        def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+            marker = cl.enqueue_marker(queue, wait_for=wait_for or None)
+            return marker, marker
+    elif src_dev.cl is None:  # host to device, non-blocking: the host bytes are kept with the runner
+        if src_dev.kind != "CPU":
+            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no data")
+        host = src.memory.view(np.uint8)[src_off:src_off + n]
+        mem = dst.memory.mem
+
+        def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+            event = cl.enqueue_copy(queue, mem, host, dst_offset=dst_off, is_blocking=False,
+                                    wait_for=wait_for or None)
+            return event, event
+        keep = (work.src, work.dst, host)
+    else:  # device to device (one context per platform: any queue of it may copy between its buffers)
+        if src_dev.cl.context != handle.context:
+            raise DeviceError(f"cannot copy from {src_dev.name} to {dst_dev.name}: they are on different OpenCL "
+                              f"platforms; copy through a CPU device (.to('CPU').to('{dst_dev.name}'))")
+        src_mem, dst_mem = src.memory.mem, dst.memory.mem
+
+        def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+            event = cl.enqueue_copy(queue, dst_mem, src_mem, byte_count=n, src_offset=src_off,
+                                    dst_offset=dst_off, wait_for=wait_for or None)
+            return event, event
+    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue)
+
+
+def _blocking(enqueue: Callable[[Any, list], tuple[Any, Any]], handle: cl_runtime.CLDevice) -> Callable[[], None]:
+    """`Runner.fn` of a device command run from the host (outside a CL queue): enqueued on the device's
+    host queue and waited for."""
+    def run() -> None:
+        enqueue(handle.host, [])[1].wait()
+    return run
+
+
+__all__ = ["copy_runner", "kernel_runner", "rendered"]
