@@ -8,10 +8,17 @@ values (`Runner.rebind` sets those again before a jit replay's submission). A co
 host to device (non-blocking: the runner holds the host array until the command is published, see
 cl_queue.py), device to device (the devices of one platform share a context), or device to host,
 which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
+
+A kernel the OpenCL renderer does not lower (random numbers, scatter, bitcast, half floats) runs on
+the host instead, still as a command of the CL queue: a marker after its waits, then a host thread of
+the device reads its buffers, runs the numpy kernel (the CPU backend's) and writes the result back,
+and sets a user event that the command's last marker waits for. Slow, but every op runs on CL.
 """
 from __future__ import annotations
 
 import collections
+import queue as queue_module
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -19,7 +26,10 @@ import numpy as np
 from atensor.backend.c_render import Unsupported
 from atensor.backend.gpu_dialect import OPENCL
 from atensor.backend.gpu_render import GPUProgram, render_gpu
+from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
+from atensor.graph.node import Node
+from atensor.graph.ops import Ops
 from atensor.graph.taskgraph import Copy, Kernel
 from atensor.hcq import cl_runtime
 from atensor.hcq.device import Device, DeviceError
@@ -29,17 +39,16 @@ _RENDERED_KEPT = 4096
 _rendered: collections.OrderedDict[tuple, GPUProgram] = collections.OrderedDict()
 
 
-def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram:
-    """The kernel `work` as OpenCL C for `handle`'s device (kept for the next task of the same AST)."""
+def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
+    """The kernel `work` as OpenCL C for `handle`'s device (kept for the next task of the same AST);
+    None when the renderer does not lower it (it runs on the host, `host_kernel_runner`)."""
     key = (work.ast, work.name, handle.fp64)
     found = _rendered.get(key)
     if found is None:
         try:
             found = render_gpu(work.ast, work.name, OPENCL, handle.fp64)
-        except Unsupported as exc:
-            raise DeviceError(f"kernel {work.name} cannot run on {work.device}: the OpenCL renderer does not "
-                              f"lower {exc}; compute that part on a CPU device and move the result with "
-                              f".to('{work.device}')") from None
+        except Unsupported:
+            return None
         _rendered[key] = found
         if len(_rendered) > _RENDERED_KEPT:
             _rendered.popitem(last=False)
@@ -51,6 +60,8 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     import pyopencl as cl
     handle = device.cl
     prog = rendered(work, handle)
+    if prog is None:
+        return host_kernel_runner(work, device, buffers)
     built = cl_runtime.program(handle, prog.source)
     temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
     mems = [buffers[k].memory.mem for k in range(prog.buffers)]
@@ -76,6 +87,64 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     keep = (work.buffers, temps, kernels)
     return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
                   rebind=set_args if prog.variables else None)
+
+
+class _HostThread:
+    """One CL device's thread for host kernels: runs each job, in order, off the dispatching thread."""
+
+    def __init__(self, name: str):
+        self.jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        threading.Thread(target=self._work, name=f"atensor-{name}-host-kernels", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            self.jobs.get()()
+
+
+_host_threads: dict[str, _HostThread] = {}
+_host_lock = threading.Lock()
+
+
+def _stored_param(ast: Node) -> int:
+    """The buffer index a kernel's STORE writes."""
+    target = ast.src[0]
+    while target.op is not Ops.PARAM:
+        target = target.src[0]
+    return target.arg[0]
+
+
+def host_kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
+    """A kernel the OpenCL renderer does not lower, run by the CPU backend on host copies of its buffers
+    between a marker and a user event of its CL queue (see the module docstring)."""
+    import pyopencl as cl
+    handle = device.cl
+    fn = compile_kernel(work.ast, work.name)
+    memories = [b.memory for b in buffers]
+    written = _stored_param(work.ast)
+    extra = {"var_vals": work.var_vals} if work.var_vals else {}
+    with _host_lock:
+        worker = _host_threads.get(device.name)
+        if worker is None:
+            worker = _host_threads[device.name] = _HostThread(device.name)
+
+    def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+        start = cl.enqueue_marker(queue, wait_for=wait_for or None)
+        done = cl.UserEvent(handle.context)
+
+        def job() -> None:
+            status = cl.command_execution_status.COMPLETE
+            try:
+                start.wait()
+                with np.errstate(all="ignore"):
+                    arrays = [m.read() for m in memories]
+                    fn(*arrays, **extra)
+                memories[written].write(arrays[written])
+            except Exception:  # the command fails: a negative status (its value is published failed)
+                status = -1
+            done.set_status(status)
+        worker.jobs.put(job)
+        return start, cl.enqueue_marker(queue, wait_for=[done])
+    return Runner(_blocking(enqueue, handle), keep_alive=(work.buffers,), enqueue=enqueue)
 
 
 def copy_runner(work: Copy, src_dev: Device, dst_dev: Device, src: Any, dst: Any) -> Runner:
@@ -129,4 +198,4 @@ def _blocking(enqueue: Callable[[Any, list], tuple[Any, Any]], handle: cl_runtim
     return run
 
 
-__all__ = ["copy_runner", "kernel_runner", "rendered"]
+__all__ = ["copy_runner", "host_kernel_runner", "kernel_runner", "rendered"]

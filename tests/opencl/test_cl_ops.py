@@ -17,12 +17,12 @@ def both(fn, *arrays, rtol=1e-5, atol=1e-5, grads=False):
     """fn on CPU tensors and on CL tensors made of `arrays`; asserts equal values (and input gradients)."""
     results = []
     for device in ("CPU", "CL"):
-        inputs = [Tensor(a, device=device, requires_grad=grads) for a in arrays]
+        inputs = [Tensor(a, device=device, requires_grad=grads and a.dtype.kind == "f") for a in arrays]
         out = fn(*inputs)
         assert out.device == f"{device}:0"
         if grads:  # before the values are read: reading realizes `out` apart from its graph
             out.sum().backward()
-        values = [out.numpy()] + ([t.grad.numpy() for t in inputs] if grads else [])
+        values = [out.numpy()] + [t.grad.numpy() for t in inputs if grads and t.requires_grad]
         results.append(values)
     for cpu, cl in zip(*results):
         np.testing.assert_allclose(cl, cpu, rtol=rtol, atol=atol)
@@ -44,8 +44,9 @@ def test_a_fused_elementwise_chain_with_broadcasts_and_casts_matches_cpu():
 
 def test_reductions_short_rows_long_rows_and_every_axis_match_cpu():
     a = f32(6, 5, 4)
-    for axis in (0, 1, 2, (0, 2), None):
+    for axis in (1, (0, 2)):  # inner and outer axes
         both(lambda x: x.sum(axis=axis), a)
+    for axis in (0, None):
         both(lambda x: x.max(axis=axis), a)
     long = f32(3, 40000)  # rows long and few: a work-group per row, combined in shared memory
     both(lambda x: x.sum(axis=1), long, rtol=1e-4, atol=1e-3)
@@ -75,6 +76,15 @@ def test_indexing_gather_slices_and_flips_match_cpu():
     both(lambda x, i: x.gather(1, i), a, idx)
     both(lambda x: x[2:7:2, ::-1] * 2 + x[1:4, :].sum(), a)
     both(lambda x: x.pad(((1, 2), (0, 3))).flip(0), a)
+
+
+def test_ops_the_renderer_does_not_lower_run_on_the_host_as_commands_of_the_cl_queue():
+    draws = Tensor.rand(64, 32, device="CL").numpy()  # threefry: the CPU backend's kernel, on host copies
+    assert draws.min() >= 0 and draws.max() < 1 and draws.std() > 0.2
+    x = np.arange(10, dtype=np.float32)
+    idx = np.array([1, 1, 3, 9], np.int32)
+    both(lambda t, i: t[i] * t[i], x, idx, grads=True)  # the gather's gradient is a scatter-add
+    both(lambda t: t.cast("float16").cast("float32") * 3, x)
 
 
 def test_gradients_of_elementwise_reduce_and_matmul_match_cpu():
