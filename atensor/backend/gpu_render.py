@@ -19,8 +19,9 @@ bound Variables are 64-bit scalar arguments after those. What a language spells 
 """
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from atensor.backend.c_blas import merged_stride
@@ -60,6 +61,7 @@ class GPUProgram:
     buffers: int
     temp_bytes: tuple[int, ...]
     variables: tuple[Variable, ...]
+    body: str = ""  # the kernels' code without the dialect's prelude (programs of many kernels join these)
 
 
 class GPURenderer(CRenderer):
@@ -270,14 +272,19 @@ class GPURenderer(CRenderer):
         args += [f"{d.global_space} {ct} *{name}" for name, ct, _ in self.temp_list]
         args += [f"{d.long_type} {name}" for name in self.vars.values()]
         signature = ", ".join(args)
-        text = [d.prelude]
+        text = []
         for kernel, lines in self.kernels:
             text.append(f"{d.kernel} {kernel.name}({signature}) {{")
             text += ["  " + s for s in lines]
             text.append("}")
+        body = "\n".join(text) + "\n"
+        # names unique to the code (a digest of it), so that many kernels' code fits in one program
+        tag = hashlib.sha1(body.encode()).hexdigest()[:10]
+        body = body.replace(f" {self.name}_", f" {self.name}_{tag}_")
+        kernels = tuple(replace(k, name=k.name.replace(f"{self.name}_", f"{self.name}_{tag}_", 1))
+                        for k, _ in self.kernels)
         temp_bytes = tuple(size * _itemsize(ct) for _, ct, size in self.temp_list)
-        return GPUProgram("\n".join(text) + "\n", tuple(k for k, _ in self.kernels), self.var_base, temp_bytes,
-                          tuple(self.vars))
+        return GPUProgram(d.prelude + body, kernels, self.var_base, temp_bytes, tuple(self.vars), body)
 
 
 _SIZES = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8,

@@ -2,9 +2,10 @@
 
 Why beside lower.py and not inside it: the same choice (what runs for a work) with different
 materials. A kernel is rendered by gpu_render.py from the same AST the C backend renders, in the
-OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), and its
-kernels get their arguments once, here: buffers, temporaries the runner owns, bound Variables'
-values (`Runner.rebind` sets those again before a jit replay's submission). A copy is one OpenCL copy:
+OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), its
+kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments
+(buffers, temporaries it owns, bound Variables' values, which `Runner.rebind` refreshes before a jit
+replay's submission) and sets them as it enqueues. A copy is one OpenCL copy:
 host to device (non-blocking: the runner holds the host array until the command is published, see
 cl_queue.py), device to device (the devices of one platform share a context), or device to host,
 which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import queue as queue_module
+from dataclasses import dataclass, field
 import threading
 from typing import Any, Callable
 
@@ -55,6 +57,28 @@ def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
     return found
 
 
+@dataclass
+class _Kernels:
+    """A built program's kernel objects, made once (pyopencl makes each in ~0.5 ms) and shared by the
+    runners of its source: a runner sets its arguments and enqueues under `lock` (OpenCL takes the
+    arguments at enqueue time)."""
+    kernels: list
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_kernel_objects: dict[tuple[int, str], _Kernels] = {}
+
+
+def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
+    key = (handle.index, prog.source)
+    found = _kernel_objects.get(key)
+    if found is None:
+        import pyopencl as cl
+        built = cl_runtime.program(handle, prog.source)
+        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels]))
+    return found
+
+
 def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each)."""
     import pyopencl as cl
@@ -62,31 +86,31 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     prog = rendered(work, handle)
     if prog is None:
         return host_kernel_runner(work, device, buffers)
-    built = cl_runtime.program(handle, prog.source)
+    kernels = _kernels(handle, prog)
     temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
-    mems = [buffers[k].memory.mem for k in range(prog.buffers)]
-    kernels = [cl.Kernel(built, k.name) for k in prog.kernels]
     var_vals = work.var_vals
+    args = [buffers[k].memory.mem for k in range(prog.buffers)] + temps
 
-    def set_args() -> None:
-        values = [np.int64(var_vals[v]) for v in prog.variables] if prog.variables else []
-        for kernel in kernels:
-            kernel.set_args(*mems, *temps, *values)
-    set_args()
-    launches = [(kernel, (k.global_size,), (k.local_size,)) for kernel, k in zip(kernels, prog.kernels)]
+    def set_values() -> None:  # the bound Variables' values, as the kernels' last arguments
+        args[prog.buffers + len(temps):] = [np.int64(var_vals[v]) for v in prog.variables]
+    set_values()
+    launches = [(kernel, (k.global_size,), (k.local_size,)) for kernel, k in zip(kernels.kernels, prog.kernels)]
     enqueue_nd = cl.enqueue_nd_range_kernel
+    lock = kernels.lock
 
     def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
         first = last = None
-        for kernel, global_size, local_size in launches:
-            last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
-            wait_for = []
-            if first is None:
-                first = last
+        with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
+            for kernel, global_size, local_size in launches:
+                kernel.set_args(*args)
+                last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
+                wait_for = []
+                if first is None:
+                    first = last
         return first, last
-    keep = (work.buffers, temps, kernels)
+    keep = (work.buffers, temps)
     return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
-                  rebind=set_args if prog.variables else None)
+                  rebind=set_values if prog.variables else None)
 
 
 class _HostThread:
@@ -111,6 +135,20 @@ def _stored_param(ast: Node) -> int:
     while target.op is not Ops.PARAM:
         target = target.src[0]
     return target.arg[0]
+
+
+def prepare(works: list) -> None:
+    """Builds the OpenCL programs of the CL kernels among `works` (a plan's) not built yet, one program
+    per device (cl_runtime.build_together), before their runners are made one by one."""
+    by_device: dict[str, list[str]] = {}
+    for work in works:
+        if isinstance(work, Kernel) and work.device.startswith("CL"):
+            handle = Device.get(work.device).cl
+            prog = rendered(work, handle) if handle is not None else None
+            if prog is not None and prog.source not in handle.programs:
+                by_device.setdefault(work.device, []).append(prog.body)
+    for device, bodies in by_device.items():
+        cl_runtime.build_together(Device.get(device).cl, OPENCL.prelude, bodies)
 
 
 def host_kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
@@ -198,4 +236,4 @@ def _blocking(enqueue: Callable[[Any, list], tuple[Any, Any]], handle: cl_runtim
     return run
 
 
-__all__ = ["copy_runner", "host_kernel_runner", "kernel_runner", "rendered"]
+__all__ = ["copy_runner", "host_kernel_runner", "kernel_runner", "prepare", "rendered"]

@@ -66,6 +66,7 @@ from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.graph.taskgraph import Copy, Kernel, Task, TaskGraph
+from atensor.engine import lower_cl
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.hcq.buffer import Buffer, Clock
@@ -291,6 +292,7 @@ class Plan:
         """Makes every task's runner from its captured work, and finds the address slots of the
         swapped buffers in the native ones (they are kept: each submission rewrites the slots)."""
         start = time.perf_counter_ns()
+        lower_cl.prepare([task.work for task in self.tasks])  # a plan's new OpenCL kernels: one build
         kept = [runner_for(task.work) for task in self.tasks]
         if collector.is_active():
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
@@ -311,7 +313,9 @@ class Plan:
         fresh runners for the tasks that touch a swapped buffer."""
         if self.from_slots:  # nothing is kept: each runner is made from its work with this mapping's buffers
             fill = mapping.__getitem__
-            return [runner_for(fill_slots(task.work, fill)) for task in self.tasks]
+            works = [fill_slots(task.work, fill) for task in self.tasks]
+            lower_cl.prepare(works)
+            return [runner_for(work) for work in works]
         if self.kept is None:
             self._lower_runners()
         for rebind in self.rebinds:  # bound Variables' new values into the kept native blocks

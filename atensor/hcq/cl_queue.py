@@ -22,8 +22,8 @@ Callbacks of one queue may arrive out of order: a value below the signal's (its 
 came first, and an in-order queue finished it first) is published `late`, keeping its stamp and failure.
 
 Failures: a command whose dependency failed (known when it is enqueued, when a user event is set, or
-from the dependency's record when it completes) publishes DependencyFailed; an OpenCL error while
-enqueueing or a negative event status publishes KernelError. Either way the value is published in
+from the records of the commands it waits for, walked when it completes) publishes DependencyFailed;
+an OpenCL error while enqueueing or a negative event status publishes KernelError. Either way the value is published in
 order, so nothing waits forever.
 
 Invariant: a command and what it holds (its runner's buffers and host arrays) stay referenced by the
@@ -82,7 +82,23 @@ class CLQueue(Queue):
         self.submit(commands)
 
     def poll(self, value: int) -> bool:
-        return self.signal.value >= value
+        """True when `value` is reached. When the command that publishes it has completed on the device
+        (its last event's status, read once: no loop) and nothing made it fail, publishes it first
+        (Signal.reach): the awaiting host need not park until the completion callback arrives, which
+        stamps it later."""
+        if self.signal.value >= value:
+            return True
+        record = self._record(value)
+        if record is None or record.last is None or record.error is not None \
+                or _failure_before(record) is not None:
+            return False
+        try:
+            if record.last.command_execution_status != 0:  # CL_COMPLETE
+                return False
+        except Exception:  # an event the driver no longer answers for: the callback publishes it
+            return False
+        self.signal.reach(value)
+        return True
 
     def statistics(self) -> dict:
         with self._lock:
@@ -144,14 +160,14 @@ class CLQueue(Queue):
         command = record.command
         error = record.error
         if error is None:
-            for dep in record.deps:
-                if dep.error is not None:
-                    error = _dependency_failed(command, dep.error)
-                    break
+            failed = _failure_before(record)
+            if failed is not None:
+                error = _dependency_failed(command, failed)
         if error is None and status < 0:
             error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
                                 f"{self.device}/{self.kind}: OpenCL event status {status}")
         record.error = error
+        record.deps, record.user_events = [], []  # a chain of records is only as long as what is in flight
         start, end = _device_stamps(record)
         handle = self.handle
         self.commands_run += 1
@@ -176,6 +192,18 @@ class _UserWait:
             if failed is not None:  # before the event is set: the command's completion sees it
                 self.record.error = _dependency_failed(self.record.command, failed)
         self.user.set_status(cl.command_execution_status.COMPLETE)
+
+
+def _failure_before(record: _InFlight) -> Optional[BaseException]:
+    """The error of a command `record` waits for through events, directly or through the commands
+    those wait for. Completions of different queues are reported in any order, so a dependency may not
+    have published its own DependencyFailed yet; the root error, though, is set before its events can
+    complete (at enqueue, or when its user event is set), so the walk finds it."""
+    for dep in record.deps:
+        found = dep.error if dep.error is not None else _failure_before(dep)
+        if found is not None:
+            return found
+    return None
 
 
 def _dependency_failed(command: Command, cause: BaseException) -> DependencyFailed:

@@ -52,8 +52,8 @@ def test_a_wait_on_another_cl_queue_is_an_event_and_a_wait_on_a_cpu_queue_a_user
     time.sleep(0.05)
     assert compute.signal.value < base_compute + 1 and copy.signal.value < base_copy + 1  # held by the gate
     gate.set()
-    compute.signal.wait_blocking(base_compute + 1, timeout=10)
-    assert copy.signal.value >= base_copy + 1
+    compute.signal.wait_blocking(base_compute + 1, timeout=30)
+    copy.signal.wait_blocking(base_copy + 1, timeout=30)  # its callback may come after the compute's
     assert log == [("copy", 1), ("compute", 1)]
     start, end = compute.signal.stamp(base_compute + 1)
     assert 0 < start <= end <= time.perf_counter_ns()
@@ -73,7 +73,7 @@ def test_a_failed_cpu_input_fails_the_cl_commands_after_it_and_every_value_is_pu
                                 _marker_runner([], "k"), "use it", "kernel", 2)])
     cpu.submit([Command(base_cpu + 1, (), Runner(boom), "input", "kernel", 0)])
     with pytest.raises(SignalFailed) as failed:
-        dev.compute.signal.wait_blocking(compute_value, timeout=10)
+        dev.compute.signal.wait_blocking(compute_value, timeout=30)
     assert isinstance(failed.value.cause, DependencyFailed)
     assert "the input broke" in str(failed.value)
     assert isinstance(dev.copy.signal.failure(copy_value), DependencyFailed)
@@ -87,7 +87,7 @@ def test_a_command_that_cannot_be_enqueued_publishes_its_value_failed():
     value = dev.compute.reserve(1) + 1
     dev.compute.submit([Command(value, (), Runner(lambda: None, enqueue=enqueue), "bad", "kernel", 0)])
     with pytest.raises(SignalFailed, match="could not be enqueued.*no such kernel") as failed:
-        dev.compute.signal.wait_blocking(value, timeout=10)
+        dev.compute.signal.wait_blocking(value, timeout=30)
     assert isinstance(failed.value.cause, KernelError)
 
 
