@@ -55,6 +55,9 @@ class Runner:
     # on the device queue after `wait_events` without waiting, and returns (its first event, its last
     # event): the first's start and the last's end are its stamps, the last's completion its value
     enqueue: Optional[Callable[[Any, list], tuple[Any, Any]]] = None
+    # for a device command with a part run by the host (engine/lower_cl.py's host kernels): given the
+    # last event `enqueue` returned, the error that part raised, once the event completed (else None)
+    failed: Optional[Callable[[Any], Optional[BaseException]]] = None
 
 
 __all__ = ["Runner"]

@@ -21,7 +21,7 @@ import collections
 import queue as queue_module
 from dataclasses import dataclass, field
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -165,24 +165,29 @@ def host_kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
         if worker is None:
             worker = _host_threads[device.name] = _HostThread(device.name)
 
+    errors: dict[int, BaseException] = {}  # last event (its handle) -> what its run raised
+
     def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
         start = cl.enqueue_marker(queue, wait_for=wait_for or None)
         done = cl.UserEvent(handle.context)
+        last = cl.enqueue_marker(queue, wait_for=[done])
 
         def job() -> None:
-            status = cl.command_execution_status.COMPLETE
             try:
                 start.wait()
                 with np.errstate(all="ignore"):
                     arrays = [m.read() for m in memories]
                     fn(*arrays, **extra)
                 memories[written].write(arrays[written])
-            except Exception:  # the command fails: a negative status (its value is published failed)
-                status = -1
-            done.set_status(status)
+            except Exception as exc:  # kept for the queue (`Runner.failed`): a negative status on the user
+                errors[last.int_ptr] = exc  # event would end the marker without its callback (pocl)
+            done.set_status(cl.command_execution_status.COMPLETE)
         worker.jobs.put(job)
-        return start, cl.enqueue_marker(queue, wait_for=[done])
-    return Runner(_blocking(enqueue, handle), keep_alive=(work.buffers,), enqueue=enqueue)
+        return start, last
+
+    def failed(last: Any) -> Optional[BaseException]:
+        return errors.pop(last.int_ptr, None)
+    return Runner(_blocking(enqueue, handle), keep_alive=(work.buffers,), enqueue=enqueue, failed=failed)
 
 
 def copy_runner(work: Copy, src_dev: Device, dst_dev: Device, src: Any, dst: Any) -> Runner:

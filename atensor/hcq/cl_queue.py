@@ -18,12 +18,14 @@ How a value is published: the command's last event gets a completion callback (O
 driver thread). The callback stamps the value with the device's own start and end times, put on the
 host's clock (cl_runtime.CLDevice.clock_offset), and sets the signal; `Signal.set` wakes the tasks
 awaiting it through the event-loop seam (loop.py), under trio or asyncio alike. Nobody polls.
-Callbacks of one queue may arrive out of order: a value below the signal's (its successor's callback
-came first, and an in-order queue finished it first) is published `late`, keeping its stamp and failure.
+Callbacks of one queue may arrive out of order (on several threads): a completed command is published
+once every command before it is, so a waiter that finds a value reached finds every failure up to it.
 
 Failures: a command whose dependency failed (known when it is enqueued, when a user event is set, or
 from the records of the commands it waits for, walked when it completes) publishes DependencyFailed;
-an OpenCL error while enqueueing or a negative event status publishes KernelError. Either way the value is published in
+an OpenCL error while enqueueing, an error of a host part (`Runner.failed`) or a negative event status
+publishes KernelError. No user event is ever set to a negative status: pocl then ends the commands
+after it without calling their completion callbacks, and their values would never be published. Either way the value is published in
 order, so nothing waits forever.
 
 Invariant: a command and what it holds (its runner's buffers and host arrays) stay referenced by the
@@ -54,6 +56,7 @@ class _InFlight:
     deps: list[_InFlight] = field(default_factory=list)  # records of other CL queues it waits for
     user_events: list[Any] = field(default_factory=list)  # set by the host (kept until published)
     error: Optional[BaseException] = None
+    stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
 
 
 class CLQueue(Queue):
@@ -64,6 +67,7 @@ class CLQueue(Queue):
         self.handle, self.cl = handle, cl_queue
         self._inflight: dict[int, _InFlight] = {}   # value -> record, until published
         self._lock = threading.Lock()
+        self._publish_lock = threading.Lock()  # one thread publishes at a time, in order
         _queues[id(self.signal)] = self
         # its spans carry the device's own stamps: the profile puts them on the host clock
         collector.set_clock_offset(device, kind, handle.clock_offset)
@@ -88,9 +92,10 @@ class CLQueue(Queue):
         stamps it later."""
         if self.signal.value >= value:
             return True
-        record = self._record(value)
-        if record is None or record.last is None or record.error is not None \
-                or _failure_before(record) is not None:
+        with self._lock:  # only the oldest command in flight: every value before it is published
+            record = next(iter(self._inflight.values()), None)
+        if record is None or record.command.value != value or record.last is None \
+                or record.error is not None or _failure_before(record) is not None:
             return False
         try:
             if record.last.command_execution_status != 0:  # CL_COMPLETE
@@ -155,27 +160,52 @@ class CLQueue(Queue):
 
     # ---- completion (on an OpenCL driver thread) --------------------------------------------------
     def _completed(self, value: int, status: int) -> None:
-        with self._lock:
-            record = self._inflight.pop(value)
+        record = self._record(value)  # stays in flight until published, in order (`_publish_ready`)
         command = record.command
         error = record.error
         if error is None:
             failed = _failure_before(record)
             if failed is not None:
                 error = _dependency_failed(command, failed)
+        run = command.run
+        if error is None and run is not None and run.failed is not None:
+            raised = run.failed(record.last)
+            if raised is not None:
+                error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
+                                    f"{self.device}/{self.kind}: {type(raised).__name__}: {raised}")
+                error.__cause__ = raised
         if error is None and status < 0:
             error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
                                 f"{self.device}/{self.kind}: OpenCL event status {status}")
         record.error = error
         record.deps, record.user_events = [], []  # a chain of records is only as long as what is in flight
-        start, end = _device_stamps(record)
-        handle = self.handle
-        self.commands_run += 1
-        late = value < self.signal.value
-        self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), error, late=late)
-        if collector.is_active():
-            collector.record_span(Span(self.device, self.kind, command.task_id, command.name, command.kind,
-                                       start, end, command.nbytes, command.flops, command.deps))
+        record.stamps = _device_stamps(record)  # last: it marks the record complete
+        self._publish_ready()
+
+    def _publish_ready(self) -> None:
+        """Publishes the completed commands at the front of the queue, in order. Callbacks arrive in any
+        order (and on several threads); a value is published only once every value before it is, so a
+        waiter that finds a value reached finds the failures of the values before it too."""
+        with self._publish_lock:
+            ready = []
+            with self._lock:
+                for value, record in self._inflight.items():  # in submission order: increasing values
+                    if record.stamps is None:
+                        break
+                    ready.append((value, record))
+                for value, _ in ready:
+                    del self._inflight[value]
+            handle = self.handle
+            for value, record in ready:
+                command, (start, end) = record.command, record.stamps
+                self.commands_run += 1
+                # `poll` may have reached it (or a later value) already: then only its stamp is kept
+                self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error,
+                                late=value < self.signal.value)
+                if collector.is_active():
+                    collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
+                                               command.kind, start, end, command.nbytes, command.flops,
+                                               command.deps))
 
 
 class _UserWait:

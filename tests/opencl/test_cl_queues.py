@@ -197,3 +197,29 @@ def test_a_jit_replay_on_cl_rebinds_its_inputs_and_gives_each_calls_values():
         np.testing.assert_allclose(step(Tensor(a, device="CL")).numpy(),
                                    (np.maximum(a @ w.numpy(), 0) * 2).sum(axis=1), rtol=1e-5, atol=1e-5)
     assert step.stats["replays"] >= 2  # the last calls replayed the captured CL kernels
+
+
+def test_a_host_kernel_that_raises_fails_its_value_and_the_queue_goes_on():
+    from atensor.graph.node import BufferSpec
+    from atensor.dtype import dtypes
+    from atensor.engine import lower_cl
+    dev = Device.get("CL")
+    spec = BufferSpec("CL:0", 4, dtypes.float32)
+    dev.allocate(spec)
+
+    class Work:  # the fields host_kernel_runner reads, with a kernel that raises
+        ast, name, var_vals, buffers = None, "broken", {}, (spec,)
+    import atensor.engine.lower_cl as module
+    original = module.compile_kernel, module._stored_param
+    module.compile_kernel = lambda ast, name: (lambda *arrays: 1 / 0)
+    module._stored_param = lambda ast: 0
+    try:
+        runner = lower_cl.host_kernel_runner(Work, dev, [dev.allocate(spec)])
+    finally:
+        module.compile_kernel, module._stored_param = original
+    value = dev.compute.reserve(2) + 1
+    dev.compute.submit([Command(value, (), runner, "broken", "kernel", 0),
+                        Command(value + 1, (), _marker_runner([], "after"), "after", "kernel", 1)])
+    with pytest.raises(SignalFailed, match="ZeroDivisionError"):
+        dev.compute.signal.wait_blocking(value, timeout=30)
+    dev.compute.signal.wait_blocking(value + 1, timeout=30)  # the next command still runs
