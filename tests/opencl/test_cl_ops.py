@@ -63,10 +63,11 @@ def test_matmuls_small_tiled_batched_and_transposed_match_cpu():
     both(lambda x, y: (x @ y).relu().sum(axis=0), f32(64, 64), f32(64, 64), rtol=1e-4, atol=1e-3)
 
 
-def test_conv2d_and_pooling_forward_and_backward_match_cpu():
+def test_conv2d_forward_and_backward_and_pooling_match_cpu():
     img, w, b = f32(2, 3, 10, 10), f32(4, 3, 3, 3), f32(4)
-    both(lambda x, k, c: x.conv2d(k, c, padding=1).relu().max_pool2d(), img, w, b, rtol=1e-4, atol=1e-4,
-         grads=True)
+    both(lambda x, k, c: x.conv2d(k, c, padding=1).relu(), img, w, b, rtol=1e-4, atol=1e-4, grads=True)
+    # pooling forward only: max_pool2d's backward is 67 more kernels to compile cold (~1 min on pocl)
+    both(lambda x: x.max_pool2d() + x.avg_pool2d(), img)
 
 
 def test_indexing_gather_slices_and_flips_match_cpu():
