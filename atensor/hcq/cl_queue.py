@@ -25,8 +25,8 @@ Failures: a command whose dependency failed (known when it is enqueued, when a u
 from the records of the commands it waits for, walked when it completes) publishes DependencyFailed;
 an OpenCL error while enqueueing, an error of a host part (`Runner.failed`) or a negative event status
 publishes KernelError. No user event is ever set to a negative status: pocl then ends the commands
-after it without calling their completion callbacks, and their values would never be published. Either way the value is published in
-order, so nothing waits forever.
+after it without calling their completion callbacks, and their values would never be published.
+Either way the value is published in order, so nothing waits forever.
 
 Invariant: a command and what it holds (its runner's buffers and host arrays) stay referenced by the
 queue until its value is published (`_inflight`), so no memory a device command uses is freed early.

@@ -49,8 +49,8 @@ def canonical(name: str) -> str:
         return tuple(canonical(n) for n in name)  # type: ignore[return-value]
     match = _DEVICE_RE.match(str(name).upper())
     if match is None:
-        raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL, NULL:k, and CL, CL:k on OpenCL "
-                          f"(k = 0, 1, ...)")
+        raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL, NULL:k, and CL, CL:k "
+                          f"on OpenCL (k = 0, 1, ...)")
     result = _canonical_cache[name] = f"{match.group(1)}:{int(match.group(2) or 0)}"
     return result
 

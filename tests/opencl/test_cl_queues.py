@@ -139,7 +139,8 @@ def test_an_awaiting_task_is_woken_by_the_completion_callback_while_the_loop_run
         ticks, y = run(main, lib)
         assert ticks >= 1  # the loop ran another task while the device worked
         dev = Device.get("CL")
-        assert dev.compute.signal.value == dev.compute._reserved and dev.compute.statistics()["pending_commands"] == 0
+        assert dev.compute.signal.value == dev.compute._reserved
+        assert dev.compute.statistics()["pending_commands"] == 0
 
 
 def test_host_memory_of_a_non_blocking_upload_stays_alive_until_the_copy_is_done():
@@ -222,3 +223,25 @@ def test_a_host_kernel_that_raises_fails_its_value_and_the_queue_goes_on():
     with pytest.raises(SignalFailed, match="ZeroDivisionError"):
         dev.compute.signal.wait_blocking(value, timeout=30)
     dev.compute.signal.wait_blocking(value + 1, timeout=30)  # the next command still runs
+
+
+def test_a_jit_replay_on_cl_rebinds_a_bound_variable_each_call():
+    from atensor.graph.symbolic import Variable
+    pos_var = Variable("start_pos", 0, 15)
+    cache = Tensor(np.zeros((16, 4), np.float32), device="CL")
+    w_np = np.arange(16, dtype=np.float32).reshape(4, 4)
+    w = Tensor(w_np, device="CL")
+
+    @atensor.jit
+    def step(x, mask, pos):
+        cache.shrink(((pos, pos + 1), None)).assign(x @ w)  # a write at a variable row: a kernel argument
+        return (cache * mask.reshape(16, 1)).sum(0)
+    ref = np.zeros((16, 4), np.float32)
+    for p in [0, 1, 2, 3, 7, 5]:
+        x = np.full((1, 4), p + 1, np.float32)
+        mask = (np.arange(16) <= p).astype(np.float32)
+        out = step(Tensor(x, device="CL"), Tensor(mask, device="CL"), pos_var.bind(p)).numpy()
+        ref[p] = x @ w_np
+        np.testing.assert_allclose(out, (ref * mask[:, None]).sum(0))
+    np.testing.assert_allclose(cache.numpy(), ref)
+    assert step.stats["replays"] == 3
