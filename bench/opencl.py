@@ -3,6 +3,7 @@ pyopencl on the same device.
 
     python bench/opencl.py [--repeat 5] [--calls 300]
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short
+                                       # (writes bench/results/opencl_check.json)
 
 Compute: a matmul, a fused elementwise chain, a row reduction and a conv2d, each realized eagerly on
 `CL` and on `CPU` (median of --repeat runs after a warm-up that compiles), with the ratio CL / CPU.
@@ -148,7 +149,7 @@ def check() -> int:
     if tests.returncode != 0:
         print(f"bench/opencl.py --check: the CL tests failed (exit {tests.returncode})")
         return tests.returncode
-    return main(["--repeat", "3", "--calls", "200", "--rounds", "1"])
+    return main(["--repeat", "3", "--calls", "200", "--rounds", "1", "--out", "opencl_check"])
 
 
 def main(argv: list[str] | None = None) -> int:
