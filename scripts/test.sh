@@ -15,6 +15,9 @@ python3 -m venv .venv
 # mpi4py and a bundled MPICH (mpiexec in .venv/bin) for the multi-process tests in tests/dist; they skip without
 .venv/bin/python -m pip install -q -e '.[mpi]' \
   || echo "scripts/test.sh: mpi4py/mpich could not be installed; the mpiexec tests will skip"
+# pyopencl with pocl's CPU driver for the OpenCL tests in tests/opencl; they skip without
+.venv/bin/python -m pip install -q -e '.[opencl]' \
+  || echo "scripts/test.sh: pyopencl/pocl could not be installed; the OpenCL tests will skip"
 start=$(date +%s)
 status=0
 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} .venv/bin/python -m pytest tests -p no:cacheprovider -o addopts="" -q --durations=15 || status=$?

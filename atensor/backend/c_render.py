@@ -494,10 +494,15 @@ class CRenderer:
         return True
 
     # ---- the function -------------------------------------------------------------------------------
-    def render(self) -> str:
+    def name_params(self) -> list[Node]:
+        """The kernel's PARAM nodes in argument order, each named `b<k>` in the rendered code."""
         params = sorted((n for n in self.order if n.op is Ops.PARAM), key=lambda n: n.arg[0])
         for p in params:
             self.params[p] = f"b{p.arg[0]}"
+        return params
+
+    def render(self) -> str:
+        params = self.name_params()
         if self.ast.src[1].op in PACKED:  # one call of the packed-weight kernels
             try:
                 return render_packed(self.ast, self.name, [(p.arg[0], _ctype(p.dtype)) for p in params])
@@ -511,6 +516,14 @@ class CRenderer:
         # a bound Variable's value sits in the slots after the buffers, as an int64 (variable_slots)
         header += [f"  const int64_t {name} = (int64_t)(intptr_t)bufs[{self.var_base + j}];"
                    for j, name in enumerate(self.vars.values())]
+        self.lower()
+        body = header + self.lines + [f"  free({t});" for t in self.temps] + ["}"]
+        return "\n".join(body) + "\n"
+
+    def lower(self) -> None:
+        """Emits the kernel's nests (`self.lines`): the values it materializes first, then the store.
+        The parameters are named (`name_params`) before; a GPU renderer (gpu_render.py) emits the same
+        nests as kernels of their own."""
         need: set[Node] = set()
         for n in self.order:
             if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
@@ -530,8 +543,6 @@ class CRenderer:
                 if strides != strides_for(n.shape) and any(u.op is Ops.VIEW and u.src[0] is n for u in self.order):
                     self._row_major(n)
         self._store()
-        body = header + self.lines + [f"  free({t});" for t in self.temps] + ["}"]
-        return "\n".join(body) + "\n"
 
     def _reads_elsewhere(self, value: Node, param: Node, view: View) -> bool:
         return _reads_at(value, param, view, self.arrays, set())

@@ -6,7 +6,8 @@ more about a command than "call it": whether it is one foreign call that a nativ
 in place), how many BLAS threads it uses, what must stay alive while it may run, whether it gives
 the GIL back for its whole run (`gil_free`), what a doorbell posts to start it without the GIL
 (`ring_args`), how to refresh the Variable values its block holds (`rebind`), and how to start it
-on the submitting thread (`here`), and which timed choice sets its BLAS threads (`choice`). These were
+on the submitting thread (`here`), which timed choice sets its BLAS threads (`choice`), and how to
+put it on a device's own queue (`enqueue`, OpenCL). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
 with a default, set where the runner is made (engine/lower.py, backend/native.py).
 
@@ -50,6 +51,13 @@ class Runner:
     # the blas.MeasuredThreads of a kernel whose BLAS thread count is chosen by timing its runs: a
     # native program that holds it sets the count per run and reports the run's time (native.Program)
     choice: Any = None
+    # a command of a device queue (OpenCL, hcq/cl_queue.py): `enqueue(queue, wait_events)` puts its work
+    # on the device queue after `wait_events` without waiting, and returns (its first event, its last
+    # event): the first's start and the last's end are its stamps, the last's completion its value
+    enqueue: Optional[Callable[[Any, list], tuple[Any, Any]]] = None
+    # for a device command with a part run by the host (engine/lower_cl.py's host kernels): given the
+    # last event `enqueue` returned, the error that part raised, once the event completed (else None)
+    failed: Optional[Callable[[Any], Optional[BaseException]]] = None
 
 
 __all__ = ["Runner"]

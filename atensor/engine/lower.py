@@ -4,7 +4,8 @@ Why a module of its own: the plan (plan.py) decides where and when each task run
 decided here, once per work: a compiled C kernel when backend/native.py has one (one foreign call,
 the GIL released for the whole kernel; bound Variables' values sit in its argument block, rewritten
 by `Runner.rebind` before each submission), else the numpy kernel; a memcpy in C for a copy when a
-native library is loaded, else numpy's copyto; nothing on NULL devices. The memory of every buffer a
+native library is loaded, else numpy's copyto; nothing on NULL devices; on an OpenCL device, an
+OpenCL kernel or copy (lower_cl.py). The memory of every buffer a
 runner touches is allocated here, on first use.
 
 A native runner's argument block holds buffer addresses, and `Runner.args` says whose address sits
@@ -23,6 +24,7 @@ from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
 from atensor.ledger import record_of
+from atensor.engine import lower_cl
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
@@ -80,6 +82,8 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
         buffers.append(b if b is not None and b.memory is not None else device.allocate(spec))
     if device.kind == "NULL":
         return None
+    if device.cl is not None:  # an OpenCL device: its kernels rendered to OpenCL C (lower_cl.py)
+        return lower_cl.kernel_runner(work, device, buffers)
     threads = blas.threads_for(work.flops)
     use_threads = blas.use
     mode = settings.native
@@ -128,6 +132,8 @@ def _copy_runner(work: Copy) -> Optional[Runner]:
             raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no "
                               f"data")
         return None
+    if src_dev.cl is not None or dst_dev.cl is not None:  # an OpenCL copy (lower_cl.py)
+        return lower_cl.copy_runner(work, src_dev, dst_dev, src, dst)
     if settings.native != "0":  # a memcpy in C, which a replay's native program can hold
         run = native.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset,
                                  work.nbytes)

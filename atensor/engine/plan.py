@@ -66,6 +66,7 @@ from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task, TaskGraph
+from atensor.engine import lower_cl
 from atensor.engine.layout import Layout
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
@@ -178,6 +179,7 @@ class Plan:
         swapped buffers in the native ones (they are kept: each submission rewrites the slots)."""
         L = self.layout
         start = time.perf_counter_ns()
+        lower_cl.prepare([task.work for task in L.tasks])  # a plan's new OpenCL kernels: one build
         kept = [runner_for(task.work) for task in L.tasks]
         if collector.is_active():
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
@@ -199,7 +201,9 @@ class Plan:
         L = self.layout
         if L.from_slots:  # nothing is kept: each runner is made from its work with this mapping's buffers
             fill = mapping.__getitem__
-            return [runner_for(fill_slots(task.work, fill)) for task in L.tasks]
+            works = [fill_slots(task.work, fill) for task in L.tasks]
+            lower_cl.prepare(works)
+            return [runner_for(work) for work in works]
         if self.kept is None:
             self._lower_runners()
         for rebind in self.rebinds:  # bound Variables' new values into the kept native blocks

@@ -201,10 +201,14 @@ class Buffer:
         return address
 
     def numpy(self) -> np.ndarray:
-        """The memory as a flat numpy array (CPU devices only)."""
-        if self.memory is None:
+        """The memory as a flat numpy array: a CPU device's memory itself, a copy of an OpenCL device's
+        (read when called: call it once the buffer's writers are done)."""
+        memory = self.memory
+        if memory is None:
             raise RuntimeError(f"{self.name} holds no data yet")
-        return self.memory
+        if type(memory) is not np.ndarray and hasattr(memory, "read"):  # hcq/cl_runtime.CLMemory
+            return memory.read()
+        return memory
 
 
 def _buffer_of(spec: BufferSpec, record_of: Callable[[int], Any] = ledger.record_of,

@@ -2,7 +2,9 @@
 
 `CPU` (same as `CPU:0`), `CPU:1`, ... are separate memories on the host's cores: a buffer belongs to
 one of them, and using it on another without `.to()` is an error. `NULL`, `NULL:1`, ... run nothing
-and hold no data: they exist to test scheduling and to measure atensor's own overhead.
+and hold no data: they exist to test scheduling and to measure atensor's own overhead. `CL` (same as
+`CL:0`), `CL:1`, ... are OpenCL devices (hcq/cl_runtime.py): their queues are OpenCL queues
+(hcq/cl_queue.py) and their memory is device memory, read back by the host only through a copy.
 """
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ import numpy as np
 from atensor.config import settings
 from atensor.graph.node import BufferSpec
 from atensor.backend import blas
+from atensor.hcq import cl_runtime
 from atensor.hcq.buffer import Buffer
+from atensor.hcq.cl_queue import CLQueue
 from atensor.hcq.queue import Queue
 from atensor.profiler import collector
 from atensor.profiler.events import MemoryEvent
 
-_DEVICE_RE = re.compile(r"^(CPU|NULL)(?::(\d+))?$")
+_DEVICE_RE = re.compile(r"^(CPU|NULL|CL)(?::(\d+))?$")
 _registry: dict[str, Device] = {}
 _registry_lock = threading.Lock()
 
@@ -45,7 +49,8 @@ def canonical(name: str) -> str:
         return tuple(canonical(n) for n in name)  # type: ignore[return-value]
     match = _DEVICE_RE.match(str(name).upper())
     if match is None:
-        raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL and NULL:k (k = 0, 1, ...)")
+        raise DeviceError(f"unknown device {name!r}; atensor has CPU, CPU:k, NULL, NULL:k, and CL, CL:k "
+                          f"on OpenCL (k = 0, 1, ...)")
     result = _canonical_cache[name] = f"{match.group(1)}:{int(match.group(2) or 0)}"
     return result
 
@@ -56,8 +61,15 @@ class Device:
     def __init__(self, name: str):
         self.name = name
         self.kind = name.split(":")[0]
-        self.compute = Queue(name, "compute")
-        self.copy = Queue(name, "copy")
+        # an OpenCL device (raises CLUnavailable saying what to install or set when there is none)
+        self.cl: Optional[cl_runtime.CLDevice] = None
+        if self.kind == "CL":
+            handle = self.cl = cl_runtime.open_device(int(name.split(":")[1]))
+            self.compute: Queue = CLQueue(name, "compute", handle, handle.compute)
+            self.copy: Queue = CLQueue(name, "copy", handle, handle.copy)
+        else:
+            self.compute = Queue(name, "compute")
+            self.copy = Queue(name, "copy")
         self._more_queues: dict[str, Queue] = {}  # made on first use: "net" (atensor/dist/)
         self.bytes_in_use = 0
         self.peak_bytes = 0
@@ -86,7 +98,11 @@ class Device:
             with _registry_lock:
                 dev = _registry.get(key)
                 if dev is None:
-                    dev = _registry[key] = Device(key)
+                    try:
+                        dev = Device(key)
+                    except cl_runtime.CLUnavailable as exc:
+                        raise DeviceError(str(exc)) from None
+                    _registry[key] = dev
                     _limit_blas_threads()
         return dev
 
@@ -103,7 +119,10 @@ class Device:
             return self.copy
         found = self._more_queues.get(kind)
         if found is None:
-            if kind != "net":
+            if kind != "net" or self.cl is not None:
+                if kind == "net":
+                    raise DeviceError(f"{self.name} has no net queue: a collective across processes runs on "
+                                      f"CPU devices; copy the tensor to a CPU device first")
                 raise DeviceError(f"a device has no {kind!r} queue; its queues are compute, copy and net")
             with _registry_lock:
                 found = self._more_queues.setdefault(kind, Queue(self.name, kind))
@@ -120,6 +139,14 @@ class Device:
             return buf
         if self.kind == "NULL":
             buf.memory = NullMemory(spec.size)
+            return buf
+        if self.cl is not None:  # device memory; `data` (host values) is written into it
+            memory = cl_runtime.CLMemory(self.cl, spec.nbytes, spec.dtype)
+            if data is not None:
+                memory.write(data)
+            buf.memory = memory
+            buf.release = (self._account, -spec.nbytes)
+            self._account(spec.nbytes)
             return buf
         if data is not None:
             buf.memory = data

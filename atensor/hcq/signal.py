@@ -48,6 +48,14 @@ class _Waiter:
         self.wakeup.set()
 
 
+class _Callback:
+    """A function to call once the signal reaches `value` (`Signal.when_reached`)."""
+    __slots__ = ("value", "wake")
+
+    def __init__(self, value: int, fn):
+        self.value, self.wake = value, fn
+
+
 class _GroupMember:
     """One signal's part of a `wait_all`: reaching `value` counts down the group."""
     __slots__ = ("value", "group")
@@ -145,7 +153,7 @@ class Signal:
         self._cond = threading.Condition(threading.Lock())
         self._stamps: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
         self._failures: dict[int, BaseException] = {}
-        self._waiters: list[_Waiter | _GroupMember] = []  # tasks on an event loop
+        self._waiters: list[_Waiter | _GroupMember | _Callback] = []  # tasks on an event loop, callbacks
 
     def __repr__(self) -> str:
         return f"Signal({self.name}={self.value})"
@@ -163,6 +171,8 @@ class Signal:
                 assert late, f"{self.name}: value may not decrease ({self.value} -> {value})"
                 if stamp is not None:
                     self._stamps[value] = stamp
+                if error is not None:  # a device queue's completions may be reported out of order
+                    self._failures[value] = error
                 return
             self.value = value
             if stamp is not None:
@@ -203,6 +213,23 @@ class Signal:
         if ready:
             self._waiters = [w for w in waiters if w.value > value]
         return ready
+
+    def when_reached(self, value: int, fn) -> None:
+        """Calls `fn()` once the signal reaches `value`: at once on this thread when it has, else on the
+        thread that publishes it, outside the signal's lock (so `fn` must be short and must not block:
+        an OpenCL queue sets a user event there, hcq/cl_queue.py).
+
+        >>> s, seen = Signal("CPU:0/copy"), []
+        >>> s.when_reached(2, lambda: seen.append("reached")); s.set(1); seen
+        []
+        >>> s.set(2); seen
+        ['reached']
+        """
+        with self._cond:
+            if self.value < value:
+                self._waiters.append(_Callback(value, fn))
+                return
+        fn()
 
     def stamp(self, value: int) -> Optional[tuple[int, int]]:
         """(start_ns, end_ns) of the command that published `value`, if still kept."""

@@ -90,9 +90,12 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
             return
         atype = dt or dtypes.from_numpy(array.dtype)
         spec = BufferSpec(dev, array.size, atype)
-        buf = Device.get(dev).allocate(spec)  # the device's pooled memory: no fresh pages per batch
-        if dev.startswith("CPU"):
-            np.copyto(buf.memory.reshape(array.shape), array)
+        if dev.startswith("CL"):  # device memory, the values written into it
+            Device.get(dev).allocate(spec, array)
+        else:
+            buf = Device.get(dev).allocate(spec)  # the device's pooled memory: no fresh pages per batch
+            if dev.startswith("CPU"):
+                np.copyto(buf.memory.reshape(array.shape), array)
         node = spec.node(0)
         # the contiguous view of the array's shape: what node.reshape(shape) gives, without its general path
         self._node = node if array.shape == node.shape else \

@@ -1,0 +1,91 @@
+"""What differs between GPU kernel languages, as one record per language: address spaces, thread ids,
+barriers, how a kernel is declared, and the prelude of helpers the shared renderer's code calls.
+
+Why a record: gpu_render.py lowers a kernel AST to data-parallel kernels once, for any such language;
+OpenCL C, CUDA and Metal differ in spelling, not in structure (CUDA would be `extern "C" __global__
+void`, no global qualifier, `__shared__`, `blockIdx.x * blockDim.x + threadIdx.x`, `__syncthreads()`).
+Adding a language is adding a record, not a renderer.
+
+The helpers keep the semantics of the C backend (graph/semantics.py): NaN-propagating max, floor
+division and divisor-signed modulo for integers (0 when dividing by 0), float modulo with the divisor's
+sign. The C prelude (c_prelude.py) states the same rules for the host compiler.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The spelling of one GPU kernel language (see the module docstring)."""
+    name: str
+    kernel: str            # what starts a kernel's declaration, before its name
+    global_space: str      # qualifier of a pointer to device memory
+    local_space: str       # qualifier of an array shared by a work-group
+    global_id: str         # the work-item's index in the whole launch (dimension 0)
+    group_id: str          # the work-group's index
+    local_id: str          # the work-item's index in its work-group
+    barrier: str           # a work-group barrier over shared memory (a statement)
+    long_type: str         # a 64-bit integer scalar argument
+    prelude: str           # fixed-width integer names, the math names the C templates use, helpers
+
+
+_OPENCL_PRELUDE = r"""
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+typedef char int8_t;
+typedef uchar uint8_t;
+typedef short int16_t;
+typedef ushort uint16_t;
+typedef int int32_t;
+typedef uint uint32_t;
+typedef long int64_t;
+typedef ulong uint64_t;
+/* the C renderer's libm names; OpenCL C's math functions are overloaded by type */
+#define sqrtf sqrt
+#define expf exp
+#define logf log
+#define sinf sin
+#define cosf cos
+#define tanhf tanh
+#define exp2f exp2
+#define log2f log2
+#define truncf trunc
+#define powf pow
+#define AT_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+#define AT_IMAX(a, b) ((a) > (b) ? (a) : (b))
+static inline int64_t at_idiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return (int64_t)(0 - (uint64_t)a);
+  int64_t q = a / b;
+  if (q * b != a && ((a < 0) != (b < 0))) q -= 1;
+  return q;
+}
+static inline int64_t at_imod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline uint64_t at_udiv(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
+static inline uint64_t at_umod(uint64_t a, uint64_t b) { return b == 0 ? 0 : a % b; }
+static inline float at_fmodf(float a, float b) {
+  float r = fmod(a, b);
+  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0f, b);
+  return r;
+}
+#ifdef cl_khr_fp64
+static inline double at_fmod(double a, double b) {
+  double r = fmod(a, b);
+  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0, b);
+  return r;
+}
+#endif
+"""
+
+OPENCL = Dialect(name="OpenCL C", kernel="__kernel void", global_space="__global", local_space="__local",
+                 global_id="get_global_id(0)", group_id="get_group_id(0)", local_id="get_local_id(0)",
+                 barrier="barrier(CLK_LOCAL_MEM_FENCE);", long_type="long", prelude=_OPENCL_PRELUDE)
+
+__all__ = ["Dialect", "OPENCL"]

@@ -1,0 +1,244 @@
+"""Lowering a task on an OpenCL device to a `Runner` whose `enqueue` puts it on a device queue.
+
+Why beside lower.py and not inside it: the same choice (what runs for a work) with different
+materials. A kernel is rendered by gpu_render.py from the same AST the C backend renders, in the
+OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), its
+kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments
+(buffers, temporaries it owns, bound Variables' values, which `Runner.rebind` refreshes before a jit
+replay's submission) and sets them as it enqueues. A copy is one OpenCL copy:
+host to device (non-blocking: the runner holds the host array until the command is published, see
+cl_queue.py), device to device (the devices of one platform share a context), or device to host,
+which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
+
+A kernel the OpenCL renderer does not lower (random numbers, scatter, bitcast, half floats) runs on
+the host instead, still as a command of the CL queue: a marker after its waits, then a host thread of
+the device reads its buffers, runs the numpy kernel (the CPU backend's) and writes the result back,
+and sets a user event that the command's last marker waits for. Slow, but every op runs on CL.
+"""
+from __future__ import annotations
+
+import collections
+import queue as queue_module
+from dataclasses import dataclass, field
+import threading
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from atensor.backend.c_render import Unsupported
+from atensor.backend.gpu_dialect import OPENCL
+from atensor.backend.gpu_render import GPUProgram, render_gpu
+from atensor.backend.numpy_backend import compile_kernel
+from atensor.backend.runner import Runner
+from atensor.graph.node import Node
+from atensor.graph.ops import Ops
+from atensor.graph.taskgraph import Copy, Kernel
+from atensor.hcq import cl_runtime
+from atensor.hcq.device import Device, DeviceError
+
+_RENDERED_KEPT = 4096
+# (kernel AST, name, fp64) -> program: an eager realize lowers its tasks on every submission
+_rendered: collections.OrderedDict[tuple, GPUProgram] = collections.OrderedDict()
+
+
+def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
+    """The kernel `work` as OpenCL C for `handle`'s device (kept for the next task of the same AST);
+    None when the renderer does not lower it (it runs on the host, `host_kernel_runner`)."""
+    key = (work.ast, work.name, handle.fp64)
+    found = _rendered.get(key)
+    if found is None:
+        try:
+            found = render_gpu(work.ast, work.name, OPENCL, handle.fp64)
+        except Unsupported:
+            return None
+        _rendered[key] = found
+        if len(_rendered) > _RENDERED_KEPT:
+            _rendered.popitem(last=False)
+    return found
+
+
+@dataclass
+class _Kernels:
+    """A built program's kernel objects, made once (pyopencl makes each in ~0.5 ms) and shared by the
+    runners of its source: a runner sets its arguments and enqueues under `lock` (OpenCL takes the
+    arguments at enqueue time)."""
+    kernels: list
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_kernel_objects: dict[tuple[int, str], _Kernels] = {}
+
+
+def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
+    key = (handle.index, prog.source)
+    found = _kernel_objects.get(key)
+    if found is None:
+        import pyopencl as cl
+        built = cl_runtime.program(handle, prog.source)
+        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels]))
+    return found
+
+
+def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
+    """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each)."""
+    import pyopencl as cl
+    handle = device.cl
+    prog = rendered(work, handle)
+    if prog is None:
+        return host_kernel_runner(work, device, buffers)
+    kernels = _kernels(handle, prog)
+    temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
+    var_vals = work.var_vals
+    args = [buffers[k].memory.mem for k in range(prog.buffers)] + temps
+
+    def set_values() -> None:  # the bound Variables' values, as the kernels' last arguments
+        args[prog.buffers + len(temps):] = [np.int64(var_vals[v]) for v in prog.variables]
+    set_values()
+    launches = [(kernel, (k.global_size,), (k.local_size,)) for kernel, k in zip(kernels.kernels, prog.kernels)]
+    enqueue_nd = cl.enqueue_nd_range_kernel
+    lock = kernels.lock
+
+    def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+        first = last = None
+        with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
+            for kernel, global_size, local_size in launches:
+                kernel.set_args(*args)
+                last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
+                wait_for = []
+                if first is None:
+                    first = last
+        return first, last
+    keep = (work.buffers, temps)
+    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
+                  rebind=set_values if prog.variables else None)
+
+
+class _HostThread:
+    """One CL device's thread for host kernels: runs each job, in order, off the dispatching thread."""
+
+    def __init__(self, name: str):
+        self.jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        threading.Thread(target=self._work, name=f"atensor-{name}-host-kernels", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            self.jobs.get()()
+
+
+_host_threads: dict[str, _HostThread] = {}
+_host_lock = threading.Lock()
+
+
+def _stored_param(ast: Node) -> int:
+    """The buffer index a kernel's STORE writes."""
+    target = ast.src[0]
+    while target.op is not Ops.PARAM:
+        target = target.src[0]
+    return target.arg[0]
+
+
+def prepare(works: list) -> None:
+    """Builds the OpenCL programs of the CL kernels among `works` (a plan's) not built yet, one program
+    per device (cl_runtime.build_together), before their runners are made one by one."""
+    by_device: dict[str, list[str]] = {}
+    for work in works:
+        if isinstance(work, Kernel) and work.device.startswith("CL"):
+            handle = Device.get(work.device).cl
+            prog = rendered(work, handle) if handle is not None else None
+            if prog is not None and prog.source not in handle.programs:
+                by_device.setdefault(work.device, []).append(prog.body)
+    for device, bodies in by_device.items():
+        cl_runtime.build_together(Device.get(device).cl, OPENCL.prelude, bodies)
+
+
+def host_kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
+    """A kernel the OpenCL renderer does not lower, run by the CPU backend on host copies of its buffers
+    between a marker and a user event of its CL queue (see the module docstring)."""
+    import pyopencl as cl
+    handle = device.cl
+    fn = compile_kernel(work.ast, work.name)
+    memories = [b.memory for b in buffers]
+    written = _stored_param(work.ast)
+    extra = {"var_vals": work.var_vals} if work.var_vals else {}
+    with _host_lock:
+        worker = _host_threads.get(device.name)
+        if worker is None:
+            worker = _host_threads[device.name] = _HostThread(device.name)
+
+    errors: dict[int, BaseException] = {}  # last event (its handle) -> what its run raised
+
+    def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+        start = cl.enqueue_marker(queue, wait_for=wait_for or None)
+        done = cl.UserEvent(handle.context)
+        last = cl.enqueue_marker(queue, wait_for=[done])
+
+        def job() -> None:
+            try:
+                start.wait()
+                with np.errstate(all="ignore"):
+                    arrays = [m.read() for m in memories]
+                    fn(*arrays, **extra)
+                memories[written].write(arrays[written])
+            except Exception as exc:  # kept for the queue (`Runner.failed`): a negative status on the user
+                errors[last.int_ptr] = exc  # event would end the marker without its callback (pocl)
+            done.set_status(cl.command_execution_status.COMPLETE)
+        worker.jobs.put(job)
+        return start, last
+
+    def failed(last: Any) -> Optional[BaseException]:
+        return errors.pop(last.int_ptr, None)
+    return Runner(_blocking(enqueue, handle), keep_alive=(work.buffers,), enqueue=enqueue, failed=failed)
+
+
+def copy_runner(work: Copy, src_dev: Device, dst_dev: Device, src: Any, dst: Any) -> Runner:
+    """A copy with an OpenCL device at one end or both (`src`, `dst`: their Buffers)."""
+    import pyopencl as cl
+    n, src_off, dst_off = work.nbytes, work.src_offset, work.dst_offset
+    keep = (work.src, work.dst)
+    if dst_dev.cl is None:  # device to host: a blocking read, on the CPU device's copy queue
+        if src_dev.kind != "CL" or dst_dev.kind != "CPU":
+            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}")
+        host = dst.memory.view(np.uint8)[dst_off:dst_off + n]
+        memory = src.memory
+
+        def read() -> None:
+            memory.read_into(host, src_off)
+        return Runner(read, keep_alive=keep)
+    handle = dst_dev.cl
+    if n == 0:
+        def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+            marker = cl.enqueue_marker(queue, wait_for=wait_for or None)
+            return marker, marker
+    elif src_dev.cl is None:  # host to device, non-blocking: the host bytes are kept with the runner
+        if src_dev.kind != "CPU":
+            raise DeviceError(f"cannot copy between {src_dev.name} and {dst_dev.name}: NULL devices hold no data")
+        host = src.memory.view(np.uint8)[src_off:src_off + n]
+        mem = dst.memory.mem
+
+        def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+            event = cl.enqueue_copy(queue, mem, host, dst_offset=dst_off, is_blocking=False,
+                                    wait_for=wait_for or None)
+            return event, event
+        keep = (work.src, work.dst, host)
+    else:  # device to device (one context per platform: any queue of it may copy between its buffers)
+        if src_dev.cl.context != handle.context:
+            raise DeviceError(f"cannot copy from {src_dev.name} to {dst_dev.name}: they are on different OpenCL "
+                              f"platforms; copy through a CPU device (.to('CPU').to('{dst_dev.name}'))")
+        src_mem, dst_mem = src.memory.mem, dst.memory.mem
+
+        def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+            event = cl.enqueue_copy(queue, dst_mem, src_mem, byte_count=n, src_offset=src_off,
+                                    dst_offset=dst_off, wait_for=wait_for or None)
+            return event, event
+    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue)
+
+
+def _blocking(enqueue: Callable[[Any, list], tuple[Any, Any]], handle: cl_runtime.CLDevice) -> Callable[[], None]:
+    """`Runner.fn` of a device command run from the host (outside a CL queue): enqueued on the device's
+    host queue and waited for."""
+    def run() -> None:
+        enqueue(handle.host, [])[1].wait()
+    return run
+
+
+__all__ = ["copy_runner", "host_kernel_runner", "kernel_runner", "prepare", "rendered"]

@@ -1,0 +1,258 @@
+"""A command queue that is an OpenCL in-order queue: the plan's commands become OpenCL commands and
+events, and the queue's timeline signal advances from their completion.
+
+Why not a worker thread, as CPU queues have: an OpenCL queue is a device queue already. `submit`
+enqueues each command at once on the submitting thread (the dispatcher), without waiting: its kernels
+or copies go on the in-order OpenCL queue, so commands of one queue run in the order submitted, as
+every atensor queue does. What stays the same is the model of queue.py and signal.py: a command waits
+for other queues' values, runs, and publishes its own value.
+
+How a command's waits are kept, by what they wait for:
+- a value of another OpenCL queue of the same context whose command is enqueued: that command's event
+  goes in the wait list, so the device orders them with no host round trip;
+- a value already reached: nothing (its failure, if it failed, is the command's);
+- anything else (a CPU queue's value, a value not enqueued yet): a user event that the host sets once
+  the signal reaches the value (`Signal.when_reached`, on whichever thread publishes it).
+
+How a value is published: the command's last event gets a completion callback (OpenCL runs it on a
+driver thread). The callback stamps the value with the device's own start and end times, put on the
+host's clock (cl_runtime.CLDevice.clock_offset), and sets the signal; `Signal.set` wakes the tasks
+awaiting it through the event-loop seam (loop.py), under trio or asyncio alike. Nobody polls.
+Callbacks of one queue may arrive out of order (on several threads): a completed command is published
+once every command before it is, so a waiter that finds a value reached finds every failure up to it.
+
+Failures: a command whose dependency failed (known when it is enqueued, when a user event is set, or
+from the records of the commands it waits for, walked when it completes) publishes DependencyFailed;
+an OpenCL error while enqueueing, an error of a host part (`Runner.failed`) or a negative event status
+publishes KernelError. No user event is ever set to a negative status: pocl then ends the commands
+after it without calling their completion callbacks, and their values would never be published.
+Either way the value is published in order, so nothing waits forever.
+
+Invariant: a command and what it holds (its runner's buffers and host arrays) stay referenced by the
+queue until its value is published (`_inflight`), so no memory a device command uses is freed early.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from atensor.hcq.cl_runtime import CLDevice
+from atensor.hcq.queue import Command, DependencyFailed, KernelError, Queue
+from atensor.hcq.signal import Signal
+from atensor.profiler import collector
+from atensor.profiler.events import Span
+
+_queues: weakref.WeakValueDictionary[int, CLQueue] = weakref.WeakValueDictionary()  # id(signal) -> queue
+
+
+@dataclass(eq=False)
+class _InFlight:
+    """One enqueued command until its value is published: its events and what can make it fail."""
+    command: Command
+    first: Any = None                    # its first OpenCL event (the stamp's start)
+    last: Any = None                     # its last OpenCL event (the value's completion)
+    deps: list[_InFlight] = field(default_factory=list)  # records of other CL queues it waits for
+    user_events: list[Any] = field(default_factory=list)  # set by the host (kept until published)
+    error: Optional[BaseException] = None
+    stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
+
+
+class CLQueue(Queue):
+    """One of a CL device's queues (compute or copy), its commands enqueued on an OpenCL queue."""
+
+    def __init__(self, device: str, kind: str, handle: CLDevice, cl_queue: Any):
+        super().__init__(device, kind)
+        self.handle, self.cl = handle, cl_queue
+        self._inflight: dict[int, _InFlight] = {}   # value -> record, until published
+        self._lock = threading.Lock()
+        self._publish_lock = threading.Lock()  # one thread publishes at a time, in order
+        _queues[id(self.signal)] = self
+        # its spans carry the device's own stamps: the profile puts them on the host clock
+        collector.set_clock_offset(device, kind, handle.clock_offset)
+
+    def __repr__(self) -> str:
+        return f"CLQueue({self.device}/{self.kind})"
+
+    def submit(self, commands: list[Command]) -> None:
+        """Enqueues every command on the OpenCL queue, in order, without waiting for any."""
+        for command in commands:
+            self._enqueue(command)
+        self.cl.flush()  # a GPU driver may hold enqueued commands until a flush
+
+    def run_here(self, commands: list[Command]) -> None:
+        """A device queue runs nothing on the host: the commands are enqueued (`submit`)."""
+        self.submit(commands)
+
+    def poll(self, value: int) -> bool:
+        """True when `value` is reached. When the command that publishes it has completed on the device
+        (its last event's status, read once: no loop) and nothing made it fail, publishes it first
+        (Signal.reach): the awaiting host need not park until the completion callback arrives, which
+        stamps it later."""
+        if self.signal.value >= value:
+            return True
+        with self._lock:  # only the oldest command in flight: every value before it is published
+            record = next(iter(self._inflight.values()), None)
+        if record is None or record.command.value != value or record.last is None \
+                or record.error is not None or _failure_before(record) is not None:
+            return False
+        try:
+            if record.last.command_execution_status != 0:  # CL_COMPLETE
+                return False
+        except Exception:  # an event the driver no longer answers for: the callback publishes it
+            return False
+        self.signal.reach(value)
+        return True
+
+    def statistics(self) -> dict:
+        with self._lock:
+            pending = len(self._inflight)
+        return {"pending_commands": pending, "signal": self.signal.value, "reserved": self._reserved,
+                "commands_run": self.commands_run}
+
+    # ---- enqueueing -----------------------------------------------------------------------------
+    def _enqueue(self, command: Command) -> None:
+        import pyopencl as cl
+        record = _InFlight(command)
+        events = []
+        for signal, value, check in command.waits:
+            if signal.value >= value:
+                if check and record.error is None and signal.failure(value) is not None:
+                    record.error = _dependency_failed(command, signal.failure(value))
+                continue
+            other = _queues.get(id(signal))
+            dep = other._record(value) if other is not None and other.handle.context == self.handle.context \
+                else None
+            if dep is not None and dep.last is not None:
+                events.append(dep.last)
+                if check:
+                    record.deps.append(dep)
+                continue
+            # a CPU queue's value, or one not enqueued yet: the host sets a user event when it is reached
+            user = cl.UserEvent(self.handle.context)
+            record.user_events.append(user)
+            events.append(user)
+            signal.when_reached(value, _UserWait(record, user, signal, value, check).reached)
+        with self._lock:
+            self._inflight[command.value] = record
+        try:
+            run = command.run
+            if run is None or run.enqueue is None:
+                raise TypeError(f"{command.kind} {command.name} has no device command for an OpenCL queue")
+            if record.error is None:
+                record.first, record.last = run.enqueue(self.cl, events)
+            else:  # its input failed already: nothing runs, its value is still published in order
+                record.first = record.last = cl.enqueue_marker(self.cl, wait_for=events or None)
+        except Exception as exc:
+            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) could not be enqueued "
+                                f"on {self.device}/{self.kind}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            record.error = error
+            record.first = record.last = cl.enqueue_marker(self.cl, wait_for=events or None)
+        record.last.set_callback(cl.command_execution_status.COMPLETE,
+                                 lambda status, value=command.value: self._completed(value, status))
+
+    def _record(self, value: int) -> Optional[_InFlight]:
+        """The record of the command that publishes `value`, while it is in flight."""
+        with self._lock:
+            return self._inflight.get(value)
+
+    # ---- completion (on an OpenCL driver thread) --------------------------------------------------
+    def _completed(self, value: int, status: int) -> None:
+        record = self._record(value)  # stays in flight until published, in order (`_publish_ready`)
+        command = record.command
+        error = record.error
+        if error is None:
+            failed = _failure_before(record)
+            if failed is not None:
+                error = _dependency_failed(command, failed)
+        run = command.run
+        if error is None and run is not None and run.failed is not None:
+            raised = run.failed(record.last)
+            if raised is not None:
+                error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
+                                    f"{self.device}/{self.kind}: {type(raised).__name__}: {raised}")
+                error.__cause__ = raised
+        if error is None and status < 0:
+            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
+                                f"{self.device}/{self.kind}: OpenCL event status {status}")
+        record.error = error
+        record.deps, record.user_events = [], []  # a chain of records is only as long as what is in flight
+        record.stamps = _device_stamps(record)  # last: it marks the record complete
+        self._publish_ready()
+
+    def _publish_ready(self) -> None:
+        """Publishes the completed commands at the front of the queue, in order. Callbacks arrive in any
+        order (and on several threads); a value is published only once every value before it is, so a
+        waiter that finds a value reached finds the failures of the values before it too."""
+        with self._publish_lock:
+            ready = []
+            with self._lock:
+                for value, record in self._inflight.items():  # in submission order: increasing values
+                    if record.stamps is None:
+                        break
+                    ready.append((value, record))
+                for value, _ in ready:
+                    del self._inflight[value]
+            handle = self.handle
+            for value, record in ready:
+                command, (start, end) = record.command, record.stamps
+                self.commands_run += 1
+                # `poll` may have reached it (or a later value) already: then only its stamp is kept
+                self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error,
+                                late=value < self.signal.value)
+                if collector.is_active():
+                    collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
+                                               command.kind, start, end, command.nbytes, command.flops,
+                                               command.deps))
+
+
+class _UserWait:
+    """A command's wait on a value the host sees reached: sets the command's user event then."""
+    __slots__ = ("record", "user", "signal", "value", "check")
+
+    def __init__(self, record: _InFlight, user: Any, signal: Signal, value: int, check: bool):
+        self.record, self.user, self.signal, self.value, self.check = record, user, signal, value, check
+
+    def reached(self) -> None:
+        import pyopencl as cl
+        if self.check and self.record.error is None:
+            failed = self.signal.failure(self.value)
+            if failed is not None:  # before the event is set: the command's completion sees it
+                self.record.error = _dependency_failed(self.record.command, failed)
+        self.user.set_status(cl.command_execution_status.COMPLETE)
+
+
+def _failure_before(record: _InFlight) -> Optional[BaseException]:
+    """The error of a command `record` waits for through events, directly or through the commands
+    those wait for. Completions of different queues are reported in any order, so a dependency may not
+    have published its own DependencyFailed yet; the root error, though, is set before its events can
+    complete (at enqueue, or when its user event is set), so the walk finds it."""
+    for dep in record.deps:
+        found = dep.error if dep.error is not None else _failure_before(dep)
+        if found is not None:
+            return found
+    return None
+
+
+def _dependency_failed(command: Command, cause: BaseException) -> DependencyFailed:
+    error = DependencyFailed(f"{command.name} (task {command.task_id}) did not run: an input failed: {cause}")
+    error.__cause__ = cause
+    return error
+
+
+def _device_stamps(record: _InFlight) -> tuple[int, int]:
+    """(start, end) of a command on its device's clock: its first event's start, its last's end."""
+    import pyopencl as cl
+    try:
+        return record.first.profile.start, record.last.profile.end
+    except cl.Error:  # a marker or a failed command may carry no stamps: both at its end, if any
+        try:
+            end = record.last.profile.end
+        except cl.Error:
+            end = 0
+        return end, end
+
+
+__all__ = ["CLQueue"]

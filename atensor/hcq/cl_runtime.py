@@ -1,0 +1,261 @@
+"""OpenCL devices: finding them, their context and queues, their memory and their compiled programs.
+
+Why OpenCL: it is the one device API this project can test everywhere (pocl runs it on the CPU, `pip
+install 'atensor[opencl]'`) and that vendors' drivers run on NVIDIA, AMD and Intel GPUs. Nothing here
+is imported unless a `CL` device is used, and pyopencl is imported only then.
+
+Devices are numbered across every platform the ICD loader lists, in its order: `CL:0` is the first
+device of the first platform. The devices of one platform share one context, so a buffer of `CL:0`
+can be the source of a copy enqueued on `CL:1` (the driver moves it) and an event of one device's
+queue can be in the wait list of another's. pocl gives one device per entry of POCL_DEVICES
+(`POCL_DEVICES="pthread pthread"`: two).
+
+Each device has three in-order queues with profiling on: `compute` and `copy` carry the plan's
+commands (hcq/cl_queue.py), `host` carries the host's own blocking reads and writes (a tensor's
+values, a copy into a CPU device's memory run by that device's copy queue). The host queue never
+waits on an event the host has to set, so a blocking read there cannot wait behind a command that
+waits for the reading thread.
+
+Compiled programs are kept on disk (cache_dir()/cl/<key>.bin), the key a hash of the source, the
+device's name and driver, and pyopencl's version: pocl takes 0.5-1 s to build a program from source
+and ~10 ms to load a binary (measured here).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from atensor.dtype import DType
+
+INSTALL_HINT = ("install an OpenCL driver and pyopencl: `pip install 'atensor[opencl]'` gives pyopencl with "
+                "pocl's CPU driver; on a GPU, pyopencl with the vendor's OpenCL driver")
+
+
+class CLUnavailable(ValueError):
+    """No OpenCL device of that number: pyopencl or a platform is missing, or the index is too high."""
+
+
+@dataclass
+class CLDevice:
+    """One OpenCL device: its context, its three in-order queues and its host clock offset."""
+    index: int
+    device: Any                    # pyopencl.Device
+    context: Any                   # pyopencl.Context shared by its platform's devices
+    compute: Any                   # pyopencl.CommandQueue of the plan's kernels
+    copy: Any                      # pyopencl.CommandQueue of the plan's copies
+    host: Any                      # pyopencl.CommandQueue of the host's blocking reads and writes
+    fp64: bool                     # doubles supported (reductions accumulate floats in double then)
+    # host perf_counter_ns = device profiling ns + clock_offset (measured at open, see _clock_offset)
+    clock_offset: int = 0
+    description: str = ""
+    programs: dict[str, Any] = field(default_factory=dict)  # source -> built pyopencl.Program
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def host_ns(self, device_ns: int) -> int:
+        """A device profiling timestamp on the host's perf_counter clock."""
+        return device_ns + self.clock_offset
+
+
+_opened: dict[int, CLDevice] = {}
+_contexts: dict[int, Any] = {}  # platform (its handle) -> context
+_lock = threading.Lock()
+
+
+def _cl() -> Any:
+    try:
+        import pyopencl
+    except ImportError as exc:
+        raise CLUnavailable(f"device CL needs pyopencl, which is not installed ({exc}); {INSTALL_HINT}") from None
+    return pyopencl
+
+
+def listed_devices() -> list[tuple[Any, Any]]:
+    """(platform, device) of every OpenCL device, numbered as CL:0, CL:1, ...; [] without any."""
+    cl = _cl()
+    found = []
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:  # the ICD loader finds no platform (pyopencl raises PLATFORM_NOT_FOUND_KHR)
+        return []
+    for platform in platforms:
+        try:
+            found.extend((platform, d) for d in platform.get_devices())
+        except cl.Error:
+            continue  # a platform without devices
+    return found
+
+
+def open_device(index: int) -> CLDevice:
+    """The OpenCL device `CL:index`, opened once (its context and queues); raises CLUnavailable saying
+    what to install or set when there is no such device."""
+    found = _opened.get(index)
+    if found is not None:
+        return found
+    with _lock:
+        found = _opened.get(index)
+        if found is not None:
+            return found
+        listed = listed_devices()
+        name = f"CL:{index}"
+        if not listed:
+            raise CLUnavailable(f"device {name}: no OpenCL platform was found (the ICD loader lists none); "
+                                f"{INSTALL_HINT}, or point OCL_ICD_VENDORS at a driver's .icd files")
+        if index >= len(listed):
+            names = ", ".join(f"CL:{k} {d.name!r} ({p.name})" for k, (p, d) in enumerate(listed))
+            raise CLUnavailable(f"device {name} does not exist: OpenCL lists {len(listed)} device(s): {names}; "
+                                f"use one of those (with pocl, POCL_DEVICES=\"pthread pthread\" gives two)")
+        found = _opened[index] = _open(index, *listed[index])
+    return found
+
+
+def _open(index: int, platform: Any, device: Any) -> CLDevice:
+    cl = _cl()
+    context = _contexts.get(platform.int_ptr)
+    if context is None:
+        context = _contexts[platform.int_ptr] = cl.Context(platform.get_devices())
+    props = cl.command_queue_properties.PROFILING_ENABLE
+    queues = [cl.CommandQueue(context, device, properties=props) for _ in range(3)]
+    fp64 = bool(device.double_fp_config)  # 0 on a device without doubles
+    handle = CLDevice(index, device, context, *queues, fp64=fp64,
+                      description=f"{device.name} ({platform.name}, {device.version})")
+    handle.clock_offset = _clock_offset(handle)
+    return handle
+
+
+def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:
+    """host perf_counter_ns - device profiling ns, from markers stamped by the device between two host
+    readings: the tightest of `rounds` brackets, its midpoint against the marker's end stamp."""
+    cl = _cl()
+    best: Optional[tuple[int, int]] = None
+    for _ in range(rounds):
+        before = time.perf_counter_ns()
+        marker = cl.enqueue_marker(handle.host)
+        marker.wait()
+        after = time.perf_counter_ns()
+        try:
+            device_ns = marker.profile.end
+        except cl.Error:
+            return 0  # no stamps on markers: spans fall back to the host's clock (offset 0)
+        if best is None or after - before < best[0]:
+            best = (after - before, (before + after) // 2 - device_ns)
+    return best[1] if best is not None else 0
+
+
+class CLMemory:
+    """A device buffer of `nbytes` (at least 1 byte: OpenCL has no empty buffers) holding `dtype`s."""
+    __slots__ = ("mem", "nbytes", "dtype", "device")
+
+    def __init__(self, device: CLDevice, nbytes: int, dtype: DType):
+        cl = _cl()
+        self.device, self.nbytes, self.dtype = device, nbytes, dtype
+        self.mem = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+
+    def write(self, array: np.ndarray) -> None:
+        """Copies the host `array` (its bytes, `nbytes` of them) into the buffer; blocking."""
+        if self.nbytes:
+            _cl().enqueue_copy(self.device.host, self.mem, np.ascontiguousarray(array).reshape(-1),
+                               is_blocking=True)
+
+    def read(self) -> np.ndarray:
+        """The buffer's values as a new flat host array; blocking (call once its writers are done)."""
+        out = np.empty(self.nbytes // self.dtype.itemsize, dtype=self.dtype.np)
+        if self.nbytes:
+            _cl().enqueue_copy(self.device.host, out, self.mem, is_blocking=True)
+        return out
+
+    def read_into(self, host: np.ndarray, offset: int) -> None:
+        """Copies `host.nbytes` bytes from byte `offset` of the buffer into `host`; blocking."""
+        if host.nbytes:
+            _cl().enqueue_copy(self.device.host, host, self.mem, src_offset=offset, is_blocking=True)
+
+
+def cache_dir() -> Path:
+    """Where built programs are kept ($ATENSOR_CACHE/cl, else $XDG_CACHE_HOME/atensor/cl, else
+    ~/.cache/atensor/cl)."""
+    root = os.environ.get("ATENSOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "atensor")
+    return Path(root) / "cl"
+
+
+def _key(handle: CLDevice, source: str) -> str:
+    cl = _cl()
+    device = handle.device
+    text = "\0".join([source, device.name, device.vendor, device.version, device.driver_version,
+                      cl.VERSION_TEXT])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+programs_built = 0    # counted for tests: programs compiled from source in this process
+programs_loaded = 0   # programs loaded from the disk cache
+
+
+def program(handle: CLDevice, source: str) -> Any:
+    """`source` built for `handle`'s device: from memory, else from its binary on disk, else compiled
+    (and its binary written to disk). A build error names the device and carries the compiler's log."""
+    global programs_built, programs_loaded
+    found = handle.programs.get(source)
+    if found is not None:
+        return found
+    cl = _cl()
+    with handle.lock:
+        found = handle.programs.get(source)
+        if found is not None:
+            return found
+        path = cache_dir() / f"{_key(handle, source)}.bin"
+        built = None
+        if path.exists():
+            try:
+                built = cl.Program(handle.context, [handle.device], [path.read_bytes()]).build()
+                programs_loaded += 1
+            except (cl.Error, OSError):
+                built = None  # a stale or torn binary: compiled again below
+        if built is None:
+            try:
+                built = cl.Program(handle.context, source).build(devices=[handle.device])
+            except cl.Error as exc:
+                raise RuntimeError(f"OpenCL could not build a program for CL:{handle.index} "
+                                   f"({handle.description}): {exc}\n--- source ---\n{source}") from None
+            programs_built += 1
+            _store(path, built.get_info(cl.program_info.BINARIES)[0])
+        handle.programs[source] = built
+    return built
+
+
+def build_together(handle: CLDevice, prelude: str, bodies: list[str]) -> None:
+    """Builds the kernels of `bodies` (each a program's code without the `prelude` they share) as one
+    program, and serves each program (prelude + body) from it: pocl spends ~1 s per program it builds
+    and barely more for eight kernels in one (measured), so a plan builds its new kernels in one go.
+    Bodies built before are left out; none left, nothing is built."""
+    new = list(dict.fromkeys(b for b in bodies if prelude + b not in handle.programs))
+    if not new:
+        return
+    if len(new) == 1:
+        program(handle, prelude + new[0])
+        return
+    built = program(handle, prelude + "".join(new))
+    with handle.lock:
+        for body in new:
+            handle.programs.setdefault(prelude + body, built)
+
+
+def _store(path: Path, binary: bytes) -> None:
+    """Writes a program's binary atomically (a reader never sees a torn file); a cache that cannot be
+    written only costs the next process a compile."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        temp.write_bytes(binary)
+        os.replace(temp, path)
+    except OSError:
+        pass
+
+
+__all__ = ["CLDevice", "CLMemory", "CLUnavailable", "INSTALL_HINT", "cache_dir", "listed_devices",
+           "build_together", "open_device", "program"]

@@ -1,0 +1,186 @@
+"""OpenCL devices against the CPU backend, and the awaited round trip of a tiny CL kernel against raw
+pyopencl on the same device.
+
+    python bench/opencl.py [--repeat 5] [--calls 300]
+    python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short
+                                       # (writes bench/results/opencl_check.json)
+
+Compute: a matmul, a fused elementwise chain, a row reduction and a conv2d, each realized eagerly on
+`CL` and on `CPU` (median of --repeat runs after a warm-up that compiles), with the ratio CL / CPU.
+On pocl (OpenCL on this machine's CPU) this is a correctness device: the figures are reported, not
+targeted. The flagship step and an LLM decode step are not measured here (see docs/opencl.md).
+
+Round trip: one awaited call of a jitted `x + 1` on 16 float32 on `CL` (enqueue to completion: the
+replay, the OpenCL enqueue, the completion callback, the signal, the loop's wake-up), under trio
+and asyncio, and one awaited eager `(x + 1).realize()`, against raw pyopencl's
+`enqueue_nd_range_kernel(...).wait()` of the same kind of kernel on the same device, measured in the
+same run (target: at most 1.5x raw).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import median_of, table, write_results  # noqa: E402
+
+os.environ.setdefault("POCL_DEVICES", "pthread pthread")
+
+import atensor  # noqa: E402
+from atensor import Tensor  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _cases(scale: int) -> dict:
+    """name -> (function of tensors, input arrays)."""
+    n = 256 * scale
+    a, b = RNG.standard_normal((n, n)).astype(np.float32), RNG.standard_normal((n, n)).astype(np.float32)
+    v = RNG.standard_normal(1 << (18 + scale)).astype(np.float32)
+    rows = RNG.standard_normal((64, 1 << (12 + scale))).astype(np.float32)
+    img, w = RNG.standard_normal((8, 16, 32, 32)).astype(np.float32), RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    return {
+        f"matmul {n}x{n}x{n}": (lambda x, y: x @ y, (a, b)),
+        f"elementwise chain ({v.size} elements, 6 ops)": (lambda x: ((x * 2 + 1).exp().sqrt() - x).relu() / 3, (v,)),
+        f"row sum ({rows.shape[0]} rows of {rows.shape[1]})": (lambda x: x.sum(axis=1), (rows,)),
+        "conv2d 8x16x32x32 * 32x16x3x3": (lambda x, k: x.conv2d(k, padding=1), (img, w)),
+    }
+
+
+def compute(repeat: int, scale: int) -> list[dict]:
+    results = []
+    for name, (fn, arrays) in _cases(scale).items():
+        row = {"case": name}
+        outs = {}
+        for device in ("CPU", "CL"):
+            inputs = [Tensor(x, device=device) for x in arrays]
+            Tensor.realize(*inputs).wait()
+            outs[device] = fn(*inputs).numpy()  # warm-up: compiles, caches the schedule
+            row[f"{device}_ms"] = median_of(lambda: fn(*inputs).realize().wait(), repeat) * 1e3
+        row["max_abs_diff"] = float(np.abs(outs["CL"] - outs["CPU"]).max())
+        row["CL/CPU"] = row["CL_ms"] / row["CPU_ms"]
+        results.append(row)
+    return results
+
+
+def raw_round_trip(calls: int) -> float:
+    """Median us of raw pyopencl: enqueue `a[i] += 1` on 16 floats on CL:0's device, wait."""
+    import pyopencl as cl
+    from atensor.hcq.device import Device
+    handle = Device.get("CL").cl
+    queue = cl.CommandQueue(handle.context, handle.device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    prog = cl.Program(handle.context, "__kernel void k(__global float *a) { a[get_global_id(0)] += 1.0f; }").build()
+    buf = cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, 64)
+    kernel = prog.k
+    kernel.set_args(buf)
+    times = []
+    for k in range(calls + 50):
+        start = time.perf_counter_ns()
+        cl.enqueue_nd_range_kernel(queue, kernel, (16,), (16,)).wait()
+        if k >= 50:
+            times.append((time.perf_counter_ns() - start) / 1e3)
+    return statistics.median(times)
+
+
+def awaited_round_trip(calls: int, library: str, jitted: bool) -> float:
+    """Median us of one awaited `x + 1` on 16 floats on CL (a jit replay, or an eager realize)."""
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x + 1
+
+    async def run() -> float:
+        y = Tensor.zeros(16, device="CL").contiguous()
+        await y.realize()
+        times = []
+        for k in range(calls + 50):
+            start = time.perf_counter_ns()
+            if jitted:
+                y = await step(y)
+            else:
+                y = y + 1
+                await y.realize()
+            if k >= 50:
+                times.append((time.perf_counter_ns() - start) / 1e3)
+        got = float(y.numpy()[0])
+        assert got == calls + 50, f"the round trips computed {got}, expected {calls + 50}"
+        return statistics.median(times)
+
+    if library == "trio":
+        import trio
+        return trio.run(run)
+    import asyncio
+    return asyncio.run(run())
+
+
+def round_trips(calls: int, rounds: int) -> list[dict]:
+    """Alternating rounds (the machine's load drifts): per round, raw then each atensor variant."""
+    variants = [("jit replay, trio", "trio", True), ("jit replay, asyncio", "asyncio", True),
+                ("eager realize, trio", "trio", False), ("eager realize, asyncio", "asyncio", False)]
+    samples: dict[str, list[float]] = {"raw pyopencl enqueue + wait": []}
+    ratios: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        raw = raw_round_trip(calls)
+        samples["raw pyopencl enqueue + wait"].append(raw)
+        for name, library, jitted in variants:
+            us = awaited_round_trip(calls, library, jitted)
+            samples.setdefault(name, []).append(us)
+            ratios.setdefault(name, []).append(us / raw)
+    rows = []
+    for name, values in samples.items():
+        rows.append({"case": name, "median_us": statistics.median(values), "min_us": min(values),
+                     "max_us": max(values),
+                     "vs_raw": statistics.median(ratios[name]) if name in ratios else 1.0})
+    return rows
+
+
+def check() -> int:
+    """The CL tests, then a short bench: one script for a GPU machine (under 5 minutes)."""
+    root = Path(__file__).resolve().parent.parent
+    tests = subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "opencl"), "-q", "-x",
+                            "-p", "no:cacheprovider", "-o", "addopts="], cwd=root,
+                           env={**os.environ, "PYTHONPATH": str(root)})
+    if tests.returncode != 0:
+        print(f"bench/opencl.py --check: the CL tests failed (exit {tests.returncode})")
+        return tests.returncode
+    return main(["--repeat", "3", "--calls", "200", "--rounds", "1", "--out", "opencl_check"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per compute case (median)")
+    parser.add_argument("--calls", type=int, default=300, help="timed round trips per variant (median)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the round trips")
+    parser.add_argument("--scale", type=int, default=1, help="problem size multiplier (2 on a GPU)")
+    parser.add_argument("--check", action="store_true", help="run the CL tests, then a short bench")
+    parser.add_argument("--out", default="opencl")
+    args = parser.parse_args(argv)
+    if args.check:
+        return check()
+    from atensor.hcq.device import Device
+    device = Device.get("CL").cl.description
+    print(f"CL:0 is {device}")
+    comp = compute(args.repeat, args.scale)
+    print(table(f"compute, eager realize, median of {args.repeat} (ms)", ["case", "CPU ms", "CL ms", "CL/CPU",
+                                                                          "max |CL-CPU|"],
+                [[r["case"], r["CPU_ms"], r["CL_ms"], f"{r['CL/CPU']:.2f}x", r["max_abs_diff"]] for r in comp]))
+    trips = round_trips(args.calls, args.rounds)
+    print()
+    print(table(f"round trip of a tiny kernel on CL, median of {args.calls} calls; median (range) of "
+                f"{args.rounds} rounds (us)", ["variant", "us", "range", "vs raw"],
+                [[r["case"], r["median_us"], f"{r['min_us']:.0f}-{r['max_us']:.0f}", f"{r['vs_raw']:.2f}x"]
+                 for r in trips]))
+    path = write_results(args.out, {"device": device, "command": "python bench/opencl.py " + " ".join(argv or sys.argv[1:]),
+                                    "compute": comp, "round_trip": trips})
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

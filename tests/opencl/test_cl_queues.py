@@ -1,0 +1,247 @@
+"""The queue and signal model on OpenCL queues: waits between CL queues are event wait lists, waits
+on CPU queues are user events the host sets, values are published from OpenCL's completion callbacks
+and wake awaiting tasks under trio and asyncio; task graphs that mix CPU and CL devices, copies both
+ways, sharding and allreduce over CL:0 and CL:1, the profiler's device stamps, jit replays."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+import trio
+
+import atensor
+from atensor import Tensor
+from atensor.backend.runner import Runner
+from atensor.hcq.device import Device
+from atensor.hcq.queue import Command, DependencyFailed, KernelError, Queue
+from atensor.hcq.signal import SignalFailed
+from tests.opencl.conftest import two_devices
+
+RNG = np.random.default_rng(1)
+needs_two = pytest.mark.skipif(not two_devices(), reason="needs CL:1 (pocl: POCL_DEVICES='pthread pthread')")
+
+
+def _marker_runner(log: list, name: str) -> Runner:
+    """A device command that only marks its place (its completion is its value)."""
+    import pyopencl as cl
+
+    def enqueue(queue, wait_for):
+        log.append((name, len(wait_for)))
+        event = cl.enqueue_marker(queue, wait_for=wait_for or None)
+        return event, event
+    return Runner(lambda: None, enqueue=enqueue)
+
+
+def test_a_wait_on_another_cl_queue_is_an_event_and_a_wait_on_a_cpu_queue_a_user_event_the_host_sets():
+    dev = Device.get("CL")
+    cpu = Queue("CPU:0", "test")  # a CPU queue of our own, so its values are ours to publish
+    compute, copy = dev.compute, dev.copy
+    log: list = []
+    gate = threading.Event()
+    base_cpu, base_copy, base_compute = cpu.reserve(1), copy.reserve(1), compute.reserve(1)
+    cpu.submit([Command(base_cpu + 1, (), Runner(gate.wait), "gate", "kernel", 0)])
+    copy.submit([Command(base_copy + 1, ((cpu.signal, base_cpu + 1, True),), _marker_runner(log, "copy"),
+                         "after cpu", "copy", 1)])
+    compute.submit([Command(base_compute + 1, ((copy.signal, base_copy + 1, True),),
+                            _marker_runner(log, "compute"), "after copy", "kernel", 2)])
+    assert compute._record(base_compute + 1).deps == [copy._record(base_copy + 1)]  # an event, no host hop
+    assert len(copy._record(base_copy + 1).user_events) == 1
+    time.sleep(0.05)
+    assert compute.signal.value < base_compute + 1 and copy.signal.value < base_copy + 1  # held by the gate
+    gate.set()
+    compute.signal.wait_blocking(base_compute + 1, timeout=30)
+    copy.signal.wait_blocking(base_copy + 1, timeout=30)  # its callback may come after the compute's
+    assert log == [("copy", 1), ("compute", 1)]
+    start, end = compute.signal.stamp(base_compute + 1)
+    assert 0 < start <= end <= time.perf_counter_ns()
+
+
+def test_a_failed_cpu_input_fails_the_cl_commands_after_it_and_every_value_is_published():
+    dev = Device.get("CL")
+    cpu = Queue("CPU:0", "test-fail")
+
+    def boom():
+        raise ValueError("the input broke")
+    base_cpu, base_copy, base_compute = cpu.reserve(1), dev.copy.reserve(1), dev.compute.reserve(1)
+    copy_value, compute_value = base_copy + 1, base_compute + 1
+    dev.copy.submit([Command(copy_value, ((cpu.signal, base_cpu + 1, True),), _marker_runner([], "c"),
+                             "copy in", "copy", 1)])
+    dev.compute.submit([Command(compute_value, ((dev.copy.signal, copy_value, True),),
+                                _marker_runner([], "k"), "use it", "kernel", 2)])
+    cpu.submit([Command(base_cpu + 1, (), Runner(boom), "input", "kernel", 0)])
+    with pytest.raises(SignalFailed) as failed:
+        dev.compute.signal.wait_blocking(compute_value, timeout=30)
+    assert isinstance(failed.value.cause, DependencyFailed)
+    assert "the input broke" in str(failed.value)
+    dev.copy.signal.wait_blocking(copy_value, check=False, timeout=30)  # its callback may come second
+    assert isinstance(dev.copy.signal.failure(copy_value), DependencyFailed)
+
+
+def test_a_command_that_cannot_be_enqueued_publishes_its_value_failed():
+    dev = Device.get("CL")
+
+    def enqueue(queue, wait_for):
+        raise RuntimeError("no such kernel")
+    value = dev.compute.reserve(1) + 1
+    dev.compute.submit([Command(value, (), Runner(lambda: None, enqueue=enqueue), "bad", "kernel", 0)])
+    with pytest.raises(SignalFailed, match="could not be enqueued.*no such kernel") as failed:
+        dev.compute.signal.wait_blocking(value, timeout=30)
+    assert isinstance(failed.value.cause, KernelError)
+
+
+async def _mixed_graph():
+    a, b = RNG.standard_normal((32, 48)).astype(np.float32), RNG.standard_normal((48, 16)).astype(np.float32)
+    x = Tensor(a, device="CL")
+    y = Tensor(b, device="CPU")
+    z = (x * 2).to("CPU") @ y + 1                  # CL kernel -> copy to CPU -> CPU kernel
+    w = (z.to("CL") - x[:, :16]).relu().sum(axis=0)  # CPU -> copy to CL -> CL kernels
+    await w.realize()
+    return w.numpy(), np.maximum((a * 2) @ b + 1 - a[:, :16], 0).sum(axis=0)
+
+
+def test_a_graph_mixing_cpu_and_cl_devices_awaited_under_trio():
+    got, want = trio.run(_mixed_graph)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_mixing_cpu_and_cl_devices_awaited_under_asyncio():
+    got, want = asyncio.run(_mixed_graph())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_awaiting_task_is_woken_by_the_completion_callback_while_the_loop_runs_other_tasks():
+    async def main(lib):
+        x = Tensor(RNG.standard_normal((64, 64)).astype(np.float32) * 0.1, device="CL")
+        ticks = 0
+        done = False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await (trio.sleep(0.001) if lib == "trio" else asyncio.sleep(0.001))
+        y = x @ x  # the 64 x 64 tiled matmul test_cl_ops compiles too
+        if lib == "trio":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticker)
+                await y.realize()
+                done = True
+        else:
+            task = asyncio.create_task(ticker())
+            await y.realize()
+            done = True
+            await task
+        return ticks, y
+    for lib, run in (("trio", trio.run), ("asyncio", lambda f, lib: asyncio.run(f(lib)))):
+        ticks, y = run(main, lib)
+        assert ticks >= 1  # the loop ran another task while the device worked
+        dev = Device.get("CL")
+        assert dev.compute.signal.value == dev.compute._reserved
+        assert dev.compute.statistics()["pending_commands"] == 0
+
+
+def test_host_memory_of_a_non_blocking_upload_stays_alive_until_the_copy_is_done():
+    import gc
+    for _ in range(3):
+        a = RNG.standard_normal(1 << 18).astype(np.float32)
+        t = Tensor(a).to("CL") * 1
+        del a
+        gc.collect()
+        back = t.numpy()
+        assert back.shape == (1 << 18,) and np.isfinite(back).all()
+    src = np.arange(1 << 16, dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(src).to("CL") + 0).numpy(), src)
+
+
+@needs_two
+def test_copies_between_cl_devices_and_a_sharded_allreduce_over_cl0_and_cl1():
+    a = RNG.standard_normal((8, 6)).astype(np.float32)
+    on0 = Tensor(a, device="CL:0")
+    np.testing.assert_array_equal(on0.to("CL:1").numpy(), a)
+    parts = [Tensor(a * (k + 1), device=f"CL:{k}") for k in range(2)]
+    total = Tensor.allreduce(parts, "sum")
+    np.testing.assert_allclose(total.shards[1].numpy(), a * 3, rtol=1e-6)
+    sharded = Tensor(a).shard(("CL:0", "CL:1"), axis=0)
+    np.testing.assert_allclose((sharded * 2).sum(axis=1).numpy(), (a * 2).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_cl_commands_appear_on_their_device_tracks_with_device_stamps_on_the_host_clock():
+    x = Tensor(RNG.standard_normal((64, 64)).astype(np.float32), device="CL")
+    x.numpy()
+    before = time.perf_counter_ns()
+    with atensor.profile() as prof:
+        y = ((x @ x).relu() + 1).to("CPU") * 2
+        y.numpy()
+    after = time.perf_counter_ns()
+    spans = [s for s in prof.spans if s.device == "CL:0"]
+    assert {s.queue for s in spans} == {"compute"} and any(s.kind == "kernel" for s in spans)
+    offset = prof.clock_offsets[("CL:0", "compute")]
+    assert offset == Device.get("CL").cl.clock_offset
+    for s in spans:  # device stamps, put on the host clock by the queue's offset, inside the block
+        assert before - 5_000_000 <= s.start_ns + offset <= s.end_ns + offset <= after + 5_000_000
+    cpu = [s for s in prof.spans if s.device == "CPU:0"]
+    assert any(set(s.deps) & {c.task_id for c in spans} for s in cpu)  # the arrow from CL to CPU work
+
+
+def test_a_jit_replay_on_cl_rebinds_its_inputs_and_gives_each_calls_values():
+    w = Tensor(RNG.standard_normal((16, 8)).astype(np.float32), device="CL")
+
+    @atensor.jit
+    def step(x):
+        return ((x @ w).relu() * 2).sum(axis=1)
+    for k in range(5):
+        a = RNG.standard_normal((4, 16)).astype(np.float32)
+        np.testing.assert_allclose(step(Tensor(a, device="CL")).numpy(),
+                                   (np.maximum(a @ w.numpy(), 0) * 2).sum(axis=1), rtol=1e-5, atol=1e-5)
+    assert step.stats["replays"] >= 2  # the last calls replayed the captured CL kernels
+
+
+def test_a_host_kernel_that_raises_fails_its_value_and_the_queue_goes_on():
+    from atensor.graph.node import BufferSpec
+    from atensor.dtype import dtypes
+    from atensor.engine import lower_cl
+    dev = Device.get("CL")
+    spec = BufferSpec("CL:0", 4, dtypes.float32)
+    dev.allocate(spec)
+
+    class Work:  # the fields host_kernel_runner reads, with a kernel that raises
+        ast, name, var_vals, buffers = None, "broken", {}, (spec,)
+    import atensor.engine.lower_cl as module
+    original = module.compile_kernel, module._stored_param
+    module.compile_kernel = lambda ast, name: (lambda *arrays: 1 / 0)
+    module._stored_param = lambda ast: 0
+    try:
+        runner = lower_cl.host_kernel_runner(Work, dev, [dev.allocate(spec)])
+    finally:
+        module.compile_kernel, module._stored_param = original
+    value = dev.compute.reserve(2) + 1
+    dev.compute.submit([Command(value, (), runner, "broken", "kernel", 0),
+                        Command(value + 1, (), _marker_runner([], "after"), "after", "kernel", 1)])
+    with pytest.raises(SignalFailed, match="ZeroDivisionError"):
+        dev.compute.signal.wait_blocking(value, timeout=30)
+    dev.compute.signal.wait_blocking(value + 1, timeout=30)  # the next command still runs
+
+
+def test_a_jit_replay_on_cl_rebinds_a_bound_variable_each_call():
+    from atensor.graph.symbolic import Variable
+    pos_var = Variable("start_pos", 0, 15)
+    cache = Tensor(np.zeros((16, 4), np.float32), device="CL")
+    w_np = np.arange(16, dtype=np.float32).reshape(4, 4)
+    w = Tensor(w_np, device="CL")
+
+    @atensor.jit
+    def step(x, mask, pos):
+        cache.shrink(((pos, pos + 1), None)).assign(x @ w)  # a write at a variable row: a kernel argument
+        return (cache * mask.reshape(16, 1)).sum(0)
+    ref = np.zeros((16, 4), np.float32)
+    for p in [0, 1, 2, 3, 7, 5]:
+        x = np.full((1, 4), p + 1, np.float32)
+        mask = (np.arange(16) <= p).astype(np.float32)
+        out = step(Tensor(x, device="CL"), Tensor(mask, device="CL"), pos_var.bind(p)).numpy()
+        ref[p] = x @ w_np
+        np.testing.assert_allclose(out, (ref * mask[:, None]).sum(0))
+    np.testing.assert_allclose(cache.numpy(), ref)
+    assert step.stats["replays"] == 3
