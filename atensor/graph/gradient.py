@@ -442,6 +442,18 @@ def _allreduce_rule(ctx: Node, ret: Node) -> Grads:
     raise GraphError(f"no gradient rule for a {arg.op.name} allreduce")
 
 
+def _qmatmul_rule(ctx: Node, ret: Node) -> Grads:
+    """x @ W^T with W packed (rows, cols): x's gradient is ctx @ W, W decoded by a DEQUANT of the same
+    bytes (a LoRA on a quantized base model trains through it); the packed bytes get none."""
+    x, packed = ret.src
+    w = Node.make(Ops.DEQUANT, dtypes.float32, (packed,), ret.arg)  # (rows, cols)
+    lead, (rows, cols) = ctx.shape[:-1], w.shape
+    a = ctx.reshape(lead + (rows, 1)).expand(lead + (rows, cols))
+    b = w.reshape((1,) * len(lead) + (rows, cols)).expand(lead + (rows, cols))
+    dx = _mul(a, b).reduce(ReduceOp.SUM, (len(lead),)).reshape(x.shape)
+    return (dx, None)
+
+
 def _no_grad(*_: Node, **__: Node) -> Grads:
     return (None, None, None)
 
@@ -482,6 +494,9 @@ GRADIENT = PatternMatcher([
     _rule(Ops.WHERE, lambda ctx, ret: (None, ret.src[0].alu(Ops.WHERE, ctx, zeros_like(ctx)),
                                        ret.src[0].alu(Ops.WHERE, zeros_like(ctx), ctx))),
     _rule(Ops.REDUCE, _reduce_rule),
+    # packed weights: the weights (bytes) are constants of the model; x's gradient goes through them
+    _rule(Ops.QMATMUL, _qmatmul_rule),
+    _rule(Ops.DEQUANT, lambda ctx, ret: (None,)),
     # indexing: a gather's gradient is a scatter-add, a scatter's a gather
     _rule(Ops.GATHER, _gather_rule),
     _rule(Ops.SCATTER, _scatter_rule),
