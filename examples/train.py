@@ -164,11 +164,12 @@ async def evaluate(model, x: np.ndarray, y: np.ndarray, devices: tuple[str, ...]
 async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: float = 0.01,
                 model: str = "mlp", seed: int = 0, max_steps: Optional[int] = None,
                 profile: Optional[str] = None, save: Optional[str] = None, progress: bool = True,
-                data: Optional[Digits] = None, jit: bool = True) -> Result:
+                data: Optional[Digits] = None, jit: bool = True, device: str = "CPU") -> Result:
     """Trains `model` on the digits on `devices` CPU devices (of each process, when an MPI launcher
     started several); returns the losses and the accuracy. `jit=False` builds and schedules every
-    step's graph instead of replaying the captured one."""
-    names = tuple(f"CPU:{k}" for k in range(devices))
+    step's graph instead of replaying the captured one. `device`: the kind of the devices, CPU or CL
+    (OpenCL: CL:0, CL:1, ...)."""
+    names = tuple(f"{device}:{k}" for k in range(devices))
     world = dist.init(names)
     data = data or load_digits(seed)
     if batch_size % (devices * world.size):
@@ -267,10 +268,12 @@ def main(argv: Optional[list[str]] = None) -> Result:
     parser.add_argument("--no-jit", action="store_true", help="build every step's graph (no capture/replay)")
     parser.add_argument("--losses", metavar="LOSSES.json", help="write the loss of every step (a JSON list)")
     parser.add_argument("--max-steps", type=int, help="stop after this many steps")
+    parser.add_argument("--device", choices=("CPU", "CL"), default="CPU",
+                        help="the kind of the devices: CPU, or CL for OpenCL (pip install 'atensor[opencl]')")
     args = parser.parse_args(argv)
     result = trio.run(lambda: train(args.devices, args.epochs, args.batch, args.lr, args.model, args.seed,
                                     max_steps=args.max_steps, profile=args.profile, save=args.save,
-                                    jit=not args.no_jit))
+                                    jit=not args.no_jit, device=args.device))
     world = dist.world()
     if not world.is_root:
         return result
