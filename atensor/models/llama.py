@@ -8,6 +8,11 @@ event loop hurts most. This is the model of tinygrad's extra/models/llama.py, lo
                 x = h + Wdown . (silu(Wgate m) * Wup m),                m = rmsnorm(h)
     logits    = rmsnorm(x) @ embed^T                                    (tied output)
 
+Weights: by default each projection and the embedding stay as the file stores them (Q4_1, Q8_0, ...:
+`PackedWeight`, nn/packed.py), memory-mapped, multiplied by C kernels that decode each block in
+registers, so the model holds about the file's bytes (98 MB for SmolLM2, not 538 MB of float32);
+`weights="float32"` dequantizes them at load instead. Both compute with the same weight values.
+
 RoPE is applied in GGUF's interleaved layout (pairs (2i, 2i+1) rotate together), the layout the file
 stores q and k in, so the weights are used without a permute. Grouped-query attention goes through
 `Tensor.scaled_dot_product_attention(enable_gqa=True)`.

@@ -38,3 +38,25 @@ def test_slice_bounds_that_a_variable_could_push_past_the_axis_are_refused_when_
         cache[:, :late + 1]
     with pytest.raises(IndexError, match="step 1"):
         cache[:, late:late + 2:2]
+
+
+def test_tinygrads_kv_cache_write_line_runs_as_written():
+    """extra/models/llama.py's Attention writes its cache with this line (start_pos a bound Variable);
+    its read, `cache_kv[0, :, 0:start_pos+seqlen]`, has a Variable length and is refused (see above)."""
+    bsz, seqlen, max_context, n_kv_heads, head_dim = 1, 2, 8, 2, 4
+    cache_kv = Tensor(np.zeros((2, bsz, max_context, n_kv_heads, head_dim), np.float32))
+    start = Variable("start_pos", 0, max_context - seqlen)
+
+    @jit
+    def write(xk, xv, start_pos):
+        cache_kv[:, :, start_pos:start_pos+seqlen, :, :].assign(Tensor.stack(xk, xv)).realize()
+        return cache_kv[0, :, 0:max_context, :, :].sum()
+    ref = np.zeros((2, bsz, max_context, n_kv_heads, head_dim), np.float32)
+    rng = np.random.default_rng(1)
+    for p in [0, 2, 4, 6, 1]:
+        xk, xv = (rng.standard_normal((bsz, seqlen, n_kv_heads, head_dim)).astype(np.float32) for _ in range(2))
+        total = write(Tensor(xk), Tensor(xv), start.bind(p)).numpy()
+        ref[:, :, p:p + seqlen] = np.stack([xk, xv])
+        np.testing.assert_allclose(total, ref[0].sum(), rtol=1e-5)
+    np.testing.assert_allclose(cache_kv.numpy(), ref)
+    assert write.stats["captures"] == 1 and write.stats["replays"] == 2
