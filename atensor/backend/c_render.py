@@ -517,13 +517,11 @@ class CRenderer:
         header += [f"  const int64_t {name} = (int64_t)(intptr_t)bufs[{self.var_base + j}];"
                    for j, name in enumerate(self.vars.values())]
         self.lower()
-        body = header + self.lines + [f"  free({t});" for t in self.temps] + ["}"]
-        return "\n".join(body) + "\n"
+        return "\n".join(header + self.lines + [f"  free({t});" for t in self.temps] + ["}"]) + "\n"
 
     def lower(self) -> None:
-        """Emits the kernel's nests (`self.lines`): the values it materializes first, then the store.
-        The parameters are named (`name_params`) before; a GPU renderer (gpu_render.py) emits the same
-        nests as kernels of their own."""
+        """Emits the kernel's nests (`self.lines`), materialized values first, then the store; the
+        parameters are named first (`name_params`). gpu_render.py emits the same nests as kernels."""
         need: set[Node] = set()
         for n in self.order:
             if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
