@@ -29,6 +29,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.rewrite import substitute
 from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer, InFlight
+from atensor.hcq.gcpause import gc_paused
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.dispatch import Job, Recording, dispatcher, recording
 from atensor.sched import cache, schedule as sched
@@ -71,28 +72,29 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     when nothing is queued before them; the others (and any realize while race proofs are on: z3
     takes milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in
     issue order."""
-    items: list[tuple[Node, Optional[Storage]]] = []
-    given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
-    view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
-    for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
-        swap = t._swap
-        if swap is not None and swap.lazy is node:  # the same tensor given twice
-            items.append((node, swap))
-            continue
-        base = node
-        while base.op is view:
-            base = base.src[0]
-        if base.op is buffer:
-            items.append((node, None))
-        elif base.op is assign:
-            given.append((versions.storage_of(base), base))
-            items.append((node, None))
-        elif node.op is Ops.MULTI and not _needs_storage(node):
-            given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
-            items.append((node, None))
-        else:
-            storage = t._swap = Storage(node)
-            items.append((node, storage))
+    with gc_paused():  # one Storage per tensor: no collection stops the loop while they are made
+        items: list[tuple[Node, Optional[Storage]]] = []
+        given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
+        view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+        for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
+            swap = t._swap
+            if swap is not None and swap.lazy is node:  # the same tensor given twice
+                items.append((node, swap))
+                continue
+            base = node
+            while base.op is view:
+                base = base.src[0]
+            if base.op is buffer:
+                items.append((node, None))
+            elif base.op is assign:
+                given.append((versions.storage_of(base), base))
+                items.append((node, None))
+            elif node.op is Ops.MULTI and not _needs_storage(node):
+                given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
+                items.append((node, None))
+            else:
+                storage = t._swap = Storage(node)
+                items.append((node, storage))
     ledger.claim(given)
     pending = versions.pending_heads()
     job = Job(None, [])
