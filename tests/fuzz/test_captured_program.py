@@ -19,6 +19,7 @@ from atensor.engine.program import CapturedProgram
 from atensor.sched import cache
 
 from tests.fuzz.programs import AT, NP, Program, assert_same, examples, fresh_inputs, programs, run
+from tests.fuzz.test_op_chains import _replayed
 
 pytestmark = pytest.mark.default_settings  # each case sets its own settings
 FUZZ = settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,20 +40,6 @@ def _eager(program: Program, cached: bool) -> None:
             assert misses == 0, f"eager call {call} of the same program missed the schedule cache"
 
 
-def _jitted(program: Program) -> None:
-    @atensor.jit
-    def f(*tensors: Tensor) -> Tensor:
-        return run(program, list(tensors), AT)
-
-    alive = []  # every call's inputs stay alive: a replay reading an earlier input finds its values
-    for call in range(6):  # 3 normal calls (capture, verify), then replays
-        arrays = fresh_inputs(program, 400 + call)
-        alive.append([Tensor(a) for a in arrays])
-        got = f(*alive[-1]).numpy()
-        assert_same(got, run(program, arrays, NP), f"jit call {call}: program {program}")
-    assert f.stats["replays"] == 3
-
-
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("mode", ["eager", pytest.param("jit", marks=pytest.mark.skipif(
     native.compiler() is None, reason="no C compiler on PATH: the jit compiles its kernels"))])
@@ -64,7 +51,7 @@ def test_a_program_gives_numpys_values_eagerly_and_jitted_under_every_setting(mo
         if mode == "eager":
             _eager(program, cached=setting != "schedule cache off")
         else:
-            _jitted(program)
+            _replayed(program)  # the jit path of test_op_chains: 3 normal calls, then replays
 
 
 def test_an_eager_hit_submits_the_templates_captured_program(monkeypatch):
