@@ -17,6 +17,7 @@ made by whichever thread needs it first; the dispatcher never writes a tensor's 
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -61,6 +62,7 @@ def _follow_storage(node: Node) -> Node:
 # on the calling thread when the dispatcher is idle: scheduling a cached graph of that size and
 # lowering it costs tens of microseconds, less than the hand-off to the dispatcher thread and back
 INLINE_MAX_NODES = 64
+_NO_PAUSE = contextlib.nullcontext()
 
 
 def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
@@ -72,7 +74,8 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     when nothing is queued before them; the others (and any realize while race proofs are on: z3
     takes milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in
     issue order."""
-    with gc_paused():  # one Storage per tensor: no collection stops the loop while they are made
+    # one Storage per tensor: for a big realize, no collection may stop the loop while they are made
+    with gc_paused() if len(captured) > INLINE_MAX_NODES else _NO_PAUSE:
         items: list[tuple[Node, Optional[Storage]]] = []
         given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
         view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN

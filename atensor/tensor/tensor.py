@@ -207,8 +207,12 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         """True when writes into this single-device tensor's buffer are still dispatched or running
         after its own realizes are done: a view of it realized on its own (`t[0:2].realize()`) writes
         it through a realize that is not this tensor's. A realize of this stored tensor, dispatched
-        after that one, waits for its writes (the dispatcher plans in issue order)."""
-        return not isinstance(self.device, tuple) and not self._is_ready_single()
+        after that one, waits for its writes (the dispatcher plans in issue order). A sharded tensor's
+        node is a MULTI, never a buffer: its shards' writes are waited for by their own realizes."""
+        node = self._node  # current: the caller read `node` since (`_has_unissued_work`)
+        if node.op is Ops.VIEW:
+            node = node.src[0]
+        return node.op is Ops.BUFFER and not Buffer.of(node.arg[0]).ready()
 
     def _has_unissued_work(self) -> bool:
         """True when this tensor's value still needs a realize: it is computed, or a write into its
