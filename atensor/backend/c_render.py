@@ -19,9 +19,11 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
   index, 0 outside the source;
 - the STORE nest writes the value through the target view; a value that reads the target anywhere
   else (`t[1:] = t[:-1]`, a gather from it) is computed into a temporary first.
-A view whose offset or mask bounds use Variables (a KV cache written at `start_pos`) reads each
-variable's value from an argument slot after the buffers (`variable_slots`), so one compiled
-function serves every position and a jit replay rebinds it by writing that slot.
+A view whose offset, mask bounds or shape use Variables (a KV cache written at `start_pos`, read
+`[:start_pos+1]`) reads each variable's value from an argument slot after the buffers
+(`variable_slots`), so one compiled function serves every position and a jit replay rebinds it by
+writing that slot; a loop over a symbolic dim runs to its value, and a temporary of symbolic shape is
+allocated and laid out at the maximum (graph/view.py).
 Anything this file does not know (scatter, threefry, bitcast, half floats,
 integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
 graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
@@ -38,7 +40,7 @@ from atensor.graph.node import Node, toposort
 from atensor.graph.ops import BINARY, PACKED, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
-from atensor.graph.view import View, strides_for
+from atensor.graph.view import View, strides_for, symbolic_shape
 from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
 from atensor.backend.gemm_axes import contraction_groups
 from atensor.backend.quant_c import NotPacked, render_packed
@@ -320,7 +322,8 @@ class CRenderer:
                 continue
             var = self.fresh("i")
             index[a] = var
-            opened.append("  " * depth + f"for (int64_t {var} = 0; {var} < {shape[a]}; {var}++) {{")
+            # a symbolic dim loops to its value, read from the kernel's variable slots (graph/view.py)
+            opened.append("  " * depth + f"for (int64_t {var} = 0; {var} < {self.int_c(shape[a])}; {var}++) {{")
             depth += 1
         return opened, depth
 
@@ -426,6 +429,8 @@ class CRenderer:
             return False
         va, vb = a.arg, b.arg
         shape = va.shape
+        if symbolic_shape(shape):
+            return False  # BLAS sizes are ints here: a symbolic-length contraction is a loop nest
         batch, rows, inner, cols = contraction_groups(va, vb, axes)
         if any(i in axes for i in rows + cols) or any(shape[i] != 1 and i not in inner for i in axes):
             return False  # a reduced axis that both operands broadcast multiplies the sum: not a gemm

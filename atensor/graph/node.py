@@ -19,7 +19,7 @@ from typing import Any
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
 from atensor.graph.symbolic import hi_of
-from atensor.graph.view import Shape, View
+from atensor.graph.view import Shape, View, max_size, reshape_segments, symbolic_shape
 
 
 _uid_lock = threading.Lock()
@@ -204,7 +204,9 @@ class Node:
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        """Elements; a symbolic dim (graph/view.py) counted at its maximum, as its buffer holds it."""
+        shape = self.shape
+        return math.prod(shape) if not symbolic_shape(shape) else max_size(shape)
 
     # ---- convenience constructors used by Tensor and by rewrite rules -------------------------
     @staticmethod
@@ -256,7 +258,9 @@ class Node:
         return self.view(moved)
 
     def reshape(self, shape: Shape) -> Node:
-        if math.prod(shape) != self.size:
+        if symbolic_shape(shape) or symbolic_shape(self.shape):
+            reshape_segments(self.shape, tuple(shape))  # raises SymbolicError for what it cannot say
+        elif math.prod(shape) != self.size:
             raise GraphError(f"reshape: cannot reshape {self.shape} ({self.size} elements) to {tuple(shape)}")
         return self if tuple(shape) == self.shape else self._movement("reshape", tuple(shape))
 
@@ -412,7 +416,7 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
     if op is Ops.PARAM:
         return (arg[1],), "kernel"
     if op is Ops.VIEW:
-        if arg.mask is None and arg.size and math.prod(src[0].shape) < hi_of(arg.index_range()[1]) + 1:
+        if arg.mask is None and arg.size and src[0].size < hi_of(arg.index_range()[1]) + 1:
             raise GraphError(f"view {arg} reads past the end of its source of shape {src[0].shape}")
         return arg.shape, src[0].device
     if op is Ops.COPY:

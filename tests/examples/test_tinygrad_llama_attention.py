@@ -99,10 +99,6 @@ def test_the_port_matches_numpy_at_int_positions():
     np.testing.assert_allclose(cache[1], reference.values, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=SymbolicError,
-                   reason="the cache read `shrink((None, (0, start_pos+seqlen), None, None))` has a length that "
-                          "depends on the Variable: 'shrink: the resulting shape (1, start_pos + 1, 2, 8) depends "
-                          "on a variable; symbolic shapes are not supported' (graph/symbolic.py)")
 def test_jitted_decode_at_a_variable_start_pos_matches_numpy_and_replays():
     """tinygrad's decode: TinyJit over the step, start_pos a bound Variable (1..CONTEXT-1: the write at
     [start_pos, start_pos+1) must stay inside the CONTEXT cells), one capture then replays."""
