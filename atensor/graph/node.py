@@ -18,7 +18,7 @@ from typing import Any
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
-from atensor.graph.symbolic import hi_of
+from atensor.graph.symbolic import SymbolicError, hi_of
 from atensor.graph.view import Shape, View, max_size, reshape_segments, symbolic_shape
 
 
@@ -281,7 +281,13 @@ class Node:
         return self if all(b == 0 and a == 0 for b, a in arg) else self._movement("pad", tuple(arg))
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> Node:
-        if len(arg) != len(self.shape) or any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
+        try:
+            fits = len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape))
+        except SymbolicError:
+            raise SymbolicError(f"shrink: bounds {arg} fit shape {self.shape} for some values of their "
+                                f"variables only; give each Variable bounds (min, max) under which every "
+                                f"bound stays inside its axis") from None
+        if not fits:
             raise GraphError(f"shrink: bounds {arg} do not fit shape {self.shape}")
         return self if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)) else \
             self._movement("shrink", tuple(arg))

@@ -300,3 +300,18 @@ def unbind(x, into: dict[Variable, int]):
             v = free
         coeffs[v] = coeffs.get(v, 0) + c
     return Sym.make(coeffs, s.const)
+
+
+def rebind(x, values: Mapping[Variable, int]):
+    """`x` with each bound variable bound instead to its value in `values` (keyed by the unbound
+    variable; one not there keeps its value): a jit replay's result at this call's values."""
+    if type(x) is int:
+        return x
+    s = as_sym(x)
+    coeffs: dict[Variable, int] = {}
+    for v, c in s.terms:
+        new = values.get(v.unbound) if v.value is not None else None
+        if new is not None and new != v.value:
+            v = Variable(v.name, v.min, v.max, new)
+        coeffs[v] = coeffs.get(v, 0) + c
+    return Sym.make(coeffs, s.const)

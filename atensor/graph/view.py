@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym, evaluate, hi_of, is_symbolic, unbind, \
-    variables_of
+from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym, evaluate, hi_of, is_symbolic, rebind, \
+    unbind, variables_of
 
 Shape = tuple[int, ...]  # each dim an int or, for a symbolic-length view, a linear Expr (see above)
 
@@ -132,6 +132,13 @@ class View:
         mask = None if self.mask is None else tuple((unbind(b, into), unbind(e, into)) for b, e in self.mask)
         shape = tuple(unbind(s, into) for s in self.shape)
         return View(shape, self.strides, unbind(self.offset, into), mask)
+
+    def rebind(self, values: Mapping[Variable, int]) -> View:
+        """This view with its bound variables bound to `values` instead (keyed by unbound variable)."""
+        if not self.variables():
+            return self
+        mask = None if self.mask is None else tuple((rebind(b, values), rebind(e, values)) for b, e in self.mask)
+        return View(tuple(rebind(s, values) for s in self.shape), self.strides, rebind(self.offset, values), mask)
 
     # ---- movement ops --------------------------------------------------------------------------
     def permute(self, order: tuple[int, ...]) -> View:
