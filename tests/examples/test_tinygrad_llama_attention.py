@@ -5,19 +5,16 @@ freqs, grouped KV heads, a KV cache).
 
 With int positions it runs eagerly. tinygrad's decode runs it under TinyJit with a bound Variable
 `start_pos`, reading the cache with `shrink((None, (0, start_pos+seqlen), None, None))`: a length that
-depends on the Variable. atensor's shapes are ints (graph/symbolic.py), so that read raises
-SymbolicError; the jitted test is a strict xfail that states the refusal and passes once symbolic shapes
-land."""
+depends on the Variable, a symbolic shape (graph/view.py); the jitted test checks each step against
+numpy and that the jit captured once and replayed the rest."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from atensor import Tensor, TinyJit, Variable
-from atensor.graph.symbolic import SymbolicError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tinygrad_llama_attention.py"
 DIM, HEADS, KV_HEADS, CONTEXT, PROMPT = 32, 4, 2, 16, 3
