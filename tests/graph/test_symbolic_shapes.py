@@ -6,6 +6,7 @@ proof over a Variable's whole range."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
@@ -16,11 +17,12 @@ from atensor import Tensor, TinyJit, Variable
 from atensor.backend import native
 from atensor.backend.c_render import render_c
 from atensor.dtype import dtypes
-from atensor.graph.node import Node
+from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.graph.symbolic import SymbolicError
 from atensor.graph.view import View
 from atensor.sched.boundscheck import BoundsError, check_kernel
+from atensor.sched.schedule import schedule
 
 N = Variable("n", 1, 10)
 RNG = np.random.default_rng(0)
@@ -151,3 +153,17 @@ def test_the_bounds_proof_rejects_a_symbolic_length_past_the_end_for_some_value(
     read = Node.make(Ops.VIEW, dtypes.float32, (src,), View((ok + 1,), (1,), 0, ((0, ok + 1),)))
     check_kernel(Node.make(Ops.STORE, dtypes.float32,
                            (Node.make(Ops.VIEW, dtypes.float32, (out,), View.create((ok + 1,))), read)), "in bounds")
+
+
+def test_a_contraction_over_a_symbolic_dim_is_a_blas_call_sized_at_run_time():
+    """scores = q . keys[:n]^T: one gemv whose length is the variable's slot, not a loop nest; the result
+    is laid out at the maximum (its leading dimension an int)."""
+    keys = Tensor(RNG.standard_normal((10, 64)).astype(np.float32))
+    q = Tensor(RNG.standard_normal((1, 64)).astype(np.float32))
+    out = q @ keys.shrink(((0, N.bind(4)), None)).T
+    n = out.node
+    spec = BufferSpec(n.device, n.size, n.dtype)
+    root = Node.make(Ops.ASSIGN, n.dtype, (spec.node(0), n), View.create((n.size,)).reshape(n.shape))
+    [kernel] = [t.work for t in schedule([root]).graph.tasks if hasattr(t.work, "ast")]
+    source = render_c(kernel.ast, "k")
+    assert re.search(r"at_sgemv\(101, \d+, \(var0\), 64,", source), source
