@@ -101,9 +101,48 @@ def main() -> None:
                 f"(best of {ROUNDS} alternating rounds of {STEPS})",
                 ["history", "window", "window ms", "symbolic ms", "symbolic/window", "faster"], rows))
     print(f"captures: symbolic {symbolic_step.stats}, window programs {len(window_steps)}")
+    model_rows = llm()
     write_results("attention_len", {"layers": LAYERS, "heads": HEADS, "kv_heads": KV, "head_dim": HD,
                                     "context": CONTEXT, "rows": data,
-                                    "symbolic_jit": dict(symbolic_step.stats)})
+                                    "symbolic_jit": dict(symbolic_step.stats), "llm": model_rows})
+
+
+def llm(prompt_tokens: int = 40, new_tokens: int = 560, rounds: int = 2) -> list[dict]:
+    """Decode ms per step of the whole model, by window bucket: window engine against symbolic engine."""
+    from atensor.models.generation import LlamaEngine
+    from atensor.models.gguf import load_gguf
+    from atensor.models.llama import Llama
+    model = Llama(load_gguf(), slots=1, context=1024)
+    engines = {"window": LlamaEngine(model, symbolic_above=None), "symbolic": LlamaEngine(model, symbolic_above=0)}
+    ids = list(np.random.default_rng(2).integers(100, 20000, prompt_tokens))
+    per: dict[str, dict[int, list[float]]] = {name: {} for name in engines}
+    tokens: dict[str, list[int]] = {}
+    for _ in range(rounds):
+        for name, engine in engines.items():
+            logits = engine.prefill(0, ids)
+            pos, run, steps = len(ids), [], {}
+            for _ in range(new_tokens):
+                token = int(np.argmax(logits))
+                run.append(token)
+                start = time.process_time()
+                logits = engine.decode({0: (token, pos)})[0]
+                steps.setdefault(engines["window"].window(pos + 1), []).append(time.process_time() - start)
+                pos += 1
+            tokens[name] = run
+            for w, t in steps.items():  # the median step of this round; the best round is kept
+                per[name].setdefault(w, []).append(float(np.median(t)))
+    assert tokens["window"] == tokens["symbolic"], "the two engines' greedy tokens differ"
+    rows, out = [], []
+    for w in sorted(per["window"]):
+        a, b = min(per["window"][w]), min(per["symbolic"][w])
+        rows.append([w, f"{a * 1e3:.2f}", f"{b * 1e3:.2f}", f"{b / a:.2f}", "symbolic" if b < a else "window"])
+        out.append({"window": w, "window_ms": a * 1e3, "symbolic_ms": b * 1e3, "symbolic_over_window": b / a})
+    print(table(f"SmolLM2-135M decode, batch 1, context 1024, CPU ms per step by window (median step, best of "
+                f"{rounds} alternating rounds; greedy tokens equal)",
+                ["window", "window ms", "symbolic ms", "symbolic/window", "faster"], rows))
+    print(f"decode captures: window {engines['window']._decode_step.stats}, symbolic "
+          f"{engines['symbolic']._decode_step.stats}")
+    return out
 
 
 if __name__ == "__main__":
