@@ -57,9 +57,10 @@ PREFILL_BUCKETS = (16, 64, 128, 256, 512)
 WINDOW_BUCKETS = (64, 128, 256, 512, 1024, 2048)
 # Decode steps over histories longer than this attend over a symbolic length, shorter ones over a window
 # bucket. bench/attention_len.py (SmolLM2-135M, batch 1, context 1024, CPU ms per step, alternating
-# rounds on the shared 2-core machine): symbolic/window 1.06-1.08 at windows 64-256, 0.96 at 512,
-# 0.82 at 1024 (a gemv over exactly the history instead of a bucket up to twice as long).
-SYMBOLIC_ABOVE = 256
+# rounds on the shared 2-core machine, two runs): symbolic/window 1.02-1.08 at windows 64-128,
+# 0.97-1.07 at 256, 0.96-1.03 at 512 (a tie), 0.82-0.87 at 1024 (a gemv over exactly the history
+# instead of a bucket up to twice as long); so the symbolic length from the 1024-cell window on.
+SYMBOLIC_ABOVE = 512
 PREFILL_BATCH_TOKENS = 256  # rows times bucket length of one batched prefill (a single row may be longer)
 PREFILL_BATCH_GROWTH = 4    # a batched prefill's rows: 1, 4, 16, ...
 
