@@ -18,8 +18,8 @@ from typing import Any
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
-from atensor.graph.symbolic import hi_of
-from atensor.graph.view import Shape, View
+from atensor.graph.symbolic import SymbolicError, hi_of
+from atensor.graph.view import Shape, View, max_size, reshape_segments, symbolic_shape
 
 
 _uid_lock = threading.Lock()
@@ -204,7 +204,9 @@ class Node:
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        """Elements; a symbolic dim (graph/view.py) counted at its maximum, as its buffer holds it."""
+        shape = self.shape
+        return math.prod(shape) if not symbolic_shape(shape) else max_size(shape)
 
     # ---- convenience constructors used by Tensor and by rewrite rules -------------------------
     @staticmethod
@@ -256,7 +258,9 @@ class Node:
         return self.view(moved)
 
     def reshape(self, shape: Shape) -> Node:
-        if math.prod(shape) != self.size:
+        if symbolic_shape(shape) or symbolic_shape(self.shape):
+            reshape_segments(self.shape, tuple(shape))  # raises SymbolicError for what it cannot say
+        elif math.prod(shape) != self.size:
             raise GraphError(f"reshape: cannot reshape {self.shape} ({self.size} elements) to {tuple(shape)}")
         return self if tuple(shape) == self.shape else self._movement("reshape", tuple(shape))
 
@@ -277,7 +281,13 @@ class Node:
         return self if all(b == 0 and a == 0 for b, a in arg) else self._movement("pad", tuple(arg))
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> Node:
-        if len(arg) != len(self.shape) or any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
+        try:
+            fits = len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape))
+        except SymbolicError:
+            raise SymbolicError(f"shrink: bounds {arg} fit shape {self.shape} for some values of their "
+                                f"variables only; give each Variable bounds (min, max) under which every "
+                                f"bound stays inside its axis") from None
+        if not fits:
             raise GraphError(f"shrink: bounds {arg} do not fit shape {self.shape}")
         return self if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)) else \
             self._movement("shrink", tuple(arg))
@@ -412,7 +422,7 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
     if op is Ops.PARAM:
         return (arg[1],), "kernel"
     if op is Ops.VIEW:
-        if arg.mask is None and arg.size and math.prod(src[0].shape) < hi_of(arg.index_range()[1]) + 1:
+        if arg.mask is None and arg.size and src[0].size < hi_of(arg.index_range()[1]) + 1:
             raise GraphError(f"view {arg} reads past the end of its source of shape {src[0].shape}")
         return arg.shape, src[0].device
     if op is Ops.COPY:

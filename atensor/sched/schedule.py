@@ -26,7 +26,7 @@ from atensor.graph.ops import ELEMENTWISE, LEAVES, PACKED, Ops
 from atensor.graph.rewrite import substitute, unbind_ast
 from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind
-from atensor.graph.view import View
+from atensor.graph.view import View, symbolic_shape
 from atensor.sched.allreduce import Planner
 from atensor.config import settings
 from atensor.sched import cache
@@ -445,7 +445,8 @@ def kernel_name(body: Node) -> str:
     for n in nodes:
         if n.op in ELEMENTWISE and n.op.name.lower() not in ops:
             ops.append(n.op.name.lower())
-    return f"E_{'_'.join(ops[:3]) or 'copy'}_{math.prod(body.shape)}"
+    size = 'x'.join(map(str, body.shape)) if symbolic_shape(body.shape) else math.prod(body.shape)
+    return f"E_{'_'.join(ops[:3]) or 'copy'}_{size}"
 
 
 def estimate_flops(body: Node) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from atensor.graph.node import GraphError, Node
+from atensor.graph.symbolic import as_dim, is_symbolic, lo_of
 from atensor.graph.ops import Ops
 from atensor.tensor.base import Scalar, TensorBase, _wrap, broadcast_shape
 
@@ -78,12 +79,25 @@ class ElementwiseOps:
                 y = cls(Node.const(other, dt, x.device, x.shape))
                 return (y, x) if reverse else (x, y)
             y = cls.full((), other, dtype=dt, device=x.device)
+        elif is_symbolic(other):
+            y = x._symbolic_scalar(other)  # a mean's count over a symbolic axis, a length in an expression
+            dt = x.dtype if dtypes.is_float(x.dtype) else dtypes.default_int
         else:
             raise TypeError(f"unsupported operand for {op}: Tensor and {type(other).__name__}")
         x, y = x.cast(dt), y.cast(dt)
         shape = broadcast_shape(x.shape, y.shape, op=op)
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
+
+    def _symbolic_scalar(self, expr: Any) -> Self:
+        """A 0-d int tensor holding the value of `expr` (a Variable or linear Sym) at run time: the count
+        of a constant of that length, a reduce the kernel loops to the bound value (graph/view.py), so
+        one kernel serves every value."""
+        low = lo_of(expr)
+        length = as_dim(expr - low if low else expr)
+        ones = type(self).full((1,), 1, dtype=dtypes.int32, device=self.device).expand(length)
+        count = ones.sum()
+        return count + low if low else count
 
     def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Self:
         x, y = self._operands(other, name, reverse)

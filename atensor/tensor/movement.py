@@ -18,6 +18,8 @@ from typing import Any, Optional, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_dtype
 from atensor.graph.node import GraphError
+from atensor.graph.symbolic import SymbolicError, as_dim, is_symbolic
+from atensor.graph.view import symbolic_shape
 from atensor.tensor.base import AnyTensor, Scalar, _axis
 
 
@@ -25,7 +27,12 @@ from atensor.tensor.base import AnyTensor, Scalar, _axis
 def _ints(args: Sequence) -> tuple[int, ...]:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
-    return tuple(int(a) for a in args)
+    return tuple(_dim(a) for a in args)
+
+
+def _dim(a: Any):
+    """A size argument: an int as before (`int(a)`), a Variable or Sym as a symbolic dim."""
+    return as_dim(a) if is_symbolic(a) else int(a)
 
 class MovementOps:
     """Movement methods of Tensor (a mixin): views that change shape, order or extent, and joins."""
@@ -37,10 +44,13 @@ class MovementOps:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         # None keeps that axis's size (tinygrad's form)
-        shape = [self.shape[i] if s is None else int(s) for i, s in enumerate(shape)] if shape else []
+        shape = [self.shape[i] if s is None else _dim(s) for i, s in enumerate(shape)] if shape else []
         if shape.count(-1) > 1:
             raise GraphError(f"reshape: only one axis may be -1, got {tuple(shape)}")
         if -1 in shape:
+            if symbolic_shape(self.shape):
+                raise SymbolicError(f"reshape: -1 in {tuple(shape)} for the symbolic shape {self.shape}; give "
+                                    f"every dim (a symbolic dim stays as it is)")
             known = math.prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
                 raise GraphError(f"reshape: cannot reshape {self.shape} to {tuple(shape)}")
