@@ -2,7 +2,8 @@
 computes what the function computes, whatever buffers a call brings: inputs swapped between calls,
 inputs whose memory was just freed and handed out again, results kept across calls, an input whose
 contents come from a failed kernel (refused, and the replay works again after it). numpy is the
-reference; each test also checks that the record path ran, so none passes on the Python path alone.
+reference; each test also checks that the record path ran (so none passes on the Python path alone),
+or, with the compiler hidden (tests/engine/test_no_compiler.py runs them so), that it never did.
 Run as users run (race checks off), under trio and asyncio."""
 from __future__ import annotations
 
@@ -18,8 +19,16 @@ from atensor import Tensor
 from atensor.backend import native
 from atensor.engine.replay import ReplayRecord
 
-pytestmark = [pytest.mark.default_settings,
-              pytest.mark.skipif(native.compiler() is None, reason="the record needs a C compiler")]
+pytestmark = pytest.mark.default_settings
+COMPILED = native.compiler() is not None
+
+
+def _expect_records(recorded: list[int], at_least: int) -> None:
+    """At least `at_least` replays went through a ReplayRecord; none without a compiler."""
+    if COMPILED:
+        assert len(recorded) >= at_least, recorded
+    else:
+        assert recorded == []
 
 
 def _run(library: str, main) -> None:
@@ -63,7 +72,8 @@ def test_swapped_inputs_and_reused_memory_are_bound_to_the_right_slots(library, 
             gc.collect()  # their memory goes back to the device's allocator for the next call's inputs
         for got, want in kept:  # fresh result buffers: earlier results keep their values
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
-        assert len(recorded) >= 8 and f.stats["replays"] == 9
+        assert f.stats["replays"] == 9
+        _expect_records(recorded, 8)
     _run(library, main)
 
 
@@ -87,7 +97,7 @@ def test_a_chain_on_its_own_result_and_a_fixed_state_buffer(library, recorded):
             y = await step(y)
         np.testing.assert_allclose(y.numpy(), want_y)
         np.testing.assert_allclose(state.numpy(), want_state)
-        assert len(recorded) >= 5
+        _expect_records(recorded, 5)
     _run(library, main)
 
 
@@ -101,7 +111,7 @@ def test_an_input_from_a_failed_kernel_is_refused_and_the_replay_works_after_it(
         for k in range(5):
             got = await f(Tensor(np.arange(4, dtype=np.int32) + k))
             assert got.tolist() == [3 * (i + k) + 1 for i in range(4)]
-        assert recorded
+        _expect_records(recorded, 1)
         bad = Tensor([2, 3, 4, 5], dtype="int32") ** Tensor([-1, -2, -1, -1], dtype="int32")  # numpy refuses it
         with pytest.raises(RuntimeError, match="failed"):
             await bad.realize()
@@ -109,12 +119,14 @@ def test_an_input_from_a_failed_kernel_is_refused_and_the_replay_works_after_it(
             await f(bad)
         before = len(recorded)
         got = await f(Tensor(np.arange(4, dtype=np.int32)))
-        assert got.tolist() == [1, 4, 7, 10] and len(recorded) == before + 1
+        assert got.tolist() == [1, 4, 7, 10]
+        _expect_records(recorded, before + 1)
     _run(library, main)
 
 
 async def test_a_replay_awaited_while_another_task_holds_the_queue_takes_the_python_path(recorded):
-    """A queue busy with a big realize: the record is not used (the queue's order), the value is right."""
+    """A replay issued while a big realize may still run on its queue (the record is used only when
+    every queue is idle: the queue's order) computes the right value, and the next one uses the record."""
     @atensor.jit
     async def f(x: Tensor) -> Tensor:
         return x + 1
@@ -128,4 +140,5 @@ async def test_a_replay_awaited_while_another_task_holds_the_queue_takes_the_pyt
     assert got.tolist() == [6.0] * 8
     await pending
     got = await f(Tensor(np.full(8, 6, dtype=np.float32)))
-    assert got.tolist() == [7.0] * 8 and len(recorded) >= before + 1
+    assert got.tolist() == [7.0] * 8
+    _expect_records(recorded, before + 1)
