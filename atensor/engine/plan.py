@@ -22,6 +22,11 @@ captured realize, whose plans keep their runners, and submits them on every repl
 `submit`, and this is the only module that hands command lists to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
+- a replay of a light plan (layout.py's bytes and flops bounds, at most replay.py's RECORD_MAX_TASKS
+  tasks) on one queue whose runners are all one-thread native ones, with every queue idle and no
+  profile: its `ReplayRecord` (engine/replay.py) binds the swapped buffers and runs the whole program
+  on this thread in ONE foreign call (backend/replay_c.py), then publishes; without a C compiler (or
+  for any other plan) the choices below, in Python, with the same semantics;
 - a tiny plan (at most layout.py's INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
   a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
   thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
@@ -70,7 +75,7 @@ from atensor.engine import lower_cl
 from atensor.engine.layout import Layout
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
-from atensor.engine.replay import ReplayRecord, record_for
+from atensor.engine.replay import RECORD_MAX_TASKS, ReplayRecord, record_for
 from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import all_idle
 from atensor.hcq.queue import Command, DependencyFailed, Queue
@@ -173,7 +178,7 @@ class Plan:
         self.remake: list[int] = []
         self.slots: Optional[AddressSlots] = None  # where the swapped buffers' addresses sit (patching.py)
         self.all_native = False
-        # the one-call replay of a tiny one-queue plan (engine/replay.py): None until the runners are
+        # the one-call replay of a light one-queue plan (engine/replay.py): None until the runners are
         # made, then the record or False when the plan does not qualify (or the helper did not load)
         self.record: Optional[ReplayRecord] | bool | None = None
 
@@ -228,11 +233,12 @@ class Plan:
                 for task, touched, run in zip(L.tasks, L.touched, kept)]
 
     def _make_record(self) -> ReplayRecord | bool:
-        """The plan's `ReplayRecord` when it qualifies (a kept-runner tiny plan on one queue whose
+        """The plan's `ReplayRecord` when it qualifies (a kept-runner light plan on one queue whose
         runners are all native, none made again per submission), else False; made once."""
         L = self.layout
         found = None
-        if not L.once and L.tiny and len(L.queues) == 1 and not self.remake and self.all_native:
+        if not L.once and L.light and len(L.tasks) <= RECORD_MAX_TASKS and len(L.queues) == 1 \
+                and not self.remake and self.all_native:
             swapped = set(self.swapped_index)
             written = set(L.written_index)
             found = record_for(L.queues[0], self.kept, self.slots, self.swapped,
@@ -274,7 +280,7 @@ class Plan:
             if record is None and self.kept is not None:
                 record = self._make_record()
             if record and not collector.is_active() and settings.debug < 2:
-                # a tiny replay on one idle queue: one foreign call binds and runs it (engine/replay.py)
+                # a light replay on one idle queue: one foreign call binds and runs it (engine/replay.py)
                 value = record.run(new_specs)
                 self.last_final = [(record.signal, value)]
                 sub = Submission()

@@ -1,9 +1,9 @@
-"""`ReplayRecord`: a kept-runner plan's tiny replay on one idle queue, submitted in one foreign call.
+"""`ReplayRecord`: a kept-runner plan's light replay on one idle queue, submitted in one foreign call.
 
 Why: the general `Plan.submit` makes runners, Command objects and per-buffer notes on every replay,
 about 150 Python calls for a one-kernel jit replay whose kernel runs in a microsecond. For the common
-case (one queue, every task a native kernel or copy of one BLAS thread, a tiny program: the bounds of
-layout.py's INLINE_MAX_*) everything but the buffers is the same on every replay, so the plan builds
+case (one queue, every task a native kernel or copy of one BLAS thread, a light program: the bytes
+and flops bounds of layout.py's INLINE_MAX_*, at most RECORD_MAX_TASKS tasks) everything but the buffers is the same on every replay, so the plan builds
 this record once and a replay is:
 
 1. the swapped buffers' addresses (fresh result buffers get memory from their device here),
@@ -41,6 +41,10 @@ from atensor.hcq.device import Device
 from atensor.hcq.queue import Queue
 from atensor.profiler import counters
 
+# the most tasks of a replay run on the calling thread by one record: its bytes and flops are bounded
+# (layout.py's `light`), so what the count adds is the calls themselves, ~50 ns a kernel in C; a 100-kernel
+# chain of 16 elements runs in ~10 us here against a hand-off to the queue's worker and a wake-up back
+RECORD_MAX_TASKS = 256
 
 class ReplayRecord:
     """The fixed part of one queue's replay (see the module docstring): the program of `runs` (its
@@ -121,4 +125,4 @@ def record_for(queue: Queue, runs: Sequence[Optional[Runner]], slots: Optional[A
     return ReplayRecord(call, queue, runs, slots, swapped, written, written_swapped, summary)
 
 
-__all__ = ["ReplayRecord", "record_for"]
+__all__ = ["RECORD_MAX_TASKS", "ReplayRecord", "record_for"]

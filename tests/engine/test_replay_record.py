@@ -142,3 +142,26 @@ async def test_a_replay_awaited_while_another_task_holds_the_queue_takes_the_pyt
     got = await f(Tensor(np.full(8, 6, dtype=np.float32)))
     assert got.tolist() == [7.0] * 8
     _expect_records(recorded, before + 1)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_chain_of_many_kernels_runs_in_one_call_and_in_order(library, recorded):
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        for k in range(40):
+            x = (x * 2 if k % 3 == 0 else x - 1).contiguous()  # the order of the kernels matters
+        return x
+
+    def reference(x: np.ndarray) -> np.ndarray:
+        for k in range(40):
+            x = x * 2 if k % 3 == 0 else x - 1
+        return x
+
+    async def main() -> None:
+        for k in range(7):
+            x_np = np.full(16, 1.0 + k / 8, dtype=np.float64)
+            got = await step(Tensor(x_np))
+            np.testing.assert_allclose(got.numpy(), reference(x_np), rtol=1e-12)
+        _expect_records(recorded, 3)
+        assert all(count >= 2 for count in recorded)  # its input and its result are swapped
+    _run(library, main)
