@@ -139,6 +139,17 @@ def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: li
                     waits[sig] = (v, old is not None and old[1])
 
 
+def _refuse_failed_read(buf: Buffer, name: str) -> None:
+    """Raises when `buf`, which task `name` reads before the graph writes it, holds the contents of a
+    task that failed: nothing of the graph is submitted then."""
+    if buf.writes:
+        buf.pending_writes()  # folds a finished write that failed into `failure`
+    failure = buf.failure
+    if failure is not None:
+        raise RuntimeError(f"{name} reads {buf.name}, whose contents come from a task that failed: "
+                           f"{failure}") from failure
+
+
 def execute(graph: TaskGraph) -> Submission:
     """An eager realize's graph, planned and submitted once; returns what to await."""
     return Plan(graph.tasks).submit()
@@ -241,10 +252,13 @@ class Plan:
                 and not self.remake and self.all_native:
             swapped = set(self.swapped_index)
             written = set(L.written_index)
+            place = {bi: j for j, bi in enumerate(self.swapped_index)}
+            reads = [(self.fixed_bufs[bi], name) if bi not in place else (place[bi], name)
+                     for bi, name in L.read_first]
             found = record_for(L.queues[0], self.kept, self.slots, self.swapped,
                                [self.fixed_bufs[bi] for bi in L.written_index if bi not in swapped],
                                [j for j, bi in enumerate(self.swapped_index) if bi in written],
-                               self._program_summary(0))
+                               self._program_summary(0), reads)
         self.record = found if found is not None else False
         return self.record
 
@@ -254,6 +268,18 @@ class Plan:
         what to await. The mapping's keys must be the same on every submission of a plan."""
         L = self.layout
         mapping = mapping or {}
+        record = self.record
+        if record and not collector.is_active() and settings.debug < 2 and all_idle():
+            # a light replay on one idle queue: one foreign call binds and runs it (engine/replay.py)
+            new_specs = [mapping[s] for s in self.swapped]
+            for buf, name in record.reads_of(new_specs):
+                if buf.writes or buf.failure is not None:
+                    _refuse_failed_read(buf, name)
+            value = record.run(new_specs)
+            self.last_final = [(record.signal, value)]
+            sub = Submission()
+            sub.final[record.queue] = value
+            return sub
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]
@@ -269,23 +295,11 @@ class Plan:
                 bufs[bi] = Buffer.of(spec)
         for bi, name in L.read_first:
             buf = bufs[bi]
-            if buf.writes:
-                buf.pending_writes()  # folds a finished write that failed into `failure`
-            failure = buf.failure
-            if failure is not None:
-                raise RuntimeError(f"{name} reads {bufs[bi].name}, whose contents come from a task that "
-                                   f"failed: {failure}") from failure
+            if buf.writes or buf.failure is not None:
+                _refuse_failed_read(buf, name)
         if all_idle():  # the common case between steps: nothing can be pending, no snapshot to take
-            record = self.record
             if record is None and self.kept is not None:
-                record = self._make_record()
-            if record and not collector.is_active() and settings.debug < 2:
-                # a light replay on one idle queue: one foreign call binds and runs it (engine/replay.py)
-                value = record.run(new_specs)
-                self.last_final = [(record.signal, value)]
-                sub = Submission()
-                sub.final[record.queue] = value
-                return sub
+                self._make_record()  # used from the next submission on
             before, quiet = [], True
         else:
             before = [b.pending() for b in bufs]

@@ -52,7 +52,8 @@ class ReplayRecord:
 
     def __init__(self, call: Callable[[int], None], queue: Queue, runs: Sequence[Runner],
                  slots: Optional[AddressSlots], swapped: Sequence[BufferSpec], written: Sequence[Buffer],
-                 written_swapped: Sequence[int], summary: tuple[str, int, int]):
+                 written_swapped: Sequence[int], summary: tuple[str, int, int],
+                 reads: Sequence[tuple[Buffer | int, str]] = ()):
         self.call, self.queue = call, queue
         self.signal = queue.signal
         self.count = len(runs)
@@ -78,6 +79,17 @@ class ReplayRecord:
         self.written = list(written)                  # fixed buffers the replay writes
         self.written_swapped = list(written_swapped)  # places in `swapped` of those it writes
         self.name, self.nbytes, self.flops = summary
+        # the buffers read before the program writes them, with the task that reads each: a fixed
+        # Buffer, or the place in `swapped` of a swapped one (Plan.submit refuses a failed one's read)
+        self.reads_fixed = [(buf, name) for buf, name in reads if not isinstance(buf, int)]
+        self.reads_swapped = [(j, name) for j, name in reads if isinstance(j, int)]
+
+    def reads_of(self, new_specs: list[BufferSpec]) -> list[tuple[Buffer, str]]:
+        """The buffers the replay with `new_specs` reads before writing them, each with its reader."""
+        if not self.reads_swapped:
+            return self.reads_fixed
+        of = Buffer.of
+        return self.reads_fixed + [(of(new_specs[j]), name) for j, name in self.reads_swapped]
 
     def run(self, new_specs: list[BufferSpec]) -> int:
         """Binds `new_specs` (the swapped buffers' replacements), runs the program here and publishes
@@ -112,7 +124,8 @@ class ReplayRecord:
 
 def record_for(queue: Queue, runs: Sequence[Optional[Runner]], slots: Optional[AddressSlots],
                swapped: Sequence[BufferSpec], written: Sequence[Buffer], written_swapped: Sequence[int],
-               summary: tuple[str, int, int]) -> Optional[ReplayRecord]:
+               summary: tuple[str, int, int], reads: Sequence[tuple[Buffer | int, str]] = ()
+               ) -> Optional[ReplayRecord]:
     """The record of a one-queue plan whose `runs` are all native one-thread runners that start on no
     other thread, or None when some is not (or the helper did not load): that plan keeps the Python
     path."""
@@ -122,7 +135,7 @@ def record_for(queue: Queue, runs: Sequence[Optional[Runner]], slots: Optional[A
     call = replay_c.replay_function()
     if call is None:
         return None
-    return ReplayRecord(call, queue, runs, slots, swapped, written, written_swapped, summary)
+    return ReplayRecord(call, queue, runs, slots, swapped, written, written_swapped, summary, reads)
 
 
 __all__ = ["RECORD_MAX_TASKS", "ReplayRecord", "record_for"]

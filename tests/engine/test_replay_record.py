@@ -73,7 +73,7 @@ def test_swapped_inputs_and_reused_memory_are_bound_to_the_right_slots(library, 
         for got, want in kept:  # fresh result buffers: earlier results keep their values
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
         assert f.stats["replays"] == 9
-        _expect_records(recorded, 8)
+        _expect_records(recorded, 7)
     _run(library, main)
 
 
@@ -97,7 +97,7 @@ def test_a_chain_on_its_own_result_and_a_fixed_state_buffer(library, recorded):
             y = await step(y)
         np.testing.assert_allclose(y.numpy(), want_y)
         np.testing.assert_allclose(state.numpy(), want_state)
-        _expect_records(recorded, 5)
+        _expect_records(recorded, 4)
     _run(library, main)
 
 
@@ -108,7 +108,7 @@ def test_an_input_from_a_failed_kernel_is_refused_and_the_replay_works_after_it(
         return x * 3 + 1
 
     async def main() -> None:
-        for k in range(5):
+        for k in range(6):
             got = await f(Tensor(np.arange(4, dtype=np.int32) + k))
             assert got.tolist() == [3 * (i + k) + 1 for i in range(4)]
         _expect_records(recorded, 1)
@@ -131,8 +131,9 @@ async def test_a_replay_awaited_while_another_task_holds_the_queue_takes_the_pyt
     async def f(x: Tensor) -> Tensor:
         return x + 1
 
-    for k in range(4):
+    for k in range(6):  # run, capture, verify, then replays: the record is made by the second
         await f(Tensor(np.full(8, k, dtype=np.float32)))
+    assert not COMPILED or recorded
     big = Tensor(np.ones((400, 400), dtype=np.float32))
     pending = (big @ big).sum().realize()  # on the same queue, still running when the replay comes
     before = len(recorded)
@@ -162,6 +163,6 @@ def test_a_chain_of_many_kernels_runs_in_one_call_and_in_order(library, recorded
             x_np = np.full(16, 1.0 + k / 8, dtype=np.float64)
             got = await step(Tensor(x_np))
             np.testing.assert_allclose(got.numpy(), reference(x_np), rtol=1e-12)
-        _expect_records(recorded, 3)
+        _expect_records(recorded, 2)
         assert all(count >= 2 for count in recorded)  # its input and its result are swapped
     _run(library, main)
