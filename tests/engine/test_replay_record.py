@@ -18,6 +18,7 @@ import atensor
 from atensor import Tensor
 from atensor.backend import native
 from atensor.engine.replay import ReplayRecord
+from atensor.hcq import loop
 
 pytestmark = pytest.mark.default_settings
 COMPILED = native.compiler() is not None
@@ -34,6 +35,9 @@ def _expect_records(recorded: list[int], at_least: int) -> None:
 def _run(library: str, main) -> None:
     if library == "trio":
         trio.run(main)
+    elif library == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
     else:
         asyncio.run(main())
 
@@ -165,4 +169,36 @@ def test_a_chain_of_many_kernels_runs_in_one_call_and_in_order(library, recorded
             np.testing.assert_allclose(got.numpy(), reference(x_np), rtol=1e-12)
         _expect_records(recorded, 2)
         assert all(count >= 2 for count in recorded)  # its input and its result are swapped
+    _run(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio", "uvloop"])
+def test_an_awaited_replay_done_on_the_calling_thread_needs_no_wake_up(library, recorded, monkeypatch):
+    """The replay ran inside its one call, so its await finds it done: no Wakeup is made (no thread
+    hop from a queue's worker back to the loop), on any loop."""
+    made: list[str] = []
+    original = loop.wakeup
+
+    def counting():
+        made.append(library)
+        return original()
+    monkeypatch.setattr(loop, "wakeup", counting)
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return (x * 2).contiguous() + 1
+
+    async def main() -> None:
+        y = Tensor(np.zeros(16, dtype=np.float32)).contiguous()
+        await y.realize()
+        for _ in range(6):  # run, capture, verify (compiles), lower, make the record
+            y = await step(y)
+        before, woken = len(recorded), len(made)
+        want = y.numpy().copy()
+        for _ in range(20):
+            want = want * 2 + 1
+            y = await step(y)
+        np.testing.assert_allclose(y.numpy(), want)
+        if COMPILED:
+            assert len(recorded) == before + 20 and len(made) == woken
     _run(library, main)
