@@ -139,6 +139,9 @@ def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: li
                     waits[sig] = (v, old is not None and old[1])
 
 
+_KEPT = ("kept runners",)  # the key of a program built of the plan's kept runners (`_programs_of`)
+
+
 def _refuse_failed_read(buf: Buffer, name: str) -> None:
     """Raises when `buf`, which task `name` reads before the graph writes it, holds the contents of a
     task that failed: nothing of the graph is submitted then."""
@@ -189,6 +192,7 @@ class Plan:
         self.remake: list[int] = []
         self.slots: Optional[AddressSlots] = None  # where the swapped buffers' addresses sit (patching.py)
         self.all_native = False
+        self.kept_here = False  # some kept runner starts on the submitting thread (a net command)
         # the one-call replay of a light one-queue plan (engine/replay.py): None until the runners are
         # made, then the record or False when the plan does not qualify (or the helper did not load)
         self.record: Optional[ReplayRecord] | bool | None = None
@@ -205,6 +209,7 @@ class Plan:
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
         self.kept = kept
         self.rebinds = [r.rebind for r in kept if r is not None and r.rebind is not None]
+        self.kept_here = any(r is not None and r.here is not None for r in kept)
         # a kernel of more BLAS threads fits in a program when the C runner can set them (native.Program)
         threads_ok = native.program_threads()
         self.all_native = all(r is not None and r.native is not None and (r.threads == 1 or threads_ok)
@@ -424,8 +429,7 @@ class Plan:
             self.written_fixed = [self.fixed_bufs[bi] for bi, entries in L.notes
                                   if bi not in swapped and any(w for _, _, w in entries)]
         self.clock.advance(bases, [b + c for b, c in zip(bases, L.counts)])
-        for buf in self.written_fixed:
-            buf.overwritten()
+        Buffer.all_overwritten(self.written_fixed)
         for bi, entries in self.swapped_notes:
             bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
 
@@ -437,8 +441,14 @@ class Plan:
         L = self.layout
         lists = []
         bases_c = (ctypes.c_uint64 * len(bases))(*bases)
+        # the kept runners (not made again for this submission) need no check per runner; and as
+        # nothing in their programs can fail unless one starts a net command (`Runner.here`), the
+        # tasks' places are not listed for `first_failure` (O(tasks) Python per replay otherwise)
+        kept_runs = runs is self.kept
+        if kept_runs and not self.kept_here:
+            sub.placed = placed = []
         for qi, members in enumerate(L.by_queue):
-            ids = tuple([id(runs[i]) for i in members])
+            ids = _KEPT if kept_runs else tuple([id(runs[i]) for i in members])
             kept = self.programs.get(qi)
             program = kept[1] if kept is not None and kept[0] == ids else None
             if program is None:
@@ -460,9 +470,10 @@ class Plan:
             first = members[0]
             value = bases[qi] + L.counts[qi]
             name, nbytes, flops = self._program_summary(qi)
-            own = signals[qi]
-            for i in members:
-                placed[i] = (own, value, L.tasks[i])
+            if placed:
+                own = signals[qi]
+                for i in members:
+                    placed[i] = (own, value, L.tasks[i])
             queue = L.queues[qi]
             sub.final[queue] = value
             lists.append((queue, [Command(value, (), program.bind(bases_c), name, "kernel", base_id + first,

@@ -110,12 +110,10 @@ class ReplayRecord:
             self.slots.bound = new_specs  # kept alive until the next bind, as AddressSlots.bind does
         record = self.record
         start, end = record[10], record[11]
-        for buf in self.written:
-            buf.overwritten()
+        Buffer.all_overwritten(self.written)
         if self.written_swapped:
             of = Buffer.of
-            for j in self.written_swapped:
-                of(new_specs[j]).overwritten()
+            Buffer.all_overwritten([of(new_specs[j]) for j in self.written_swapped])
         queue.commands_run += 1
         counters.count("kernel", self.count, self.nbytes, self.flops, start, end)
         self.signal.set(value, (start, end))
