@@ -16,3 +16,16 @@ from tests.ports.tinygrad_shim import load_test_ops  # noqa: E402
 _upstream = load_test_ops()
 TestOps = _upstream.TestOps
 TestOpsUint8 = _upstream.TestOpsUint8
+
+
+def test_the_vendored_tests_call_atensor_and_the_real_tinygrad_stays_importable():
+    import sys
+
+    import atensor
+    from tests.ports.tinygrad_shim import SHIMMED
+    assert _upstream.Tensor is atensor.Tensor and _upstream.dtypes is atensor.dtypes
+    for name in SHIMMED:  # no shim module is left behind for other tests to import
+        module = sys.modules.get(name)
+        assert module is None or "tinygrad_shim" not in (module.__doc__ or ""), name
+    tinygrad = pytest.importorskip("tinygrad")
+    assert tinygrad.Tensor is not atensor.Tensor
