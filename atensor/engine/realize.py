@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any, Optional
 
-from atensor.config import settings
+from atensor.config import current_settings
 from atensor import ledger
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
@@ -44,10 +44,20 @@ def _storage_base(node: Node) -> Optional[Node]:
     return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
 
 
+_VIEW, _BUFFER, _ASSIGN = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+
+
 def _follow_storage(node: Node) -> Node:
     """`node` with its storage (if it is a view of one) at the storage's newest version."""
-    base = _storage_base(node)
-    if base is not None:
+    base = node
+    while base.op is _VIEW:
+        base = base.src[0]
+    if base.op is _BUFFER:  # the common case, without building the newest BUFFER node: is it this one?
+        spec, version = base.arg
+        record = ledger.record_of(spec.uid)
+        if (version == 0) if record is None else (record.head is None and record.version == version):
+            return node
+    if base.op is _BUFFER or base.op is _ASSIGN:
         latest = ledger.latest(versions.storage_of(base))
         if base is not latest:
             if node is base:  # the common cases without a general rewrite: the storage itself,
@@ -103,7 +113,8 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     job = Job(None, [])
     job.record = recording.get()
     job.plan = lambda: _prepare(job, items, given, pending)
-    if settings.racecheck or settings.native == "all" \
+    config = current_settings()
+    if config.racecheck or config.native == "all" \
             or not _small([n for n, _ in items] + pending, INLINE_MAX_NODES) \
             or not dispatcher.run_inline(job, keep_error=True):
         dispatcher.submit(job)
@@ -161,11 +172,14 @@ def _with_storage(node: Node) -> Node:
         return node if parts == node.src else Node.make(Ops.MULTI, node.dtype, parts, node.arg)
     if _storage_base(node) is not None:
         return node
-    spec = BufferSpec(node.device, node.size, node.dtype)
-    view = View.create((node.size,)).reshape(node.shape)
+    shape = node.shape
+    size = shape[0] if len(shape) == 1 else node.size
+    spec = BufferSpec(node.device, size, node.dtype)
+    flat = View.create((size,))
+    view = flat if shape == flat.shape else flat.reshape(shape)
     root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), view)
     versions.set_head(spec, root, claimed=True)
-    return root.view(view)
+    return root if view is flat else root.view(view)  # (the flat view of the flat buffer: itself)
 
 
 def _assign_bases(node: Node) -> list[Node]:
@@ -179,6 +193,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
     pending assigns the realize may take along)."""
     seen: set[Node] = set()
     stack = list(nodes)
+    buffer, value_entry = Ops.BUFFER, ledger.value_entry
     while stack:
         node = stack.pop()
         if node in seen:
@@ -186,7 +201,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
         seen.add(node)
         if len(seen) > limit:
             return False
-        if node.op is not Ops.BUFFER and ledger.value(node) is None:
+        if node.op is not buffer and value_entry(id(node)) is None:  # ledger.value(node), without a call
             stack.extend(node.src)
     return True
 
@@ -230,8 +245,9 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     # a graph structured like one realized before (a schedule-cache hit) reuses the Plan lowered from
     # its template: nothing is instantiated or lowered, the submission only fills the plan's slots
     # (not while a capture records the graph or race proofs need it)
+    racecheck = current_settings().racecheck
     program = program_of(result.template) if result.template is not None and record is None \
-        and not settings.racecheck else None
+        and not racecheck else None
     if program is not None:
         mapping = program.mapping_of_fill(result.fill)
         written_specs = program.written(mapping)
@@ -243,7 +259,7 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     with InFlight() as written:
         for spec in written_specs:
             written.hold(Buffer.of(spec))
-        return _commit_and_execute(result, start, program, mapping, written.buffers)
+        return _commit_and_execute(result, start, program, mapping, written.buffers, racecheck)
 
 
 # Template -> its CapturedProgram. Weak: a template the cache evicts takes its program with it. Written
@@ -262,10 +278,11 @@ def program_of(template: cache.Template) -> CapturedProgram:
 
 
 def _commit_and_execute(result: sched.Schedule, start: int, program: Optional[CapturedProgram],
-                        mapping: Optional[dict[Any, BufferSpec]], written: list[Buffer]) -> Submission:
+                        mapping: Optional[dict[Any, BufferSpec]], written: list[Buffer],
+                        racecheck: bool) -> Submission:
     from atensor.profiler import collector
     from atensor.profiler.events import HostSpan
-    if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
+    if racecheck:  # proofs first: a violation raises before anything is committed or runs
         from atensor.sched.boundscheck import check_graph
         from atensor.sched.racecheck import check_race_free
         check_race_free(result.graph)

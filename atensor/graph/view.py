@@ -31,6 +31,10 @@ def strides_for(shape: Shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+# `strides_for` of a view's shape (a tuple of ints): asked for on every identity test of a view
+_cached_strides = functools.lru_cache(maxsize=4096)(strides_for)
+
+
 @dataclass(frozen=True)
 class View:
     """A strided, optionally masked window onto a flat source. Immutable and hashable."""
@@ -60,7 +64,7 @@ class View:
     @property
     def contiguous(self) -> bool:
         """True when the view is the source itself read in order (possibly shifted by `offset`)."""
-        return self.mask is None and self.strides == strides_for(self.shape)
+        return self.mask is None and self.strides == _cached_strides(self.shape)
 
     def is_identity(self, source_size: int) -> bool:
         return self.contiguous and self.offset == 0 and self.size == source_size

@@ -174,8 +174,9 @@ def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> Optional
 def check_versions(buffer_nodes: list[Node]) -> None:
     """Raises StaleReadError when a BUFFER node names a version a realized assign has overwritten."""
     for node in buffer_nodes:
-        spec = node.arg[0]
-        if node.arg[1] < _version(spec):
+        spec, version = node.arg
+        record = _record_of(spec.uid)  # ledger.version(spec), without a call: once per buffer of every graph
+        if record is not None and version < record.version:
             raise StaleReadError(
                 f"a lazy value reads version {node.arg[1]} of {spec}, which a realized assign has "
                 f"overwritten since (now version {_version(spec)}); realize the value before assigning "

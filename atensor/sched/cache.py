@@ -64,6 +64,67 @@ def graph_key(order: list[Node], settings: tuple = ()) -> GraphKey:
     return GraphKey(tuple(parts), leaves, order, buffer_nodes)
 
 
+def walk_key(roots: list[Node], settings: tuple, has_entry: Callable[[int], Any]) -> Optional[GraphKey]:
+    """`graph_key(toposort(roots), settings)` in one pass over the graph: the key's part of a node is made
+    when the node is emitted, after its sources. None as soon as the walk meets a node for which
+    `has_entry(id(node))` is not None (the ledger may hold its value: the scheduler then stops there,
+    substitutes, and keys the graph it gets, `graph_key`).
+
+    Why: an eager realize of a graph structured like an earlier one (a cache hit) costs its key, and the
+    order, the stop test per node and the key were three passes of Python calls. The order is
+    toposort's exactly (the same push and emit rule), so both give one key for one graph."""
+    position: dict[Node, int] = {}
+    expanded: set[Node] = set()
+    slots: dict[BufferSpec, int] = {}
+    leaves: list[BufferSpec] = []
+    buffer_nodes: list[Node] = []
+    parts: list[tuple] = []
+    order: list[Node] = []
+    buffer = Ops.BUFFER
+    for root in roots:
+        if root in position:
+            continue
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            if node in expanded:
+                stack.pop()
+                if node in position:
+                    continue
+                position[node] = len(order)
+                order.append(node)
+                if node.op is buffer:
+                    spec = node.arg[0]
+                    slot = slots.get(spec)
+                    if slot is None:
+                        slot = slots[spec] = len(leaves)
+                        leaves.append(spec)
+                    buffer_nodes.append(node)
+                    parts.append((buffer, node.dtype, slot, spec.device, spec.size))
+                else:
+                    src = node.src
+                    if not src:
+                        places: tuple = ()
+                    elif len(src) == 1:
+                        places = (position[src[0]],)
+                    elif len(src) == 2:
+                        places = (position[src[0]], position[src[1]])
+                    else:
+                        places = tuple([position[s] for s in src])
+                    parts.append((node.op, node.dtype, node.arg, places))
+                continue
+            if has_entry(id(node)) is not None:
+                return None
+            expanded.add(node)
+            src = node.src
+            for i in range(len(src) - 1, -1, -1):
+                child = src[i]
+                if child not in expanded:
+                    stack.append(child)
+    parts.append(settings)
+    return GraphKey(tuple(parts), leaves, order, buffer_nodes)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Slot:
     """A buffer of a template: leaf `index` of the graph ("L") or temporary `index` ("T"), on
@@ -117,9 +178,16 @@ class Template:
         """What fills the slots for the graph `key` describes (its leaves, then new temporaries), the
         assigns it realizes and each root's storage: everything but the tasks (`graph_of`)."""
         leaves = key.leaves
-        fill = leaves + [BufferSpec(device, size, dtype) for device, size, dtype in self.temps]
-        realized = [(key.order[pos], leaves[slot]) for pos, slot in self.realized]
-        return fill, realized, [leaves[s] for s in self.outputs]
+        fill = leaves + [BufferSpec(device, size, dtype) for device, size, dtype in self.temps] if self.temps \
+            else leaves.copy()
+        order = key.order
+        realized = []
+        for pos, slot in self.realized:  # (loops, not comprehensions: one or two entries, every cached realize)
+            realized.append((order[pos], leaves[slot]))
+        outputs = []
+        for slot in self.outputs:
+            outputs.append(leaves[slot])
+        return fill, realized, outputs
 
     def graph_of(self, fill: list[BufferSpec]) -> TaskGraph:
         """The TaskGraph with the buffers `fill` (from `fill`) in the slots."""
