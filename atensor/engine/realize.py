@@ -37,6 +37,8 @@ from atensor.sched import cache, schedule as sched
 from atensor.engine.plan import Submission, execute
 from atensor.engine.program import CapturedProgram
 from atensor.ledger import versions
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
 
 
 def _storage_base(node: Node) -> Optional[Node]:
@@ -108,7 +110,8 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
             else:
                 storage = t._swap = Storage(node)
                 items.append((node, storage))
-    ledger.claim(given)
+    if given:
+        ledger.claim(given)
     pending = versions.pending_heads()
     job = Job(None, [])
     job.record = recording.get()
@@ -280,8 +283,6 @@ def program_of(template: cache.Template) -> CapturedProgram:
 def _commit_and_execute(result: sched.Schedule, start: int, program: Optional[CapturedProgram],
                         mapping: Optional[dict[Any, BufferSpec]], written: list[Buffer],
                         racecheck: bool) -> Submission:
-    from atensor.profiler import collector
-    from atensor.profiler.events import HostSpan
     if racecheck:  # proofs first: a violation raises before anything is committed or runs
         from atensor.sched.boundscheck import check_graph
         from atensor.sched.racecheck import check_race_free

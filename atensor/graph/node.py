@@ -19,7 +19,7 @@ from typing import Any
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
 from atensor.graph.symbolic import hi_of
-from atensor.graph.view import Shape, View
+from atensor.graph.view import Shape, View, contiguous_view
 
 
 _uid_lock = threading.Lock()
@@ -172,7 +172,8 @@ class Node:
         if rule is not None:
             node.shape, node.device = shape, device
         else:
-            if op is not Ops.MULTI and _on_multi(op, src, arg):  # pushed through MULTI (graph/multi.py)
+            # pushed through MULTI (graph/multi.py); a leaf other than CONST and ARANGE never is
+            if op is not _MULTI and (src or op is Ops.CONST or op is Ops.ARANGE) and _on_multi(op, src, arg):
                 found = multi_rules.push(op, dtype, src, arg)
                 _interned[key] = _ref(found, _partial(_forget, key))
                 return found
@@ -248,6 +249,8 @@ class Node:
         """This node seen through `view`; folds into an existing view when one View can say both."""
         if self.op is Ops.MULTI:
             return multi_rules.view(self, view)
+        if view.shape == self.shape and view is contiguous_view(self.shape):  # the identity: the common case
+            return self
         if self.op is Ops.VIEW:
             merged = self.arg.compose(view)
             if merged is not None:

@@ -271,3 +271,8 @@ def _nocopy_reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_
 @functools.lru_cache(maxsize=4096)
 def _contiguous(shape: Shape) -> View:
     return View(shape, strides_for(shape), 0, None)
+
+
+# the contiguous View of a tuple shape, the one object `View.create` gives for it (what `Node.view` compares a
+# view with, by identity, to see the identity view without its general test)
+contiguous_view = _contiguous

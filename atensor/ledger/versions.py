@@ -192,15 +192,17 @@ def record_realized(realized: list[tuple[Node, BufferSpec]], original: list[Node
         for node, spec in realized:
             ledger.commit_assign_locked(node, spec)
         # the assigns the user holds are the nodes before substitution
-        for node in original:
-            if node.op is Ops.ASSIGN and _value(node) is None:
+        assign = Ops.ASSIGN
+        for node in original:  # (`_value_entry`: `_value` without a call, for every node of every graph)
+            if node.op is assign and _value_entry(id(node)) is None:
                 done = _value(subbed.get(node, node))
                 if done is not None:
                     ledger.set_value_locked(node, done)
                     ledger.clear_head_locked(storage_of(node), node)
         for root, new_root in zip(roots, new_roots):
             value = root.src[1]
-            if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and _value(value) is None:
-                done = _value(new_root)
-                if done is not None:
-                    ledger.set_value_locked(value, done.view(root.arg))
+            if root.op is assign and value.op is not Ops.BUFFER and value.op is not Ops.VIEW \
+                    and _value_entry(id(value)) is None:
+                entry = _value_entry(id(new_root))
+                if entry is not None:
+                    ledger.set_value_locked(value, entry[1].view(root.arg))

@@ -213,10 +213,23 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
                 if self._pending is handle and handle.done():
                     self._pending = None
             handle = self._dispatch() if self._has_unissued_work() else None
-        if self._writes_in_flight():  # issued through another tensor's realize (a view's), still queued
+        buf = self._stored_buffer()
+        if buf is not None and not buf.ready():  # `_writes_in_flight`, with the buffer kept for the next check
             await self._dispatch()
-        self._raise_write_failure()  # a value a failed task wrote raises again on every await
+            buf = None
+        if buf is None:
+            self._raise_write_failure()  # a value a failed task wrote raises again on every await
+        else:
+            _raise_failure_of(buf)
         return self
+
+    def _stored_buffer(self) -> Optional[Buffer]:
+        """The runtime buffer of this tensor's storage when its node is a buffer or one view of one (the
+        case `_writes_in_flight` sees), else None."""
+        node = self.node
+        if node.op is _VIEW:
+            node = node.src[0]
+        return Buffer.of(node.arg[0]) if node.op is Ops.BUFFER else None
 
     def _writes_in_flight(self) -> bool:
         """True when writes into this single-device tensor's buffer are still dispatched or running
@@ -244,9 +257,7 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         base = _storage_base(self.node)
         if base is None or base.op is not Ops.BUFFER:
             return
-        err = Buffer.of(base.arg[0]).write_failure()
-        if err is not None:
-            raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
+        _raise_failure_of(Buffer.of(base.arg[0]))
 
     def wait(self, timeout: Optional[float] = None) -> Tensor:
         """Blocks until everything pending on this tensor is done (its last realize, and writes into it
@@ -406,6 +417,13 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         versions.set_head(versions.storage_of(base), new)
         self._node = new.view(view)
         return self
+
+
+def _raise_failure_of(buf: Buffer) -> None:
+    """Raises when `buf` was last written by a task that failed."""
+    err = buf.write_failure()
+    if err is not None:
+        raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
 
 
 def _single_view(node: Node, base: Node) -> View:

@@ -14,13 +14,18 @@ from atensor.ledger import value_entry
 from atensor.sched import cache
 
 
+def _no_entry(node_id: int) -> None:
+    """A ledger without realized values (what another test realized must not change these keys)."""
+    return None
+
+
 def _key(roots: list[Node], settings: tuple = (1,)) -> cache.GraphKey:
-    found = cache.walk_key(roots, settings, value_entry)
+    found = cache.walk_key(roots, settings, _no_entry)
     assert found is not None
     return found
 
 
-def _graph(size: int = 16, device: str = "CPU", dtype=dtypes.float32, op: Ops = Ops.ADD, value: float = 1.0,
+def _graph(size: int = 16, device: str = "CPU", dtype=dtypes.float32, op: Ops = Ops.ADD, value: float = 0.8125,
            shared: bool = False, swap: bool = False, view: View | None = None) -> list[Node]:
     """ASSIGN(out, op(a, b) * const + a): one knob per field a key must tell apart."""
     a = BufferSpec(device, size, dtype).node(0)
@@ -35,10 +40,10 @@ def _graph(size: int = 16, device: str = "CPU", dtype=dtypes.float32, op: Ops = 
 
 
 def test_the_one_pass_key_is_graph_key_of_the_toposort():
-    x, y = Tensor.ones(4, 4), Tensor.ones(4, 4)
+    x, y = Tensor.empty(4, 4), Tensor.empty(4, 4)
     shared = (x + y).exp()
     diamond = [(shared * shared + x).sum(axis=1).node, (shared - y).node]  # two roots, shared nodes
-    for roots in (_graph(), _graph(shared=True), diamond, [x.node], [(x.T + y).relu().node]):
+    for roots in (_graph(), _graph(shared=True), diamond, [x.node], [((x.T + y) * 0.8125).node]):
         walked = _key(roots)
         reference = cache.graph_key(toposort(roots), (1,))
         assert walked.key == reference.key
@@ -52,7 +57,7 @@ def test_graphs_of_equal_structure_on_other_buffers_have_one_key():
 
 
 @pytest.mark.parametrize("change", [
-    {"size": 8}, {"device": "CPU:1"}, {"dtype": dtypes.int32}, {"op": Ops.SUB}, {"value": 2.0},
+    {"size": 8}, {"device": "CPU:1"}, {"dtype": dtypes.int32}, {"op": Ops.SUB}, {"value": 0.4375},
     {"shared": True}, {"swap": True}, {"view": View.create((16,)).flip((True,))},
 ])
 def test_a_graph_that_differs_in_one_field_has_another_key(change):
