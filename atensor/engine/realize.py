@@ -54,20 +54,30 @@ def _follow_storage(node: Node) -> Node:
     base = node
     while base.op is _VIEW:
         base = base.src[0]
-    if base.op is _BUFFER:  # the common case, without building the newest BUFFER node: is it this one?
+    if base.op is _BUFFER:
         spec, version = base.arg
         record = ledger.record_of(spec.uid)
+        # the common case, without building the newest BUFFER node: is it this one?
         if (version == 0) if record is None else (record.head is None and record.version == version):
             return node
-    if base.op is _BUFFER or base.op is _ASSIGN:
-        latest = ledger.latest(versions.storage_of(base))
-        if base is not latest:
-            if node is base:  # the common cases without a general rewrite: the storage itself,
-                return latest
-            if node.src[0] is base:  # or one view of it
-                return latest.view(node.arg)
-            return substitute([node], {base: latest})[node]
-    return node
+    elif base.op is _ASSIGN:
+        storage = base.src[0]  # (an ASSIGN's target is a BUFFER or an ASSIGN, never a view)
+        while storage.op is _ASSIGN:
+            storage = storage.src[0]
+        spec = storage.arg[0]
+        record = ledger.record_of(spec.uid)
+        if record is not None and record.head is base:  # still the buffer's newest (pending) version
+            return node
+    else:
+        return node
+    latest = ledger.latest(spec)
+    if base is latest:
+        return node
+    if node is base:  # the common cases without a general rewrite: the storage itself,
+        return latest
+    if node.src[0] is base:  # or one view of it
+        return latest.view(node.arg)
+    return substitute([node], {base: latest})[node]
 
 
 # a realize of at most this many nodes to compute (stopping at buffers and realized values) is planned

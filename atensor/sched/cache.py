@@ -19,8 +19,8 @@ of its own (tensor/random.py), so two draws of one shape have equal keys and the
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
+import itertools
 import threading
 from typing import Any, Callable, Optional
 
@@ -144,6 +144,7 @@ class Template:
     realized: list[tuple[int, int]]                  # (position of an ASSIGN in the key's order, its slot)
     outputs: list[int]                               # slot of each root's storage
     leaf_count: int = 0                              # how many slots the graph's own buffers fill
+    last_used: int = 0                               # when it was last stored or hit (`lookup`), under _lock
 
     @staticmethod
     def capture(graph: TaskGraph, key: GraphKey, realized: list[tuple[Node, BufferSpec]],
@@ -244,16 +245,19 @@ def _holds(value: Any, kind: type) -> bool:
 
 
 _buffer_fields: dict[tuple[type, type], tuple[str, ...]] = {}
-_templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
+_templates: dict[tuple, Template] = {}
+_uses = itertools.count(1)  # stamps of `Template.last_used`: larger is more recent
 _lock = threading.Lock()
 stats = {"hits": 0, "misses": 0}
 
 
 def lookup(key: GraphKey) -> Optional[Template]:
+    """The template stored under `key`, or None. A hit stamps the template's `last_used` (the key is
+    hashed once: hashing it again to reorder an OrderedDict cost a Python call per view in it)."""
     with _lock:
         found = _templates.get(key.key)
         if found is not None:
-            _templates.move_to_end(key.key)
+            found.last_used = next(_uses)
             stats["hits"] += 1
         else:
             stats["misses"] += 1
@@ -261,10 +265,14 @@ def lookup(key: GraphKey) -> Optional[Template]:
 
 
 def store(key: GraphKey, template: Template) -> None:
+    """Keeps `template` under `key`; past MAX_TEMPLATES, the least recently used eighth goes."""
     with _lock:
+        template.last_used = next(_uses)
         _templates[key.key] = template
-        while len(_templates) > MAX_TEMPLATES:
-            _templates.popitem(last=False)
+        if len(_templates) > MAX_TEMPLATES:
+            ranked = sorted(_templates, key=lambda k: _templates[k].last_used)
+            for old in ranked[:len(_templates) - MAX_TEMPLATES + MAX_TEMPLATES // 8]:
+                del _templates[old]
 
 
 def clear() -> None:

@@ -79,3 +79,20 @@ def test_no_one_pass_key_for_a_graph_reading_a_realized_value():
     z = (x + 1) * 2  # x + 1 has a realized value: the scheduler substitutes it, then keys the graph
     assert value_entry(id(held)) is not None and cache.walk_key([z.node], (1,), value_entry) is None
     assert z.tolist() == [4.0] * 16
+
+
+def test_the_template_cache_keeps_the_recently_used_and_stays_bounded(monkeypatch):
+    monkeypatch.setattr(cache, "MAX_TEMPLATES", 16)
+    cache.clear()
+    try:
+        keys = [cache.GraphKey((("graph", i),), [], [], []) for i in range(16)]
+        for key in keys:
+            cache.store(key, cache.Template([], [], [], []))
+        assert cache.lookup(keys[0]) is not None  # hit: now the most recent
+        cache.store(cache.GraphKey((("graph", 16),), [], [], []), cache.Template([], [], [], []))
+        assert len(cache._templates) <= 16
+        assert cache.lookup(keys[0]) is not None  # kept: it was used after the others
+        assert cache.lookup(keys[1]) is None      # the least recently used went
+        assert cache.lookup(keys[15]) is not None
+    finally:
+        cache.clear()
