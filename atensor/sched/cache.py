@@ -13,7 +13,13 @@ output is kept as a *template* keyed by the graph's structure with its buffers a
   that versions and realized values are recorded exactly as a fresh schedule would.
 
 Computing a key costs one pass over the graph (a few microseconds per node) against the whole
-scheduler on a miss. Kernel ASTs name buffers by parameter index, not identity, so a template's
+scheduler on a miss. For the common graph, none of whose nodes has a value the ledger holds,
+`walk_key` makes that pass and the graph's topological order together, with no Python call per node
+(an eager `x + 1` realize, 6 nodes: 10-11 us of CPU on the loaded 2-core CI machine, where the
+toposort with its per-node stop test and `graph_key` after it took 14 plus 18 calls); a graph whose
+realized values the scheduler substitutes is keyed after the substitution (`graph_key`). The rest is
+interpreted bytecode per node: moving the walk to C would remove most of it (not done). A hit stamps
+the template's `last_used` rather than reordering an ordered dict, so the key is hashed once. Kernel ASTs name buffers by parameter index, not identity, so a template's
 kernels are the compiled ones already. A random draw reads its seed and first counter from a buffer
 of its own (tensor/random.py), so two draws of one shape have equal keys and the second hits.
 """
