@@ -51,6 +51,10 @@ def symbolic_shape(shape: Shape) -> bool:
     return any(type(s) is not int for s in shape)
 
 
+# `strides_for` of a view's shape (a tuple of ints): asked for on every identity test of a view
+_cached_strides = functools.lru_cache(maxsize=4096)(strides_for)
+
+
 @dataclass(frozen=True)
 class View:
     """A strided, optionally masked window onto a flat source. Immutable and hashable."""
@@ -81,7 +85,7 @@ class View:
     @property
     def contiguous(self) -> bool:
         """True when the view is the source itself read in order (possibly shifted by `offset`)."""
-        return self.mask is None and self.strides == strides_for(self.shape)
+        return self.mask is None and self.strides == _cached_strides(self.shape)
 
     def is_identity(self, source_size: int) -> bool:
         return self.contiguous and self.offset == 0 and self.size == source_size
@@ -368,3 +372,8 @@ def _nocopy_reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_
 @functools.lru_cache(maxsize=4096)
 def _contiguous(shape: Shape) -> View:
     return View(shape, strides_for(shape), 0, None)
+
+
+# the contiguous View of a tuple shape, the one object `View.create` gives for it (what `Node.view` compares a
+# view with, by identity, to see the identity view without its general test)
+contiguous_view = _contiguous
