@@ -229,6 +229,8 @@ class Node:
     @staticmethod
     def const(value: Any, dtype: DType, device: str, shape: Shape = ()) -> Node:
         """A constant of `dtype`, broadcast to `shape` through a stride-0 view."""
+        if value == 0:  # -0.0 equals 0.0: keep it apart in the cache and the interning (signed_zero)
+            value = signed_zero(value)
         try:
             return _const_node(value, dtype, device, tuple(shape))
         except TypeError:  # an unhashable device spec: build it uncached
@@ -400,6 +402,34 @@ def _const_node(value: Any, dtype: DType, device: str, shape: Shape) -> Node:
 cached_const = _const_node
 
 
+class NegativeZero(float):
+    """-0.0 as a constant's value. A float -0.0 compares and hashes equal to 0.0, so a node interned, a
+    constant cached or a graph keyed for one would be handed back for the other (`x * -0.0` computed as
+    `x * 0.0`). This subclass equals only itself; it is still the float -0.0 to arithmetic, numpy and
+    the renderers (`float(v)`, `repr`)."""
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is NegativeZero
+
+    def __ne__(self, other: object) -> bool:
+        return type(other) is not NegativeZero
+
+    def __hash__(self) -> int:
+        return 0x2D30  # any constant other than hash(0.0) == 0
+
+
+NEGATIVE_ZERO = NegativeZero(-0.0)
+
+
+def signed_zero(value: Any) -> Any:
+    """`value`, with a floating -0.0 (of any float type) replaced by NEGATIVE_ZERO; call it on values
+    that compare equal to 0."""
+    if type(value) is not int and type(value) is not bool and math.copysign(1.0, float(value)) < 0:
+        return NEGATIVE_ZERO
+    return value
+
+
 def _cast_scalar(value: Any, dtype: DType) -> Any:
     if dtype == dtypes.bool:
         return bool(value)
@@ -407,7 +437,8 @@ def _cast_scalar(value: Any, dtype: DType) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             raise GraphError(f"cannot make an integer constant of {value}")
         return int(value)
-    return float(value)
+    value = float(value)
+    return signed_zero(value) if value == 0.0 else value
 
 
 def _on_multi(op: Ops, src: tuple[Node, ...], arg: Any) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from atensor.dtype import dtypes
-from atensor.graph.node import Node
+from atensor.graph.node import NegativeZero, Node
 from atensor.graph.ops import BINARY, ELEMENTWISE, Ops, UNARY
 from atensor.graph.rewrite import Pat, PatternMatcher, graph_rewrite
 from atensor.graph.semantics import fold_constant
@@ -26,6 +26,15 @@ def const_value(node: Node) -> Optional[Any]:
 
 def _is_const(value: Any):
     return lambda n: (v := const_value(n)) is not None and v == value and not isinstance(v, bool)
+
+
+def _adds_nothing(n: Node) -> bool:
+    """A constant whose addition leaves every value as it is: 0 for integers, but -0.0 for floats
+    (0.0 turns -0.0 into 0.0, and the float 0.0 constant is a different value from -0.0, graph/node.py)."""
+    v = const_value(n)
+    if v is None or isinstance(v, bool) or v != 0:
+        return type(v) is NegativeZero
+    return not dtypes.is_float(n.dtype)
 
 
 def _all_const(n: Node) -> bool:
@@ -69,7 +78,7 @@ SIMPLIFY = PatternMatcher([
     # constant folding
     (Pat(UNARY | BINARY | {Ops.WHERE}, name="x", where=_all_const), _fold),
     # identities (only where the result keeps the operand's dtype, so no implicit cast is lost)
-    (Pat(Ops.ADD, (x, Pat(where=_is_const(0))), commutative=True, name="n", where=_same_dtype), lambda x, n: x),
+    (Pat(Ops.ADD, (x, Pat(where=_adds_nothing)), commutative=True, name="n", where=_same_dtype), lambda x, n: x),
     (Pat(Ops.SUB, (x, Pat(where=_is_const(0))), name="n", where=_same_dtype), lambda x, n: x),
     (Pat(Ops.MUL, (x, Pat(where=_is_const(1))), commutative=True, name="n", where=_same_dtype), lambda x, n: x),
     (Pat(Ops.FDIV, (x, Pat(where=_is_const(1))), name="n", where=_same_dtype), lambda x, n: x),

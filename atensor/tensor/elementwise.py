@@ -19,7 +19,7 @@ from typing import Any, Optional, Self, Sequence
 import numpy as np
 
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
-from atensor.graph.node import GraphError, Node, cached_const as _const_node
+from atensor.graph.node import GraphError, Node, cached_const as _const_node, signed_zero
 from atensor.graph.symbolic import as_dim, is_symbolic, lo_of
 from atensor.graph.ops import COMPARISON, Ops
 from atensor.tensor.base import Scalar, TensorBase, _wrap, broadcast_shape
@@ -66,6 +66,8 @@ def _same_shape_operand(node: Node, other: Any, cls: type) -> Optional[Node]:
         if not bounds[0] <= other <= bounds[1]:
             return None
     device = node.device
+    if other == 0 and kind is float:  # -0.0 equals 0.0 as a cache key (graph/node.py NegativeZero)
+        other = signed_zero(other)
     return _const_node(other, dt, device, node.shape) if type(device) is str else None
 
 

@@ -67,8 +67,10 @@ def test_view_index_range_and_masks():
 def test_simplify_folds_constants_and_identities():
     b = _buf().reshape((3, 4))
     c = lambda v: Node.const(v, F32, "CPU:0", (3, 4))  # noqa: E731
-    expr = b.alu(Ops.MUL, c(1.0)).alu(Ops.ADD, c(0.0)).alu(Ops.NEG).alu(Ops.NEG)
+    expr = b.alu(Ops.MUL, c(1.0)).alu(Ops.ADD, c(-0.0)).alu(Ops.SUB, c(0.0)).alu(Ops.NEG).alu(Ops.NEG)
     assert simplify([expr])[expr] is b
+    kept = b.alu(Ops.ADD, c(0.0))  # -0.0 + 0.0 is 0.0: adding 0.0 changes a float's value
+    assert simplify([kept])[kept] is kept
     folded = c(2.0).alu(Ops.MUL, c(3.0)).alu(Ops.ADD, c(1.0))
     out = simplify([folded])[folded]
     assert out.op is Ops.VIEW and out.src[0].op is Ops.CONST and out.src[0].arg[0] == 7.0
@@ -77,6 +79,6 @@ def test_simplify_folds_constants_and_identities():
 
 def test_simplify_keeps_casts_that_change_dtype():
     b = BufferSpec("CPU:0", 4, dtypes.int32).node(0)
-    expr = b.cast(F32).alu(Ops.ADD, Node.const(0.0, F32, "CPU:0", (4,)))
+    expr = b.cast(F32).alu(Ops.ADD, Node.const(-0.0, F32, "CPU:0", (4,)))
     out = simplify([expr])[expr]
     assert out.op is Ops.CAST and out.dtype == F32
