@@ -10,7 +10,7 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
 - a REDUCE is materialized into a temporary array: its nest runs over the source's shape and
   accumulates (float sums in double);
 - a REDUCE of a product of two broadcast views (a matmul in disguise) is one BLAS gemm per batch
-  element (gemvs for a product of a few rows or columns, c_blas.py) into a temporary laid out
+  element (gemvs for a product of a few rows or columns; c_gemm.py, c_blas.py) into a temporary laid out
   [batch, rows, cols], read back through strides;
 - a VIEW reads a PARAM buffer, a materialized array, a constant or an arange through its strides,
   offset and mask (a masked-out element reads 0); the computed source of a view is materialized
@@ -39,24 +39,12 @@ from atensor.dtype import DType, dtypes
 from atensor.graph.node import Node, toposort
 from atensor.graph.ops import BINARY, PACKED, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
-from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym, hi_of
-from atensor.graph.view import View, strides_for, symbolic_shape
-from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
-from atensor.backend.gemm_axes import contraction_groups
+from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
+from atensor.graph.view import View, strides_for
+from atensor.backend.c_gemm import render_gemm
+from atensor.backend.c_types import Unsupported, ctype as _ctype
 from atensor.backend.quant_c import NotPacked, render_packed
 
-
-NUMPY_CONTRACTION_FLOPS = 1 << 20  # a contraction this large that cannot be a gemm here stays on numpy
-
-
-class Unsupported(Exception):
-    """The kernel uses something the C renderer does not lower; it stays a numpy kernel."""
-
-
-CTYPES = {dtypes.bool: "uint8_t", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.int16: "int16_t",
-          dtypes.uint16: "uint16_t", dtypes.int32: "int32_t", dtypes.uint32: "uint32_t",
-          dtypes.int64: "int64_t", dtypes.uint64: "uint64_t", dtypes.float32: "float",
-          dtypes.float64: "double"}
 
 # float ops as C templates: {f} is libm's float suffix ("f" for float32), {t} the C type
 _FLOAT_UNARY = {**{op: fn + "{f}({x})" for op, fn in (
@@ -75,13 +63,6 @@ def _float_op(table: dict[Ops, str], op: Ops, dtype: DType, ct: str, **operands:
     return template.format(f="f" if dtype == dtypes.float32 else "", t=ct, **operands)
 _CMP = {Ops.CMPLT: "<", Ops.CMPEQ: "==", Ops.CMPNE: "!="}
 _BITS = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
-
-
-def _ctype(dtype: DType) -> str:
-    found = CTYPES.get(dtype)
-    if found is None:
-        raise Unsupported(f"dtype {dtype}")
-    return found
 
 
 def _literal(value: Any, dtype: DType) -> str:
@@ -418,102 +399,8 @@ class CRenderer:
         self.arrays[n] = (out_name, out_strides)
 
     def _gemm(self, n: Node) -> bool:
-        """A SUM over a product of two broadcast views as BLAS gemms; False when it does not fit."""
-        op, axes = n.arg
-        prod = n.src[0]
-        if op is not ReduceOp.SUM or prod.op is not Ops.MUL or n.dtype not in (dtypes.float32, dtypes.float64):
-            return False
-        a, b = prod.src
-        if any(x.op is not Ops.VIEW or x.arg.mask is not None or x.dtype != n.dtype
-               or x.src[0].op in (Ops.CONST, Ops.ARANGE) for x in (a, b)):
-            return False
-        va, vb = a.arg, b.arg
-        shape = va.shape
-        batch, rows, inner, cols = contraction_groups(va, vb, axes)
-        if any(i in axes for i in rows + cols) or any(shape[i] != 1 and i not in inner for i in axes):
-            return False  # a reduced axis that both operands broadcast multiplies the sum: not a gemm
-        symbolic = symbolic_shape(shape)
-        if symbolic:
-            if any(type(shape[i]) is not int for i in batch):
-                return False
-            sizes = [self._blas_size(shape, g) for g in (rows, inner, cols)]
-            if None in sizes:
-                return False
-            m, k, nn = sizes
-        else:
-            m, k, nn = (math.prod(shape[i] for i in g) for g in (rows, inner, cols))
-        if m * k * nn == 0:
-            return False
-        sa_m, sa_k = merged_stride(va, rows), merged_stride(va, inner)
-        sb_k, sb_n = merged_stride(vb, inner), merged_stride(vb, cols)
-        la = blas_layout(m, k, sa_m, sa_k) if None not in (sa_m, sa_k) else None
-        lb = blas_layout(k, nn, sb_k, sb_n) if None not in (sb_k, sb_n) else None
-        if la is None or lb is None:
-            if not symbolic and math.prod(shape[i] for i in batch) * m * k * nn >= NUMPY_CONTRACTION_FLOPS:
-                # an operand BLAS cannot read in place (a convolution's window view): numpy's chunked
-                # contraction (backend/contraction.py) copies it chunk by chunk; a loop nest here would
-                # run the product without BLAS, measured 3x slower on a 5x5 convolution
-                raise Unsupported("a large contraction whose operand needs a copy for BLAS")
-            return False
-        for x in (a, b):
-            if x.src[0].op is not Ops.PARAM and x.src[0] not in self.arrays:
-                return False
-        ct = _ctype(n.dtype)
-        size = math.prod(shape[i] for i in batch) * m * nn
-        out = self._temp(n, ct, size)
-        ptr = lambda x: self.params[x.src[0]] if x.src[0].op is Ops.PARAM else self.arrays[x.src[0]][0]
-        for x in (a, b):
-            if x.src[0].op is not Ops.PARAM and self.arrays[x.src[0]][1] != strides_for(x.src[0].shape):
-                return False
-        index = ["0"] * len(shape)
-        opened, depth = self._loops(shape, batch, index, 1)
-        off_a = self.offset(va.offset, va.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
-        off_b = self.offset(vb.offset, vb.strides, shape, [index[i] if i in batch else "0" for i in range(len(shape))])
-        batch_strides = strides_for(tuple(shape[i] for i in batch))
-        off_c = " + ".join([f"{index[i]} * {s * m * nn}" for i, s in zip(batch, batch_strides)
-                            if shape[i] != 1] or ["0"])
-        f = "s" if n.dtype == dtypes.float32 else "d"
-        a_at, b_at, c_at = f"{ptr(a)} + ({off_a})", f"{ptr(b)} + ({off_b})", f"{out} + ({off_c})"
-        gemv = gemv_plan(m, k, nn, la, lb, (sa_m, sa_k, sb_k, sb_n), n.dtype.itemsize)
-        if gemv is not None:
-            # a few rows or columns: matrix-vector products, which read the matrix without packing it
-            # (OpenBLAS's gemm with m = 1 packs the whole matrix first: 3x slower at batch-1 decode,
-            # measured; c_blas.py has the figures for a few rows)
-            matrix, vector = (b_at, a_at) if gemv.vector_first else (a_at, b_at)
-            r = self.fresh("r") if gemv.count > 1 else "0"
-            at = lambda base, step: base if r == "0" or step == 0 else f"{base} + {r} * {step}"
-            call = (f"at_{f}gemv({CBLAS_ROW_MAJOR}, {gemv.trans}, {gemv.rows}, {gemv.cols}, 1, {matrix}, "
-                    f"{gemv.ld}, {at(vector, int(gemv.vector_step))}, {int(gemv.inc)}, 0, "
-                    f"{at(c_at, int(gemv.out_step))}, {int(gemv.out_inc)});")
-            if r != "0":
-                call = f"for (int64_t {r} = 0; {r} < {gemv.count}; {r}++) {call}"
-        elif (few := rows_plan(m, k, la, lb, n.dtype.itemsize)) is not None:
-            # a few rows against a big matrix: read once, not packed first (c_blas.py has the figures)
-            call = f"at_sgemm_rows({m}, {nn}, {k}, {a_at}, {few[0]}, {b_at}, {few[1]}, {c_at}, {int(nn)});"
-        else:
-            call = (f"at_{f}gemm({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, {a_at}, {la[1]}, "
-                    f"{b_at}, {lb[1]}, 0, {c_at}, {int(nn)});")
-        self.lines.extend(opened)
-        self.lines.append("  " * depth + call)
-        self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
-        # element strides of the [batch, rows, cols] result along each axis of n's shape
-        strides = [0] * len(shape)
-        layout = batch + rows + cols
-        layout_strides = strides_for(tuple(shape[i] for i in layout))
-        for i, s in zip(layout, layout_strides):
-            strides[i] = s
-        self.arrays[n] = (out, tuple(strides))
-        return True
-
-    def _blas_size(self, shape: tuple, group: list[int]):
-        """The BLAS size of `group`'s axes of a symbolic shape: an int, a `_SymSize` when one axis is
-        symbolic and the rest are 1, or None (a symbolic dim merged with others has no single stride)."""
-        dims = [shape[i] for i in group if shape[i] != 1]
-        if all(type(d) is int for d in dims):
-            return math.prod(dims)
-        if len(dims) != 1:
-            return None
-        return _SymSize(hi_of(dims[0]), self.int_c(dims[0]))
+        """A SUM over a product of two broadcast views as BLAS calls (c_gemm.py); False when it does not fit."""
+        return render_gemm(self, n)
 
     # ---- the function -------------------------------------------------------------------------------
     def name_params(self) -> list[Node]:
@@ -586,26 +473,6 @@ class CRenderer:
                 v = self._cast(v, value.dtype, param.dtype)
             return [f"{buf}[{self.offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
         self._emit_nest(value.shape, body)
-
-
-class _SymSize(int):
-    """A BLAS size that depends on a variable (a symbolic-length contraction). The plans of c_blas.py
-    compare and multiply it as its maximum, an int: every layout and leading dimension chosen for the
-    maximum holds for a smaller value, since a symbolic dim is laid out at its maximum (graph/view.py).
-    Printed into the C call (`{m}`), it is the C expression of its value; a leading dimension or step
-    of the result layout is printed as `int(...)`, the maximum."""
-    expr: str
-
-    def __new__(cls, hi: int, expr: str) -> _SymSize:
-        size = int.__new__(cls, hi)
-        size.expr = expr
-        return size
-
-    def __str__(self) -> str:
-        return self.expr
-
-    def __format__(self, spec: str) -> str:
-        return self.expr
 
 
 def _readable_anywhere(n: Node) -> bool:

@@ -17,6 +17,7 @@ Generated code reads like this (E_add_exp_4096; K12 is a Window's read, K13 np.e
 """
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from typing import Any, Callable
@@ -34,6 +35,7 @@ from atensor.backend import numpy_plans, quant_kernels
 from atensor.backend.numpy_plans import AddPads, Contraction, RowsThenAddPads, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
+PER_VALUE_KEPT = 64  # concrete kernels kept per kernel of symbolic shape (`_per_value`)
 _cache_lock = threading.Lock()
 compile_count = 0
 _malloc_tuned = False
@@ -42,38 +44,7 @@ _malloc_tuned = False
 _strided = numpy_plans.strided
 
 
-def _view(x: np.ndarray, view: View) -> np.ndarray:
-    """`x` (any array, read in row-major order) seen through `view`, without copying unless padded."""
-    if view.mask is None and view.offset == 0 and view.size == x.size and view.contiguous:
-        return x.reshape(view.shape)  # a reshape: numpy copies only when x's strides cannot say it
-    flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
-    if view.size == 0:
-        return np.empty(view.shape, dtype=x.dtype)
-    if view.mask is None:
-        return _strided(flat, view.offset, view.shape, view.strides)
-    out = np.zeros(view.shape, dtype=x.dtype)
-    if any(b >= e for b, e in view.mask):
-        return out
-    inner = View(view.shape, view.strides, view.offset, None).shrink(view.mask)
-    out[tuple(slice(b, e) for b, e in view.mask)] = _strided(flat, inner.offset, inner.shape, inner.strides)
-    return out
-
-
-def _target(buf: np.ndarray, view: View) -> np.ndarray:
-    """The writable array `view` selects in `buf` (a store target: never masked)."""
-    if view.contiguous:
-        return buf[view.offset:view.offset + view.size].reshape(view.shape)
-    return _strided(buf, view.offset, view.shape, view.strides)
-
-
-def _store(buf: np.ndarray, view: View, value: np.ndarray) -> None:
-    if view.size == 0:
-        return
-    if view.contiguous:
-        target = buf[view.offset:view.offset + view.size].reshape(view.shape)
-    else:
-        target = _strided(buf, view.offset, view.shape, view.strides)
-    np.copyto(target, value, casting="unsafe")
+_view, _target, _store = numpy_plans.view_of, numpy_plans.target_of, numpy_plans.store_into
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -599,8 +570,24 @@ def _per_value(ast: Node, name: str) -> Callable[..., None]:
     AST to its values (`var_vals`, which a jit replay rebinds in place) and runs that concrete kernel,
     rendered once per value. The buffers are laid out at the variables' maxima (graph/view.py), so the
     concrete views read them as they are."""
+    concrete: collections.OrderedDict[Node, Callable[..., None]] = collections.OrderedDict()
+    lock = threading.Lock()  # queue threads of two devices may run it at once
+
     def run(*buffers, var_vals=None):
-        compile_kernel(rewrite.bind_ast(ast, var_vals or {}), name)(*buffers, var_vals=var_vals)
+        bound = rewrite.bind_ast(ast, var_vals or {})
+        with lock:
+            fn = concrete.get(bound)
+            if fn is not None:
+                concrete.move_to_end(bound)
+        if fn is None:
+            source, env = render(bound, _identifier(name))
+            exec(compile(source, f"<atensor kernel {name}>", "exec"), env)
+            fn = env[_identifier(name)]
+            with lock:
+                concrete[bound] = fn
+                if len(concrete) > PER_VALUE_KEPT:  # an eager decode loop binds a new value every step
+                    concrete.popitem(last=False)
+        fn(*buffers, var_vals=var_vals)
     return run
 
 

@@ -57,6 +57,43 @@ def strided(flat: np.ndarray, offset: int, shape: tuple[int, ...], strides: tupl
         return as_strided(flat[offset:], shape, byte_strides)
 
 
+# views at symbolic offsets (evaluated per call) are read and written the general way:
+def view_of(x: np.ndarray, view: View) -> np.ndarray:
+    """`x` (any array, read in row-major order) seen through `view`, without copying unless padded."""
+    if view.mask is None and view.offset == 0 and view.size == x.size and view.contiguous:
+        return x.reshape(view.shape)  # a reshape: numpy copies only when x's strides cannot say it
+    flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
+    if view.size == 0:
+        return np.empty(view.shape, dtype=x.dtype)
+    if view.mask is None:
+        return strided(flat, view.offset, view.shape, view.strides)
+    out = np.zeros(view.shape, dtype=x.dtype)
+    if any(b >= e for b, e in view.mask):
+        return out
+    inner = View(view.shape, view.strides, view.offset, None).shrink(view.mask)
+    out[tuple(slice(b, e) for b, e in view.mask)] = strided(flat, inner.offset, inner.shape, inner.strides)
+    return out
+
+
+def target_of(buf: np.ndarray, view: View) -> np.ndarray:
+    """The writable array `view` selects in `buf` (a store target: never masked)."""
+    if view.contiguous:
+        return buf[view.offset:view.offset + view.size].reshape(view.shape)
+    return strided(buf, view.offset, view.shape, view.strides)
+
+
+def store_into(buf: np.ndarray, view: View, value: np.ndarray) -> None:
+    """Writes `value` into the elements `view` selects in `buf` (a store target: never masked)."""
+    if view.size == 0:
+        return
+    if view.contiguous:
+        target = buf[view.offset:view.offset + view.size].reshape(view.shape)
+    else:
+        target = strided(buf, view.offset, view.shape, view.strides)
+    np.copyto(target, value, casting="unsafe")
+
+
+
 class Window:
     """How to read a concrete `view` of a source array (any array, read in row-major order)."""
     __slots__ = ("view", "shape", "size", "reshape", "offset", "strides", "pad", "inner")

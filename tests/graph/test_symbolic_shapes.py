@@ -167,3 +167,25 @@ def test_a_contraction_over_a_symbolic_dim_is_a_blas_call_sized_at_run_time():
     [kernel] = [t.work for t in schedule([root]).graph.tasks if hasattr(t.work, "ast")]
     source = render_c(kernel.ast, "k")
     assert re.search(r"at_sgemv\(101, \d+, \(var0\), 64,", source), source
+
+
+def test_writes_and_reads_of_symbolic_ranges_in_one_step_are_ordered():
+    """One jitted step writes cells [0, n), reads them back, and writes their sum at cell n: the task
+    graph's symbolic byte ranges order the three for every n (the race check proves it), at each n."""
+    cache = Tensor.zeros(2, 11).contiguous().realize()
+    ref = np.zeros((2, 11), np.float32)
+
+    @TinyJit
+    def step(x: Tensor, n) -> Tensor:
+        cache.shrink((None, (0, n))).assign(x.shrink((None, (0, n))))
+        total = cache.shrink((None, (0, n))).sum(1)
+        cache.shrink((None, (n, n + 1))).assign(total.reshape(2, 1))
+        return cache.sum(1).realize()
+    for n in (3, 5, 2, 8, 10):
+        x = RNG.standard_normal((2, 11)).astype(np.float32)
+        out = step(Tensor(x), N.bind(n)).numpy()
+        ref[:, :n] = x[:, :n]
+        ref[:, n] = ref[:, :n].sum(1)
+        np.testing.assert_allclose(out, ref.sum(1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(cache.numpy(), ref, rtol=1e-5, atol=1e-5)
+    assert step.stats == {"calls": 5, "replays": 2, "captures": 1}
