@@ -54,6 +54,51 @@ def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_man
             np.testing.assert_allclose(got, results["portable"], atol=2e-5, rtol=0, err_msg=path)
 
 
+@pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
+def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
+    # 320 rows: two threads split them (at least 64 each); 256 columns: a 128-row sgemm panel, so the
+    # 16-row decode of many rows is split at a panel's edge
+    from atensor.backend import blas
+    blas.use(1)  # as a one-thread kernel's runner sets it: sgemm on one thread (two threads set it so too)
+    data, expected = _packed(fmt, 320, 256, seed=7)
+    shape = PackedShape(fmt, 320, 256)
+    rng = np.random.default_rng(8)
+    for m in (1, 3, 16):  # one decode row, a few (scratch row), many (sgemm panels)
+        x = rng.standard_normal((m, 256)).astype(np.float32)
+        exact = x.astype(np.float64) @ expected.T.astype(np.float64)
+        for path in quant_kernels.available_paths():
+            one = quant_kernels.matmul(x, data, shape, path, threads=1)
+            two = quant_kernels.matmul(x, data, shape, path, threads=2)
+            np.testing.assert_allclose(one, exact, atol=5e-5, rtol=0, err_msg=f"{path}, {m} rows")
+            np.testing.assert_array_equal(two, one, err_msg=f"{path}, {m} rows, 2 threads")
+
+
+def test_a_kernel_runs_on_the_blas_thread_count_its_runner_set():
+    from atensor.backend import blas
+    lib = quant_kernels.library()
+    if not quant_kernels.threads_follow_blas():
+        pytest.skip("no OpenBLAS thread setter found: packed kernels run on one thread")
+    try:
+        blas.use(2)
+        assert lib.atq_threads() == 2
+        blas.use(1)
+        assert lib.atq_threads() == 1
+    finally:
+        blas.use(1)
+
+
+def test_the_avx512_path_matches_the_portable_one_where_the_cpu_has_it():
+    if "avx512" not in quant_kernels.available_paths():
+        pytest.skip("this CPU has no AVX-512 F/BW/VL (see /proc/cpuinfo): its path cannot run here; "
+                    "the portable and AVX2 paths are tested")
+    data, expected = _packed(Q4_1, 128, 64, seed=9)
+    shape = PackedShape(Q4_1, 128, 64)
+    x = np.random.default_rng(10).standard_normal((5, 64)).astype(np.float32)
+    for threads in (1, 2):
+        np.testing.assert_allclose(quant_kernels.matmul(x, data, shape, "avx512", threads),
+                                   quant_kernels.matmul(x, data, shape, "portable", threads), atol=2e-5, rtol=0)
+
+
 def test_the_compiled_path_is_the_best_this_cpu_allows():
     paths = quant_kernels.available_paths()
     assert quant_kernels.best_path() == paths[-1]
