@@ -56,7 +56,7 @@ def render_packed(ast: Node, name: str, params: list[tuple[int, str]]) -> str:
         return f"b{param.arg[0]}" + (f" + {view.offset}" if view.offset else "")
     packed, out = value.arg, place(target)
     if value.op is Ops.QMATMUL:
-        call = (f"{PACKED_CALL}qmatmul({packed.format.code}, {place(value.src[0])}, {place(value.src[1])}, {out}, "
+        call = (f"{PACKED_CALL}qmatmul({packed.kernel_code}, {place(value.src[0])}, {place(value.src[1])}, {out}, "
                 f"{math.prod(value.shape[:-1])}, {packed.cols}, {packed.rows});")
     else:
         call = f"{PACKED_CALL}dequant({packed.format.code}, {place(value.src[0])}, {out}, {packed.rows}, {packed.cols});"

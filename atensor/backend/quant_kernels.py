@@ -97,7 +97,8 @@ def _pointer(a: np.ndarray) -> ctypes.c_void_p:
 def matmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape, path: str = "best",
            threads: Optional[int] = None) -> np.ndarray:
     """x (m, cols) float32 @ W^T through the C kernel of `path` ("best", or one of `available_paths`)
-    on `threads` threads (default: the BLAS thread count now set, as a kernel's run reads it)."""
+    on `threads` threads (default: the BLAS thread count now set, as a kernel's run reads it), with
+    `shape.activations`' numerics."""
     lib = library()
     if lib is None:
         raise RuntimeError(f"the packed-weight kernels did not compile: {failure()}")
@@ -109,7 +110,7 @@ def matmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape, path: str = "b
         raise ValueError(f"{shape} needs {shape.nbytes} bytes, got {w.size}")
     out = np.empty((x.shape[0], shape.rows), np.float32)
     count = lib.atq_threads() if threads is None else threads
-    lib.atq_matmul_run(ctypes.c_int(-1 if path == "best" else PATHS.index(path)), ctypes.c_int(shape.format.code),
+    lib.atq_matmul_run(ctypes.c_int(-1 if path == "best" else PATHS.index(path)), ctypes.c_int(shape.kernel_code),
                        _pointer(x), _pointer(w), _pointer(out), ctypes.c_int64(x.shape[0]),
                        ctypes.c_int64(shape.cols), ctypes.c_int64(shape.rows), ctypes.c_int(count))
     return out

@@ -99,6 +99,65 @@ def test_the_avx512_path_matches_the_portable_one_where_the_cpu_has_it():
                                    quant_kernels.matmul(x, data, shape, "portable", threads), atol=2e-5, rtol=0)
 
 
+def test_q8_activations_quantize_x_as_llama_cpp_does():
+    from atensor.backend.quant_numpy import quantize_rows_q8
+    x = np.random.default_rng(11).standard_normal((3, 64)).astype(np.float32)
+    x[1, :32] = 0  # an all-zero block: d = 0, q = 0
+    x[2, :32] = np.arange(32, dtype=np.float32) * 0.5  # amax 15.5: some x / d fall on halves
+    q, d = quantize_rows_q8(x)
+    blocks = x.reshape(3, 2, 32)
+    np.testing.assert_array_equal(d, np.abs(blocks).max(-1) / np.float32(127))
+    assert np.abs(q).max() == 127 and (q[1, 0] == 0).all()
+    inverse = (1 / np.where(d != 0, d, 1)).astype(np.float32)[..., None]
+    assert np.abs(q - blocks * inverse).max() <= 0.5  # each the nearest integer
+    lib = quant_kernels.library()  # the C quantizer gives the same blocks (d float32, s int32, 32 int8)
+    raw = np.zeros(3 * 2 * 40, np.uint8)
+    lib.atq_quantize_x_export(quant_kernels._pointer(x), quant_kernels._pointer(raw), 3, 64)
+    blocks_c = raw.reshape(3, 2, 40)
+    np.testing.assert_array_equal(blocks_c[..., :4].copy().view(np.float32)[..., 0], d)
+    np.testing.assert_array_equal(blocks_c[..., 8:].view(np.int8), q)
+    np.testing.assert_array_equal(blocks_c[..., 4:8].copy().view(np.int32)[..., 0], q.astype(np.int32).sum(-1))
+
+
+@pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
+def test_q8_activation_matmuls_match_numpy_integer_block_products_on_every_path(fmt):
+    from atensor.backend import blas
+    from atensor.backend.quant_numpy import qmatmul_q8act
+    blas.use(1)
+    data, expected = _packed(fmt, 320, 256, seed=12)
+    shape = PackedShape(fmt, 320, 256, "q8_0")
+    rng = np.random.default_rng(13)
+    for m in (1, 3, 16):
+        x = rng.standard_normal((m, 256)).astype(np.float32)
+        want = qmatmul_q8act(x, data, shape)
+        exact = x @ expected.T  # the float32 activations' product: q8 is near it, not equal
+        assert np.abs(want - exact).max() < 0.05 * np.abs(exact).max()
+        for path in quant_kernels.available_paths():
+            one = quant_kernels.matmul(x, data, shape, path, threads=1)
+            np.testing.assert_allclose(one, want, atol=3e-5, rtol=0, err_msg=f"{path}, {m} rows")
+            np.testing.assert_array_equal(quant_kernels.matmul(x, data, shape, path, threads=2), one,
+                                          err_msg=f"{path}, {m} rows, 2 threads")
+
+
+@pytest.mark.parametrize("native", ["all", "0"])
+def test_a_q8_activation_packed_weight_runs_in_the_graph_and_f16_keeps_float_activations(native):
+    from atensor.backend.quant_numpy import qmatmul_q8act
+    data, _ = _packed(Q4_1, 64, 96, seed=14)
+    w = PackedWeight.from_bytes(data, Q4_1, 64, 96, activations="q8_0")
+    half, half_values = _packed(F16, 64, 96, seed=15)
+    wh = PackedWeight.from_bytes(half, F16, 64, 96, activations="q8_0")
+    x = np.random.default_rng(16).standard_normal((2, 96)).astype(np.float32)
+    with Context(native=native):
+        with atensor.profile() as prof:
+            y = w.linear(Tensor(x)).numpy()
+        yh = wh.linear(Tensor(x)).numpy()
+    np.testing.assert_allclose(y, qmatmul_q8act(x, data, w.shape), atol=3e-5, rtol=0)
+    np.testing.assert_allclose(yh, x @ half_values.T, atol=3e-5, rtol=0)
+    assert "q_qmatmul_q4_1_2x96x64_q8act" in {s.name for s in prof.spans}
+    with pytest.raises(ValueError, match="activations are one of"):
+        PackedShape(Q4_1, 64, 96, "int4")
+
+
 def test_the_compiled_path_is_the_best_this_cpu_allows():
     paths = quant_kernels.available_paths()
     assert quant_kernels.best_path() == paths[-1]
