@@ -91,20 +91,53 @@ static ATQ_AVX2 float atq_q8dot_avx2(int fmt, const uint8_t *w, const atq_xblock
   }
   return atq_hsum256(acc) + extra;
 }
+
+/* one weight row against four rows of quantized x (ld blocks apart): each block unpacked once for the
+   four; the same per-block products and sums as atq_q8dot_avx2 gives each row alone */
+static ATQ_AVX2 void atq_q8dot4_avx2(int fmt, const uint8_t *w, const atq_xblock *xb, int64_t ld, int64_t nb,
+                                     float *out, int64_t ldo) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256i ones = _mm256_set1_epi16(1);
+  float extra[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t bytes = atq_row_bytes(fmt, 32);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *p = w + b * bytes;
+    __m256i wq = atq_q8_weights_avx2(fmt, p);
+    __m256i u = fmt != ATQ_Q4_1 ? _mm256_sign_epi8(wq, wq) : wq;
+    float d = _cvtsh_ss(atq_u16(p)), m = fmt == ATQ_Q4_1 ? _cvtsh_ss(atq_u16(p + 2)) : 0.0f;
+    for (int r = 0; r < 4; r++) {
+      const atq_xblock *x = xb + r * ld + b;
+      __m256i xq = _mm256_loadu_si256((const __m256i *)x->q);
+      __m256i s = fmt != ATQ_Q4_1 ? _mm256_sign_epi8(xq, wq) : xq;
+      __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), _mm256_cvtepi32_ps(sums), acc[r]);
+      if (fmt == ATQ_Q4_1) extra[r] += m * x->d * (float)x->s;
+    }
+  }
+  for (int r = 0; r < 4; r++) out[r * ldo] = atq_hsum256(acc[r]) + extra[r];
+}
 #endif
 
 /* rows [r0, r1) of y = x . W^T with x already quantized (`x` points to m * cols/32 atq_xblocks): each
-   weight row is read once, from memory, for all rows of x (it stays in L1 between them) */
-#define ATQ_Q8_ROWS(PATH, DOT, ATTR)                                                                      \
+   weight row is read once, from memory, for all rows of x, and each of its blocks unpacked once for
+   four rows of x at a time */
+static void atq_q8dot4_portable(int fmt, const uint8_t *w, const atq_xblock *xb, int64_t ld, int64_t nb,
+                                float *out, int64_t ldo) {
+  for (int r = 0; r < 4; r++) out[r * ldo] = atq_q8dot_portable(fmt, w, xb + r * ld, nb);
+}
+#define ATQ_Q8_ROWS(PATH, ATTR)                                                                           \
   static ATTR void atq_q8_rows_##PATH(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,      \
                                       int64_t cols, int64_t rows, int64_t r0, int64_t r1) {               \
     const atq_xblock *xq = (const atq_xblock *)(const void *)x;                                           \
     int64_t nb = cols / 32, rb = atq_row_bytes(fmt, cols);                                                \
-    for (int64_t r = r0; r < r1; r++)                                                                     \
-      for (int64_t i = 0; i < m; i++) y[i * rows + r] = DOT(fmt, w + r * rb, xq + i * nb, nb);            \
+    for (int64_t r = r0; r < r1; r++) {                                                                   \
+      int64_t i = 0;                                                                                      \
+      for (; i + 4 <= m; i += 4) atq_q8dot4_##PATH(fmt, w + r * rb, xq + i * nb, nb, nb, y + i * rows + r, rows); \
+      for (; i < m; i++) y[i * rows + r] = atq_q8dot_##PATH(fmt, w + r * rb, xq + i * nb, nb);            \
+    }                                                                                                     \
   }
-ATQ_Q8_ROWS(portable, atq_q8dot_portable, )
+ATQ_Q8_ROWS(portable, )
 #ifdef ATQ_X86
-ATQ_Q8_ROWS(avx2, atq_q8dot_avx2, ATQ_AVX2)
+ATQ_Q8_ROWS(avx2, ATQ_AVX2)
 #endif
 """
