@@ -20,7 +20,7 @@ is the one a single thread makes: the result is the same as one thread's, bit fo
 
 Invariants: one job at a time (`atq_pool_call`; a second caller, e.g. another CPU device's queue,
 runs on its own thread alone); a worker acknowledges every job (`pending`), so the caller returns only
-when no worker still reads its arguments. Idle workers spin ATQ_SPIN_NS (the next product of a decode
+when no worker still reads its arguments; a forked child starts with no workers (pthread_atfork). Idle workers spin ATQ_SPIN_NS (the next product of a decode
 step comes within tens of microseconds), then sleep on a condition variable.
 """
 from __future__ import annotations
@@ -119,10 +119,24 @@ static void *atq_worker(void *arg) {
   return NULL;
 }
 
+/* a child forked from a process with workers has none (fork copies only the calling thread): it starts
+   its own, from fresh locks (one held by another thread at the fork would stay held) */
+static void atq_after_fork(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+  atq_pool_call = fresh;
+  atq_pool_lock = fresh;
+  atq_wake = wake;
+  atq_started = 0;
+  atq_pending = 0;
+}
+
 /* runs parts 1..parts-1 of `job` on workers and part 0 here; false (nothing run) when the pool is busy
    with another caller's job or its workers cannot start */
 static int atq_pool_run(const atq_job *job, int parts) {
+  static int registered;
   if (pthread_mutex_trylock(&atq_pool_call) != 0) return 0;
+  if (!registered) registered = pthread_atfork(NULL, NULL, atq_after_fork) == 0;
   while (atq_started < parts - 1) {
     pthread_t thread;
     pthread_attr_t attr;

@@ -4,6 +4,9 @@ and dequantize (an independent implementation); and a QMATMUL is a kernel of the
 proved in bounds, named in the profile, replayed by the jit."""
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -85,6 +88,29 @@ def test_a_kernel_runs_on_the_blas_thread_count_its_runner_set():
         assert lib.atq_threads() == 1
     finally:
         blas.use(1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_two_thread_kernels_on_workers_of_its_own():
+    data, expected = _packed(Q8_0, 256, 64, seed=17)
+    shape = PackedShape(Q8_0, 256, 64)
+    x = np.ones((1, 64), np.float32)
+    quant_kernels.matmul(x, data, shape, threads=2)  # the parent's workers exist now
+    pid = os.fork()
+    if pid == 0:  # the child: fork copied no worker; without its own it would wait for them forever
+        got = quant_kernels.matmul(x, data, shape, threads=2)
+        os._exit(0 if np.allclose(got, x @ expected.T, atol=1e-4) else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's two-thread kernel did not finish in 60 s")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_the_avx512_path_matches_the_portable_one_where_the_cpu_has_it():
