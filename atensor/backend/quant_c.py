@@ -16,8 +16,8 @@ The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`)
 Batched rows: `atq_matmul` with several rows of x decodes each weight row once into an L1-resident
 scratch row and multiplies it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on (a
 prefill, 16 decode streams) it decodes panels of weight rows (128 KiB, in L2) and multiplies each
-panel with all rows of x in BLAS's sgemm (set by native.py; its threads are the kernel's BLAS threads).
-Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
+panel with all rows of x in BLAS's sgemm (set by native.py; called on one BLAS thread from each of the
+kernel's threads, quant_pool_c.py). Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
 takes the fused decode-and-dot in registers, where a scratch row's store and load would cost more
 than the decode.
 

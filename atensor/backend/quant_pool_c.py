@@ -77,6 +77,7 @@ static uint64_t atq_generation;  /* bumped per job (atomics: __atomic builtins) 
 static int atq_pending;          /* workers yet to acknowledge the current job */
 static int atq_started;          /* workers running; only the caller holding atq_pool_call changes it */
 static atq_job atq_current;
+static uint64_t atq_born[ATQ_MAX_THREADS];  /* the generation when worker i started: its first job is the next */
 #define ATQ_SPIN_NS 50000
 
 static inline void atq_pause(void) {
@@ -97,7 +98,7 @@ static void atq_run_part(const atq_job *job, int64_t part) {
 
 static void *atq_worker(void *arg) {
   int64_t me = (int64_t)(intptr_t)arg;  /* part 0 is the caller's */
-  uint64_t seen = 0;
+  uint64_t seen = atq_born[me];  /* not 0: a worker added later must not run the last job again */
   for (;;) {
     uint64_t start = atq_clock(), now;
     int spins = 0;
@@ -142,6 +143,7 @@ static int atq_pool_run(const atq_job *job, int parts) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    atq_born[atq_started + 1] = atq_generation;  /* pthread_create orders this before the worker reads it */
     int failed = pthread_create(&thread, &attr, atq_worker, (void *)(intptr_t)(atq_started + 1));
     pthread_attr_destroy(&attr);
     if (failed) break;

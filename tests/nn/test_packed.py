@@ -72,8 +72,10 @@ def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
         for path in quant_kernels.available_paths():
             one = quant_kernels.matmul(x, data, shape, path, threads=1)
             two = quant_kernels.matmul(x, data, shape, path, threads=2)
+            three = quant_kernels.matmul(x, data, shape, path, threads=3)  # the pool grows after use
             np.testing.assert_allclose(one, exact, atol=5e-5, rtol=0, err_msg=f"{path}, {m} rows")
             np.testing.assert_array_equal(two, one, err_msg=f"{path}, {m} rows, 2 threads")
+            np.testing.assert_array_equal(three, one, err_msg=f"{path}, {m} rows, 3 threads")
 
 
 def test_a_kernel_runs_on_the_blas_thread_count_its_runner_set():
