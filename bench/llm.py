@@ -1,14 +1,18 @@
-"""LLM inference: SmolLM2-135M on atensor (float32, KV cache, jitted decode) against transformers + torch.
+"""LLM inference: SmolLM2-135M from its shipped GGUF on atensor (packed weights, and float32) against
+transformers + torch, and serving.
 
     python bench/llm.py                 # writes bench/results/llm.json
+    python bench/llm.py --single-only   # the single-stream table alone: llm_single.json
     python bench/llm.py --server-only   # serving against the thread design, prefix TTFT: llm_server.json
 
-- Single stream: time to first token for a 64-token prompt (bucketed prefill) and decode tokens/s over
-  64 greedy tokens; transformers + torch float32 (the same weights, dequantized from the same GGUF) with
-  the same number of threads, as the peer. llama.cpp (llama-cpp-python) only when it is installed: it
-  runs Q4_1 with quantized kernels, an anchor rather than a like-for-like peer.
-- The physical limit: batch-1 decode reads every float32 weight once per token, so tokens/s is at most
-  (memory copy bandwidth / weight bytes); the table gives each run's fraction of it.
+- Single stream (bench/quant.py's engines, each in a fresh process): time to first token for a
+  64-token prompt, decode tokens/s over 64 greedy tokens, peak resident memory; atensor with the
+  file's packed weights (the default) and dequantized to float32, transformers + torch float32 with the
+  same threads, llama.cpp (llama-cpp-python) only when it is installed; otherwise issue 37's figures for
+  it, labelled QUOTED (not measured in the run).
+- The physical limit: batch-1 decode reads every weight once per token, so tokens/s is at most
+  (read bandwidth / weight bytes read per token): the packed bytes for atensor's packed model and
+  llama.cpp, float32 bytes for the float32 engines; the table gives each run's fraction of it.
 - Batched prefill: the server's 16 prompts prefilled one at a time (16 forwards) against as the rows
   of one forward (`LlamaEngine.prefill_many`), in alternating rounds (median and range).
 - Serving: aggregate tokens/s with 1, 4 and 16 concurrent streams through examples/serve_llm.py
@@ -41,37 +45,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import memcpy_bandwidth, table, write_results  # noqa: E402
+from bench.common import table, write_results  # noqa: E402
 
 PROMPT_TOKENS, DECODE_TOKENS, STREAM_TOKENS = 64, 64, 32
 SERVER_ROUNDS = 3  # alternating rounds of 1, 4 and 16 streams; the tables give the median round
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 
-
-
-def prompt_ids(tokenizer, n: int) -> list[int]:
-    text = " ".join(f"The {i}th item in the list is a small red box." for i in range(n))
-    return tokenizer.encode(text)[:n]
-
-
-def bench_atensor(gguf, ids: list[int]) -> dict:
-    from atensor.models.generation import LlamaEngine
-    from atensor.models.llama import Llama
-    engine = LlamaEngine(Llama(gguf, slots=1, context=512))
-    for _ in range(3):  # run, capture, verify: every later call is a replay
-        list(engine.generate(ids, 4))
-    ttfts = []
-    for _ in range(3):
-        start = time.perf_counter()
-        logits = engine.prefill(0, ids)
-        int(np.argmax(logits))
-        ttfts.append(time.perf_counter() - start)
-    gen = engine.generate(ids, DECODE_TOKENS + 1)
-    next(gen)
-    start = time.perf_counter()
-    count = sum(1 for _ in gen)
-    decode = count / (time.perf_counter() - start)
-    return {"ttft_ms": 1000 * statistics.median(ttfts), "decode_tps": decode}
 
 
 def bench_batched_prefill(gguf, tokenizer, rounds: int = 3) -> dict:
@@ -125,29 +104,6 @@ def hf_generate(model, ids: list[int], new_tokens: int) -> tuple[float, float, l
             tokens.append(token)
         rate = (new_tokens - 1) / (time.perf_counter() - start)
     return ttft, rate, tokens
-
-
-def bench_transformers(model, ids: list[int]) -> dict:
-    hf_generate(model, ids, 4)
-    ttfts = [hf_generate(model, ids, 1)[0] for _ in range(3)]
-    _, rate, _ = hf_generate(model, ids, DECODE_TOKENS + 1)
-    return {"ttft_ms": 1000 * statistics.median(ttfts), "decode_tps": rate}
-
-
-def bench_llama_cpp(ids: list[int]) -> dict | None:
-    try:
-        from llama_cpp import Llama as LlamaCpp
-    except ImportError:
-        return None
-    from atensor.models.gguf import default_gguf_path
-    llm = LlamaCpp(model_path=str(default_gguf_path()), n_threads=THREADS, n_ctx=512, verbose=False)
-    start = time.perf_counter()
-    llm.eval(ids)
-    ttft = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(DECODE_TOKENS):
-        llm.eval([int(np.argmax(llm.eval_logits[-1]))])
-    return {"ttft_ms": 1000 * ttft, "decode_tps": DECODE_TOKENS / (time.perf_counter() - start)}
 
 
 # ---- serving ----------------------------------------------------------------------------------------------
@@ -365,16 +321,47 @@ def bench_transformers_pool(model, tokenizer, streams: int) -> dict:
     return {"streams": streams, "tokens": total, "wall_s": wall, "tps": total / wall}
 
 
-def main() -> None:
+def single_stream() -> dict:
+    """Each engine of bench/quant.py in a fresh process (decode tokens/s, time to first token of a
+    64-token prompt, peak resident memory), printed against the limit of its bytes read per token;
+    llama.cpp measured when llama-cpp-python is installed, else its issue-37 figures, labelled quoted."""
+    from bench.quant import ENGINES, LLAMA_CPP_ISSUE, read_bandwidth, run_engine, weight_bytes_per_token
+    single = {name: found for name in ENGINES if (found := run_engine(name)) is not None}
+    per_token, read_bps = weight_bytes_per_token(), read_bandwidth()
+    peer = single["transformers float32"]
+    rows = []
+    for name, r in single.items():
+        limit = read_bps / per_token[name]
+        rows.append([name, r["ttft_ms"], r["decode_tps"], r["peak_mb"], per_token[name] / 1e6, limit,
+                     r["decode_tps"] / limit, r["decode_tps"] / peer["decode_tps"], r["tokens"] == peer["tokens"]])
+    if "llama.cpp" not in single:
+        limit = read_bps / per_token["llama.cpp"]
+        rows.append(["llama.cpp QUOTED (issue 37, not this run)", f"{LLAMA_CPP_ISSUE['ttft_ms']:.0f} (44 tok)",
+                     LLAMA_CPP_ISSUE["decode_tps"], "", per_token["llama.cpp"] / 1e6, limit,
+                     LLAMA_CPP_ISSUE["decode_tps"] / limit, LLAMA_CPP_ISSUE["decode_tps"] / peer["decode_tps"], ""])
+    load = os.getloadavg()
+    print(table(f"single stream, {PROMPT_TOKENS}-token prompt, {DECODE_TOKENS} greedy tokens, {THREADS} threads; "
+                f"limit: read bandwidth {read_bps / 1e9:.1f} GB/s / bytes of weights read per token; "
+                f"load average {load[0]:.1f}",
+                ["engine", "TTFT ms", "decode tok/s", "peak MB", "MB read/token", "limit tok/s", "of limit",
+                 "vs transformers", "same tokens"], rows))
+    return {"engines": {k: {f: v for f, v in r.items() if f != "tokens"} for k, r in single.items()},
+            "same_tokens_as_transformers": {k: r["tokens"] == peer["tokens"] for k, r in single.items()},
+            "read_bps": read_bps, "weight_bytes_per_token": per_token, "load_average": load,
+            "llama_cpp_quoted": None if "llama.cpp" in single else LLAMA_CPP_ISSUE}
+
+
+def main(single_only: bool) -> None:
     from atensor.models.gguf import load_gguf
     from atensor.models.tokenizer import GGUFTokenizer
+    single = single_stream()
+    if single_only:
+        path = write_results("llm_single", {"threads": THREADS, "single_stream": single,
+                                            "note": "one run on a shared 2-core machine; other sessions were running"})
+        print(f"wrote {path}")
+        return
     gguf = load_gguf()
     tokenizer = GGUFTokenizer(gguf.metadata)
-    ids = prompt_ids(tokenizer, PROMPT_TOKENS)
-    weight_bytes = sum(w.nbytes for w in gguf.weights.values())
-    bandwidth = memcpy_bandwidth()
-    limit = bandwidth / weight_bytes
-    single = {"atensor": bench_atensor(gguf, ids)}
     prefill = bench_batched_prefill(gguf, tokenizer)
     print(table(f"prefill of the {len(PROMPTS)} serving prompts ({min(len(tokenizer.encode(p)) for p in PROMPTS)}-"
                 f"{max(len(tokenizer.encode(p)) for p in PROMPTS)} tokens, bucket 16), alternating rounds",
@@ -382,23 +369,12 @@ def main() -> None:
                 [[name, r["median_s"], r["min_s"], r["max_s"],
                   prefill["one at a time"]["median_s"] / r["median_s"]] for name, r in prefill.items()]))
     hf = load_transformers()
-    single["transformers+torch"] = bench_transformers(hf, ids)
-    cpp = bench_llama_cpp(ids)
-    if cpp is not None:
-        single["llama.cpp (Q4_1)"] = cpp
-    rows = [[name, r["ttft_ms"], r["decode_tps"], r["decode_tps"] / limit,
-             r["decode_tps"] / single["transformers+torch"]["decode_tps"]] for name, r in single.items()]
-    print(table(f"single stream, {PROMPT_TOKENS}-token prompt, {DECODE_TOKENS} greedy tokens, {THREADS} threads; "
-                f"memcpy {bandwidth / 1e9:.1f} GB/s / {weight_bytes / 1e6:.0f} MB of float32 weights = "
-                f"{limit:.1f} tokens/s limit",
-                ["engine", "TTFT ms", "decode tok/s", "of limit", "vs transformers"], rows))
     counts = [1, 4, 16]
     served = bench_server(counts)
     pool = [bench_transformers_pool(hf, tokenizer, n) for n in counts]
     serving_tables(served, pool)
-    path = write_results("llm", {"threads": THREADS, "memcpy_bps": bandwidth, "weight_bytes": weight_bytes,
-                                 "decode_limit_tps": limit, "single_stream": single, "prefill_16": prefill, "server": served["event loop"],
-                                 "transformers_pool": pool,
+    path = write_results("llm", {"threads": THREADS, "single_stream": single, "prefill_16": prefill,
+                                 "server": served["event loop"], "transformers_pool": pool,
                                  "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")
 
@@ -407,10 +383,11 @@ if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description="SmolLM2 inference and serving benchmarks")
     parser.add_argument("--server-only", action="store_true", help="only the serving and prefix-TTFT part")
+    parser.add_argument("--single-only", action="store_true", help="only the single-stream table (llm_single.json)")
     parser.add_argument("--baseline", default="88d9cad", help="the git revision whose examples/serve_llm.py "
                         "(the thread design) the server part is compared with ('' : none)")
     args = parser.parse_args()
     if args.server_only:
         server_main(args.baseline)
     else:
-        main()
+        main(args.single_only)

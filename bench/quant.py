@@ -15,8 +15,9 @@ optional bench dependency: it builds from source in ~15 minutes). Otherwise the 
 issue 37 measured on this machine, quoted, NOT re-measured in this run: 117.7 decode tokens/s on 2
 threads, first token in 159 ms for a 44-token prompt.
 
-atensor's packed kernels run on one thread (its queue's worker); BLAS calls of the float32 model and
-torch use BENCH_THREADS threads. Timing on a shared 2-core machine is noisy: read ratios of one run.
+atensor's packed kernels run on a kernel's BLAS threads (BENCH_THREADS for the big ones, chosen by timing
+unless ATENSOR_BLAS_THREADS is set; backend/quant_pool_c.py), as the float32 model's BLAS calls and
+torch do. Timing on a shared 2-core machine is noisy: read ratios of one run.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from bench.common import memcpy_bandwidth, table, write_results  # noqa: E402
 
 PROMPT_TOKENS, DECODE_TOKENS = 64, 64
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-ENGINES = ("atensor quantized", "atensor float32", "transformers float32", "llama.cpp")
+ENGINES = ("atensor quantized", "atensor q8act", "atensor float32", "transformers float32", "llama.cpp")
 LLAMA_CPP_ISSUE = {"decode_tps": 117.7, "ttft_ms": 159.0, "prompt_tokens": 44, "threads": 2,
                    "note": "issue 37's measurement on this machine (llama-cpp-python 0.3), not re-measured here"}
 
@@ -154,6 +155,8 @@ def one(engine: str) -> None:
     ids = prompt_ids(GGUFTokenizer(load_gguf().metadata), PROMPT_TOKENS)
     if engine == "atensor quantized":
         result = run_atensor("packed", ids)
+    elif engine == "atensor q8act":  # llama.cpp's numerics: activations quantized to Q8_0 per 32
+        result = run_atensor("q8act", ids)
     elif engine == "atensor float32":
         result = run_atensor("float32", ids)
     elif engine == "transformers float32":
@@ -165,6 +168,22 @@ def one(engine: str) -> None:
     print("RESULT " + json.dumps(result))
 
 
+def run_engine(engine: str) -> dict | None:
+    """One engine of ENGINES measured in a fresh process (its own peak resident memory): its result,
+    or None for llama.cpp when llama-cpp-python is not installed."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS))
+    if THREADS == 1:  # atensor's kernels on one thread too (else: the cores, or the faster count by timing)
+        env["ATENSOR_BLAS_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", engine], env=env,
+                          capture_output=True, text=True, timeout=1800)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"{engine} failed:\n{proc.stderr[-3000:]}")
+    found = json.loads(line[len("RESULT "):])
+    print(f"{engine}: {found and {k: v for k, v in found.items() if k != 'tokens'}}", flush=True)
+    return found
+
+
 def weight_bytes_per_token() -> dict[str, int]:
     """Bytes of weights a batch-1 decode step reads: the file's tensors as stored (quantized: the
     embedding is read whole as the tied output, one row as the lookup), or dequantized to float32."""
@@ -172,25 +191,19 @@ def weight_bytes_per_token() -> dict[str, int]:
     gguf = load_gguf()
     stored = sum(gguf.stored(name).data.nbytes for name in gguf.weights)
     dense = sum(4 * int(np.prod(gguf.stored(name).shape)) for name in gguf.weights)
-    return {"atensor quantized": stored, "llama.cpp": stored, "atensor float32": dense, "transformers float32": dense}
+    return {"atensor quantized": stored, "atensor q8act": stored, "llama.cpp": stored, "atensor float32": dense,
+            "transformers float32": dense}
 
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--one":
         one(sys.argv[2])
         return
-    env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS))
     results: dict[str, dict] = {}
     for engine in ENGINES:
-        proc = subprocess.run([sys.executable, __file__, "--one", engine], env=env, capture_output=True, text=True,
-                              timeout=1800)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if proc.returncode != 0 or line is None:
-            raise RuntimeError(f"{engine} failed:\n{proc.stderr[-3000:]}")
-        found = json.loads(line[len("RESULT "):])
+        found = run_engine(engine)
         if found is not None:
             results[engine] = found
-        print(f"{engine}: {found and {k: v for k, v in found.items() if k != 'tokens'}}", flush=True)
     per_token = weight_bytes_per_token()
     read_bps, copy_bps = read_bandwidth(), memcpy_bandwidth()
     reference = results["transformers float32"]["tokens"]

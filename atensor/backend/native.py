@@ -67,6 +67,7 @@ _refused: dict[Node, str] = {}
 _by_code: dict[str, "NativeKernel"] = {}
 _libraries: list[ctypes.CDLL] = []  # loaded libraries stay loaded (their functions are registered)
 _blas: Optional[tuple[int, int, bool, int, int, int]] = None
+_blas_get_threads = 0  # openblas_get_num_threads of that BLAS, or 0
 _blas_bound = False
 _compiler: Optional[str] = None
 _compiler_checked = False
@@ -277,7 +278,7 @@ def compiler() -> Optional[str]:
 def _bind_blas() -> Optional[tuple[int, int, bool, int, int, int]]:
     """Addresses of the gemm functions of the BLAS numpy uses (found through threadpoolctl), whether
     it takes 64-bit integers, and its gemv functions; None when there is no such BLAS."""
-    global _blas, _blas_bound
+    global _blas, _blas_bound, _blas_get_threads
     if _blas_bound:
         return _blas
     _blas_bound = True
@@ -296,6 +297,9 @@ def _bind_blas() -> Optional[tuple[int, int, bool, int, int, int]]:
             ilp64 = "64_" in os.path.basename(str(getattr(lib, "filepath", "")))
             setter = getter("openblas_set_num_threads")  # for a program's kernels of more threads
             _blas = (s, d, ilp64, sv, dv, ctypes.cast(setter, ctypes.c_void_p).value if setter else 0)
+            found_get = getter("openblas_get_num_threads")
+            # the packed kernels' thread count is the kernel's BLAS count (quant_pool_c.py)
+            _blas_get_threads = ctypes.cast(found_get, ctypes.c_void_p).value if found_get else 0
             return _blas
     return None
 
@@ -544,6 +548,8 @@ def quant_library() -> Optional[ctypes.CDLL]:
                 blas = _bind_blas()
                 if blas is not None:  # many rows of x: decoded panels through sgemm (quant_c.py)
                     lib.atq_set_sgemm(ctypes.c_void_p(blas[0]), ctypes.c_int(int(blas[2])))
+                    if blas[5] and _blas_get_threads:  # threads: the kernel's BLAS count (quant_pool_c.py)
+                        lib.atq_set_blas_threads(ctypes.c_void_p(_blas_get_threads), ctypes.c_void_p(blas[5]))
                 _quant = lib
     return _quant
 

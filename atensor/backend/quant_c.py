@@ -8,14 +8,16 @@ an fma of an exact product is) and multiplies it by the float32 activation, summ
 paths differ only in the order of the sums (lanes), so the SIMD and portable paths agree to rounding.
 
 Paths: each function exists as `_portable`, `_avx2` and `_avx512` (GCC/Clang `target` attributes, so
-one compile holds all three on x86); `ATQ_BEST` picks the best the compiler's -march=native allows, at
-compile time. The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`).
+one compile holds all three on x86); quant_pool_c.py's entry points pick the best the compiler's
+-march=native allows, at compile time, and run it on the kernel's threads (rows of W split over them).
+The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`) through
+`atq_matmul_run`, on one thread and on two.
 
 Batched rows: `atq_matmul` with several rows of x decodes each weight row once into an L1-resident
 scratch row and multiplies it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on (a
 prefill, 16 decode streams) it decodes panels of weight rows (128 KiB, in L2) and multiplies each
-panel with all rows of x in BLAS's sgemm (set by native.py; its threads are the kernel's BLAS threads).
-Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
+panel with all rows of x in BLAS's sgemm (set by native.py; called on one BLAS thread from each of the
+kernel's threads, quant_pool_c.py). Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
 takes the fused decode-and-dot in registers, where a scratch row's store and load would cost more
 than the decode.
 
@@ -30,6 +32,8 @@ import math
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.view import View
+from atensor.backend.quant_pool_c import POOL_SOURCE
+from atensor.backend.quant_q8_c import Q8_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
 
@@ -52,7 +56,7 @@ def render_packed(ast: Node, name: str, params: list[tuple[int, str]]) -> str:
         return f"b{param.arg[0]}" + (f" + {view.offset}" if view.offset else "")
     packed, out = value.arg, place(target)
     if value.op is Ops.QMATMUL:
-        call = (f"{PACKED_CALL}qmatmul({packed.format.code}, {place(value.src[0])}, {place(value.src[1])}, {out}, "
+        call = (f"{PACKED_CALL}qmatmul({packed.kernel_code}, {place(value.src[0])}, {place(value.src[1])}, {out}, "
                 f"{math.prod(value.shape[:-1])}, {packed.cols}, {packed.rows});")
     else:
         call = f"{PACKED_CALL}dequant({packed.format.code}, {place(value.src[0])}, {out}, {packed.rows}, {packed.cols});"
@@ -62,9 +66,11 @@ def render_packed(ast: Node, name: str, params: list[tuple[int, str]]) -> str:
 
 
 SOURCE = r"""
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime, pthreads (quant_pool_c.py) under -std=c11 */
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
+#include <math.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -375,6 +381,9 @@ static int atq_sgemm_ilp64;
 void atq_set_sgemm(void *fn, int ilp64) { atq_sgemm = fn; atq_sgemm_ilp64 = ilp64; }
 #define ATQ_GEMM_ROWS 8        /* from this many rows of x on, decoded panels go to sgemm */
 #define ATQ_PANEL_FLOATS 32768 /* a panel's decoded weights: 128 KiB, in L2 */
+static inline int64_t atq_panel_rows(int64_t cols) {  /* weight rows per decoded panel */
+  return ATQ_PANEL_FLOATS / cols < 4 ? 4 : ATQ_PANEL_FLOATS / cols;
+}
 static void atq_gemm_panel(const float *x, const float *panel, float *y, int64_t m, int64_t n, int64_t cols,
                            int64_t ldy) {  /* y[:, 0:n] = x (m, cols) . panel (n, cols)^T */
   if (atq_sgemm_ilp64)
@@ -399,7 +408,7 @@ static void atq_gemm_panel(const float *x, const float *panel, float *y, int64_t
       return;                                                                                           \
     }                                                                                                   \
     if (m >= ATQ_GEMM_ROWS && atq_sgemm != NULL) {                                                      \
-      int64_t per = ATQ_PANEL_FLOATS / cols < 4 ? 4 : ATQ_PANEL_FLOATS / cols;                           \
+      int64_t per = atq_panel_rows(cols);                                                               \
       float *panel = (float *)malloc(sizeof(float) * per * cols);                                       \
       if (panel != NULL) {                                                                              \
         for (int64_t r = r0; r < r1; r += per) {                                                        \
@@ -419,10 +428,6 @@ static void atq_gemm_panel(const float *x, const float *panel, float *y, int64_t
       for (; i < m; i++) y[i * rows + r] = atq_dot_dense_##PATH(scratch, x + i * cols, cols);           \
     }                                                                                                   \
   }                                                                                                     \
-  void atq_matmul_##PATH(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,   \
-                         int64_t rows) {                                                                \
-    atq_matmul_rows_##PATH(fmt, x, w, y, m, cols, rows, 0, rows);                                        \
-  }                                                                                                     \
   void atq_dequant_##PATH(int fmt, const uint8_t *w, float *out, int64_t rows, int64_t cols) {           \
     int64_t rb = atq_row_bytes(fmt, cols);                                                              \
     for (int64_t r = 0; r < rows; r++) atq_decode_row_##PATH(fmt, w + r * rb, out + r * cols, cols);    \
@@ -439,23 +444,6 @@ int atq_has_avx2(void) { return 0; }
 int atq_has_avx512(void) { return 0; }
 #endif
 
-/* the path the compiler's target allows (-march=native: this CPU's), chosen at compile time */
-#if defined(ATQ_X86) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
-#define ATQ_BEST avx512
-const char *atq_best_path(void) { return "avx512"; }
-#elif defined(ATQ_X86) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define ATQ_BEST avx2
-const char *atq_best_path(void) { return "avx2"; }
-#else
-#define ATQ_BEST portable
-const char *atq_best_path(void) { return "portable"; }
-#endif
-#define ATQ_CAT(a, b) a##b
-#define ATQ_XCAT(a, b) ATQ_CAT(a, b)
-void atq_matmul(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols, int64_t rows) {
-  ATQ_XCAT(atq_matmul_, ATQ_BEST)(fmt, x, w, y, m, cols, rows);
-}
-void atq_dequant(int fmt, const uint8_t *w, float *out, int64_t rows, int64_t cols) {
-  ATQ_XCAT(atq_dequant_, ATQ_BEST)(fmt, w, out, rows, cols);
-}
 """
+SOURCE += Q8_SOURCE  # the optional Q8-activation kernels (llama.cpp's numerics)
+SOURCE += POOL_SOURCE  # the thread pool and the entry points (atq_matmul, atq_dequant, atq_matmul_run)

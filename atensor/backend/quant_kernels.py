@@ -6,8 +6,8 @@ kernel library they would be compiled again with each jit capture. A QMATMUL ker
 is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which native.py sets to
 the helper's `atq_matmul` when it loads a library (native.quant_library compiles the helper).
 
-`matmul` and `dequantize` call a chosen path directly: the tests hold each path the CPU has to the
-portable one and to numpy.
+`matmul` and `dequantize` call a chosen path directly (`matmul` on a chosen number of threads too):
+the tests hold each path the CPU has, on one thread and on two, to the portable one and to numpy.
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ def library() -> Optional[ctypes.CDLL]:
         return None
     with _lock:
         for path in PATHS:
-            for kind in ("matmul", "dequant"):
-                fn = getattr(lib, f"atq_{kind}_{path}", None)
-                if fn is not None:
-                    fn.restype = None
-        for name in ("atq_has_avx2", "atq_has_avx512"):
+            fn = getattr(lib, f"atq_dequant_{path}", None)
+            if fn is not None:
+                fn.restype = None
+        lib.atq_matmul_run.restype = None
+        for name in ("atq_has_avx2", "atq_has_avx512", "atq_threads"):
             getattr(lib, name).restype = ctypes.c_int
         lib.atq_best_path.restype = ctypes.c_char_p
         _library = lib
@@ -67,6 +67,12 @@ def available_paths() -> list[str]:
     return ["portable"] + [p for p in ("avx2", "avx512") if getattr(lib, f"atq_has_{p}")()]
 
 
+def threads_follow_blas() -> bool:
+    """Whether a kernel's run reads its thread count from BLAS (OpenBLAS's get and set functions were
+    found, quant_pool_c.py); else every packed kernel runs on one thread."""
+    return library() is not None and bool(native._blas_get_threads) and native.program_threads()
+
+
 def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.ndarray:
     """A QMATMUL kernel of the numpy backend (an eager realize's; a jit replay's is compiled C): the
     best C path through this library unless `settings.native` is "0" or it did not compile, else
@@ -88,19 +94,25 @@ def _pointer(a: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(a.__array_interface__["data"][0])
 
 
-def matmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape, path: str = "best") -> np.ndarray:
-    """x (m, cols) float32 @ W^T through the C kernel of `path` ("best", or one of `available_paths`)."""
+def matmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape, path: str = "best",
+           threads: Optional[int] = None) -> np.ndarray:
+    """x (m, cols) float32 @ W^T through the C kernel of `path` ("best", or one of `available_paths`)
+    on `threads` threads (default: the BLAS thread count now set, as a kernel's run reads it), with
+    `shape.activations`' numerics."""
     lib = library()
     if lib is None:
         raise RuntimeError(f"the packed-weight kernels did not compile: {failure()}")
+    if path != "best" and path not in PATHS:
+        raise ValueError(f"no kernel path {path!r}; the paths are 'best' and {PATHS}")
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape.cols)
     w = np.ascontiguousarray(packed).reshape(-1).view(np.uint8)
     if w.size != shape.nbytes:
         raise ValueError(f"{shape} needs {shape.nbytes} bytes, got {w.size}")
     out = np.empty((x.shape[0], shape.rows), np.float32)
-    fn = lib.atq_matmul if path == "best" else getattr(lib, f"atq_matmul_{path}")
-    fn(ctypes.c_int(shape.format.code), _pointer(x), _pointer(w), _pointer(out), ctypes.c_int64(x.shape[0]),
-       ctypes.c_int64(shape.cols), ctypes.c_int64(shape.rows))
+    count = lib.atq_threads() if threads is None else threads
+    lib.atq_matmul_run(ctypes.c_int(-1 if path == "best" else PATHS.index(path)), ctypes.c_int(shape.kernel_code),
+                       _pointer(x), _pointer(w), _pointer(out), ctypes.c_int64(x.shape[0]),
+                       ctypes.c_int64(shape.cols), ctypes.c_int64(shape.rows), ctypes.c_int(count))
     return out
 
 

@@ -56,13 +56,36 @@ def format_named(name: str) -> QuantFormat:
     return found
 
 
+ACTIVATIONS = ("float32", "q8_0")  # a QMATMUL's numerics: x as given, or quantized to Q8_0 per 32
+Q8ACT_FLAG = 16  # the C kernels' format code | this: activations quantized (backend/quant_q8_c.py)
+
+
 @dataclass(frozen=True)
 class PackedShape:
     """What a QMATMUL or DEQUANT node reads: a (rows, cols) matrix packed as `format`, as a flat
-    uint8 source of `rows * format.row_bytes(cols)` bytes."""
+    uint8 source of `rows * format.row_bytes(cols)` bytes. `activations` is a QMATMUL's numerics:
+    "float32" (the default: x as given, the weights decoded exactly) or "q8_0" (llama.cpp's: each row
+    of x quantized to Q8_0 per 32 values and block dot products in integers; F16 and BF16 weights keep
+    float32 activations)."""
     format: QuantFormat
     rows: int
     cols: int
+    activations: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations={self.activations!r}: a packed matmul's activations are one of "
+                             f"{ACTIVATIONS}")
+
+    @property
+    def q8act(self) -> bool:
+        """Whether a QMATMUL quantizes x (only for the block formats: F16 and BF16 keep float32)."""
+        return self.activations == "q8_0" and self.format.block == 32
+
+    @property
+    def kernel_code(self) -> int:
+        """The format's number for the C kernels, with Q8ACT_FLAG when x is quantized."""
+        return self.format.code | (Q8ACT_FLAG if self.q8act else 0)
 
     @property
     def nbytes(self) -> int:

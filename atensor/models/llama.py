@@ -70,7 +70,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
 
 
-WEIGHTS = ("packed", "float32")  # how a model holds its projections (Llama's `weights`)
+WEIGHTS = ("packed", "q8act", "float32")  # how a model holds its projections (Llama's `weights`)
 
 
 class Projections:
@@ -120,6 +120,9 @@ class Llama:
     are stored, memory-mapped, and multiplies by them in C kernels that decode each block in registers
     (nn/packed.py); a tensor of another type is dequantized to float32. `weights="float32"`
     dequantizes everything to float32 (the previous model; 5.5x the file's bytes for SmolLM2).
+    `weights="q8act"` keeps them packed and multiplies with llama.cpp's numerics: each row of
+    activations quantized to Q8_0 per 32 values, integer block dot products (faster; the results
+    change by the activations' rounding, so greedy ids may differ from transformers').
     """
 
     def __init__(self, gguf: GGUFModel, slots: int = 1, context: int = 512, device: str = "CPU",
@@ -142,15 +145,16 @@ class Llama:
 
         def part(name: str) -> Union[PackedWeight, np.ndarray]:
             """A projection (out, in) as the file stores it when packed, else its float32 array."""
-            if weights == "packed":
+            if weights != "float32":
                 stored = gguf.stored(name)
                 fmt = FORMATS.get(stored.type_name.lower())
                 if fmt is not None and len(stored.shape) == 2:
-                    return PackedWeight.from_bytes(stored.data, fmt, *stored.shape, device=device)
+                    return PackedWeight.from_bytes(stored.data, fmt, *stored.shape, device=device,
+                                                   activations="q8_0" if weights == "q8act" else "float32")
             return w[name]
 
         def vector(name: str) -> Tensor:  # a norm's weights: float32 in the file, used in place
-            if weights == "packed":
+            if weights != "float32":
                 stored = gguf.stored(name)
                 if stored.type_name == "F32":
                     return wrap_array(stored.data.reshape(stored.shape), device)

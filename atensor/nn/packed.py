@@ -48,10 +48,13 @@ def wrap_array(array: np.ndarray, device: str | None = None) -> Tensor:
 
 class PackedWeight:
     """A (rows, cols) matrix packed in `format`: rows of whole blocks, one after another (GGUF's order,
-    PyTorch's (out, in) for a projection). `packed` is the flat uint8 Tensor of its bytes."""
+    PyTorch's (out, in) for a projection). `packed` is the flat uint8 Tensor of its bytes.
+    `activations` is `linear`'s numerics: "float32" (x as given, the weights decoded exactly: the
+    float32 model's values) or "q8_0" (llama.cpp's: x quantized to Q8_0 per 32, integer block dot
+    products; faster, not exact; graph/quant.py)."""
 
-    def __init__(self, packed: Tensor, format: QuantFormat, rows: int, cols: int):
-        self.shape = PackedShape(format, rows, cols)
+    def __init__(self, packed: Tensor, format: QuantFormat, rows: int, cols: int, activations: str = "float32"):
+        self.shape = PackedShape(format, rows, cols, activations)
         if packed.dtype != dtypes.uint8 or packed.shape != (self.shape.nbytes,):
             raise ValueError(f"a {format.name} ({rows}, {cols}) matrix is a ({self.shape.nbytes},) uint8 tensor, "
                              f"got {packed.shape} {packed.dtype.name}")
@@ -59,12 +62,12 @@ class PackedWeight:
 
     @staticmethod
     def from_bytes(data: np.ndarray, format: QuantFormat, rows: int, cols: int,
-                   device: str | None = None) -> PackedWeight:
+                   device: str | None = None, activations: str = "float32") -> PackedWeight:
         """The matrix whose packed bytes are `data` (any shape; its bytes are read, whatever its dtype:
         an F16 matrix may come as float16), kept as they are on a CPU device when C-contiguous."""
         flat = np.asarray(data)
         flat = (flat if flat.flags.c_contiguous else np.ascontiguousarray(flat)).reshape(-1).view(np.uint8)
-        return PackedWeight(wrap_array(flat, device), format, rows, cols)
+        return PackedWeight(wrap_array(flat, device), format, rows, cols, activations)
 
     @property
     def format(self) -> QuantFormat:
@@ -94,7 +97,8 @@ class PackedWeight:
 
     def dequantize(self) -> Tensor:
         """The matrix as float32 (rows, cols): one DEQUANT kernel."""
-        return Tensor(Node.make(Ops.DEQUANT, dtypes.float32, (self.packed.node,), self.shape))
+        shape = PackedShape(self.format, self.rows, self.cols)
+        return Tensor(Node.make(Ops.DEQUANT, dtypes.float32, (self.packed.node,), shape))
 
     def rows_at(self, ids: Tensor) -> Tensor:
         """Rows `ids` (n,) integer of the matrix as float32 (n, cols), an embedding lookup: the rows'
@@ -113,4 +117,5 @@ class PackedWeight:
         return Tensor(Node.make(Ops.DEQUANT, dtypes.float32, (raw.node,), shape))
 
     def __repr__(self) -> str:
-        return f"PackedWeight({self.format.name}, rows={self.rows}, cols={self.cols}, {self.nbytes} bytes)"
+        tail = f", activations={self.shape.activations}" if self.shape.activations != "float32" else ""
+        return f"PackedWeight({self.format.name}, rows={self.rows}, cols={self.cols}, {self.nbytes} bytes{tail})"

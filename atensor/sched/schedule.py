@@ -450,7 +450,8 @@ def kernel_name(body: Node) -> str:
     if body.op in PACKED:  # q_matmul_q4_1_7x576x1536: rows of x, columns, rows of the weight
         packed = body.arg
         lead = f"{math.prod(body.shape[:-1])}x" if body.op is Ops.QMATMUL else ""
-        return f"q_{body.op.name.lower()}_{packed.format.name}_{lead}{packed.cols}x{packed.rows}"
+        tail = "_q8act" if body.op is Ops.QMATMUL and packed.q8act else ""
+        return f"q_{body.op.name.lower()}_{packed.format.name}_{lead}{packed.cols}x{packed.rows}{tail}"
     nodes = toposort([body])
     reduces = [n for n in nodes if n.op is Ops.REDUCE]
     if reduces:

@@ -4,6 +4,9 @@ and dequantize (an independent implementation); and a QMATMUL is a kernel of the
 proved in bounds, named in the profile, replayed by the jit."""
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -52,6 +55,135 @@ def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_man
         for path, got in results.items():
             np.testing.assert_allclose(got, exact, atol=2e-5, rtol=0, err_msg=f"{path}, {m} rows")
             np.testing.assert_allclose(got, results["portable"], atol=2e-5, rtol=0, err_msg=path)
+
+
+@pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
+def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
+    # 320 rows: two threads split them (at least 64 each); 256 columns: a 128-row sgemm panel, so the
+    # 16-row decode of many rows is split at a panel's edge
+    from atensor.backend import blas
+    blas.use(1)  # as a one-thread kernel's runner sets it: sgemm on one thread (two threads set it so too)
+    data, expected = _packed(fmt, 320, 256, seed=7)
+    shape = PackedShape(fmt, 320, 256)
+    rng = np.random.default_rng(8)
+    for m in (1, 3, 16):  # one decode row, a few (scratch row), many (sgemm panels)
+        x = rng.standard_normal((m, 256)).astype(np.float32)
+        exact = x.astype(np.float64) @ expected.T.astype(np.float64)
+        for path in quant_kernels.available_paths():
+            one = quant_kernels.matmul(x, data, shape, path, threads=1)
+            two = quant_kernels.matmul(x, data, shape, path, threads=2)
+            three = quant_kernels.matmul(x, data, shape, path, threads=3)  # the pool grows after use
+            np.testing.assert_allclose(one, exact, atol=5e-5, rtol=0, err_msg=f"{path}, {m} rows")
+            np.testing.assert_array_equal(two, one, err_msg=f"{path}, {m} rows, 2 threads")
+            np.testing.assert_array_equal(three, one, err_msg=f"{path}, {m} rows, 3 threads")
+
+
+def test_a_kernel_runs_on_the_blas_thread_count_its_runner_set():
+    from atensor.backend import blas
+    lib = quant_kernels.library()
+    if not quant_kernels.threads_follow_blas():
+        pytest.skip("no OpenBLAS thread setter found: packed kernels run on one thread")
+    try:
+        blas.use(2)
+        assert lib.atq_threads() == 2
+        blas.use(1)
+        assert lib.atq_threads() == 1
+    finally:
+        blas.use(1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_two_thread_kernels_on_workers_of_its_own():
+    data, expected = _packed(Q8_0, 256, 64, seed=17)
+    shape = PackedShape(Q8_0, 256, 64)
+    x = np.ones((1, 64), np.float32)
+    quant_kernels.matmul(x, data, shape, threads=2)  # the parent's workers exist now
+    pid = os.fork()
+    if pid == 0:  # the child: fork copied no worker; without its own it would wait for them forever
+        got = quant_kernels.matmul(x, data, shape, threads=2)
+        os._exit(0 if np.allclose(got, x @ expected.T, atol=1e-4) else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's two-thread kernel did not finish in 60 s")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_avx512_path_matches_the_portable_one_where_the_cpu_has_it():
+    if "avx512" not in quant_kernels.available_paths():
+        pytest.skip("this CPU has no AVX-512 F/BW/VL (see /proc/cpuinfo): its path cannot run here; "
+                    "the portable and AVX2 paths are tested")
+    data, expected = _packed(Q4_1, 128, 64, seed=9)
+    shape = PackedShape(Q4_1, 128, 64)
+    x = np.random.default_rng(10).standard_normal((5, 64)).astype(np.float32)
+    for threads in (1, 2):
+        np.testing.assert_allclose(quant_kernels.matmul(x, data, shape, "avx512", threads),
+                                   quant_kernels.matmul(x, data, shape, "portable", threads), atol=2e-5, rtol=0)
+
+
+def test_q8_activations_quantize_x_as_llama_cpp_does():
+    from atensor.backend.quant_numpy import quantize_rows_q8
+    x = np.random.default_rng(11).standard_normal((3, 64)).astype(np.float32)
+    x[1, :32] = 0  # an all-zero block: d = 0, q = 0
+    x[2, :32] = np.arange(32, dtype=np.float32) * 0.5  # amax 15.5: some x / d fall on halves
+    q, d = quantize_rows_q8(x)
+    blocks = x.reshape(3, 2, 32)
+    np.testing.assert_array_equal(d, np.abs(blocks).max(-1) / np.float32(127))
+    assert np.abs(q).max() == 127 and (q[1, 0] == 0).all()
+    inverse = (1 / np.where(d != 0, d, 1)).astype(np.float32)[..., None]
+    assert np.abs(q - blocks * inverse).max() <= 0.5  # each the nearest integer
+    lib = quant_kernels.library()  # the C quantizer gives the same blocks (d float32, s int32, 32 int8)
+    raw = np.zeros(3 * 2 * 40, np.uint8)
+    lib.atq_quantize_x_export(quant_kernels._pointer(x), quant_kernels._pointer(raw), 3, 64)
+    blocks_c = raw.reshape(3, 2, 40)
+    np.testing.assert_array_equal(blocks_c[..., :4].copy().view(np.float32)[..., 0], d)
+    np.testing.assert_array_equal(blocks_c[..., 8:].view(np.int8), q)
+    np.testing.assert_array_equal(blocks_c[..., 4:8].copy().view(np.int32)[..., 0], q.astype(np.int32).sum(-1))
+
+
+@pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
+def test_q8_activation_matmuls_match_numpy_integer_block_products_on_every_path(fmt):
+    from atensor.backend import blas
+    from atensor.backend.quant_numpy import qmatmul_q8act
+    blas.use(1)
+    data, expected = _packed(fmt, 320, 256, seed=12)
+    shape = PackedShape(fmt, 320, 256, "q8_0")
+    rng = np.random.default_rng(13)
+    for m in (1, 3, 16):
+        x = rng.standard_normal((m, 256)).astype(np.float32)
+        want = qmatmul_q8act(x, data, shape)
+        exact = x @ expected.T  # the float32 activations' product: q8 is near it, not equal
+        assert np.abs(want - exact).max() < 0.05 * np.abs(exact).max()
+        for path in quant_kernels.available_paths():
+            one = quant_kernels.matmul(x, data, shape, path, threads=1)
+            np.testing.assert_allclose(one, want, atol=3e-5, rtol=0, err_msg=f"{path}, {m} rows")
+            np.testing.assert_array_equal(quant_kernels.matmul(x, data, shape, path, threads=2), one,
+                                          err_msg=f"{path}, {m} rows, 2 threads")
+
+
+@pytest.mark.parametrize("native", ["all", "0"])
+def test_a_q8_activation_packed_weight_runs_in_the_graph_and_f16_keeps_float_activations(native):
+    from atensor.backend.quant_numpy import qmatmul_q8act
+    data, _ = _packed(Q4_1, 64, 96, seed=14)
+    w = PackedWeight.from_bytes(data, Q4_1, 64, 96, activations="q8_0")
+    half, half_values = _packed(F16, 64, 96, seed=15)
+    wh = PackedWeight.from_bytes(half, F16, 64, 96, activations="q8_0")
+    x = np.random.default_rng(16).standard_normal((2, 96)).astype(np.float32)
+    with Context(native=native):
+        with atensor.profile() as prof:
+            y = w.linear(Tensor(x)).numpy()
+        yh = wh.linear(Tensor(x)).numpy()
+    np.testing.assert_allclose(y, qmatmul_q8act(x, data, w.shape), atol=3e-5, rtol=0)
+    np.testing.assert_allclose(yh, x @ half_values.T, atol=3e-5, rtol=0)
+    assert "q_qmatmul_q4_1_2x96x64_q8act" in {s.name for s in prof.spans}
+    with pytest.raises(ValueError, match="activations are one of"):
+        PackedShape(Q4_1, 64, 96, "int4")
 
 
 def test_the_compiled_path_is_the_best_this_cpu_allows():

@@ -1,0 +1,219 @@
+"""The C that runs a packed matmul on several threads, and the kernels' entry points (quant_c.py's
+SOURCE ends with it).
+
+Why threads of its own: a batch-1 decode step is matrix-vector products whose time is the decode of
+the weight blocks (compute, not memory: ~3 GB/s a thread against ~10 GB/s the memory gives), so two
+cores decode twice the blocks. BLAS cannot lend its threads for that (OpenBLAS has no public call to
+run a function on its pool), so this file keeps a small pool of workers, started on first use.
+
+How many threads: a kernel's BLAS thread count, the one mechanism atensor has for a kernel's threads
+(backend/blas.py): the runner sets it per kernel (a big kernel gets the cores' share, or the count its
+timed runs found faster under the current load; a small one gets one) before the kernel runs, and the
+kernel reads it back through `openblas_get_num_threads` (native.py hands both functions over). While
+the pool's threads call sgemm (many rows, quant_c.py's panels), BLAS is set to one thread, so the two
+kinds of threads never stack; the count is set back before the kernel returns.
+
+The split: rows of W (the output columns) in contiguous runs, a multiple of 16 rows each (a thread's
+stores do not share a cache line with another's) or of the sgemm panel's rows, so each weight block is
+read by one thread only, each thread writes its own columns of y, and every dot product (or sgemm call)
+is the one a single thread makes: the result is the same as one thread's, bit for bit.
+
+Invariants: one job at a time (`atq_pool_call`; a second caller, e.g. another CPU device's queue,
+runs on its own thread alone); a worker acknowledges every job (`pending`), so the caller returns only
+when no worker still reads its arguments; a forked child starts with no workers (pthread_atfork). Idle workers spin ATQ_SPIN_NS (the next product of a decode
+step comes within tens of microseconds), then sleep on a condition variable.
+"""
+from __future__ import annotations
+
+POOL_SOURCE = r"""
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+/* the path the compiler's target allows (-march=native: this CPU's), chosen at compile time */
+#if defined(ATQ_X86) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
+#define ATQ_BEST_CODE 2
+const char *atq_best_path(void) { return "avx512"; }
+#elif defined(ATQ_X86) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ATQ_BEST_CODE 1
+const char *atq_best_path(void) { return "avx2"; }
+#else
+#define ATQ_BEST_CODE 0
+const char *atq_best_path(void) { return "portable"; }
+#endif
+
+typedef void (*atq_rows_fn)(int, const float *, const uint8_t *, float *, int64_t, int64_t, int64_t, int64_t,
+                            int64_t);
+static atq_rows_fn atq_path_fn(int path, int q8) {  /* 0 portable, 1 avx2, 2 avx512, -1 the compiled best */
+  if (path < 0) path = ATQ_BEST_CODE;
+#ifdef ATQ_X86
+  if (q8 && path >= 1) return atq_q8_rows_avx2;  /* quant_q8_c.py: AVX-512 runs the AVX2 code */
+  if (path == 2) return atq_matmul_rows_avx512;
+  if (path == 1) return atq_matmul_rows_avx2;
+#endif
+  return q8 ? atq_q8_rows_portable : atq_matmul_rows_portable;
+}
+
+/* ---- BLAS's thread count: the kernel's threads ---------------------------------------------------- */
+typedef int (*atq_get_threads_t)(void);
+typedef void (*atq_set_threads_t)(int);
+static atq_get_threads_t atq_blas_get;
+static atq_set_threads_t atq_blas_set;
+void atq_set_blas_threads(void *get, void *set) { atq_blas_get = (atq_get_threads_t)get; atq_blas_set = (atq_set_threads_t)set; }
+#define ATQ_MAX_THREADS 16
+int atq_threads(void) {
+  int n = atq_blas_get != NULL ? atq_blas_get() : 1;
+  return n < 1 ? 1 : n > ATQ_MAX_THREADS ? ATQ_MAX_THREADS : n;
+}
+
+/* ---- the pool ------------------------------------------------------------------------------------- */
+typedef struct {
+  atq_rows_fn fn; int fmt; const float *x; const uint8_t *w; float *y; int64_t m, cols, rows, chunk;
+} atq_job;
+static pthread_mutex_t atq_pool_call = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
+static pthread_mutex_t atq_pool_lock = PTHREAD_MUTEX_INITIALIZER;  /* guards the sleep on `atq_wake` */
+static pthread_cond_t atq_wake = PTHREAD_COND_INITIALIZER;
+static uint64_t atq_generation;  /* bumped per job (atomics: __atomic builtins) */
+static int atq_pending;          /* workers yet to acknowledge the current job */
+static int atq_started;          /* workers running; only the caller holding atq_pool_call changes it */
+static atq_job atq_current;
+static uint64_t atq_born[ATQ_MAX_THREADS];  /* the generation when worker i started: its first job is the next */
+#define ATQ_SPIN_NS 50000
+
+static inline void atq_pause(void) {
+#ifdef ATQ_X86
+  __builtin_ia32_pause();
+#endif
+}
+static uint64_t atq_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void atq_run_part(const atq_job *job, int64_t part) {
+  int64_t r0 = part * job->chunk, r1 = r0 + job->chunk < job->rows ? r0 + job->chunk : job->rows;
+  if (r0 < r1) job->fn(job->fmt, job->x, job->w, job->y, job->m, job->cols, job->rows, r0, r1);
+}
+
+static void *atq_worker(void *arg) {
+  int64_t me = (int64_t)(intptr_t)arg;  /* part 0 is the caller's */
+  uint64_t seen = atq_born[me];  /* not 0: a worker added later must not run the last job again */
+  for (;;) {
+    uint64_t start = atq_clock(), now;
+    int spins = 0;
+    while ((now = __atomic_load_n(&atq_generation, __ATOMIC_ACQUIRE)) == seen) {
+      atq_pause();
+      if (++spins % 256 == 0 && atq_clock() - start > ATQ_SPIN_NS) {
+        pthread_mutex_lock(&atq_pool_lock);
+        while ((now = __atomic_load_n(&atq_generation, __ATOMIC_ACQUIRE)) == seen)
+          pthread_cond_wait(&atq_wake, &atq_pool_lock);
+        pthread_mutex_unlock(&atq_pool_lock);
+        break;
+      }
+    }
+    seen = now;
+    atq_job job = atq_current;  /* written before the generation's release store */
+    atq_run_part(&job, me);
+    __atomic_fetch_sub(&atq_pending, 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+/* a child forked from a process with workers has none (fork copies only the calling thread): it starts
+   its own, from fresh locks (one held by another thread at the fork would stay held) */
+static void atq_after_fork(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+  atq_pool_call = fresh;
+  atq_pool_lock = fresh;
+  atq_wake = wake;
+  atq_started = 0;
+  atq_pending = 0;
+}
+
+/* runs parts 1..parts-1 of `job` on workers and part 0 here; false (nothing run) when the pool is busy
+   with another caller's job or its workers cannot start */
+static int atq_pool_run(const atq_job *job, int parts) {
+  static int registered;
+  if (pthread_mutex_trylock(&atq_pool_call) != 0) return 0;
+  if (!registered) registered = pthread_atfork(NULL, NULL, atq_after_fork) == 0;
+  while (atq_started < parts - 1) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    atq_born[atq_started + 1] = atq_generation;  /* pthread_create orders this before the worker reads it */
+    int failed = pthread_create(&thread, &attr, atq_worker, (void *)(intptr_t)(atq_started + 1));
+    pthread_attr_destroy(&attr);
+    if (failed) break;
+    atq_started++;
+  }
+  if (atq_started < parts - 1) { pthread_mutex_unlock(&atq_pool_call); return 0; }
+  atq_current = *job;
+  __atomic_store_n(&atq_pending, atq_started, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&atq_pool_lock);  /* a worker between its check and its wait sees the new generation */
+  __atomic_fetch_add(&atq_generation, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&atq_wake);
+  pthread_mutex_unlock(&atq_pool_lock);
+  atq_run_part(job, 0);
+  for (int spins = 0; __atomic_load_n(&atq_pending, __ATOMIC_ACQUIRE) > 0; spins++) {
+    if (spins < 4096) atq_pause(); else sched_yield();
+  }
+  pthread_mutex_unlock(&atq_pool_call);
+  return 1;
+}
+
+/* ---- the entry points ------------------------------------------------------------------------------
+   y (m, rows) = x (m, cols) . W^T, W packed (rows, cols), through `path` on `threads` threads; `fmt` with
+   ATQ_Q8ACT set: x's rows quantized to Q8_0 first (quant_q8_c.py) */
+#define ATQ_MIN_ROWS_PER_THREAD 64
+static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
+                             int64_t cols, int64_t rows, int threads, int may_gemm);
+void atq_matmul_run(int path, int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                    int64_t rows, int threads) {
+  int q8 = (fmt & ATQ_Q8ACT) && (fmt & ~ATQ_Q8ACT) <= ATQ_Q8_0;  /* F16, BF16: float32 activations */
+  fmt &= ~ATQ_Q8ACT;
+  void *quantized = NULL;
+  if (q8) {  /* x's rows quantized once, here; the rows functions read the blocks where x was */
+    quantized = malloc(sizeof(atq_xblock) * (size_t)(m * (cols / 32)));
+    if (quantized == NULL) q8 = 0;  /* no memory for the blocks: the float32 kernel, whose results are exact */
+    else { atq_quantize_x(x, (atq_xblock *)quantized, m, cols); x = (const float *)quantized; }
+  }
+  atq_rows_fn fn = atq_path_fn(path, q8);
+  atq_matmul_split(fn, fmt, x, w, y, m, cols, rows, threads, !q8);
+  free(quantized);
+}
+
+static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
+                             int64_t cols, int64_t rows, int threads, int may_gemm) {
+  int parts = threads < 1 ? 1 : threads > ATQ_MAX_THREADS ? ATQ_MAX_THREADS : threads;
+  while (parts > 1 && rows / parts < ATQ_MIN_ROWS_PER_THREAD) parts--;
+  if (parts > 1) {
+    int gemm = may_gemm && m >= ATQ_GEMM_ROWS && cols <= ATQ_SCRATCH && atq_sgemm != NULL;  /* quant_c.py's panels */
+    int64_t chunk = (rows + parts - 1) / parts, unit = gemm ? atq_panel_rows(cols) : 16;
+    chunk = (chunk + unit - 1) / unit * unit;  /* whole panels: the same sgemm calls as on one thread */
+    atq_job job = {fn, fmt, x, w, y, m, cols, rows, chunk};
+    int blas_threads = gemm && atq_blas_set != NULL ? atq_threads() : 1;
+    if (blas_threads > 1) atq_blas_set(1);  /* each thread's sgemm on its own thread */
+    int done = atq_pool_run(&job, parts);
+    if (blas_threads > 1) atq_blas_set(blas_threads);
+    if (done) return;
+  }
+  fn(fmt, x, w, y, m, cols, rows, 0, rows);
+}
+
+/* a QMATMUL kernel's call (c_prelude.py's at_packed_qmatmul): the best path, on the kernel's BLAS threads */
+void atq_matmul(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols, int64_t rows) {
+  atq_matmul_run(-1, fmt, x, w, y, m, cols, rows, atq_threads());
+}
+void atq_dequant(int fmt, const uint8_t *w, float *out, int64_t rows, int64_t cols) {
+#if ATQ_BEST_CODE == 2
+  atq_dequant_avx512(fmt, w, out, rows, cols);
+#elif ATQ_BEST_CODE == 1
+  atq_dequant_avx2(fmt, w, out, rows, cols);
+#else
+  atq_dequant_portable(fmt, w, out, rows, cols);
+#endif
+}
+"""
