@@ -103,3 +103,27 @@ def test_jitted_conv_step_replays_match_torch():
     ref.backward()
     np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-4)
     np.testing.assert_allclose(grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_col2im_under_max_pool_backward_is_its_own_kernel(monkeypatch):
+    """conv -> max_pool -> conv: the second convolution's input gradient (col2im) is padded again by
+    max-pool's backward; the scheduler makes it a kernel of its own (sched/schedule.py `_pads_col2im`)."""
+    from atensor.sched import schedule
+    hits = []
+    real = schedule._pads_col2im
+    monkeypatch.setattr(schedule, "_pads_col2im", lambda node: hits.append(real(node)) or hits[-1])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4, 12, 12), dtype=np.float32)
+    w1, w2 = rng.standard_normal((8, 4, 3, 3), dtype=np.float32), rng.standard_normal((8, 8, 3, 3), dtype=np.float32)
+    tx, tw1, tw2 = (torch.tensor(v, requires_grad=True) for v in (x, w1, w2))
+    tl = torch.nn.functional.conv2d(torch.nn.functional.max_pool2d(
+        torch.nn.functional.conv2d(tx, tw1).relu(), 2), tw2).square().sum()
+    tl.backward()
+    ax, aw1, aw2 = (Tensor(v, requires_grad=True) for v in (x, w1, w2))
+    loss = ax.conv2d(aw1).relu().max_pool2d().conv2d(aw2).square().sum()
+    loss.backward()
+    Tensor.realize(loss, ax.grad, aw1.grad).wait()
+    np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-4)
+    for got, ref in ((ax.grad, tx.grad), (aw1.grad, tw1.grad)):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-3 * np.abs(ref.numpy()).max())
+    assert any(hits), "the col2im under max-pool's backward was fused"
