@@ -207,6 +207,10 @@ def run(rounds: int, batches: tuple[int, ...] = (512, 128), calls: int = 2) -> t
                         times[peer][mode].append(((time.perf_counter() - wall) / calls,
                                                   (time.process_time() - cpu) / calls))
             entry = results.setdefault(f"{model} b{batch}", {})
+            for peer, failed in entry.items():  # a peer that could not run says why in the table too
+                if isinstance(failed, str):
+                    why = "no clang on PATH (its CPU device compiles with it)" if "'clang'" in failed else failed[:60]
+                    rows.append([f"{model} b{batch}", "all", peer, "-", "-", "missing", why])
             for mode in MODES:
                 ref = times.get("torch", {}).get(mode)
                 ref_wall = statistics.median(t[0] for t in ref) if ref else None
