@@ -116,6 +116,9 @@ class _CurrentSettings:
 
 
 settings = _CurrentSettings()
+# the Settings in effect in this context, read once by a hot path that reads several (`settings.x` is a
+# Python call per read)
+current_settings = _current.get
 
 # Training mode (`Tensor.training`, `Tensor.train()`, tinygrad's TRAINING), per context like the settings:
 # two trio tasks, one training and one evaluating, each see their own. It lives here, beside the settings,

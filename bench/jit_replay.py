@@ -2,8 +2,8 @@
 
     python bench/jit_replay.py [--calls 2000] [--rounds 3] [--baseline /work/main] [--profile trio-1]
 
-A jitted `async def` of `x + 1` (one kernel) and of three chained `(x + 1).contiguous()` on 16 float32
-elements (CPU:0), both tiny plans (run on the caller's thread when its queue is idle), and `x + 1` on
+A jitted `async def` of `x + 1` (one kernel) and of three and of a hundred chained `(x + 1).contiguous()`
+on 16 float32 elements (CPU:0), both tiny plans (run on the caller's thread when its queue is idle), and `x + 1` on
 256 KiB (handed to the queue's worker), replayed:
 `y = await step(y)`. Per call, medians over `--calls` calls after warm-up: the wall time of the
 awaited call end to end, and the CPU time of the calling thread (time.thread_time: the host's own
@@ -118,8 +118,8 @@ def _blocking(steps: int, calls: int, size: int = 16) -> dict:
 
 
 def _cases(calls: int) -> list[tuple[str, Any]]:
-    label = {1: "x + 1", 3: "3 x (x + 1).contiguous()"}
-    shapes = ((1, 16), (3, 16), (1, BIG))  # the last is too big to be a tiny plan: a worker runs it
+    label = {1: "x + 1", 3: "3 x (x + 1).contiguous()", 100: "100 x (x + 1).contiguous()"}
+    shapes = ((1, 16), (3, 16), (100, 16), (1, BIG))  # the last is too big to be a tiny plan: a worker runs it
     cases = [(f"{lib}, {label[k]}, {n * 4} B", lambda lib=lib, k=k, n=n: _timed(k, calls, lib, size=n))
              for lib in ("trio", "asyncio") for k, n in shapes]
     cases += [(f"blocking, {label[k]}, {n * 4} B", lambda k=k, n=n: _blocking(k, calls, n)) for k, n in shapes]

@@ -5,9 +5,9 @@
 # against its revision 0425b5aa8345ed00512646e7427f6de9187aa582 (cache written with
 # `shrink((None, None, (start_pos, start_pos+seqlen), None, None)).assign(...)`, read with
 # `shrink((None, (0, start_pos+seqlen), None, None))`), not pasted.
-# tests/examples/test_tinygrad_llama_attention.py runs it against numpy. Decoding at a Variable start_pos
-# reads a slice whose length is `start_pos+seqlen`: a symbolic shape, which atensor refuses (its shapes are
-# ints, graph/symbolic.py); that test shows the refusal (docs/porting.md).
+# tests/examples/test_tinygrad_llama_attention.py runs it against numpy, eagerly at int positions and
+# jitted at a Variable start_pos, whose cache read `[0, start_pos+seqlen)` is a symbolic shape
+# (graph/view.py, docs/design.md).
 from typing import Tuple, Union, Optional
 from atensor import Tensor, Variable, TinyJit, dtypes, nn, Device
 from atensor.helpers import getenv

@@ -19,9 +19,11 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
   index, 0 outside the source;
 - the STORE nest writes the value through the target view; a value that reads the target anywhere
   else (`t[1:] = t[:-1]`, a gather from it) is computed into a temporary first.
-A view whose offset or mask bounds use Variables (a KV cache written at `start_pos`) reads each
-variable's value from an argument slot after the buffers (`variable_slots`), so one compiled
-function serves every position and a jit replay rebinds it by writing that slot.
+A view whose offset, mask bounds or shape use Variables (a KV cache written at `start_pos`, read
+`[:start_pos+1]`) reads each variable's value from an argument slot after the buffers
+(`variable_slots`), so one compiled function serves every position and a jit replay rebinds it by
+writing that slot; a loop over a symbolic dim runs to its value, and a temporary of symbolic shape is
+allocated and laid out at the maximum (graph/view.py).
 Anything this file does not know (scatter, threefry, bitcast, half floats,
 integer powers) raises `Unsupported`, and the kernel stays on numpy. The semantics are those of
 graph/semantics.py: floor division and divisor-signed modulo for integers, division by zero 0 for
@@ -37,8 +39,8 @@ from atensor.dtype import DType, dtypes
 from atensor.graph.node import Node, toposort
 from atensor.graph.ops import BINARY, PACKED, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
-from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
-from atensor.graph.view import View, strides_for
+from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym, hi_of
+from atensor.graph.view import View, strides_for, symbolic_shape
 from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
 from atensor.backend.conv_c import looped_gemm
 from atensor.backend.gemm_axes import contraction_groups
@@ -321,7 +323,8 @@ class CRenderer:
                 continue
             var = self.fresh("i")
             index[a] = var
-            opened.append("  " * depth + f"for (int64_t {var} = 0; {var} < {shape[a]}; {var}++) {{")
+            # a symbolic dim loops to its value, read from the kernel's variable slots (graph/view.py)
+            opened.append("  " * depth + f"for (int64_t {var} = 0; {var} < {self.int_c(shape[a])}; {var}++) {{")
             depth += 1
         return opened, depth
 
@@ -430,7 +433,16 @@ class CRenderer:
         batch, rows, inner, cols = contraction_groups(va, vb, axes)
         if any(i in axes for i in rows + cols) or any(shape[i] != 1 and i not in inner for i in axes):
             return False  # a reduced axis that both operands broadcast multiplies the sum: not a gemm
-        m, k, nn = (math.prod(shape[i] for i in g) for g in (rows, inner, cols))
+        symbolic = symbolic_shape(shape)
+        if symbolic:
+            if any(type(shape[i]) is not int for i in batch):
+                return False
+            sizes = [self._blas_size(shape, g) for g in (rows, inner, cols)]
+            if None in sizes:
+                return False
+            m, k, nn = sizes
+        else:
+            m, k, nn = (math.prod(shape[i] for i in g) for g in (rows, inner, cols))
         if m * k * nn == 0:
             return False
         sa_m, sa_k = merged_stride(va, rows), merged_stride(va, inner)
@@ -438,10 +450,13 @@ class CRenderer:
         la = blas_layout(m, k, sa_m, sa_k) if None not in (sa_m, sa_k) else None
         lb = blas_layout(k, nn, sb_k, sb_n) if None not in (sb_k, sb_n) else None
         if la is None or lb is None:
-            if looped_gemm(self, n, (batch, rows, inner, cols)):
+            if not symbolic and looped_gemm(self, n, (batch, rows, inner, cols)):
                 return True  # groups that do not merge, or a window operand: loops of gemms (conv_c.py)
-            if math.prod(shape[i] for i in batch) * m * k * nn >= NUMPY_CONTRACTION_FLOPS:
-                raise Unsupported("a large contraction whose operand needs a copy for BLAS")  # numpy's chunks
+            if not symbolic and math.prod(shape[i] for i in batch) * m * k * nn >= NUMPY_CONTRACTION_FLOPS:
+                # an operand BLAS cannot read in place (a convolution's window view): numpy's chunked
+                # contraction (backend/contraction.py) copies it chunk by chunk; a loop nest here would
+                # run the product without BLAS, measured 3x slower on a 5x5 convolution
+                raise Unsupported("a large contraction whose operand needs a copy for BLAS")
             return False
         for x in (a, b):
             if x.src[0].op is not Ops.PARAM and x.src[0] not in self.arrays:
@@ -471,16 +486,16 @@ class CRenderer:
             r = self.fresh("r") if gemv.count > 1 else "0"
             at = lambda base, step: base if r == "0" or step == 0 else f"{base} + {r} * {step}"
             call = (f"at_{f}gemv({CBLAS_ROW_MAJOR}, {gemv.trans}, {gemv.rows}, {gemv.cols}, 1, {matrix}, "
-                    f"{gemv.ld}, {at(vector, gemv.vector_step)}, {gemv.inc}, 0, {at(c_at, gemv.out_step)}, "
-                    f"{gemv.out_inc});")
+                    f"{gemv.ld}, {at(vector, int(gemv.vector_step))}, {int(gemv.inc)}, 0, "
+                    f"{at(c_at, int(gemv.out_step))}, {int(gemv.out_inc)});")
             if r != "0":
                 call = f"for (int64_t {r} = 0; {r} < {gemv.count}; {r}++) {call}"
         elif (few := rows_plan(m, k, la, lb, n.dtype.itemsize)) is not None:
             # a few rows against a big matrix: read once, not packed first (c_blas.py has the figures)
-            call = f"at_sgemm_rows({m}, {nn}, {k}, {a_at}, {few[0]}, {b_at}, {few[1]}, {c_at}, {nn});"
+            call = f"at_sgemm_rows({m}, {nn}, {k}, {a_at}, {few[0]}, {b_at}, {few[1]}, {c_at}, {int(nn)});"
         else:
             call = (f"at_{f}gemm({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, {a_at}, {la[1]}, "
-                    f"{b_at}, {lb[1]}, 0, {c_at}, {nn});")
+                    f"{b_at}, {lb[1]}, 0, {c_at}, {int(nn)});")
         self.lines.extend(opened)
         self.lines.append("  " * depth + call)
         self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
@@ -492,6 +507,16 @@ class CRenderer:
             strides[i] = s
         self.arrays[n] = (out, tuple(strides))
         return True
+
+    def _blas_size(self, shape: tuple, group: list[int]):
+        """The BLAS size of `group`'s axes of a symbolic shape: an int, a `_SymSize` when one axis is
+        symbolic and the rest are 1, or None (a symbolic dim merged with others has no single stride)."""
+        dims = [shape[i] for i in group if shape[i] != 1]
+        if all(type(d) is int for d in dims):
+            return math.prod(dims)
+        if len(dims) != 1:
+            return None
+        return _SymSize(hi_of(dims[0]), self.int_c(dims[0]))
 
     # ---- the function -------------------------------------------------------------------------------
     def name_params(self) -> list[Node]:
@@ -564,6 +589,26 @@ class CRenderer:
                 v = self._cast(v, value.dtype, param.dtype)
             return [f"{buf}[{self.offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
         self._emit_nest(value.shape, body)
+
+
+class _SymSize(int):
+    """A BLAS size that depends on a variable (a symbolic-length contraction). The plans of c_blas.py
+    compare and multiply it as its maximum, an int: every layout and leading dimension chosen for the
+    maximum holds for a smaller value, since a symbolic dim is laid out at its maximum (graph/view.py).
+    Printed into the C call (`{m}`), it is the C expression of its value; a leading dimension or step
+    of the result layout is printed as `int(...)`, the maximum."""
+    expr: str
+
+    def __new__(cls, hi: int, expr: str) -> _SymSize:
+        size = int.__new__(cls, hi)
+        size.expr = expr
+        return size
+
+    def __str__(self) -> str:
+        return self.expr
+
+    def __format__(self, spec: str) -> str:
+        return self.expr
 
 
 def _readable_anywhere(n: Node) -> bool:

@@ -32,6 +32,7 @@ from atensor.dtype import dtypes
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.semantics import reduce_identity
+from atensor.graph.rewrite import has_symbolic_shape
 from atensor.graph.symbolic import Variable
 from atensor.graph.view import strides_for
 
@@ -263,6 +264,11 @@ class GPURenderer(CRenderer):
     # ---- the program ----------------------------------------------------------------------------------
     def render_program(self) -> GPUProgram:
         params = {p.arg[0]: p for p in self.name_params()}
+        if has_symbolic_shape(self.ast):
+            # a launch's work-items are counted on the host at render time; a length read from the
+            # variables would need a launch at the maximum with guards: not done, so the kernel runs on
+            # the host (lower_cl.py), with the CPU backend's symbolic loops
+            raise Unsupported("a kernel of symbolic shape (a Variable length) on a GPU")
         for n in self.order:
             if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
                 raise Unsupported(f"op {n.op}")

@@ -257,10 +257,16 @@ class NativeKernel:
 
 
 def compiler() -> Optional[str]:
-    """The C compiler's path ($CC, cc, gcc or clang), or None."""
+    """The C compiler's path, or None: $ATENSOR_CC when set ("none" hides every compiler, as on a
+    machine without one: kernels stay on numpy, replays keep their Python path; the test suite runs
+    part of itself so, tests/engine/test_no_compiler.py), else $CC, cc, gcc or clang."""
     global _compiler, _compiler_checked
     if not _compiler_checked:
         _compiler_checked = True
+        chosen = os.environ.get("ATENSOR_CC")
+        if chosen is not None:
+            _compiler = None if chosen.strip().lower() in ("", "none") else shutil.which(chosen)
+            return _compiler
         for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
             if name and shutil.which(name):
                 _compiler = shutil.which(name)
@@ -510,6 +516,12 @@ def load_helper(name: str, source: str) -> ctypes.CDLL:
     if not path.exists():
         _compile(cc, source, path, ())
     return ctypes.CDLL(str(path))
+
+
+def program_runner_address() -> int:
+    """The address of the loaded `atensor_run_program` (c_prelude.py); 0 before any library is loaded."""
+    runner = _program_runner
+    return 0 if runner is None else ctypes.cast(runner, ctypes.c_void_p).value
 
 
 quant_failure: Optional[str] = None  # why the packed-weight helper did not load, if it did not

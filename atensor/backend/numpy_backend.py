@@ -28,6 +28,7 @@ from atensor.config import settings
 from atensor.dtype import dtypes
 from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
+from atensor.graph import rewrite
 from atensor.graph.view import View
 from atensor.backend import numpy_plans, quant_kernels
 from atensor.backend.numpy_plans import AddPads, Contraction, RowsThenAddPads, Window
@@ -577,6 +578,11 @@ def compile_kernel(ast: Node, name: str) -> Callable[..., None]:
     if not _malloc_tuned:  # once, before the first kernel allocates (numpy_plans.keep_freed_memory)
         _malloc_tuned = True
         numpy_plans.keep_freed_memory(settings.malloc_keep_bytes)
+    if rewrite.has_symbolic_shape(ast):
+        fn = _per_value(ast, name)
+        with _cache_lock:
+            _cache[ast] = fn
+        return fn
     source, env = render(ast, _identifier(name))
     code = compile(source, f"<atensor kernel {name}>", "exec")
     exec(code, env)
@@ -586,6 +592,16 @@ def compile_kernel(ast: Node, name: str) -> Callable[..., None]:
         _cache[ast] = fn
         compile_count += 1
     return fn
+
+
+def _per_value(ast: Node, name: str) -> Callable[..., None]:
+    """A kernel whose shapes depend on variables: numpy needs concrete shapes, so each call binds the
+    AST to its values (`var_vals`, which a jit replay rebinds in place) and runs that concrete kernel,
+    rendered once per value. The buffers are laid out at the variables' maxima (graph/view.py), so the
+    concrete views read them as they are."""
+    def run(*buffers, var_vals=None):
+        compile_kernel(rewrite.bind_ast(ast, var_vals or {}), name)(*buffers, var_vals=var_vals)
+    return run
 
 
 def _identifier(name: str) -> str:

@@ -119,10 +119,12 @@ class Layout:
         self.written_index = sorted(written)  # the buffers some task writes (places in `buffers`)
         # tiny enough to run on the planning thread itself when its queues are idle (see `submit`)
         # (a jit replay's too, unless its sizes depend on Variables bound per replay)
-        self.tiny = len(tasks) <= INLINE_MAX_TASKS and (self.once or not symbolic) and \
-            all(type(t.work) in (Kernel, Copy) for t in tasks) and \
+        # `light`: within the bytes and flops bounds whatever its task count (a replay of native kernels
+        # only runs here up to engine/replay.py's RECORD_MAX_TASKS: ~0.1-1 us a kernel in C)
+        self.light = (self.once or not symbolic) and all(type(t.work) in (Kernel, Copy) for t in tasks) and \
             sum(info.nbytes for info in self.static) <= INLINE_MAX_BYTES and \
             sum(info.flops for info in self.static) <= INLINE_MAX_FLOPS
+        self.tiny = len(tasks) <= INLINE_MAX_TASKS and self.light
         self.by_queue: list[list[int]] = [[] for _ in self.queues]
         for i, qi in enumerate(self.task_queue):
             self.by_queue[qi].append(i)

@@ -22,6 +22,11 @@ captured realize, whose plans keep their runners, and submits them on every repl
 `submit`, and this is the only module that hands command lists to queues.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
+- a replay of a light plan (layout.py's bytes and flops bounds, at most replay.py's RECORD_MAX_TASKS
+  tasks) on one queue whose runners are all one-thread native ones, with every queue idle and no
+  profile: its `ReplayRecord` (engine/replay.py) binds the swapped buffers and runs the whole program
+  on this thread in ONE foreign call (backend/replay_c.py), then publishes; without a C compiler (or
+  for any other plan) the choices below, in Python, with the same semantics;
 - a tiny plan (at most layout.py's INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
   a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
   thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
@@ -70,6 +75,7 @@ from atensor.engine import lower_cl
 from atensor.engine.layout import Layout
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
+from atensor.engine.replay import RECORD_MAX_TASKS, ReplayRecord, record_for
 from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import all_idle
 from atensor.hcq.queue import Command, DependencyFailed, Queue
@@ -133,6 +139,20 @@ def wait_for_pending(waits: dict, own: Signal, reading: bool, pending_writes: li
                     waits[sig] = (v, old is not None and old[1])
 
 
+_KEPT = ("kept runners",)  # the key of a program built of the plan's kept runners (`_programs_of`)
+
+
+def _refuse_failed_read(buf: Buffer, name: str) -> None:
+    """Raises when `buf`, which task `name` reads before the graph writes it, holds the contents of a
+    task that failed: nothing of the graph is submitted then."""
+    if buf.writes:
+        buf.pending_writes()  # folds a finished write that failed into `failure`
+    failure = buf.failure
+    if failure is not None:
+        raise RuntimeError(f"{name} reads {buf.name}, whose contents come from a task that failed: "
+                           f"{failure}") from failure
+
+
 def execute(graph: TaskGraph) -> Submission:
     """An eager realize's graph, planned and submitted once; returns what to await."""
     return Plan(graph.tasks).submit()
@@ -172,6 +192,10 @@ class Plan:
         self.remake: list[int] = []
         self.slots: Optional[AddressSlots] = None  # where the swapped buffers' addresses sit (patching.py)
         self.all_native = False
+        self.kept_here = False  # some kept runner starts on the submitting thread (a net command)
+        # the one-call replay of a light one-queue plan (engine/replay.py): None until the runners are
+        # made, then the record or False when the plan does not qualify (or the helper did not load)
+        self.record: Optional[ReplayRecord] | bool | None = None
 
     # ---- runners ---------------------------------------------------------------------------------
     def _lower_runners(self) -> None:
@@ -185,6 +209,7 @@ class Plan:
             collector.record_host(HostSpan("compile kernels", "compile", start, time.perf_counter_ns()))
         self.kept = kept
         self.rebinds = [r.rebind for r in kept if r is not None and r.rebind is not None]
+        self.kept_here = any(r is not None and r.here is not None for r in kept)
         # a kernel of more BLAS threads fits in a program when the C runner can set them (native.Program)
         threads_ok = native.program_threads()
         self.all_native = all(r is not None and r.native is not None and (r.threads == 1 or threads_ok)
@@ -223,12 +248,43 @@ class Plan:
         return [runner_for(swap_buffers(task.work, get)) if touched else run
                 for task, touched, run in zip(L.tasks, L.touched, kept)]
 
+    def _make_record(self) -> ReplayRecord | bool:
+        """The plan's `ReplayRecord` when it qualifies (a kept-runner light plan on one queue whose
+        runners are all native, none made again per submission), else False; made once."""
+        L = self.layout
+        found = None
+        if not L.once and L.light and len(L.tasks) <= RECORD_MAX_TASKS and len(L.queues) == 1 \
+                and not self.remake and self.all_native:
+            swapped = set(self.swapped_index)
+            written = set(L.written_index)
+            place = {bi: j for j, bi in enumerate(self.swapped_index)}
+            reads = [(self.fixed_bufs[bi], name) if bi not in place else (place[bi], name)
+                     for bi, name in L.read_first]
+            found = record_for(L.queues[0], self.kept, self.slots, self.swapped,
+                               [self.fixed_bufs[bi] for bi in L.written_index if bi not in swapped],
+                               [j for j, bi in enumerate(self.swapped_index) if bi in written],
+                               self._program_summary(0), reads)
+        self.record = found if found is not None else False
+        return self.record
+
     # ---- submission ------------------------------------------------------------------------------
     def submit(self, mapping: Optional[dict[BufferSpec, BufferSpec]] = None) -> Submission:
         """Puts the tasks on the queues, with the buffers `mapping` swaps (captured -> new); returns
         what to await. The mapping's keys must be the same on every submission of a plan."""
         L = self.layout
         mapping = mapping or {}
+        record = self.record
+        if record and not collector.is_active() and settings.debug < 2 and all_idle():
+            # a light replay on one idle queue: one foreign call binds and runs it (engine/replay.py)
+            new_specs = [mapping[s] for s in self.swapped]
+            for buf, name in record.reads_of(new_specs):
+                if buf.writes or buf.failure is not None:
+                    _refuse_failed_read(buf, name)
+            value = record.run(new_specs)
+            self.last_final = [(record.signal, value)]
+            sub = Submission()
+            sub.final[record.queue] = value
+            return sub
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]
@@ -244,13 +300,11 @@ class Plan:
                 bufs[bi] = Buffer.of(spec)
         for bi, name in L.read_first:
             buf = bufs[bi]
-            if buf.writes:
-                buf.pending_writes()  # folds a finished write that failed into `failure`
-            failure = buf.failure
-            if failure is not None:
-                raise RuntimeError(f"{name} reads {bufs[bi].name}, whose contents come from a task that "
-                                   f"failed: {failure}") from failure
+            if buf.writes or buf.failure is not None:
+                _refuse_failed_read(buf, name)
         if all_idle():  # the common case between steps: nothing can be pending, no snapshot to take
+            if record is None and self.kept is not None:
+                self._make_record()  # used from the next submission on
             before, quiet = [], True
         else:
             before = [b.pending() for b in bufs]
@@ -375,8 +429,7 @@ class Plan:
             self.written_fixed = [self.fixed_bufs[bi] for bi, entries in L.notes
                                   if bi not in swapped and any(w for _, _, w in entries)]
         self.clock.advance(bases, [b + c for b, c in zip(bases, L.counts)])
-        for buf in self.written_fixed:
-            buf.overwritten()
+        Buffer.all_overwritten(self.written_fixed)
         for bi, entries in self.swapped_notes:
             bufs[bi].note_all([(signals[qi], bases[qi] + offset, write) for qi, offset, write in entries])
 
@@ -388,8 +441,14 @@ class Plan:
         L = self.layout
         lists = []
         bases_c = (ctypes.c_uint64 * len(bases))(*bases)
+        # the kept runners (not made again for this submission) need no check per runner; and as
+        # nothing in their programs can fail unless one starts a net command (`Runner.here`), the
+        # tasks' places are not listed for `first_failure` (O(tasks) Python per replay otherwise)
+        kept_runs = runs is self.kept
+        if kept_runs and not self.kept_here:
+            sub.placed = placed = []
         for qi, members in enumerate(L.by_queue):
-            ids = tuple([id(runs[i]) for i in members])
+            ids = _KEPT if kept_runs else tuple([id(runs[i]) for i in members])
             kept = self.programs.get(qi)
             program = kept[1] if kept is not None and kept[0] == ids else None
             if program is None:
@@ -411,9 +470,10 @@ class Plan:
             first = members[0]
             value = bases[qi] + L.counts[qi]
             name, nbytes, flops = self._program_summary(qi)
-            own = signals[qi]
-            for i in members:
-                placed[i] = (own, value, L.tasks[i])
+            if placed:
+                own = signals[qi]
+                for i in members:
+                    placed[i] = (own, value, L.tasks[i])
             queue = L.queues[qi]
             sub.final[queue] = value
             lists.append((queue, [Command(value, (), program.bind(bases_c), name, "kernel", base_id + first,

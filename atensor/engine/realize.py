@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any, Optional
 
-from atensor.config import settings
+from atensor.config import current_settings
 from atensor import ledger
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
@@ -37,6 +37,8 @@ from atensor.sched import cache, schedule as sched
 from atensor.engine.plan import Submission, execute
 from atensor.engine.program import CapturedProgram
 from atensor.ledger import versions
+from atensor.profiler import collector
+from atensor.profiler.events import HostSpan
 
 
 def _storage_base(node: Node) -> Optional[Node]:
@@ -44,18 +46,38 @@ def _storage_base(node: Node) -> Optional[Node]:
     return base if base.op in (Ops.BUFFER, Ops.ASSIGN) else None
 
 
+_VIEW, _BUFFER, _ASSIGN = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+
+
 def _follow_storage(node: Node) -> Node:
     """`node` with its storage (if it is a view of one) at the storage's newest version."""
-    base = _storage_base(node)
-    if base is not None:
-        latest = ledger.latest(versions.storage_of(base))
-        if base is not latest:
-            if node is base:  # the common cases without a general rewrite: the storage itself,
-                return latest
-            if node.src[0] is base:  # or one view of it
-                return latest.view(node.arg)
-            return substitute([node], {base: latest})[node]
-    return node
+    base = node
+    while base.op is _VIEW:
+        base = base.src[0]
+    if base.op is _BUFFER:
+        spec, version = base.arg
+        record = ledger.record_of(spec.uid)
+        # the common case, without building the newest BUFFER node: is it this one?
+        if (version == 0) if record is None else (record.head is None and record.version == version):
+            return node
+    elif base.op is _ASSIGN:
+        storage = base.src[0]  # (an ASSIGN's target is a BUFFER or an ASSIGN, never a view)
+        while storage.op is _ASSIGN:
+            storage = storage.src[0]
+        spec = storage.arg[0]
+        record = ledger.record_of(spec.uid)
+        if record is not None and record.head is base:  # still the buffer's newest (pending) version
+            return node
+    else:
+        return node
+    latest = ledger.latest(spec)
+    if base is latest:
+        return node
+    if node is base:  # the common cases without a general rewrite: the storage itself,
+        return latest
+    if node.src[0] is base:  # or one view of it
+        return latest.view(node.arg)
+    return substitute([node], {base: latest})[node]
 
 
 # a realize of at most this many nodes to compute (stopping at buffers and realized values) is planned
@@ -98,12 +120,14 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
             else:
                 storage = t._swap = Storage(node)
                 items.append((node, storage))
-    ledger.claim(given)
+    if given:
+        ledger.claim(given)
     pending = versions.pending_heads()
     job = Job(None, [])
     job.record = recording.get()
     job.plan = lambda: _prepare(job, items, given, pending)
-    if settings.racecheck or settings.native == "all" \
+    config = current_settings()
+    if config.racecheck or config.native == "all" \
             or not _small([n for n, _ in items] + pending, INLINE_MAX_NODES) \
             or not dispatcher.run_inline(job, keep_error=True):
         dispatcher.submit(job)
@@ -161,11 +185,14 @@ def _with_storage(node: Node) -> Node:
         return node if parts == node.src else Node.make(Ops.MULTI, node.dtype, parts, node.arg)
     if _storage_base(node) is not None:
         return node
-    spec = BufferSpec(node.device, node.size, node.dtype)
-    view = View.create((node.size,)).reshape(node.shape)
+    shape = node.shape
+    size = shape[0] if len(shape) == 1 else node.size
+    spec = BufferSpec(node.device, size, node.dtype)
+    flat = View.create((size,))
+    view = flat if shape == flat.shape else flat.reshape(shape)
     root = Node.make(Ops.ASSIGN, node.dtype, (spec.node(0), node), view)
     versions.set_head(spec, root, claimed=True)
-    return root.view(view)
+    return root if view is flat else root.view(view)  # (the flat view of the flat buffer: itself)
 
 
 def _assign_bases(node: Node) -> list[Node]:
@@ -179,6 +206,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
     pending assigns the realize may take along)."""
     seen: set[Node] = set()
     stack = list(nodes)
+    buffer, value_entry = Ops.BUFFER, ledger.value_entry
     while stack:
         node = stack.pop()
         if node in seen:
@@ -186,7 +214,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
         seen.add(node)
         if len(seen) > limit:
             return False
-        if node.op is not Ops.BUFFER and ledger.value(node) is None:
+        if node.op is not buffer and value_entry(id(node)) is None:  # ledger.value(node), without a call
             stack.extend(node.src)
     return True
 
@@ -230,8 +258,9 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     # a graph structured like one realized before (a schedule-cache hit) reuses the Plan lowered from
     # its template: nothing is instantiated or lowered, the submission only fills the plan's slots
     # (not while a capture records the graph or race proofs need it)
+    racecheck = current_settings().racecheck
     program = program_of(result.template) if result.template is not None and record is None \
-        and not settings.racecheck else None
+        and not racecheck else None
     if program is not None:
         mapping = program.mapping_of_fill(result.fill)
         written_specs = program.written(mapping)
@@ -243,7 +272,7 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     with InFlight() as written:
         for spec in written_specs:
             written.hold(Buffer.of(spec))
-        return _commit_and_execute(result, start, program, mapping, written.buffers)
+        return _commit_and_execute(result, start, program, mapping, written.buffers, racecheck)
 
 
 # Template -> its CapturedProgram. Weak: a template the cache evicts takes its program with it. Written
@@ -262,10 +291,9 @@ def program_of(template: cache.Template) -> CapturedProgram:
 
 
 def _commit_and_execute(result: sched.Schedule, start: int, program: Optional[CapturedProgram],
-                        mapping: Optional[dict[Any, BufferSpec]], written: list[Buffer]) -> Submission:
-    from atensor.profiler import collector
-    from atensor.profiler.events import HostSpan
-    if settings.racecheck:  # proofs first: a violation raises before anything is committed or runs
+                        mapping: Optional[dict[Any, BufferSpec]], written: list[Buffer],
+                        racecheck: bool) -> Submission:
+    if racecheck:  # proofs first: a violation raises before anything is committed or runs
         from atensor.sched.boundscheck import check_graph
         from atensor.sched.racecheck import check_race_free
         check_race_free(result.graph)

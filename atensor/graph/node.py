@@ -18,8 +18,8 @@ from typing import Any
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
-from atensor.graph.symbolic import hi_of
-from atensor.graph.view import Shape, View
+from atensor.graph.symbolic import SymbolicError, hi_of
+from atensor.graph.view import Shape, View, contiguous_view, max_size, reshape_segments, symbolic_shape
 
 
 _uid_lock = threading.Lock()
@@ -154,13 +154,30 @@ class Node:
             found = ref()
             if found is not None:
                 return found
-        if op is not Ops.MULTI and _on_multi(op, src, arg):  # pushed through MULTI (graph/multi.py)
-            found = multi_rules.push(op, dtype, src, arg)
-            _interned[key] = _ref(found, _partial(_forget, key))
-            return found
         node = object.__new__(_NewNode)  # filled with plain slot stores, then made a Node (see _NewNode)
         node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
-        node.shape, node.device = _infer(op, dtype, src, arg)
+        # the common elementwise case, inferred here: sources of one shape, device (and dtype, where the
+        # op needs one), none sharded; anything else takes the general rules below, which raise
+        rule = _SAME_SHAPE.get(op)
+        if rule is not None:
+            first = src[0]
+            shape, device, dtype0 = first.shape, first.device, first.dtype
+            for s in src:
+                if s.op is _MULTI or (s.shape is not shape and s.shape != shape) or s.device is not device \
+                        or (rule == 1 and s.dtype is not dtype0):
+                    rule = None
+                    break
+            if rule == 2 and dtype0 is not dtypes.bool:
+                rule = None
+        if rule is not None:
+            node.shape, node.device = shape, device
+        else:
+            # pushed through MULTI (graph/multi.py); a leaf other than CONST and ARANGE never is
+            if op is not _MULTI and (src or op is Ops.CONST or op is Ops.ARANGE) and _on_multi(op, src, arg):
+                found = multi_rules.push(op, dtype, src, arg)
+                _interned[key] = _ref(found, _partial(_forget, key))
+                return found
+            node.shape, node.device = _infer(op, dtype, src, arg)
         _set_class(node, "__class__", Node)
         with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
             ref = _interned.get(key)
@@ -204,7 +221,9 @@ class Node:
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        """Elements; a symbolic dim (graph/view.py) counted at its maximum, as its buffer holds it."""
+        shape = self.shape
+        return math.prod(shape) if not symbolic_shape(shape) else max_size(shape)
 
     # ---- convenience constructors used by Tensor and by rewrite rules -------------------------
     @staticmethod
@@ -232,6 +251,8 @@ class Node:
         """This node seen through `view`; folds into an existing view when one View can say both."""
         if self.op is Ops.MULTI:
             return multi_rules.view(self, view)
+        if view.shape == self.shape and view is contiguous_view(self.shape):  # the identity: the common case
+            return self
         if self.op is Ops.VIEW:
             merged = self.arg.compose(view)
             if merged is not None:
@@ -256,7 +277,9 @@ class Node:
         return self.view(moved)
 
     def reshape(self, shape: Shape) -> Node:
-        if math.prod(shape) != self.size:
+        if symbolic_shape(shape) or symbolic_shape(self.shape):
+            reshape_segments(self.shape, tuple(shape))  # raises SymbolicError for what it cannot say
+        elif math.prod(shape) != self.size:
             raise GraphError(f"reshape: cannot reshape {self.shape} ({self.size} elements) to {tuple(shape)}")
         return self if tuple(shape) == self.shape else self._movement("reshape", tuple(shape))
 
@@ -277,7 +300,13 @@ class Node:
         return self if all(b == 0 and a == 0 for b, a in arg) else self._movement("pad", tuple(arg))
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> Node:
-        if len(arg) != len(self.shape) or any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
+        try:
+            fits = len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape))
+        except SymbolicError:
+            raise SymbolicError(f"shrink: bounds {arg} fit shape {self.shape} for some values of their "
+                                f"variables only; give each Variable bounds (min, max) under which every "
+                                f"bound stays inside its axis") from None
+        if not fits:
             raise GraphError(f"shrink: bounds {arg} do not fit shape {self.shape}")
         return self if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)) else \
             self._movement("shrink", tuple(arg))
@@ -319,6 +348,11 @@ class _NewNode(Node):
 
 
 _set_class = object.__setattr__
+_MULTI = Ops.MULTI
+# elementwise ops `Node.make` infers inline (`_infer`'s rules for them, the common case only): 0 no rule
+# on dtypes, 1 every source of the first's dtype (binary ops), 2 a bool first source (WHERE's condition)
+_SAME_SHAPE: dict[Ops, int] = {**{op: 0 for op in UNARY}, **{op: 1 for op in BINARY}, Ops.THREEFRY: 0,
+                               Ops.POW: 0, Ops.WHERE: 2, Ops.CONTIGUOUS: 0, Ops.DETACH: 0}
 
 
 def toposort(roots: list[Node], stop: Any = None) -> list[Node]:
@@ -360,6 +394,10 @@ def _const_node(value: Any, dtype: DType, device: str, shape: Shape) -> Node:
     value = _cast_scalar(value, dtype)
     node = Node.make(Ops.CONST, dtype, (), (value, device))
     return node.view(View.create(()).reshape((1,) * len(shape)).expand(shape)) if shape else node
+
+
+# `Node.const` of a hashable device and a tuple shape, without its wrapper (tensor/elementwise.py's fast path)
+cached_const = _const_node
 
 
 def _cast_scalar(value: Any, dtype: DType) -> Any:
@@ -412,7 +450,7 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
     if op is Ops.PARAM:
         return (arg[1],), "kernel"
     if op is Ops.VIEW:
-        if arg.mask is None and arg.size and math.prod(src[0].shape) < hi_of(arg.index_range()[1]) + 1:
+        if arg.mask is None and arg.size and src[0].size < hi_of(arg.index_range()[1]) + 1:
             raise GraphError(f"view {arg} reads past the end of its source of shape {src[0].shape}")
         return arg.shape, src[0].device
     if op is Ops.COPY:

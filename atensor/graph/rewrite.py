@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 from atensor.graph import symbolic
 from atensor.graph.node import Node, toposort
 from atensor.graph.ops import Ops
+from atensor.graph.view import View, symbolic_shape
 
 
 @dataclass(frozen=True)
@@ -156,3 +157,28 @@ def unbind_ast(ast):
         same = arg is node.arg and all(a is b for a, b in zip(src, node.src))
         done[node] = node if same else Node.make(node.op, node.dtype, src, arg)
     return done[ast], values
+
+
+def has_symbolic_shape(ast: Node) -> bool:
+    """True when some view in `ast` has a dim that depends on a variable (graph/view.py)."""
+    return any((n.op is Ops.VIEW or n.op is Ops.ASSIGN) and symbolic_shape(n.arg.shape) for n in toposort([ast]))
+
+
+def bind_ast(ast: Node, values) -> Node:
+    """The concrete kernel AST for the variables' `values` (keyed by unbound variable): every view's
+    shape, offset and mask evaluated. For backends that cannot loop to a bound read at run time (numpy:
+    one rendered function per value, cached by the concrete AST)."""
+    done: dict = {}
+    for node in toposort([ast]):
+        src = tuple(done[s] for s in node.src)
+        arg = node.arg.evaluate(values) if node.op is Ops.VIEW or node.op is Ops.ASSIGN else node.arg
+        if node.op is Ops.VIEW and node.src[0].op not in (Ops.PARAM, Ops.CONST, Ops.ARANGE) and \
+                symbolic_shape(node.src[0].shape):
+            # the view's strides address its computed source laid out at the maximum (graph/view.py):
+            # pad the concrete source out to that layout
+            inner = src[0]
+            pads = tuple((0, symbolic.hi_of(m) - c) for m, c in zip(node.src[0].shape, inner.shape))
+            src = (Node.make(Ops.VIEW, inner.dtype, (inner,), View.create(inner.shape).pad(pads)),)
+        same = arg is node.arg and all(a is b for a, b in zip(src, node.src))
+        done[node] = node if same else Node.make(node.op, node.dtype, src, arg)
+    return done[ast]

@@ -12,8 +12,8 @@ Design: only *linear* expressions, `const + sum(coeff * var)` with integer coeff
 what movement ops produce from a variable bound (offset += begin * stride), it normalizes
 (`start_pos + 1 - start_pos` is the plain int 1, so shapes stay ints), and deciding a comparison
 over the variables' bounds is exact by interval arithmetic (each variable occurs once). Products of
-variables or division that does not come out even raise `SymbolicError`: symbolic shapes are not
-supported, only offsets and mask bounds.
+variables or division that does not come out even raise `SymbolicError`. Offsets, mask bounds and
+shape dims may be expressions (graph/view.py says how a symbolic dim is laid out); strides never are.
 
 Invariant kept by every operation here: a result with no variable left is a plain `int`, so the
 integer fast path everywhere else (`type(x) is int`) stays plain ints.
@@ -160,7 +160,7 @@ class Sym:
         if type(other) is not int:
             if isinstance(other, bool) or not isinstance(other, int):
                 raise SymbolicError(f"symbolic expressions are linear: cannot multiply {self} by {other!r} "
-                                    f"(symbolic shapes are not supported, only offsets)")
+                                    f"(expressions stay linear: a symbolic dim cannot be merged with or scaled by another symbolic value)")
             other = int(other)
         return Sym.make({v: c * other for v, c in self.terms}, self.const * other)
 
@@ -212,6 +212,17 @@ def as_sym(x) -> Sym:
     if isinstance(x, Variable):
         return x._lin()
     raise SymbolicError(f"not an integer expression: {x!r}")
+
+
+def as_dim(x) -> Expr:
+    """A shape dim: an int (anything with `__index__`) or a Variable/Sym as its linear form."""
+    if type(x) is int:
+        return x
+    if isinstance(x, Variable):
+        return x._lin()
+    if isinstance(x, Sym):
+        return x
+    return operator.index(x)
 
 
 def is_symbolic(x) -> bool:
@@ -287,5 +298,20 @@ def unbind(x, into: dict[Variable, int]):
                 raise SymbolicError(f"variable {v.name!r} is bound to both {into[free]} and {value} in one "
                                     f"realize")
             v = free
+        coeffs[v] = coeffs.get(v, 0) + c
+    return Sym.make(coeffs, s.const)
+
+
+def rebind(x, values: Mapping[Variable, int]):
+    """`x` with each bound variable bound instead to its value in `values` (keyed by the unbound
+    variable; one not there keeps its value): a jit replay's result at this call's values."""
+    if type(x) is int:
+        return x
+    s = as_sym(x)
+    coeffs: dict[Variable, int] = {}
+    for v, c in s.terms:
+        new = values.get(v.unbound) if v.value is not None else None
+        if new is not None and new != v.value:
+            v = Variable(v.name, v.min, v.max, new)
         coeffs[v] = coeffs.get(v, 0) + c
     return Sym.make(coeffs, s.const)

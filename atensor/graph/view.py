@@ -7,8 +7,13 @@ new View of the same source, or None when one View cannot express the result (a 
 permuted or padded axis); the graph then stacks a second view on top, and a backend materializes the
 first one.
 
-Offsets and mask bounds may be symbolic (`graph/symbolic.py`: linear in bound Variables, e.g. a shrink
-at `start_pos`); shapes and strides are always ints. Integers stay plain ints on every path.
+Offsets, mask bounds and shape dims may be symbolic (`graph/symbolic.py`: linear in bound Variables, e.g.
+a shrink at `start_pos`, or a KV cache read `[:, :start_pos+1]`); strides are always ints. A dim of
+symbolic size is laid out at its largest value: `strides_for` and `size` use each dim's maximum, so a
+buffer of shape (4, n) with n in [1, 16] holds 4*16 elements and row i starts at 16*i whatever n is.
+That keeps every index linear (no stride is a product with a variable) and one buffer serves every
+value. A reshape that would need a stride depending on a variable (splitting or merging a symbolic dim
+with another dim that is not 1) raises SymbolicError. Integers stay plain ints on every path.
 """
 from __future__ import annotations
 
@@ -17,18 +22,37 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from atensor.graph.symbolic import Expr, SymbolicError, Variable, evaluate, is_symbolic, unbind, variables_of
+from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym, evaluate, hi_of, is_symbolic, rebind, \
+    unbind, variables_of
 
-Shape = tuple[int, ...]
+Shape = tuple[int, ...]  # each dim an int or, for a symbolic-length view, a linear Expr (see above)
 
 
 def strides_for(shape: Shape) -> tuple[int, ...]:
-    """Row-major strides in elements, 0 for axes of size 1 (they never move the index)."""
+    """Row-major strides in elements, 0 for axes of size 1 (they never move the index); a symbolic dim
+    counts at its maximum (the layout of a buffer of symbolic shape)."""
     strides, acc = [], 1
     for size in reversed(shape):
         strides.append(acc if size != 1 else 0)
-        acc *= size
+        acc *= size if type(size) is int else hi_of(size)
     return tuple(reversed(strides))
+
+
+def max_size(shape: Shape) -> int:
+    """Elements of `shape` with each symbolic dim at its maximum: the size of a buffer of that shape."""
+    n = 1
+    for s in shape:
+        n *= s if type(s) is int else hi_of(s)
+    return n
+
+
+def symbolic_shape(shape: Shape) -> bool:
+    """True when some dim of `shape` depends on a variable."""
+    return any(type(s) is not int for s in shape)
+
+
+# `strides_for` of a view's shape (a tuple of ints): asked for on every identity test of a view
+_cached_strides = functools.lru_cache(maxsize=4096)(strides_for)
 
 
 @dataclass(frozen=True)
@@ -55,12 +79,13 @@ class View:
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        """Elements, a symbolic dim counted at its maximum."""
+        return math.prod(self.shape) if not symbolic_shape(self.shape) else max_size(self.shape)
 
     @property
     def contiguous(self) -> bool:
         """True when the view is the source itself read in order (possibly shifted by `offset`)."""
-        return self.mask is None and self.strides == strides_for(self.shape)
+        return self.mask is None and self.strides == _cached_strides(self.shape)
 
     def is_identity(self, source_size: int) -> bool:
         return self.contiguous and self.offset == 0 and self.size == source_size
@@ -84,9 +109,12 @@ class View:
     def variables(self) -> tuple[Variable, ...]:
         """The variables in the offset and mask (empty for a concrete view: the common case)."""
         if type(self.offset) is int and (self.mask is None or
-                                         all(type(b) is int and type(e) is int for b, e in self.mask)):
+                                         all(type(b) is int and type(e) is int for b, e in self.mask)) \
+                and not symbolic_shape(self.shape):
             return ()
         found = list(variables_of(self.offset))
+        for s in self.shape:
+            found += variables_of(s)
         for b, e in self.mask or ():
             found += variables_of(b) + variables_of(e)
         return tuple(dict.fromkeys(found))
@@ -98,14 +126,23 @@ class View:
             return self
         mask = None if self.mask is None else \
             tuple((evaluate(b, values), evaluate(e, values)) for b, e in self.mask)
-        return View(self.shape, self.strides, evaluate(self.offset, values), mask)
+        shape = tuple(evaluate(s, values) for s in self.shape)
+        return View(shape, self.strides, evaluate(self.offset, values), mask)
 
     def unbind(self, into: dict[Variable, int]) -> View:
         """This view over unbound variables; their values are added to `into`."""
         if not self.variables():
             return self
         mask = None if self.mask is None else tuple((unbind(b, into), unbind(e, into)) for b, e in self.mask)
-        return View(self.shape, self.strides, unbind(self.offset, into), mask)
+        shape = tuple(unbind(s, into) for s in self.shape)
+        return View(shape, self.strides, unbind(self.offset, into), mask)
+
+    def rebind(self, values: Mapping[Variable, int]) -> View:
+        """This view with its bound variables bound to `values` instead (keyed by unbound variable)."""
+        if not self.variables():
+            return self
+        mask = None if self.mask is None else tuple((rebind(b, values), rebind(e, values)) for b, e in self.mask)
+        return View(tuple(rebind(s, values) for s in self.shape), self.strides, rebind(self.offset, values), mask)
 
     # ---- movement ops --------------------------------------------------------------------------
     def permute(self, order: tuple[int, ...]) -> View:
@@ -159,6 +196,8 @@ class View:
         shape = tuple(shape)
         if shape == self.shape:
             return self
+        if symbolic_shape(shape) or symbolic_shape(self.shape):
+            return self._reshape_symbolic(shape)
         if math.prod(shape) == 0:
             return View.create(shape)
         if self.contiguous:
@@ -168,6 +207,33 @@ class View:
                 return self._reshape_masked(shape)
         strides = _nocopy_reshape_strides(self.shape, self.strides, shape)
         return None if strides is None else View(shape, strides, self.offset, None)
+
+    def _reshape_symbolic(self, shape: Shape) -> Optional[View]:
+        """Reshapes the int runs between symbolic dims one by one (`reshape_segments`); None when one
+        of them cannot be said by one View."""
+        segments = reshape_segments(self.shape, shape)
+        if not segments:  # a flat buffer at the symbolic shape it holds
+            return View(shape, strides_for(shape), self.offset, None) if self.contiguous else None
+        new_strides: list[int] = [0] * len(shape)
+        new_mask: list = [(0, s) for s in shape]
+        for old_axes, new_axes in segments:
+            if len(old_axes) == 1 and len(new_axes) == 1 and type(self.shape[old_axes[0]]) is not int:
+                new_strides[new_axes[0]] = self.strides[old_axes[0]]
+                if self.mask is not None:
+                    new_mask[new_axes[0]] = self.mask[old_axes[0]]
+                continue
+            sub = View(tuple(self.shape[i] for i in old_axes), tuple(self.strides[i] for i in old_axes), 0,
+                       None if self.mask is None else tuple(self.mask[i] for i in old_axes))
+            if sub.mask is not None and all(b == 0 and e == s for (b, e), s in zip(sub.mask, sub.shape)):
+                sub = View(sub.shape, sub.strides, 0, None)
+            moved = sub.reshape(tuple(shape[i] for i in new_axes))
+            if moved is None or (moved.offset != 0):
+                return None
+            for j, i in enumerate(new_axes):
+                new_strides[i] = moved.strides[j]
+                if moved.mask is not None:
+                    new_mask[i] = moved.mask[j]
+        return View(shape, tuple(new_strides), self.offset, _simplify_mask(tuple(new_mask), shape))
 
     def _reshape_masked(self, shape: Shape) -> Optional[View]:
         """Masked reshapes that only add or remove axes of size 1 keep their mask.
@@ -202,12 +268,51 @@ class View:
 
 
 def _int_shape(shape: tuple, op: str) -> Shape:
+    """`shape` with each dim an int or a linear Expr that is never negative over its variables' bounds."""
     if any(type(s) is not int for s in shape):
-        if all(type(s) is int or is_symbolic(s) for s in shape):
-            raise SymbolicError(f"{op}: the resulting shape {shape} depends on a variable; symbolic shapes "
-                                f"are not supported, only symbolic offsets (keep end - begin constant)")
-        shape = tuple(int(s) for s in shape)
+        for s in shape:
+            if is_symbolic(s):
+                if as_sym(s).min < 0:
+                    raise SymbolicError(f"{op}: dim {s} of the resulting shape {shape} is negative for some values "
+                                        f"of its variables; narrow the Variable's bounds")
+        shape = tuple(s if type(s) is int or is_symbolic(s) else int(s) for s in shape)
     return shape
+
+
+def reshape_segments(old: Shape, new: Shape) -> list[tuple[list[int], list[int]]]:
+    """How a reshape of a shape with symbolic dims pairs axes: each symbolic dim of `old` must be a dim
+    of `new`, in the same order, and the int dims between them must hold the same number of elements;
+    returns the int runs as (old axes, new axes) pairs, the symbolic dims as one-axis pairs. Raises
+    SymbolicError otherwise (merging or splitting a symbolic dim would need a stride that depends on a
+    variable: expressions stay linear)."""
+    def runs(shape):
+        out, cur = [], []
+        for i, s in enumerate(shape):
+            if type(s) is int:
+                cur.append(i)
+            else:
+                out.append(cur)
+                out.append([i])
+                cur = []
+        out.append(cur)
+        return out
+    if len(old) == 1 and type(old[0]) is int and old[0] == max_size(new):
+        return []  # a flat buffer seen at the symbolic shape it holds (laid out at the maximum)
+    a, b = runs(old), runs(new)
+    ok = len(a) == len(b)
+    if ok:
+        for ra, rb in zip(a, b):
+            sym_a = len(ra) == 1 and type(old[ra[0]]) is not int
+            sym_b = len(rb) == 1 and type(new[rb[0]]) is not int
+            if sym_a != sym_b or (sym_a and old[ra[0]] != new[rb[0]]) or \
+                    (not sym_a and math.prod(old[i] for i in ra) != math.prod(new[i] for i in rb)):
+                ok = False
+                break
+    if not ok:
+        raise SymbolicError(f"reshape: cannot reshape {tuple(old)} to {tuple(new)}: each symbolic dim must stay "
+                            f"a dim of its own, in order, with the same number of elements between them "
+                            f"(a stride that depends on a variable is not linear); reshape the int dims only")
+    return list(zip(a, b))
 
 
 def _definitely_empty(b: Expr, e: Expr) -> bool:
@@ -267,3 +372,8 @@ def _nocopy_reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_
 @functools.lru_cache(maxsize=4096)
 def _contiguous(shape: Shape) -> View:
     return View(shape, strides_for(shape), 0, None)
+
+
+# the contiguous View of a tuple shape, the one object `View.create` gives for it (what `Node.view` compares a
+# view with, by identity, to see the identity view without its general test)
+contiguous_view = _contiguous

@@ -14,6 +14,7 @@ and are updated only by the plan (engine/plan.py), on the dispatching thread.
 """
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import weakref
@@ -27,6 +28,8 @@ from atensor.hcq.signal import Signal
 
 
 _NOTHING: tuple[list, list] = ([], [])
+_failure_of = operator.attrgetter("failure")
+_writes_of = operator.attrgetter("writes")
 
 
 class Clock:
@@ -150,6 +153,16 @@ class Buffer:
         if self.writes:
             with self._lock:
                 self.writes = {s: v for s, v in self.writes.items() if not s.reached(v)}
+
+    @staticmethod
+    def all_overwritten(buffers: list[Buffer]) -> None:
+        """`overwritten()` of each of `buffers`, called only on those with something to forget: the
+        scan is two C-level passes (a replay of a 100-kernel chain writes 100 buffers, each with
+        nothing to forget, on every replay)."""
+        if any(map(_failure_of, buffers)) or any(map(_writes_of, buffers)):
+            for buf in buffers:
+                if buf.failure is not None or buf.writes:
+                    buf.overwritten()
 
     def note(self, signal: Signal, value: int, write: bool) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ from atensor.profiler.events import MemoryEvent
 _DEVICE_RE = re.compile(r"^(CPU|NULL|CL)(?::(\d+))?$")
 _registry: dict[str, Device] = {}
 _registry_lock = threading.Lock()
+_all_queues: tuple[Queue, ...] = ()  # every queue of the devices in `_registry` (`_refresh_queues`)
 
 
 class DeviceError(ValueError):
@@ -103,6 +104,7 @@ class Device:
                     except cl_runtime.CLUnavailable as exc:
                         raise DeviceError(str(exc)) from None
                     _registry[key] = dev
+                    _refresh_queues()
                     _limit_blas_threads()
         return dev
 
@@ -126,6 +128,7 @@ class Device:
                 raise DeviceError(f"a device has no {kind!r} queue; its queues are compute, copy and net")
             with _registry_lock:
                 found = self._more_queues.setdefault(kind, Queue(self.name, kind))
+                _refresh_queues()
         return found
 
     # ---- memory ---------------------------------------------------------------------------------
@@ -242,7 +245,17 @@ class NullMemory:
 def all_idle() -> bool:
     """True when every queue of every device has run every command planned for it: then no buffer
     has work pending. Exact when called by the planning thread (only it reserves signal values)."""
-    return all(q.signal.value >= q._reserved for d in list(_registry.values()) for q in d.queues)
+    for q in _all_queues:  # a plain loop: every replay asks (engine/plan.py)
+        if q.signal.value < q._reserved:
+            return False
+    return True
+
+
+def _refresh_queues() -> None:
+    """Lists every queue of every device in `_all_queues` (one assignment: `all_idle` reads either the
+    old tuple or the new one); called under `_registry_lock` when a device or a queue is made."""
+    global _all_queues
+    _all_queues = tuple(q for d in list(_registry.values()) for q in d.queues)
 
 
 def devices() -> list[Device]:

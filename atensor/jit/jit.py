@@ -165,7 +165,8 @@ class _Program:
             for var_vals, key in index.get(var, ()):
                 var_vals[key] = new
 
-    def replay(self, inputs: list[BufferSpec]) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:
+    def replay(self, inputs: list[BufferSpec], values: Optional[dict[Variable, int]] = None
+               ) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:
         """The job that runs the captured graphs with `inputs`, fresh result buffers and fresh random
         draws, the result tensors (realized once the job is done) and the mapping from captured to
         replayed buffers."""
@@ -175,16 +176,19 @@ class _Program:
             mapping.update(zip(captured, rng.redraw(self.draws)))
         for spec in self.fresh:
             mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
-        tensors = [Tensor(n) for n in self._results_on(mapping)]
+        tensors = [Tensor(n) for n in self._results_on(mapping, values)]
         job = Job(None, [])
         records = self.records
         job.plan = lambda: _run_records(records, mapping, inputs)
         return job, tensors, mapping
 
 
-    def _results_on(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Node]:
+    def _results_on(self, mapping: dict[BufferSpec, BufferSpec], values: Optional[dict[Variable, int]] = None
+                    ) -> list[Node]:
         """The result nodes with their buffers swapped by `mapping`: the captured graph of each result
-        rebuilt source by source (the same shapes and devices: nothing to infer)."""
+        rebuilt source by source (the same shapes and devices: nothing to infer). A view bound to the
+        capture's variable values is bound to this call's `values` instead (a result of symbolic shape,
+        `cache[:, :start_pos+1]`, has this call's length), and what reads it is inferred anew."""
         order = self.result_order
         if order is None:
             order = self.result_order = toposort(self.results)
@@ -193,9 +197,17 @@ class _Program:
             if node.op is Ops.BUFFER:
                 new = mapping.get(node.arg[0])
                 done[node] = node if new is None else Node.make_like(node, (), (new, node.arg[1]))
+            elif values and node.op is Ops.VIEW and node.arg.variables():
+                src = tuple([done[s] for s in node.src])
+                done[node] = Node.make(Ops.VIEW, node.dtype, src, node.arg.rebind(values))
             else:
                 src = tuple([done[s] for s in node.src])
-                done[node] = node if src == node.src else Node.make_like(node, src, node.arg)
+                if src == node.src:
+                    done[node] = node
+                elif values and any(s.shape != o.shape for s, o in zip(src, node.src)):
+                    done[node] = Node.make(node.op, node.dtype, src, node.arg)
+                else:
+                    done[node] = Node.make_like(node, src, node.arg)
         return [done[n] for n in self.results]
 
 
@@ -441,7 +453,7 @@ class Jit:
                 program.bind(values)
             self._programs.move_to_end(key)
             self.stats["replays"] += 1
-            job, results, mapping = program.replay([leaf.arg[0] for leaf in leaves])
+            job, results, mapping = program.replay([leaf.arg[0] for leaf in leaves], values)
             # a small replay is submitted from this thread (it costs less than the hand-off to the
             # dispatcher and back); a big one would stall the event loop, and so would lowering a plan
             # (the first replay, or the first after kernels were compiled): those go to the dispatcher

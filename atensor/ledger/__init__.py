@@ -175,6 +175,8 @@ def claim(heads: list[tuple[BufferSpec, Node]]) -> None:
     """Notes that an issued realize takes each `(spec, head)` along: `pending_heads` stops listing the
     head (its realize will commit it), while `head`/`latest` still name it until that commit, so a
     view or an assign made meanwhile builds on it. A head replaced since is left as it is."""
+    if not heads:  # (most realizes take none along)
+        return
     with lock:
         for spec, node in heads:
             record = _records_get(spec.uid)
@@ -233,9 +235,9 @@ def commit_assign_locked(node: Node, spec: BufferSpec) -> None:
 def pending_heads() -> list[Node]:
     """The newest lazy version of every buffer that has one and that no issued realize has claimed,
     in the order the heads were set (program order)."""
+    if not _pending:  # the common case, read without the lock (one read: atomic under the GIL)
+        return []
     with lock:
-        if not _pending:  # the common case
-            return []
         return [h for uid in list(_pending) if (r := _records_get(uid)) is not None and (h := r.head) is not None]
 
 

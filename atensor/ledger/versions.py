@@ -174,8 +174,9 @@ def _reads_any(head: Node, versions: set[Node], in_graph: set[Node]) -> Optional
 def check_versions(buffer_nodes: list[Node]) -> None:
     """Raises StaleReadError when a BUFFER node names a version a realized assign has overwritten."""
     for node in buffer_nodes:
-        spec = node.arg[0]
-        if node.arg[1] < _version(spec):
+        spec, version = node.arg
+        record = _record_of(spec.uid)  # ledger.version(spec), without a call: once per buffer of every graph
+        if record is not None and version < record.version:
             raise StaleReadError(
                 f"a lazy value reads version {node.arg[1]} of {spec}, which a realized assign has "
                 f"overwritten since (now version {_version(spec)}); realize the value before assigning "
@@ -191,15 +192,17 @@ def record_realized(realized: list[tuple[Node, BufferSpec]], original: list[Node
         for node, spec in realized:
             ledger.commit_assign_locked(node, spec)
         # the assigns the user holds are the nodes before substitution
-        for node in original:
-            if node.op is Ops.ASSIGN and _value(node) is None:
+        assign = Ops.ASSIGN
+        for node in original:  # (`_value_entry`: `_value` without a call, for every node of every graph)
+            if node.op is assign and _value_entry(id(node)) is None:
                 done = _value(subbed.get(node, node))
                 if done is not None:
                     ledger.set_value_locked(node, done)
                     ledger.clear_head_locked(storage_of(node), node)
         for root, new_root in zip(roots, new_roots):
             value = root.src[1]
-            if root.op is Ops.ASSIGN and value.op not in (Ops.BUFFER, Ops.VIEW) and _value(value) is None:
-                done = _value(new_root)
-                if done is not None:
-                    ledger.set_value_locked(value, done.view(root.arg))
+            if root.op is assign and value.op is not Ops.BUFFER and value.op is not Ops.VIEW \
+                    and _value_entry(id(value)) is None:
+                entry = _value_entry(id(new_root))
+                if entry is not None:
+                    ledger.set_value_locked(value, entry[1].view(root.arg))

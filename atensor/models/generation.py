@@ -20,6 +20,8 @@ programs keyed by shape only:
   context) that holds every row's history: one program per (batch, window) bucket, so a step over
   short histories does not read (and multiply) the masked-out rest of the context. At batch 16 and
   context 256 a 64-cell window cut the attention kernel from 1.00 ms to 0.35 ms per layer (profiler).
+  Past SYMBOLIC_ABOVE cells the window is a symbolic length instead (`cells`, a bound Variable: the
+  whole context's mask cut to it, graph/view.py): exactly the history, one program for every length.
   A prefill starts at position 0, so its window is its bucket length.
 
 - extend: a prompt whose first `start` tokens are already in the slot's cells (a prefix cache hit) is
@@ -39,7 +41,7 @@ counter per generated token: a seed reproduces a run whatever else the server ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -53,6 +55,12 @@ from atensor.tensor.tensor import Tensor
 
 PREFILL_BUCKETS = (16, 64, 128, 256, 512)
 WINDOW_BUCKETS = (64, 128, 256, 512, 1024, 2048)
+# Decode steps over histories longer than this attend over a symbolic length, shorter ones over a window
+# bucket. bench/attention_len.py (SmolLM2-135M, batch 1, context 1024, CPU ms per step, alternating
+# rounds on the shared 2-core machine, two runs): symbolic/window 1.02-1.08 at windows 64-128,
+# 0.97-1.07 at 256, 0.96-1.03 at 512 (a tie), 0.82-0.87 at 1024 (a gemv over exactly the history
+# instead of a bucket up to twice as long); so the symbolic length from the 1024-cell window on.
+SYMBOLIC_ABOVE = 512
 PREFILL_BATCH_TOKENS = 256  # rows times bucket length of one batched prefill (a single row may be longer)
 PREFILL_BATCH_GROWTH = 4    # a batched prefill's rows: 1, 4, 16, ...
 
@@ -151,8 +159,13 @@ class LlamaEngine:
     """
 
     def __init__(self, model: Llama, prefill_buckets: Sequence[int] = PREFILL_BUCKETS,
-                 window_buckets: Sequence[int] = WINDOW_BUCKETS):
+                 window_buckets: Sequence[int] = WINDOW_BUCKETS, symbolic_above: Optional[int] = SYMBOLIC_ABOVE):
         self.model = model
+        # a decode step whose rows' histories reach more than `symbolic_above` cells attends over exactly
+        # those cells, a symbolic length bound per step (graph/view.py): one program per batch bucket for
+        # all of them instead of one per (batch, window); None keeps the window buckets throughout
+        self.symbolic_above = symbolic_above
+        self.cells_var = Variable("cells", 1, model.context)
         self.context = model.context
         self.buckets = sorted({min(b, model.context) for b in prefill_buckets} | {model.context})
         self.windows = sorted({min(w, model.context) for w in window_buckets} | {model.context})
@@ -168,7 +181,9 @@ class LlamaEngine:
     def _prefill_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, last: Tensor, slots: tuple) -> Tensor:
         return self.model.forward(tokens, positions, mask, [0] * len(slots), last=last, slots=list(slots))
 
-    def _decode_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: tuple) -> Tensor:
+    def _decode_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: tuple, cells=None) -> Tensor:
+        if cells is not None:  # the whole context's mask, cut to the bound length
+            mask = mask.shrink((None, None, None, (0, cells)))
         return self.model.forward(tokens, positions, mask, list(starts), first_slot=0).reshape(
             tokens.shape[0], -1)
 
@@ -254,9 +269,12 @@ class LlamaEngine:
                 raise ValueError(f"slot {slot}: position {pos} is past the context of {self.context}")
             tokens[slot, 0], starts[slot] = token, pos
         m = self.model
+        bound = tuple(v.bind(s) for v, s in zip(self.pos_vars, starts))
+        if self.symbolic_above is not None and max(starts) + 1 > self.symbolic_above:
+            return (Tensor(tokens), Tensor(m.position_ids(1, starts)), Tensor(m.mask_array(1, starts)), bound,
+                    self.cells_var.bind(max(starts) + 1))
         return (Tensor(tokens), Tensor(m.position_ids(1, starts)),
-                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1))),
-                tuple(v.bind(s) for v, s in zip(self.pos_vars, starts)))
+                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1))), bound)
 
     # ---- blocking forms (scripts, the CLI) -----------------------------------------------------------
     def prefill(self, slot: int, ids: Sequence[int], start: int = 0) -> np.ndarray:

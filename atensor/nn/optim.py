@@ -192,6 +192,21 @@ class SGD(Optimizer):
             first.assign(first * 0)
 
 
+def _init_moments(opt: Optimizer, b1: float, b2: float, eps: float, wd: float) -> None:
+    """Adam's and LAMB's state: the running powers b1^t, b2^t and the first and second moments."""
+    opt.b1, opt.b2, opt.eps, opt.wd = b1, b2, eps, wd
+    opt.b1_t, opt.b2_t = _scalar(1.0, opt.params[0]), _scalar(1.0, opt.params[0])
+    opt.m = [_state_like(t) for t in opt.targets]
+    opt.v = [_state_like(t) for t in opt.targets]
+    opt.state += [opt.b1_t, opt.b2_t] + opt.m + opt.v
+
+
+def _advance_powers(opt: Optimizer, state: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    """One step of b1^t and b2^t, assigned in place: (b1^t, b2^t) after this step."""
+    return (state(opt.b1_t).assign(state(opt.b1_t) * opt.b1),
+            state(opt.b2_t).assign(state(opt.b2_t) * opt.b2))
+
+
 class Adam(Optimizer):
     """Adam (Kingma and Ba) with bias correction, PyTorch's rule; `weight_decay` adds wd * p to the
     gradient (L2); AdamW decouples it instead."""
@@ -203,16 +218,11 @@ class Adam(Optimizer):
         super().__init__(params, lr, fused)
         if betas is not None:
             b1, b2 = betas
-        self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
-        self.b1_t, self.b2_t = _scalar(1.0, self.params[0]), _scalar(1.0, self.params[0])
-        self.m = [_state_like(t) for t in self.targets]
-        self.v = [_state_like(t) for t in self.targets]
-        self.state += [self.b1_t, self.b2_t] + self.m + self.v
+        _init_moments(self, b1, b2, eps, weight_decay)
 
     def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
         c, lr = self._c, state(self.lr)
-        b1_t = state(self.b1_t).assign(state(self.b1_t) * self.b1)
-        b2_t = state(self.b2_t).assign(state(self.b2_t) * self.b2)
+        b1_t, b2_t = _advance_powers(self, state)
         # the bias corrections as two one-element factors:
         # lr * m_hat / (sqrt(v_hat) + eps) = step * m / (sqrt(v) * root + eps)
         step = lr / (1.0 - b1_t)
@@ -250,16 +260,11 @@ class LAMB(Optimizer):
         if weight_decay < 0:
             raise ValueError(f"LAMB weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, lr)
-        self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
-        self.b1_t, self.b2_t = _scalar(1.0, self.params[0]), _scalar(1.0, self.params[0])
-        self.m = [_state_like(t) for t in self.targets]
-        self.v = [_state_like(t) for t in self.targets]
-        self.state += [self.b1_t, self.b2_t] + self.m + self.v
+        _init_moments(self, b1, b2, eps, weight_decay)
 
     def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
         lr = state(self.lr)
-        b1_t = state(self.b1_t).assign(state(self.b1_t) * self.b1)
-        b2_t = state(self.b2_t).assign(state(self.b2_t) * self.b2)
+        b1_t, b2_t = _advance_powers(self, state)
         for i, (t, g) in enumerate(zip(params, grads)):
             p = t.detach()
             m, v = state(self.m[i]), state(self.v[i])

@@ -10,8 +10,9 @@ What is checked, per kernel AST (STORE(view of PARAM 0, value)):
 - every VIEW node against the element count of what it views, under its mask. The backend
   materializes each view of a view in turn, so each level is an access of its own. A concrete view
   is decided exactly by interval arithmetic (an affine index over a box takes its extremes at
-  corners); a view at a symbolic offset first by the same arithmetic on the linear expressions
-  (exact when the masks are boxes inside the shape), then by z3 over the variables' bounds;
+  corners); a view at a symbolic offset or of a symbolic length (graph/view.py) first by the same
+  arithmetic on the linear expressions (exact when the masks are boxes inside the shape), then by z3
+  over the variables' whole bounds: a length `n+1` over a buffer of 8 is rejected when n may be 8;
 - the store target *without* its mask (the backend writes every element of it) and with the
   value's shape;
 - indexed loads (gathers), declared by the op that performs them through `register_indexed_load`:
@@ -195,7 +196,7 @@ def _view_z3(view: View, size: int, what: str, source: str) -> Optional[str]:
     z3 = z3mod()
     sym = Symbols()
     coords = [sym.fresh(f"i{d}") for d in range(len(view.shape))]
-    conditions = [z3.And(c >= 0, c < s) for c, s in zip(coords, view.shape)]
+    conditions = [z3.And(c >= 0, c < sym.expr(s)) for c, s in zip(coords, view.shape)]  # a dim may be symbolic
     for c, (b, e) in zip(coords, view.mask or ()):
         conditions += [c >= sym.expr(b), c < sym.expr(e)]
     index = sym.expr(view.offset) + z3.Sum([st * c for c, st in zip(coords, view.strides)] or [z3.IntVal(0)])

@@ -26,12 +26,12 @@ from atensor.graph.ops import ELEMENTWISE, LEAVES, PACKED, Ops
 from atensor.graph.rewrite import substitute, unbind_ast
 from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind
-from atensor.graph.view import View
+from atensor.graph.view import View, symbolic_shape
 from atensor.sched.allreduce import Planner
-from atensor.config import settings
+from atensor.config import current_settings, settings
 from atensor.sched import cache
 from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
-from atensor.ledger import lock as _ledger_lock
+from atensor.ledger import lock as _ledger_lock, value_entry as _value_entry
 from atensor.ledger.versions import (AssignCycleError, _flush_along, _realized, check_versions, record_realized,
                                     storage_of)
 from atensor.ledger.versions import StaleReadError  # noqa: F401 - imported from here (docs/semantics.md)
@@ -97,10 +97,26 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
     requested = len(roots)
     if pending:
         roots = _flush_along(roots, pending)
-    cached = _cached_in(since_uid)
-    original = toposort(roots, stop=lambda n: cached(n) is not None)
-    with _ledger_lock:
-        mapping = {n: m for n in original if (m := cached(n)) is not None}
+    config = current_settings()
+    # the common case in one pass: no node of the graph has a value the ledger may hold (nothing to
+    # substitute), so the order and the key come from one walk (sched/cache.py `walk_key`)
+    key = cache.walk_key(roots, (config.allreduce_bucket_bytes,), _value_entry) if config.schedule_cache \
+        else None
+    if key is not None:
+        original, mapping = key.order, {}
+    else:
+        cached = _cached_in(since_uid)
+        stopped: list[Node] = []
+
+        def stop(n: Node) -> bool:
+            # (without an entry in the ledger, `cached` is None: most nodes, tested without a call)
+            if _value_entry(id(n)) is None or cached(n) is None:
+                return False
+            stopped.append(n)
+            return True
+        original = toposort(roots, stop=stop)
+        with _ledger_lock:  # the realized values the graph uses, read together
+            mapping = {n: m for n in stopped if (m := cached(n)) is not None}
     if mapping:
         # a value cached in a buffer this graph assigns to is computed again instead: read from
         # there, it would tie the assigns into a cycle (read version k, write k+1 and k+2 in one kernel)
@@ -113,11 +129,9 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
             with _ledger_lock:
                 mapping = {n: m for n in original if usable(n) and (m := cached(n)) is not None}
     subbed = substitute(roots, mapping) if mapping else {}
-    new_roots = [subbed.get(r, r) for r in roots]
-    if settings.schedule_cache:  # with nothing substituted, `original` is already new_roots' order
-        key = cache.graph_key(toposort(new_roots) if mapping else original, (settings.allreduce_bucket_bytes,))
-    else:
-        key = None
+    new_roots = [subbed.get(r, r) for r in roots] if subbed else roots
+    if key is None and config.schedule_cache:  # with nothing substituted, `original` is new_roots' order
+        key = cache.graph_key(toposort(new_roots) if mapping else original, (config.allreduce_bucket_bytes,))
     template = cache.lookup(key) if key is not None else None
     fill = None
     if template is not None:
@@ -145,7 +159,8 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
 
     def commit() -> None:
         record_realized(realized, original, subbed, roots, new_roots)
-    return Schedule(graph, outputs[:requested], commit, tuple(spec for _, spec in realized),
+    assigned = tuple([spec for _, spec in realized])
+    return Schedule(graph, outputs[:requested], commit, assigned,
                     key.key if key is not None else None, template if fill is not None else None, fill)
 
 
@@ -458,7 +473,8 @@ def kernel_name(body: Node) -> str:
     for n in nodes:
         if n.op in ELEMENTWISE and n.op.name.lower() not in ops:
             ops.append(n.op.name.lower())
-    return f"E_{'_'.join(ops[:3]) or 'copy'}_{math.prod(body.shape)}"
+    size = 'x'.join(map(str, body.shape)) if symbolic_shape(body.shape) else math.prod(body.shape)
+    return f"E_{'_'.join(ops[:3]) or 'copy'}_{size}"
 
 
 def estimate_flops(body: Node) -> int:

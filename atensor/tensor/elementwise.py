@@ -19,8 +19,9 @@ from typing import Any, Optional, Self, Sequence
 import numpy as np
 
 from atensor.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
-from atensor.graph.node import GraphError, Node
-from atensor.graph.ops import Ops
+from atensor.graph.node import GraphError, Node, cached_const as _const_node
+from atensor.graph.symbolic import as_dim, is_symbolic, lo_of
+from atensor.graph.ops import COMPARISON, Ops
 from atensor.tensor.base import Scalar, TensorBase, _wrap, broadcast_shape
 
 
@@ -36,6 +37,36 @@ def _poly(x: Any, coefficients: tuple[float, ...]) -> Any:
         out = out * x + c
     return out
 
+
+
+_BOOL = dtypes.bool
+# the range of each integer dtype, for the weak-scalar fast path (DType.min/max ask numpy each time)
+_INT_RANGE: dict[DType, tuple[int, int]] = {}
+
+
+def _same_shape_operand(node: Node, other: Any, cls: type) -> Optional[Node]:
+    """The node of `other` as the second operand of an elementwise op on `node` when nothing needs casting
+    or broadcasting: a tensor of `node`'s shape and dtype, or a Python int or float that stays `node`'s
+    dtype as a weak scalar (any of them for a float dtype, an int in range for an integer one) on one
+    device. None otherwise: `_operands` then applies the general rules (promotion, broadcasting, wrap).
+    This is what the general rules give in these cases, without their Python calls (most ops are these)."""
+    kind = type(other)
+    if kind is cls:
+        found = other.node
+        return found if found.dtype is node.dtype and found.shape == node.shape else None
+    if kind is not float and kind is not int:
+        return None
+    dt = node.dtype
+    if dt.kind != "f":
+        if kind is float or dt.kind not in "iu":
+            return None
+        bounds = _INT_RANGE.get(dt)
+        if bounds is None:
+            bounds = _INT_RANGE[dt] = (dt.min, dt.max)
+        if not bounds[0] <= other <= bounds[1]:
+            return None
+    device = node.device
+    return _const_node(other, dt, device, node.shape) if type(device) is str else None
 
 
 class ElementwiseOps:
@@ -78,6 +109,9 @@ class ElementwiseOps:
                 y = cls(Node.const(other, dt, x.device, x.shape))
                 return (y, x) if reverse else (x, y)
             y = cls.full((), other, dtype=dt, device=x.device)
+        elif is_symbolic(other):
+            y = x._symbolic_scalar(other)  # a mean's count over a symbolic axis, a length in an expression
+            dt = x.dtype if dtypes.is_float(x.dtype) else dtypes.default_int
         else:
             raise TypeError(f"unsupported operand for {op}: Tensor and {type(other).__name__}")
         x, y = x.cast(dt), y.cast(dt)
@@ -85,12 +119,29 @@ class ElementwiseOps:
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
 
+    def _symbolic_scalar(self, expr: Any) -> Self:
+        """A 0-d int tensor holding the value of `expr` (a Variable or linear Sym) at run time: the count
+        of a constant of that length, a reduce the kernel loops to the bound value (graph/view.py), so
+        one kernel serves every value."""
+        low = lo_of(expr)
+        length = as_dim(expr - low if low else expr)
+        ones = type(self).full((1,), 1, dtype=dtypes.int32, device=self.device).expand(length)
+        count = ones.sum()
+        return count + low if low else count
+
     def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Self:
+        node = self.node
+        operand = _same_shape_operand(node, other, type(self))
+        if operand is not None:  # the common case: nothing to cast or broadcast (see _same_shape_operand)
+            a, b = (operand, node) if reverse else (node, operand)
+            return self._new(Node.make(op, _BOOL if op in COMPARISON else node.dtype, (a, b)))
         x, y = self._operands(other, name, reverse)
         return self._new(x.node.alu(op, y.node))
 
     def cast(self, dtype: Any) -> Self:
         """Values converted to `dtype` (float to int truncates toward zero)."""
+        if dtype is self._node.dtype:
+            return self
         dt = to_dtype(dtype)
         return self if dt == self.dtype else self._new(self.node.cast(dt))
 
@@ -120,6 +171,9 @@ class ElementwiseOps:
         return self.cast(dtypes.bool)
 
     def _float_unary(self, op: Ops) -> Self:
+        node = self.node
+        if node.dtype.kind == "f":
+            return self._new(Node.make(op, node.dtype, (node,)))
         x = self.cast(least_upper_float(self.dtype))
         return self._new(x.node.alu(op))
 
@@ -136,6 +190,8 @@ class ElementwiseOps:
     def div(self, x: Any, reverse: bool = False, rounding_mode: Optional[str] = None) -> Self:
         """True division (integer operands give the default float); `rounding_mode="trunc"` rounds the
         quotient toward zero and `"floor"` toward -inf, keeping integer operands' dtype (PyTorch's)."""
+        if rounding_mode is None and self._node.dtype.kind == "f":  # a float quotient of the operands' dtype
+            return self._binary(Ops.FDIV, x, "div", reverse)
         a, b = self._operands(x, "div", reverse)
         if rounding_mode not in (None, "trunc", "floor"):
             raise GraphError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
@@ -178,12 +234,13 @@ class ElementwiseOps:
             return ~(~a).maximum(~b)
         return -((-a).maximum(-b))
 
-    def __add__(self, x): return self.add(x)
-    def __radd__(self, x): return self.add(x, True)
-    def __sub__(self, x): return self.sub(x)
-    def __rsub__(self, x): return self.sub(x, True)
-    def __mul__(self, x): return self.mul(x)
-    def __rmul__(self, x): return self.mul(x, True)
+    # (the most used operators call `_binary` itself: one Python call fewer per op than through `add`)
+    def __add__(self, x): return self._binary(Ops.ADD, x, "add")
+    def __radd__(self, x): return self._binary(Ops.ADD, x, "add", True)
+    def __sub__(self, x): return self._binary(Ops.SUB, x, "sub")
+    def __rsub__(self, x): return self._binary(Ops.SUB, x, "sub", True)
+    def __mul__(self, x): return self._binary(Ops.MUL, x, "mul")
+    def __rmul__(self, x): return self._binary(Ops.MUL, x, "mul", True)
     def __truediv__(self, x): return self.div(x)
     def __rtruediv__(self, x): return self.div(x, True)
     def __floordiv__(self, x): return self.floordiv(x)
@@ -297,6 +354,13 @@ class ElementwiseOps:
     def where(self, x: Any, y: Any) -> Self:
         """`x` where this (bool) tensor is true, else `y`; all three broadcast."""
         cls = type(self)
+        cond_node = self.node
+        if cond_node.dtype is _BOOL and type(x) is cls:  # the common case: nothing to cast or broadcast
+            value = x.node
+            if value.shape == cond_node.shape:
+                other = _same_shape_operand(value, y, cls)
+                if other is not None:
+                    return self._new(Node.make(Ops.WHERE, value.dtype, (cond_node, value, other)))
         cond = self.cast(dtypes.bool)
         if not isinstance(x, cls) and not isinstance(y, cls):
             dt = dtypes.from_py(x) if dtypes.from_py(x) == dtypes.from_py(y) else dtypes.default_float

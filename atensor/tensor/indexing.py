@@ -299,7 +299,9 @@ class IndexOps:
     def scatter(self, dim: int, index: Self, src: Any, reduce: Optional[str] = None) -> Self:
         """torch.scatter (out of place): a copy with self[index[i][j]][j] = src[i][j] for dim 0. `src` may be
         a scalar. With duplicate positions the last write wins; reduce="add" or "multiply" combines them
-        with this tensor's values instead."""
+        with this tensor's values instead. A tensor `src` must have this tensor's dtype (PyTorch's rule)."""
+        if _is_tensor(src) and src.dtype != self.dtype:
+            raise GraphError(f"scatter: src is {src.dtype.name}, this tensor {self.dtype.name}; cast one")
         if reduce is not None:
             if reduce not in ("add", "multiply"):
                 raise GraphError(f"scatter reduce={reduce!r}; use 'add' or 'multiply'")

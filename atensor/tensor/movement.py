@@ -18,6 +18,8 @@ from typing import Any, Optional, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_dtype
 from atensor.graph.node import GraphError
+from atensor.graph.symbolic import SymbolicError, as_dim, is_symbolic
+from atensor.graph.view import symbolic_shape
 from atensor.tensor.base import AnyTensor, Scalar, _axis
 
 
@@ -25,7 +27,12 @@ from atensor.tensor.base import AnyTensor, Scalar, _axis
 def _ints(args: Sequence) -> tuple[int, ...]:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
-    return tuple(int(a) for a in args)
+    return tuple(_dim(a) for a in args)
+
+
+def _dim(a: Any):
+    """A size argument: an int as before (`int(a)`), a Variable or Sym as a symbolic dim."""
+    return as_dim(a) if is_symbolic(a) else int(a)
 
 class MovementOps:
     """Movement methods of Tensor (a mixin): views that change shape, order or extent, and joins."""
@@ -37,10 +44,13 @@ class MovementOps:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         # None keeps that axis's size (tinygrad's form)
-        shape = [self.shape[i] if s is None else int(s) for i, s in enumerate(shape)] if shape else []
+        shape = [self.shape[i] if s is None else _dim(s) for i, s in enumerate(shape)] if shape else []
         if shape.count(-1) > 1:
             raise GraphError(f"reshape: only one axis may be -1, got {tuple(shape)}")
         if -1 in shape:
+            if symbolic_shape(self.shape):
+                raise SymbolicError(f"reshape: -1 in {tuple(shape)} for the symbolic shape {self.shape}; give "
+                                    f"every dim (a symbolic dim stays as it is)")
             known = math.prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
                 raise GraphError(f"reshape: cannot reshape {self.shape} to {tuple(shape)}")
@@ -92,16 +102,7 @@ class MovementOps:
     def _pad_constant(self, padding: Sequence, value: Scalar = 0.0) -> Self:
         """Pads with `value`. `padding` is ((before, after), ...) per axis (None for none), or torch's
         flat (left, right, top, bottom, ...) starting at the last axis."""
-        if all(isinstance(p, int) for p in padding):
-            if len(padding) % 2:
-                raise GraphError(f"flat padding needs pairs, got {tuple(padding)}")
-            pairs = [(0, 0)] * self.ndim
-            for i in range(len(padding) // 2):
-                pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
-        else:
-            pairs = [(0, 0) if p is None else tuple(p) for p in padding]
-        if len(pairs) != self.ndim:
-            raise GraphError(f"pad: {len(pairs)} pairs for a tensor with {self.ndim} dimensions")
+        pairs = _pairs(padding, self.ndim)
         if any(b < 0 or a < 0 for b, a in pairs):
             shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
             return self.shrink(shrink).pad([(max(0, b), max(0, a)) for b, a in pairs], value)
@@ -160,7 +161,10 @@ class MovementOps:
         """This tensor and `others` (all the same shape) joined along a new axis `dim`; also
         `Tensor.stack([a, b])`."""
         if isinstance(self, (list, tuple)):
-            return self[0].stack(*self[1:], *others, dim=dim)
+            if others:
+                raise GraphError("stack: pass the tensors either as one list or as separate arguments, not both "
+                                 "(a list first, then more tensors)")
+            return self[0].stack(*self[1:], dim=dim)
         if len(others) == 1 and isinstance(others[0], (list, tuple)):
             others = tuple(others[0])
         for o in others:
@@ -229,13 +233,17 @@ class MovementOps:
             mode, value = "constant", mode
         if mode == "constant":
             return self._pad_constant(padding, value)
-        if mode not in ("reflect", "replicate", "circular"):
-            raise GraphError(f"pad mode {mode!r}; use constant, reflect, replicate or circular")
+        if mode not in ("reflect", "replicate", "circular"):  # PyTorch's (and tinygrad's) error for a mode
+            raise NotImplementedError(f"pad mode {mode!r} is not implemented; use constant, reflect, replicate "
+                                      f"or circular")
         pairs = _pairs(padding, self.ndim)
+        # Negative padding crops, as PyTorch's: a circular pad wraps what is left after the crop, a reflect or
+        # replicate pad mirrors (repeats) the whole axis and is cropped after.
+        crop = tuple((max(0, -b), max(0, -a)) for b, a in pairs)
+        pairs = [(max(0, b), max(0, a)) for b, a in pairs]
         x = self
-        if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops (PyTorch's), before the rest
-            x = x.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, x.shape)))
-            pairs = [(max(0, b), max(0, a)) for b, a in pairs]
+        if mode == "circular" and any(b or a for b, a in crop):
+            x = x.shrink(tuple((b, s - a) for (b, a), s in zip(crop, x.shape)))
         for d, (before, after) in enumerate(pairs):
             if not (before or after):
                 continue
@@ -250,6 +258,8 @@ class MovementOps:
             if after:
                 parts.append(_edge(x, d, mode, after, start=False))
             x = parts[0].cat(*parts[1:], dim=d)
+        if mode != "circular" and any(b or a for b, a in crop):
+            x = x.shrink(tuple((b, s - a) for (b, a), s in zip(crop, x.shape)))
         return x
 
     def roll(self, shifts: Union[int, Sequence[int]], dims: Union[int, Sequence[int], None] = None) -> Self:
@@ -383,14 +393,19 @@ class MovementOps:
 
 
 def _pairs(padding: Sequence, ndim: int) -> list[tuple[int, int]]:
+    """`padding` as one (before, after) pair per axis: from PyTorch's flat (left, right, top, bottom, ...),
+    which starts at the last axis, or from one pair (or None) per axis."""
     if all(isinstance(p, int) for p in padding):
         if len(padding) % 2:
             raise GraphError(f"flat padding needs pairs, got {tuple(padding)}")
+        if len(padding) > 2 * ndim:
+            raise GraphError(f"flat padding {tuple(padding)} has {len(padding) // 2} pairs for a tensor with {ndim} "
+                             f"dimensions; give at most one (left, right) pair per dimension, the last first")
         pairs = [(0, 0)] * ndim
         for i in range(len(padding) // 2):
             pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
         return pairs
-    pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    pairs = [(0, 0) if p is None else (p[0], p[1]) for p in padding]
     if len(pairs) != ndim:
         raise GraphError(f"pad: {len(pairs)} pairs for a tensor with {ndim} dimensions")
     return pairs

@@ -19,6 +19,7 @@ import math
 from typing import Optional, Self, Sequence, Union
 
 from atensor.dtype import dtypes, least_upper_float
+from atensor.graph.node import GraphError
 from atensor.tensor.base import AnyTensor
 
 
@@ -175,6 +176,8 @@ class NNOps:
                 frac = (num % den).cast(dtypes.float32) / den
                 low, high, frac = (t.reshape(*reshape).expand(*expand) for t in (low, high, frac))
                 x = x.gather(i, low).lerp(x.gather(i, high), frac.cast(x.dtype))
+                if not dtypes.is_float(self.dtype):  # integers round back after each axis, as PyTorch's
+                    x = x.round()                   # separable uint8 passes do (their results match exactly)
             else:
                 arr = cls.arange(out_size, dtype=dtypes.float32, device=self.device)
                 scale = in_size / out_size
@@ -200,7 +203,7 @@ class NNOps:
             raise NotImplementedError("scaled_dot_product_attention: dropout_p > 0 is not supported; "
                                       "pass dropout_p=0.0")
         if is_causal and attn_mask is not None:
-            raise ValueError("scaled_dot_product_attention: pass either attn_mask or is_causal, not both")
+            raise GraphError("scaled_dot_product_attention: pass either attn_mask or is_causal, not both")
         heads, kv_heads = self.shape[-3], key.shape[-3]
         if heads != kv_heads and (not enable_gqa or heads % kv_heads):
             raise ValueError(f"scaled_dot_product_attention: {heads} query heads and {kv_heads} key/value "

@@ -33,7 +33,7 @@ from atensor.engine.handle import NotRealizedError, RealizeHandle
 from atensor.backend.numpy_backend import _view
 from atensor.ledger import versions
 from atensor.porting import missing_attribute
-from atensor.tensor.autograd import AutogradOps, ModeMeta, grad_disabled, graphs_needed, stop_gradient
+from atensor.tensor.autograd import AutogradOps, ModeMeta, _no_grad, graphs_needed, stop_gradient
 from atensor.tensor.activations import ActivationOps
 from atensor.tensor.base import TensorBase
 from atensor.tensor.contract import ContractOps
@@ -48,6 +48,10 @@ from atensor.tensor.select import SelectOps
 from atensor.tensor.windows import WindowOps
 
 Scalar = Union[int, float, bool]
+_VIEW = Ops.VIEW
+# what a tensor's node (under at most one view) can be when it has storage to follow, or is sharded
+_FOLLOWED = frozenset({Ops.BUFFER, Ops.ASSIGN, Ops.VIEW, Ops.MULTI})
+_new_object = object.__new__
 
 
 class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps, IndexOps, SelectOps,
@@ -62,9 +66,11 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
 
     def __init__(self, data: Any, device: Optional[str] = None, dtype: Any = None,
                  requires_grad: Optional[bool] = None):
-        self.requires_grad, self.grad, self._ctx = requires_grad, None, None
+        self._requires_grad, self.grad, self._ctx = None, None, None  # the slot first: the setter reads it
         self._swap: Optional[Storage] = None  # the storage a realize fixed for it (engine/realize.py)
         self._pending: Optional[RealizeHandle] = None  # the last realize of this tensor not yet waited for
+        if requires_grad is not None:
+            self.requires_grad = requires_grad
         if type(data) is Node and device is None and dtype is None:  # every op's result, a replay's
             self._node = data
             return
@@ -111,6 +117,9 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
             if self._node is swap.lazy:
                 self._node = swap.node()
         node = self._node
+        base = node.src[0] if node.op is _VIEW else node
+        if base.op not in _FOLLOWED:  # the common case: a computed value, no storage to follow
+            return node
         if node.op is Ops.MULTI:  # a sharded tensor: each shard follows its own storage
             new = Node.make(Ops.MULTI, node.dtype, tuple(_follow_storage(s) for s in node.src), node.arg)
             if new is not node:
@@ -156,7 +165,13 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
 
     def _new(self, node: Node) -> Tensor:
-        return Tensor(stop_gradient(node) if grad_disabled() else node)
+        """The tensor of an op's result `node` (what `Tensor(node)` makes, without __init__'s checks)."""
+        if _no_grad.get():
+            node = stop_gradient(node)
+        made = _new_object(Tensor)
+        made._node, made._requires_grad, made.grad, made._ctx, made._swap, made._pending = \
+            node, None, None, None, None, None
+        return made
 
     # ---- realize -------------------------------------------------------------------------------
     def realize(self, *more: Tensor) -> Tensor:
@@ -198,10 +213,23 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
                 if self._pending is handle and handle.done():
                     self._pending = None
             handle = self._dispatch() if self._has_unissued_work() else None
-        if self._writes_in_flight():  # issued through another tensor's realize (a view's), still queued
+        buf = self._stored_buffer()
+        if buf is not None and not buf.ready():  # `_writes_in_flight`, with the buffer kept for the next check
             await self._dispatch()
-        self._raise_write_failure()  # a value a failed task wrote raises again on every await
+            buf = None
+        if buf is None:
+            self._raise_write_failure()  # a value a failed task wrote raises again on every await
+        else:
+            _raise_failure_of(buf)
         return self
+
+    def _stored_buffer(self) -> Optional[Buffer]:
+        """The runtime buffer of this tensor's storage when its node is a buffer or one view of one (the
+        case `_writes_in_flight` sees), else None."""
+        node = self.node
+        if node.op is _VIEW:
+            node = node.src[0]
+        return Buffer.of(node.arg[0]) if node.op is Ops.BUFFER else None
 
     def _writes_in_flight(self) -> bool:
         """True when writes into this single-device tensor's buffer are still dispatched or running
@@ -229,9 +257,7 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         base = _storage_base(self.node)
         if base is None or base.op is not Ops.BUFFER:
             return
-        err = Buffer.of(base.arg[0]).write_failure()
-        if err is not None:
-            raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
+        _raise_failure_of(Buffer.of(base.arg[0]))
 
     def wait(self, timeout: Optional[float] = None) -> Tensor:
         """Blocks until everything pending on this tensor is done (its last realize, and writes into it
@@ -391,6 +417,13 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         versions.set_head(versions.storage_of(base), new)
         self._node = new.view(view)
         return self
+
+
+def _raise_failure_of(buf: Buffer) -> None:
+    """Raises when `buf` was last written by a task that failed."""
+    err = buf.write_failure()
+    if err is not None:
+        raise RuntimeError(f"this tensor's buffer was written by a task that failed: {err}") from err
 
 
 def _single_view(node: Node, base: Node) -> View:

@@ -5,19 +5,16 @@ freqs, grouped KV heads, a KV cache).
 
 With int positions it runs eagerly. tinygrad's decode runs it under TinyJit with a bound Variable
 `start_pos`, reading the cache with `shrink((None, (0, start_pos+seqlen), None, None))`: a length that
-depends on the Variable. atensor's shapes are ints (graph/symbolic.py), so that read raises
-SymbolicError; the jitted test is a strict xfail that states the refusal and passes once symbolic shapes
-land."""
+depends on the Variable, a symbolic shape (graph/view.py); the jitted test checks each step against
+numpy and that the jit captured once and replayed the rest."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from atensor import Tensor, TinyJit, Variable
-from atensor.graph.symbolic import SymbolicError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tinygrad_llama_attention.py"
 DIM, HEADS, KV_HEADS, CONTEXT, PROMPT = 32, 4, 2, 16, 3
@@ -99,10 +96,6 @@ def test_the_port_matches_numpy_at_int_positions():
     np.testing.assert_allclose(cache[1], reference.values, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=SymbolicError,
-                   reason="the cache read `shrink((None, (0, start_pos+seqlen), None, None))` has a length that "
-                          "depends on the Variable: 'shrink: the resulting shape (1, start_pos + 1, 2, 8) depends "
-                          "on a variable; symbolic shapes are not supported' (graph/symbolic.py)")
 def test_jitted_decode_at_a_variable_start_pos_matches_numpy_and_replays():
     """tinygrad's decode: TinyJit over the step, start_pos a bound Variable (1..CONTEXT-1: the write at
     [start_pos, start_pos+1) must stay inside the CONTEXT cells), one capture then replays."""

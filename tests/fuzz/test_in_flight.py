@@ -29,7 +29,7 @@ from atensor.graph.symbolic import Variable
 from atensor.engine.dispatch import Job, dispatcher
 
 from tests.fuzz.programs import assert_same, examples, make_input
-from tests.fuzz.test_mutations import _update, mutation_programs
+from tests.fuzz.test_mutations import apply_write, mutation_programs
 
 pytestmark = pytest.mark.default_settings
 FUZZ = settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,20 +52,9 @@ def _issue(shape: tuple, dtype: str, steps: list, realizes: list, seed: int) -> 
     model = start.copy()
     t = (Tensor(start) & True) if dtype == "bool" else Tensor(start) * 1   # a computed value, no storage
     t.realize()                                                            # its storage is fixed here
-    for (kind, index, arg), then in zip(steps, realizes):
-        if kind == "set_scalar":
-            t[index] = arg
-            model[index] = arg
-        elif kind == "set_tensor":
-            value = make_input(model[index].shape, dtype, rng)
-            t[index] = Tensor(value)
-            model[index] = value
-        elif kind == "set_self":
-            t[index] = _update(t[index], dtype, arg)
-            model[index] = _update(model[index], dtype, arg)
-        else:
-            t.assign(_update(t, dtype, arg))
-            model = _update(model, dtype, arg).astype(model.dtype)
+    for step, then in zip(steps, realizes):
+        model = apply_write(t, model, step, dtype, rng)
+        _, index, _ = step
         if then == "tensor":
             t.realize()
         elif then == "view" and index is not None:

@@ -73,6 +73,29 @@ def _update(x: Any, dtype: str, c: Any) -> Any:
     return x * 2 + c if dtype == "int32" else x * 0.5 + c
 
 
+WRITES = ("set_scalar", "set_tensor", "set_self", "assign")
+
+
+def apply_write(t: Tensor, model: np.ndarray, step: tuple, dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Applies one write step (a kind in WRITES) to the tensor and to its numpy model; returns the
+    model afterwards (an assign makes a new array)."""
+    kind, index, arg = step
+    if kind == "set_scalar":
+        t[index] = arg
+        model[index] = arg
+    elif kind == "set_tensor":
+        value = make_input(model[index].shape, dtype, rng)
+        t[index] = Tensor(value)
+        model[index] = value
+    elif kind == "set_self":
+        t[index] = _update(t[index], dtype, arg)
+        model[index] = _update(model[index], dtype, arg)
+    else:
+        t.assign(_update(t, dtype, arg))
+        model = _update(model, dtype, arg).astype(model.dtype)
+    return model
+
+
 def _run(shape: tuple[int, ...], dtype: str, steps: list[tuple], seed: int) -> None:
     rng = np.random.default_rng(seed)
     model = make_input(shape, dtype, rng)
@@ -80,19 +103,8 @@ def _run(shape: tuple[int, ...], dtype: str, steps: list[tuple], seed: int) -> N
     kept: list[tuple[str, Tensor, np.ndarray]] = []
     for i, (kind, index, arg) in enumerate(steps):
         what = f"step {i} {kind} {index} {arg} of {steps} on {shape} {dtype}"
-        if kind == "set_scalar":
-            t[index] = arg
-            model[index] = arg
-        elif kind == "set_tensor":
-            value = make_input(model[index].shape, dtype, rng)
-            t[index] = Tensor(value)
-            model[index] = value
-        elif kind == "set_self":
-            t[index] = _update(t[index], dtype, arg)
-            model[index] = _update(model[index], dtype, arg)
-        elif kind == "assign":
-            t.assign(_update(t, dtype, arg))
-            model = _update(model, dtype, arg).astype(model.dtype)
+        if kind in WRITES:
+            model = apply_write(t, model, (kind, index, arg), dtype, rng)
         elif kind == "read":
             assert_same(t.numpy(), model, what)
         elif kind == "read_view":

@@ -176,6 +176,25 @@ def test_rows_of_a_batch_decode_as_they_do_alone(engine, reference):
     assert [generated[s] for s in range(3)] == info["generated"][:3]
 
 
+def test_decode_at_a_symbolic_length_gives_transformers_ids_from_one_program(engine, reference):
+    """`symbolic_above=0`: every decode step attends over exactly its rows' histories (a bound Variable
+    length, graph/view.py) instead of a window bucket: transformers' greedy ids for two prompts decoded
+    as the rows of one batch (rows of different lengths: the whole context's mask cut to the longest),
+    the batch bucket captured once for every length."""
+    symbolic = LlamaEngine(engine.model, prefill_buckets=(16, 64), symbolic_above=0)
+    info = reference["json"]
+    prompts = info["prompts"][:2]
+    prefilled = symbolic.prefill_many({slot: ids for slot, ids in enumerate(prompts)})
+    state = {slot: [int(np.argmax(prefilled[slot])), len(ids)] for slot, ids in enumerate(prompts)}
+    generated = {slot: [state[slot][0]] for slot in state}
+    for _ in range(NEW_TOKENS - 1):
+        for slot, row in symbolic.decode({s: (t, p) for s, (t, p) in state.items()}).items():
+            generated[slot].append(int(np.argmax(row)))
+            state[slot] = [generated[slot][-1], state[slot][1] + 1]
+    assert [generated[s] for s in range(2)] == info["generated"][:2]
+    assert symbolic._decode_step.stats["captures"] == 1  # batch bucket 2, every length
+
+
 def test_a_seed_reproduces_a_sampled_run_and_another_seed_changes_it(engine, reference):
     ids = reference["json"]["prompts"][0]
     runs = [list(engine.generate(ids, 10, SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=s)))
