@@ -16,20 +16,25 @@ Peers alternate within each round, so drift in the machine's speed affects all o
 the median wall time and the process's CPU time per call. On a machine whose cores other processes use,
 the CPU time is the steadier of the two.
 
-Where the rest goes (measured 2026-12-03, one thread, CPU time, a machine at load 8-11; bench/results/conv.json
-holds the step table): the issue's target is at most 1.2x torch, and it is not met. The Adam step of beautiful_mnist
-is 2.38x torch at batch 512 and 1.84x at 128; the flagship's cnn step is 1.75x and 1.25x. A profile of the b128
-mnist step (atensor.profile over two replays) puts 52% of kernel time in the second convolution
-(r_sum_128x1x32x32x5x5x20x20: its forward and its two gradients) and 29% in the third, with the bias/batchnorm
-reductions at 2.5% and every elementwise kernel under 0.1% each. Layer by layer, against torch's conv2d
-(conv.py's harness, batch 128, forward / forward+backward with the input's gradient):
-conv2 32->32 k5 on 24x24 1.45x / 1.50x, conv3 32->64 k3 on 10x10 1.21x / 1.24x, conv4 64->64 k3 on 8x8
-1.33x / 2.20x, conv1 1->32 k5 1.92x / 0.57x, the cnn's 1->16 k3 on 8x8 5.4x / 3.5x. Those sum to 1.34x of
-torch for the mnist model's convolutions; the rest of the step (batchnorm, pooling, the loss, Adam) is its
-other ~100 ms at b128. So the gap is in the convolution lowering (window_gemm.py / contraction.py's copies
-around the gemms), and for the small-channel layers in per-kernel overhead. A direct convolution for
-small channel counts, and a backward that reuses the forward's unfolded windows, are the next steps to
-measure.
+Where the rest goes (measured 2026-12-03, one thread, process CPU time, a 2-core machine at load 13-17;
+bench/results/conv.json holds the step table). The issue's target is at most 1.2x torch. After the convolutions'
+forward and weight gradient moved into native kernels (backend/conv_c.py) and the col2im under max-pool's
+backward became a kernel of its own (sched/schedule.py), the Adam step is, against torch: beautiful_mnist 1.66x at
+batch 512 and 1.35x at 128 (2.11x and 1.78x before, the same load), the flagship's cnn 1.37x at 512 and 0.89x
+at 128 (1.79x and 1.12x). Per kernel of the b128 mnist step (CPU ms, atensor against torch's
+aten.convolution_backward / conv2d for the same direction, measured apart):
+- conv2 32->32 k5 on 24x24: input gradient 77-83 (numpy's per-sample col2im, RowsThenAddPads) against 64;
+  weight gradient 47-49 (taps) against 53; forward 47-54 (taps) against 36.
+- conv3 32->64 k3 on 10x10: input gradient 10 (col2im) + 27 for max-pool's backward after it (a C kernel that
+  materializes each reshaped, padded view of the four pooling terms in turn) against 7; weight gradient 12
+  against 7; forward 10 against 6.
+- conv4 64->64 k3 on 8x8: input gradient 18-21 (col2im) against 6; weight gradient 7 against 8; forward 7 against 6.
+- conv1 1->32 k5: forward 6-8 against 18, weight gradient 6 against 24 (torch's small-channel path is slow here).
+At batch 512 the same kernels grow faster than the batch: conv2's input gradient 340-600 ms and max-pool's
+backward 400 ms (their whole arrays leave the cache). So what is left is the input gradient (col2im: the column
+gradient is 25x the input for a 5x5 kernel, added back window by window) and max-pool's backward; the next
+steps are a col2im by taps (one gemm per kernel row into a scratch 5x the input, then kw adds instead of 25)
+and rendering chains of views of a computed value without materializing each.
 """
 from __future__ import annotations
 
@@ -207,6 +212,10 @@ def run(rounds: int, batches: tuple[int, ...] = (512, 128), calls: int = 2) -> t
                         times[peer][mode].append(((time.perf_counter() - wall) / calls,
                                                   (time.process_time() - cpu) / calls))
             entry = results.setdefault(f"{model} b{batch}", {})
+            for peer, failed in entry.items():  # a peer that could not run says why in the table too
+                if isinstance(failed, str):
+                    why = "no clang on PATH (its CPU device compiles with it)" if "'clang'" in failed else failed[:60]
+                    rows.append([f"{model} b{batch}", "all", peer, "-", "-", "missing", why])
             for mode in MODES:
                 ref = times.get("torch", {}).get(mode)
                 ref_wall = statistics.median(t[0] for t in ref) if ref else None

@@ -17,6 +17,7 @@ from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.symbolic import hi_of
 from atensor.graph.view import strides_for, symbolic_shape
 from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
+from atensor.backend.conv_c import looped_gemm
 from atensor.backend.c_types import Unsupported, ctype as _ctype
 from atensor.backend.gemm_axes import contraction_groups
 
@@ -56,6 +57,8 @@ def render_gemm(cr: Any, n: Node) -> bool:
     la = blas_layout(m, k, sa_m, sa_k) if None not in (sa_m, sa_k) else None
     lb = blas_layout(k, nn, sb_k, sb_n) if None not in (sb_k, sb_n) else None
     if la is None or lb is None:
+        if not symbolic and looped_gemm(cr, n, (batch, rows, inner, cols)):
+            return True  # groups that do not merge, or a window operand: loops of gemms (conv_c.py)
         if not symbolic and math.prod(shape[i] for i in batch) * m * k * nn >= NUMPY_CONTRACTION_FLOPS:
             # an operand BLAS cannot read in place (a convolution's window view): numpy's chunked
             # contraction (backend/contraction.py) copies it chunk by chunk; a loop nest here would
