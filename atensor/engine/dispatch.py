@@ -157,11 +157,16 @@ class Dispatcher:
                 collector.record_host(HostSpan(f"job {job.value} waits in the dispatcher queue", "wait",
                                                job.issued_ns, start, "dispatcher queue"))
                 collector.record_host(HostSpan(f"schedule+submit job {job.value}", "schedule", start, end))
+            # free for `run_inline` before the job's value wakes its awaiting task: that task's next
+            # small realize or replay is then planned on its own thread; published first, it found the
+            # dispatcher still busy and queued behind it, and so did every next one, each paying a
+            # wake-up (seen under uvloop, tests/engine/test_replay_record.py). The submission is done:
+            # a job planned inline from here on still comes after this one on every queue.
+            with self._cond:
+                self._busy = False
             self.signal.set(job.value, (start, end), error)
             job.plan = None  # the graph's nodes; only the handle's submission is still needed
             del job  # a finished job must not keep its buffers alive while the dispatcher waits
-            with self._cond:
-                self._busy = False
 
 
 dispatcher = Dispatcher()
