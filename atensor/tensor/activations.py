@@ -31,8 +31,9 @@ class ActivationOps:
         return positive.where(inv, t * inv)
 
     def relu(self) -> Self:
-        """x where positive, else 0; the gradient at 0 is 0 (PyTorch's and tinygrad's)."""
-        return (self > 0).where(self, 0)
+        """x where positive, else 0; NaN stays NaN (PyTorch's and numpy's maximum; not tinygrad's, which
+        gives 0); the gradient at 0 is 0 (PyTorch's and tinygrad's)."""
+        return (self <= 0).where(0, self)
 
     def gelu(self, approximate: str = "tanh") -> Self:
         """GELU; tinygrad's tanh approximation by default, the exact erf form with approximate="none"."""

@@ -256,8 +256,9 @@ class ElementwiseOps:
     def __rmatmul__(self, x): return type(self)(x, device=self.device).matmul(self) if not isinstance(x, type(self)) else x.matmul(self)
     def __lt__(self, x): return self._binary(Ops.CMPLT, x, "lt")
     def __gt__(self, x): return self._binary(Ops.CMPLT, x, "gt", reverse=True)
-    def __le__(self, x): return (self > x).logical_not()
-    def __ge__(self, x): return (self < x).logical_not()
+    # x <= y is (x < y) | (x == y), not !(x > y): a comparison with NaN is false either way round
+    def __le__(self, x): return (self < x) | (self == x)
+    def __ge__(self, x): return (self > x) | (self == x)
     def __eq__(self, x): return self._binary(Ops.CMPEQ, x, "eq")  # type: ignore[override]
     def __ne__(self, x): return self._binary(Ops.CMPNE, x, "ne")  # type: ignore[override]
     def __and__(self, x): return self._binary(Ops.AND, x, "and")
