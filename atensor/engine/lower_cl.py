@@ -110,7 +110,7 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
         return first, last
     keep = (work.buffers, temps)
     return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
-                  rebind=set_values if prog.variables else None)
+                  rebind=set_values if prog.variables else None, device_key=prog.source)
 
 
 class _HostThread:
@@ -230,7 +230,8 @@ def copy_runner(work: Copy, src_dev: Device, dst_dev: Device, src: Any, dst: Any
             event = cl.enqueue_copy(queue, dst_mem, src_mem, byte_count=n, src_offset=src_off,
                                     dst_offset=dst_off, wait_for=wait_for or None)
             return event, event
-    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue)
+    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
+                  device_key=("copy", src_dev.name, dst_dev.name, n))
 
 
 def _blocking(enqueue: Callable[[Any, list], tuple[Any, Any]], handle: cl_runtime.CLDevice) -> Callable[[], None]:
