@@ -83,6 +83,8 @@ class CLQueue(Queue):
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()  # one thread publishes at a time, in order
         self._completer: Optional[_Completer] = None  # started with the first submission
+        self.host_published = 0  # commands an awaiting host published (`poll`): found done, or short
+        self.host_waited = 0     # of those, the short ones it waited for
         # a runner's `device_key` -> its work's device time at its last run (`poll`'s short commands)
         self._last_ns: dict[Any, int] = {}
         _queues[id(self.signal)] = self
@@ -124,8 +126,10 @@ class CLQueue(Queue):
                 record.last.wait()
                 if record.last.command_execution_status != 0:
                     return False
+                self.host_waited += 1
         except Exception:  # an event that failed, or one the driver no longer answers for: the
             return False   # completion thread publishes it, with its error
+        self.host_published += 1
         self._completed(record, 0)
         return self.signal.value >= value
 
@@ -144,7 +148,8 @@ class CLQueue(Queue):
         with self._lock:
             pending = len(self._inflight)
         return {"pending_commands": pending, "signal": self.signal.value, "reserved": self._reserved,
-                "commands_run": self.commands_run}
+                "commands_run": self.commands_run, "host_published": self.host_published,
+                "host_waited": self.host_waited}
 
     # ---- enqueueing -----------------------------------------------------------------------------
     def _enqueue(self, command: Command) -> _InFlight:
