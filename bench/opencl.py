@@ -1,7 +1,7 @@
 """OpenCL devices against the CPU backend, and the awaited round trip of a tiny CL kernel against raw
 pyopencl on the same device.
 
-    python bench/opencl.py [--repeat 5] [--calls 300]
+    python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short
                                        # (writes bench/results/opencl_check.json)
 
@@ -70,19 +70,25 @@ def compute(repeat: int, scale: int) -> list[dict]:
     return results
 
 
-def raw_round_trip(calls: int) -> float:
-    """Median us of raw pyopencl: enqueue `a[i] += 1` on 16 floats on CL:0's device, wait."""
+def raw_round_trip(calls: int, swapped: bool = False) -> float:
+    """Median us of raw pyopencl on CL:0's device: enqueue `a[i] += 1` on 16 floats and wait; or, with
+    `swapped`, `b[i] = a[i] + 1` with a and b swapped each call (new arguments per call, as atensor's
+    `y = step(y)` has: pocl does more work at the enqueue of a kernel whose buffers changed)."""
     import pyopencl as cl
     from atensor.hcq.device import Device
     handle = Device.get("CL").cl
     queue = cl.CommandQueue(handle.context, handle.device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    prog = cl.Program(handle.context, "__kernel void k(__global float *a) { a[get_global_id(0)] += 1.0f; }").build()
-    buf = cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, 64)
-    kernel = prog.k
-    kernel.set_args(buf)
+    prog = cl.Program(handle.context, "__kernel void k(__global float *a) { a[get_global_id(0)] += 1.0f; }\n"
+                      "__kernel void s(__global float *b, __global const float *a) "
+                      "{ b[get_global_id(0)] = a[get_global_id(0)] + 1.0f; }").build()
+    bufs = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, 64) for _ in range(2)]
+    kernel = prog.s if swapped else prog.k
+    kernel.set_args(*bufs[:1 + swapped])
     times = []
     for k in range(calls + 50):
         start = time.perf_counter_ns()
+        if swapped:
+            kernel.set_args(bufs[k % 2], bufs[1 - k % 2])
         cl.enqueue_nd_range_kernel(queue, kernel, (16,), (16,)).wait()
         if k >= 50:
             times.append((time.perf_counter_ns() - start) / 1e3)
@@ -123,11 +129,15 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
     """Alternating rounds (the machine's load drifts): per round, raw then each atensor variant."""
     variants = [("jit replay, trio", "trio", True), ("jit replay, asyncio", "asyncio", True),
                 ("eager realize, trio", "trio", False), ("eager realize, asyncio", "asyncio", False)]
-    samples: dict[str, list[float]] = {"raw pyopencl enqueue + wait": []}
+    samples: dict[str, list[float]] = {"raw pyopencl enqueue + wait": [],
+                                       "raw pyopencl, buffers swapped per call": []}
     ratios: dict[str, list[float]] = {}
     for _ in range(rounds):
         raw = raw_round_trip(calls)
         samples["raw pyopencl enqueue + wait"].append(raw)
+        swapped = raw_round_trip(calls, swapped=True)
+        samples["raw pyopencl, buffers swapped per call"].append(swapped)
+        ratios.setdefault("raw pyopencl, buffers swapped per call", []).append(swapped / raw)
         for name, library, jitted in variants:
             us = awaited_round_trip(calls, library, jitted)
             samples.setdefault(name, []).append(us)
@@ -159,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the round trips")
     parser.add_argument("--scale", type=int, default=1, help="problem size multiplier (2 on a GPU)")
     parser.add_argument("--check", action="store_true", help="run the CL tests, then a short bench")
+    parser.add_argument("--round-trip", action="store_true", help="only the round trips (no compute cases)")
     parser.add_argument("--out", default="opencl")
     args = parser.parse_args(argv)
     if args.check:
@@ -166,10 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     from atensor.hcq.device import Device
     device = Device.get("CL").cl.description
     print(f"CL:0 is {device}")
-    comp = compute(args.repeat, args.scale)
-    print(table(f"compute, eager realize, median of {args.repeat} (ms)", ["case", "CPU ms", "CL ms", "CL/CPU",
-                                                                          "max |CL-CPU|"],
-                [[r["case"], r["CPU_ms"], r["CL_ms"], f"{r['CL/CPU']:.2f}x", r["max_abs_diff"]] for r in comp]))
+    comp = [] if args.round_trip else compute(args.repeat, args.scale)
+    if comp:
+        print(table(f"compute, eager realize, median of {args.repeat} (ms)",
+                    ["case", "CPU ms", "CL ms", "CL/CPU", "max |CL-CPU|"],
+                    [[r["case"], r["CPU_ms"], r["CL_ms"], f"{r['CL/CPU']:.2f}x", r["max_abs_diff"]] for r in comp]))
     trips = round_trips(args.calls, args.rounds)
     print()
     print(table(f"round trip of a tiny kernel on CL, median of {args.calls} calls; median (range) of "
