@@ -264,7 +264,7 @@ class GPURenderer(CRenderer):
     def render_program(self) -> GPUProgram:
         params = {p.arg[0]: p for p in self.name_params()}
         for n in self.order:
-            if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
+            if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY, Ops.QMATMUL, Ops.DEQUANT):
                 raise Unsupported(f"op {n.op}")
             if n.dtype == dtypes.float64 and not self.fp64:
                 raise Unsupported("float64 on a device without doubles")
@@ -301,8 +301,10 @@ def _itemsize(ct: str) -> int:
 
 
 def render_gpu(ast: Node, name: str, dialect: Dialect, fp64: bool = True) -> GPUProgram:
-    """The kernel `ast` as a GPU program in `dialect`; raises Unsupported for what it cannot lower."""
-    return GPURenderer(ast, name, dialect, fp64).render_program()
+    """The kernel `ast` as a GPU program in `dialect`; raises Unsupported for what it cannot lower. Its
+    kernels are named after `name` made an identifier (a kernel's name holds a space and `x`s)."""
+    ident = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
+    return GPURenderer(ast, ident, dialect, fp64).render_program()
 
 
 __all__ = ["GPUKernel", "GPUProgram", "GPURenderer", "render_gpu"]
