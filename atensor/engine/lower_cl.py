@@ -30,6 +30,8 @@ from atensor.backend.gpu_dialect import OPENCL
 from atensor.backend.gpu_render import GPUProgram, render_gpu
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
+from atensor.config import settings
+from atensor.engine import cl_bounds
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.taskgraph import Copy, Kernel
@@ -51,6 +53,8 @@ def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
             found = render_gpu(work.ast, work.name, OPENCL, handle.fp64)
         except Unsupported:
             return None
+        if settings.racecheck:  # its own index arithmetic (a tiled matmul's), proved as the AST's views are
+            cl_bounds.check_program(found, work.name)
         _rendered[key] = found
         if len(_rendered) > _RENDERED_KEPT:
             _rendered.popitem(last=False)
