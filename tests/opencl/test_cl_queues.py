@@ -114,8 +114,9 @@ def test_a_graph_mixing_cpu_and_cl_devices_awaited_under_asyncio():
 
 
 def test_an_awaiting_task_is_woken_by_the_completion_thread_while_the_loop_runs_other_tasks(monkeypatch):
-    from atensor.hcq import cl_queue
-    monkeypatch.setattr(cl_queue, "SHORT_NS", 0)  # no command is short: the host never waits for one
+    from atensor.hcq.cl_queue import CLQueue
+    # the awaiting host never publishes a value itself (`poll`): it parks, and the completion thread wakes it
+    monkeypatch.setattr(CLQueue, "poll", lambda self, value: self.signal.value >= value)
     async def main(lib):
         x = Tensor(RNG.standard_normal((64, 64)).astype(np.float32) * 0.1, device="CL")
         ticks = 0
