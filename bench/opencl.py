@@ -2,8 +2,10 @@
 pyopencl on the same device.
 
     python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
-    python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short
-                                       # (writes bench/results/opencl_check.json)
+    python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
+    python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
+                                       # then 4 LLM tokens against transformers' (under 5 minutes warm;
+                                       # writes bench/results/opencl_check.json, opencl_check_llm.json)
 
 Compute: a matmul, a fused elementwise chain, a row reduction and a conv2d, each realized eagerly on
 `CL` and on `CPU` (median of --repeat runs after a warm-up that compiles), with the ratio CL / CPU.
@@ -150,6 +152,41 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
     return rows
 
 
+LLM_PROMPT = "The capital of France is"
+
+
+def llm(tokens: int) -> dict:
+    """SmolLM2-135M's greedy tokens on CL (weights float32: packed weights do not render to OpenCL)
+    against transformers' greedy tokens for the same GGUF file and prompt; seconds per phase."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from atensor.models.generation import LlamaEngine
+    from atensor.models.gguf import default_gguf_path, load_gguf
+    from atensor.models.llama import Llama
+    from atensor.models.tokenizer import GGUFTokenizer
+    path = default_gguf_path()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    ids = tok(LLM_PROMPT).input_ids
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False, eos_token_id=None,
+                             pad_token_id=tok.eos_token_id)
+    want = out[0, len(ids):].tolist()
+    gguf = load_gguf(path)
+    assert GGUFTokenizer(gguf.metadata).encode(LLM_PROMPT) == ids
+    start = time.perf_counter()
+    engine = LlamaEngine(Llama(gguf, slots=1, context=64, device="CL", weights="float32"), prefill_buckets=(16,))
+    loaded = time.perf_counter()
+    first = list(engine.generate(ids, tokens))  # compiles on the way (pocl: seconds per kernel, then cached)
+    cold = time.perf_counter()
+    got = list(engine.generate(ids, tokens))   # replays
+    warm = time.perf_counter()
+    return {"prompt": LLM_PROMPT, "tokens": tokens, "transformers": want, "CL": got, "first_run": first,
+            "equal": got == want and first == want, "load_s": loaded - start, "first_run_s": cold - loaded,
+            "warm_run_s": warm - cold}
+
+
 def check() -> int:
     """The CL tests, then a short bench: one script for a GPU machine (under 5 minutes)."""
     root = Path(__file__).resolve().parent.parent
@@ -159,7 +196,15 @@ def check() -> int:
     if tests.returncode != 0:
         print(f"bench/opencl.py --check: the CL tests failed (exit {tests.returncode})")
         return tests.returncode
-    return main(["--repeat", "3", "--calls", "200", "--rounds", "1", "--out", "opencl_check"])
+    bench = main(["--repeat", "3", "--calls", "200", "--rounds", "1", "--out", "opencl_check"])
+    if bench != 0:
+        return bench
+    try:  # the LLM's greedy tokens against transformers', where the reference extra is installed
+        import transformers  # noqa: F401
+    except ImportError:
+        print("bench/opencl.py --check: transformers is not installed; the LLM check is skipped")
+        return 0
+    return main(["--llm", "4", "--out", "opencl_check"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=1, help="problem size multiplier (2 on a GPU)")
     parser.add_argument("--check", action="store_true", help="run the CL tests, then a short bench")
     parser.add_argument("--round-trip", action="store_true", help="only the round trips (no compute cases)")
+    parser.add_argument("--llm", type=int, default=0, metavar="TOKENS",
+                        help="only SmolLM2's greedy TOKENS on CL against transformers' (exit 1 if they differ)")
     parser.add_argument("--out", default="opencl")
     args = parser.parse_args(argv)
     if args.check:
@@ -177,6 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     from atensor.hcq.device import Device
     device = Device.get("CL").cl.description
     print(f"CL:0 is {device}")
+    if args.llm:
+        row = llm(args.llm)
+        print(table(f"SmolLM2-135M greedy on CL (float32 weights) vs transformers, {args.llm} tokens",
+                    ["equal", "load s", "first run s", "warm run s", "tokens"],
+                    [[row["equal"], row["load_s"], row["first_run_s"], row["warm_run_s"], str(row["CL"])]]))
+        if not row["equal"]:
+            print(f"transformers: {row['transformers']}\nCL (first run): {row['first_run']}")
+        path = write_results(args.out + "_llm", {"device": device, "command": "python bench/opencl.py "
+                                                 + " ".join(argv or sys.argv[1:]), "llm": row})
+        print(f"\nwrote {path}")
+        return 0 if row["equal"] else 1
     comp = [] if args.round_trip else compute(args.repeat, args.scale)
     if comp:
         print(table(f"compute, eager realize, median of {args.repeat} (ms)",
