@@ -119,6 +119,9 @@ class CLQueue(Queue):
         if record is None or record.command.value != value or record.last is None \
                 or record.error is not None or _failure_before(record) is not None:
             return False
+        run = record.command.run
+        if run is not None and run.failed is not None:  # a host part's error is read once: by the
+            return False                                 # completion thread alone
         try:
             if record.last.command_execution_status != 0:  # CL_COMPLETE
                 if not self._short(record):
@@ -135,10 +138,9 @@ class CLQueue(Queue):
 
     def _short(self, record: _InFlight) -> bool:
         """Whether the host may wait for `record`'s command on its own thread: its runner ran before and
-        took at most SHORT_NS on the device (so no first-launch compile), it has no host part, and
-        nothing it waits for is unfinished (no user event unset, no other queue's command running)."""
+        took at most SHORT_NS on the device (so no first-launch compile), and nothing it waits for is unfinished (no user event unset, no other queue's command running)."""
         run = record.command.run
-        if run is None or run.failed is not None or run.device_key is None \
+        if run is None or run.device_key is None \
                 or self._last_ns.get(run.device_key, SHORT_NS + 1) > SHORT_NS:
             return False
         pending = [user for user in record.user_events] + [dep.last for dep in record.deps if dep.stamps is None]

@@ -114,18 +114,32 @@ def test_a_graph_mixing_cpu_and_cl_devices_awaited_under_asyncio():
 
 
 def test_an_awaiting_task_is_woken_by_the_completion_thread_while_the_loop_runs_other_tasks(monkeypatch):
+    import pyopencl as cl
     from atensor.hcq.cl_queue import CLQueue
     # the awaiting host never publishes a value itself (`poll`): it parks, and the completion thread wakes it
     monkeypatch.setattr(CLQueue, "poll", lambda self, value: self.signal.value >= value)
+    dev = Device.get("CL")
+
     async def main(lib):
         x = Tensor(RNG.standard_normal((64, 64)).astype(np.float32) * 0.1, device="CL")
+        await x.realize()
         ticks = 0
         done = False
+        # a command ahead of the matmul on the in-order queue that the ticker lets go, once it has run
+        gate = cl.UserEvent(dev.cl.context)
+
+        def enqueue(queue, wait_for):
+            event = cl.enqueue_marker(queue, wait_for=[gate] + list(wait_for))
+            return event, event
+        dev.compute.submit([Command(dev.compute.reserve(1) + 1, (), Runner(lambda: None, enqueue=enqueue),
+                                    "gate", "kernel", 0)])
 
         async def ticker():
             nonlocal ticks
             while not done:
                 ticks += 1
+                if ticks == 1:
+                    gate.set_status(cl.command_execution_status.COMPLETE)
                 await (trio.sleep(0.001) if lib == "trio" else asyncio.sleep(0.001))
         y = x @ x  # the 64 x 64 tiled matmul test_cl_ops compiles too
         if lib == "trio":
@@ -138,11 +152,11 @@ def test_an_awaiting_task_is_woken_by_the_completion_thread_while_the_loop_runs_
             await y.realize()
             done = True
             await task
-        return ticks, y
+        return ticks, x, y
     for lib, run in (("trio", trio.run), ("asyncio", lambda f, lib: asyncio.run(f(lib)))):
-        ticks, y = run(main, lib)
-        assert ticks >= 1  # the loop ran another task while the device worked
-        dev = Device.get("CL")
+        ticks, x, y = run(main, lib)
+        assert ticks >= 1  # the loop ran another task while the device waited
+        np.testing.assert_allclose(y.numpy(), x.numpy() @ x.numpy(), rtol=1e-5, atol=1e-6)
         assert dev.compute.signal.value == dev.compute._reserved
         assert dev.compute.statistics()["pending_commands"] == 0
 
