@@ -1,9 +1,11 @@
 """OpenCL devices against the CPU backend, and the awaited round trip of a tiny CL kernel against raw
 pyopencl on the same device.
 
-    python bench/opencl.py [--repeat 5] [--calls 300]
-    python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short
-                                       # (writes bench/results/opencl_check.json)
+    python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
+    python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
+    python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
+                                       # then 4 LLM tokens against transformers' (under 5 minutes warm;
+                                       # writes bench/results/opencl_check.json, opencl_check_llm.json)
 
 Compute: a matmul, a fused elementwise chain, a row reduction and a conv2d, each realized eagerly on
 `CL` and on `CPU` (median of --repeat runs after a warm-up that compiles), with the ratio CL / CPU.
@@ -70,19 +72,25 @@ def compute(repeat: int, scale: int) -> list[dict]:
     return results
 
 
-def raw_round_trip(calls: int) -> float:
-    """Median us of raw pyopencl: enqueue `a[i] += 1` on 16 floats on CL:0's device, wait."""
+def raw_round_trip(calls: int, swapped: bool = False) -> float:
+    """Median us of raw pyopencl on CL:0's device: enqueue `a[i] += 1` on 16 floats and wait; or, with
+    `swapped`, `b[i] = a[i] + 1` with a and b swapped each call (new arguments per call, as atensor's
+    `y = step(y)` has: pocl does more work at the enqueue of a kernel whose buffers changed)."""
     import pyopencl as cl
     from atensor.hcq.device import Device
     handle = Device.get("CL").cl
     queue = cl.CommandQueue(handle.context, handle.device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    prog = cl.Program(handle.context, "__kernel void k(__global float *a) { a[get_global_id(0)] += 1.0f; }").build()
-    buf = cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, 64)
-    kernel = prog.k
-    kernel.set_args(buf)
+    prog = cl.Program(handle.context, "__kernel void k(__global float *a) { a[get_global_id(0)] += 1.0f; }\n"
+                      "__kernel void s(__global float *b, __global const float *a) "
+                      "{ b[get_global_id(0)] = a[get_global_id(0)] + 1.0f; }").build()
+    bufs = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, 64) for _ in range(2)]
+    kernel = prog.s if swapped else prog.k
+    kernel.set_args(*bufs[:1 + swapped])
     times = []
     for k in range(calls + 50):
         start = time.perf_counter_ns()
+        if swapped:
+            kernel.set_args(bufs[k % 2], bufs[1 - k % 2])
         cl.enqueue_nd_range_kernel(queue, kernel, (16,), (16,)).wait()
         if k >= 50:
             times.append((time.perf_counter_ns() - start) / 1e3)
@@ -123,11 +131,15 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
     """Alternating rounds (the machine's load drifts): per round, raw then each atensor variant."""
     variants = [("jit replay, trio", "trio", True), ("jit replay, asyncio", "asyncio", True),
                 ("eager realize, trio", "trio", False), ("eager realize, asyncio", "asyncio", False)]
-    samples: dict[str, list[float]] = {"raw pyopencl enqueue + wait": []}
+    samples: dict[str, list[float]] = {"raw pyopencl enqueue + wait": [],
+                                       "raw pyopencl, buffers swapped per call": []}
     ratios: dict[str, list[float]] = {}
     for _ in range(rounds):
         raw = raw_round_trip(calls)
         samples["raw pyopencl enqueue + wait"].append(raw)
+        swapped = raw_round_trip(calls, swapped=True)
+        samples["raw pyopencl, buffers swapped per call"].append(swapped)
+        ratios.setdefault("raw pyopencl, buffers swapped per call", []).append(swapped / raw)
         for name, library, jitted in variants:
             us = awaited_round_trip(calls, library, jitted)
             samples.setdefault(name, []).append(us)
@@ -140,16 +152,59 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
     return rows
 
 
+LLM_PROMPT = "The capital of France is"
+
+
+def llm(tokens: int) -> dict:
+    """SmolLM2-135M's greedy tokens on CL (weights float32: packed weights do not render to OpenCL)
+    against transformers' greedy tokens for the same GGUF file and prompt; seconds per phase."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from atensor.models.generation import LlamaEngine
+    from atensor.models.gguf import default_gguf_path, load_gguf
+    from atensor.models.llama import Llama
+    from atensor.models.tokenizer import GGUFTokenizer
+    path = default_gguf_path()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    ids = tok(LLM_PROMPT).input_ids
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False, eos_token_id=None,
+                             pad_token_id=tok.eos_token_id)
+    want = out[0, len(ids):].tolist()
+    gguf = load_gguf(path)
+    assert GGUFTokenizer(gguf.metadata).encode(LLM_PROMPT) == ids
+    start = time.perf_counter()
+    engine = LlamaEngine(Llama(gguf, slots=1, context=64, device="CL", weights="float32"), prefill_buckets=(16,))
+    loaded = time.perf_counter()
+    first = list(engine.generate(ids, tokens))  # compiles on the way (pocl: seconds per kernel, then cached)
+    cold = time.perf_counter()
+    got = list(engine.generate(ids, tokens))   # replays
+    warm = time.perf_counter()
+    return {"prompt": LLM_PROMPT, "tokens": tokens, "transformers": want, "CL": got, "first_run": first,
+            "equal": got == want and first == want, "load_s": loaded - start, "first_run_s": cold - loaded,
+            "warm_run_s": warm - cold}
+
+
 def check() -> int:
     """The CL tests, then a short bench: one script for a GPU machine (under 5 minutes)."""
     root = Path(__file__).resolve().parent.parent
     tests = subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "opencl"), "-q", "-x",
                             "-p", "no:cacheprovider", "-o", "addopts="], cwd=root,
-                           env={**os.environ, "PYTHONPATH": str(root)})
+                           env={**os.environ, "PYTHONPATH": str(root), "ATENSOR_CL_ALL": "1"})
     if tests.returncode != 0:
         print(f"bench/opencl.py --check: the CL tests failed (exit {tests.returncode})")
         return tests.returncode
-    return main(["--repeat", "3", "--calls", "200", "--rounds", "1", "--out", "opencl_check"])
+    bench = main(["--repeat", "3", "--calls", "200", "--rounds", "1", "--out", "opencl_check"])
+    if bench != 0:
+        return bench
+    try:  # the LLM's greedy tokens against transformers', where the reference extra is installed
+        import transformers  # noqa: F401
+    except ImportError:
+        print("bench/opencl.py --check: transformers is not installed; the LLM check is skipped")
+        return 0
+    return main(["--llm", "4", "--out", "opencl_check"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the round trips")
     parser.add_argument("--scale", type=int, default=1, help="problem size multiplier (2 on a GPU)")
     parser.add_argument("--check", action="store_true", help="run the CL tests, then a short bench")
+    parser.add_argument("--round-trip", action="store_true", help="only the round trips (no compute cases)")
+    parser.add_argument("--llm", type=int, default=0, metavar="TOKENS",
+                        help="only SmolLM2's greedy TOKENS on CL against transformers' (exit 1 if they differ)")
     parser.add_argument("--out", default="opencl")
     args = parser.parse_args(argv)
     if args.check:
@@ -166,10 +224,22 @@ def main(argv: list[str] | None = None) -> int:
     from atensor.hcq.device import Device
     device = Device.get("CL").cl.description
     print(f"CL:0 is {device}")
-    comp = compute(args.repeat, args.scale)
-    print(table(f"compute, eager realize, median of {args.repeat} (ms)", ["case", "CPU ms", "CL ms", "CL/CPU",
-                                                                          "max |CL-CPU|"],
-                [[r["case"], r["CPU_ms"], r["CL_ms"], f"{r['CL/CPU']:.2f}x", r["max_abs_diff"]] for r in comp]))
+    if args.llm:
+        row = llm(args.llm)
+        print(table(f"SmolLM2-135M greedy on CL (float32 weights) vs transformers, {args.llm} tokens",
+                    ["equal", "load s", "first run s", "warm run s", "tokens"],
+                    [[row["equal"], row["load_s"], row["first_run_s"], row["warm_run_s"], str(row["CL"])]]))
+        if not row["equal"]:
+            print(f"transformers: {row['transformers']}\nCL (first run): {row['first_run']}")
+        path = write_results(args.out + "_llm", {"device": device, "command": "python bench/opencl.py "
+                                                 + " ".join(argv or sys.argv[1:]), "llm": row})
+        print(f"\nwrote {path}")
+        return 0 if row["equal"] else 1
+    comp = [] if args.round_trip else compute(args.repeat, args.scale)
+    if comp:
+        print(table(f"compute, eager realize, median of {args.repeat} (ms)",
+                    ["case", "CPU ms", "CL ms", "CL/CPU", "max |CL-CPU|"],
+                    [[r["case"], r["CPU_ms"], r["CL_ms"], f"{r['CL/CPU']:.2f}x", r["max_abs_diff"]] for r in comp]))
     trips = round_trips(args.calls, args.rounds)
     print()
     print(table(f"round trip of a tiny kernel on CL, median of {args.calls} calls; median (range) of "

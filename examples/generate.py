@@ -4,6 +4,7 @@
     python examples/generate.py --chat "Write a haiku about tensors." --temperature 0.7 --seed 1
     python examples/generate.py "Once upon a time" --dtype float32   # the weights dequantized first
     python examples/generate.py "Once upon a time" --dtype q8act     # llama.cpp's Q8-activation numerics
+    python examples/generate.py "Once upon a time" --dtype float32 --device CL   # on OpenCL (docs/opencl.md)
 
 Prints the text as it is generated, then the prompt length, time to first token, decode tokens/s,
 the model's load time and the process's peak resident memory (the first runs also capture the jitted
@@ -32,6 +33,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--dtype", choices=("quantized", "q8act", "float32"), default="quantized",
                         help="quantized: the file's blocks as stored (default); q8act: the same with llama.cpp's "
                              "numerics (activations quantized to Q8_0, not exact); float32: dequantized at load")
+    parser.add_argument("--device", default="CPU", help="CPU (default) or an OpenCL device, CL or CL:N "
+                        "(with --dtype float32: packed weights do not render to OpenCL)")
     args = parser.parse_args(argv)
     if args.max_tokens < 1:
         parser.error(f"--max-tokens {args.max_tokens}: generate at least 1 token")
@@ -54,7 +57,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         parser.error(f"the prompt is {len(ids)} tokens; it must be 1 to {args.context - 1} tokens to leave room "
                      f"for one generated token in --context {args.context} (raise --context or shorten it)")
     loading = time.perf_counter()
-    model = Llama(gguf, slots=1, context=args.context, weights={"quantized": "packed"}.get(args.dtype, args.dtype))
+    model = Llama(gguf, slots=1, context=args.context, device=args.device,
+                  weights={"quantized": "packed"}.get(args.dtype, args.dtype))
     load_s = time.perf_counter() - loading
     engine = LlamaEngine(model)
     if args.warmup:

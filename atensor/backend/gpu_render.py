@@ -28,12 +28,13 @@ from atensor.backend.c_blas import merged_stride
 from atensor.backend.c_render import CRenderer, Unsupported, _Nest, _ctype, _literal
 from atensor.backend.gemm_axes import contraction_groups
 from atensor.backend.gpu_dialect import Dialect
+from atensor.backend.gpu_index import GlobalAccess, Guard, IExpr, IndexProof
 from atensor.dtype import dtypes
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.rewrite import has_symbolic_shape
-from atensor.graph.symbolic import Variable
+from atensor.graph.symbolic import Variable, as_sym
 from atensor.graph.view import strides_for
 
 GROUP_SIZE = 64          # work-items per work-group of a reduce's kernel (a work-item per row)
@@ -65,6 +66,7 @@ class GPUProgram:
     temp_bytes: tuple[int, ...]
     variables: tuple[Variable, ...]
     body: str = ""  # the kernels' code without the dialect's prelude (programs of many kernels join these)
+    proofs: tuple[IndexProof, ...] = ()  # the index arithmetic of its own (a tiled matmul's): engine/cl_bounds.py
 
 
 class GPURenderer(CRenderer):
@@ -75,12 +77,20 @@ class GPURenderer(CRenderer):
         self.dialect, self.fp64 = dialect, fp64
         self.kernels: list[tuple[GPUKernel, list[str]]] = []
         self.temp_list: list[tuple[str, str, int]] = []  # (name, C type, elements)
+        self.proofs: list[IndexProof] = []  # what its tiled kernels' addresses are made of (gpu_index.py)
 
     # ---- what differs from the C function -----------------------------------------------------------
     def _temp(self, n: Node, ct: str, size: int) -> str:
         name = self.fresh("t")
         self.temp_list.append((name, ct, max(size, 1)))
         return name
+
+    def _offset_expr(self, offset) -> IExpr:
+        """A view's offset (an int, or linear over the kernel's variables) as an IExpr."""
+        if type(offset) is int:
+            return IExpr.of(offset)
+        sym = as_sym(offset)
+        return sum((IExpr.var(self.vars[var]) * c for var, c in sym.terms), IExpr.of(sym.const))
 
     def _kernel(self, items: int, lines: list[str], local: int = GROUP_SIZE) -> None:
         """A kernel of `lines` over `items` work-items, rounded up to whole work-groups of `local` (the
@@ -224,29 +234,45 @@ class GPURenderer(CRenderer):
         ct = _ctype(n.dtype)
         out = self._temp(n, ct, nb * m * nn)
         ptr = lambda x: self.params[x.src[0]] if x.src[0].op is Ops.PARAM else self.arrays[x.src[0]][0]
+        size = lambda x: x.src[0].size  # the elements of the buffer an operand reads (a PARAM or a temp)
         tiles_m, tiles_n = -(-m // TILE), -(-nn // TILE)
-        itype = self._index_type(nb * tiles_m * tiles_n * TILE * TILE + nb * m * nn + max(m, nn) * k)
+        groups = nb * tiles_m * tiles_n
+        itype = self._index_type(groups * TILE * TILE + nb * m * nn + max(m, nn) * k)
         d = self.dialect
-        index = ["0"] * len(shape)
+        # the tile arithmetic, written once as IExpr (backend/gpu_index.py): rendered here, proved by
+        # engine/cl_bounds.py. Unknowns: the work-group, the work-item in it, the inner tile's start
+        v = IExpr.var
+        defs = [("ly", v("lid") // TILE), ("lx", v("lid") % TILE), ("tn", v("grp") % tiles_n),
+                ("tm", (v("grp") // tiles_n) % tiles_m), ("bat", v("grp") // (tiles_n * tiles_m))]
+        rest, at = v("bat"), {}
+        live = [i for i in batch if shape[i] != 1]
+        for j, i in enumerate(reversed(live)):  # the batch index, row-major over the live batch axes
+            at[i] = rest if j == len(live) - 1 else rest % shape[i]
+            rest = rest // shape[i]
+        base = lambda view: sum((at[i] * view.strides[i] for i in live), self._offset_expr(view.offset))
+        defs += [("abase", base(va)), ("bbase", base(vb)), ("row", v("tm") * TILE + v("ly")),
+                 ("col", v("tn") * TILE + v("lx")), ("ka", v("k0") + v("lx")), ("kb", v("k0") + v("ly"))]
+        load_a = GlobalAccess("load of the matmul's left operand", ptr(a), size(a),
+                              v("abase") + v("row") * sa_m + v("ka") * sa_k, (Guard(v("row"), m), Guard(v("ka"), k)))
+        load_b = GlobalAccess("load of the matmul's right operand", ptr(b), size(b),
+                              v("bbase") + v("kb") * sb_k + v("col") * sb_n, (Guard(v("kb"), k), Guard(v("col"), nn)))
+        store = GlobalAccess("store of the matmul's result", out, nb * m * nn,
+                             v("bat") * (m * nn) + v("row") * nn + v("col"), (Guard(v("row"), m), Guard(v("col"), nn)))
+        ranges = {"grp": (0, groups - 1, 1), "lid": (0, TILE * TILE - 1, 1), "k0": (0, max(k - 1, 0), TILE)}
+        ranges.update({name: (var.min, var.max, 1) for var, name in self.vars.items()})
+        self.proofs.append(IndexProof(f"tiled matmul {m}x{nn}x{k}", ranges, tuple(defs), (load_a, load_b, store)))
         lines = [f"{d.local_space} {ct} ta[{TILE}][{TILE}];", f"{d.local_space} {ct} tb[{TILE}][{TILE}];",
-                 f"{itype} grp = ({itype}){d.group_id};", f"int lid = (int){d.local_id};",
-                 f"int ly = lid / {TILE}, lx = lid % {TILE};",
-                 f"{itype} tn = grp % {tiles_n}, tm = (grp / {tiles_n}) % {tiles_m};",
-                 f"{itype} bat = grp / {tiles_n * tiles_m};"]
-        lines += self._decompose(shape, batch, index, "bat", itype)
-        at = [index[i] if i in batch else "0" for i in range(len(shape))]
-        lines += [f"{itype} abase = {self.offset(va.offset, va.strides, shape, at)};",
-                  f"{itype} bbase = {self.offset(vb.offset, vb.strides, shape, at)};",
-                  f"{itype} row = tm * {TILE} + ly, col = tn * {TILE} + lx;",
-                  f"{ct} acc = 0;",
+                 f"{itype} grp = ({itype}){d.group_id};", f"int lid = (int){d.local_id};"]
+        lines += [f"{itype} {name} = {expr.c()};" for name, expr in defs if name not in ("ka", "kb")]
+        lines += [f"{ct} acc = 0;",
                   f"for ({itype} k0 = 0; k0 < {k}; k0 += {TILE}) {{",
-                  f"  {itype} ka = k0 + lx, kb = k0 + ly;",
-                  f"  ta[ly][lx] = (row < {m} && ka < {k}) ? {ptr(a)}[abase + row * {sa_m} + ka * {sa_k}] : 0;",
-                  f"  tb[ly][lx] = (kb < {k} && col < {nn}) ? {ptr(b)}[bbase + kb * {sb_k} + col * {sb_n}] : 0;",
+                  f"  {itype} ka = {dict(defs)['ka'].c()}, kb = {dict(defs)['kb'].c()};",
+                  f"  ta[ly][lx] = ({load_a.guard_c()}) ? {load_a.buffer}[{load_a.index.c()}] : 0;",
+                  f"  tb[ly][lx] = ({load_b.guard_c()}) ? {load_b.buffer}[{load_b.index.c()}] : 0;",
                   f"  {d.barrier}",
                   f"  for (int kk = 0; kk < {TILE}; kk++) acc += ta[ly][kk] * tb[kk][lx];",
                   f"  {d.barrier}", "}",
-                  f"if (row < {m} && col < {nn}) {out}[bat * {m * nn} + row * {nn} + col] = acc;"]
+                  f"if ({store.guard_c()}) {store.buffer}[{store.index.c()}] = acc;"]
         self._kernel(nb * tiles_m * tiles_n * TILE * TILE, lines, local=TILE * TILE)
         # element strides of the [batch, rows, cols] result along each axis of n's shape (as c_render)
         out_strides = [0] * len(shape)
@@ -270,7 +296,7 @@ class GPURenderer(CRenderer):
             # the host (lower_cl.py), with the CPU backend's symbolic loops
             raise Unsupported("a kernel of symbolic shape (a Variable length) on a GPU")
         for n in self.order:
-            if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):
+            if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY, Ops.QMATMUL, Ops.DEQUANT):
                 raise Unsupported(f"op {n.op}")
             if n.dtype == dtypes.float64 and not self.fp64:
                 raise Unsupported("float64 on a device without doubles")
@@ -295,7 +321,8 @@ class GPURenderer(CRenderer):
         kernels = tuple(replace(k, name=k.name.replace(f"{self.name}_", f"{self.name}_{tag}_", 1))
                         for k, _ in self.kernels)
         temp_bytes = tuple(size * _itemsize(ct) for _, ct, size in self.temp_list)
-        return GPUProgram(d.prelude + body, kernels, self.var_base, temp_bytes, tuple(self.vars), body)
+        return GPUProgram(d.prelude + body, kernels, self.var_base, temp_bytes, tuple(self.vars), body,
+                          tuple(self.proofs))
 
 
 _SIZES = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8,
@@ -307,8 +334,10 @@ def _itemsize(ct: str) -> int:
 
 
 def render_gpu(ast: Node, name: str, dialect: Dialect, fp64: bool = True) -> GPUProgram:
-    """The kernel `ast` as a GPU program in `dialect`; raises Unsupported for what it cannot lower."""
-    return GPURenderer(ast, name, dialect, fp64).render_program()
+    """The kernel `ast` as a GPU program in `dialect`; raises Unsupported for what it cannot lower. Its
+    kernels are named after `name` made an identifier (a kernel's name holds a space and `x`s)."""
+    ident = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
+    return GPURenderer(ast, ident, dialect, fp64).render_program()
 
 
 __all__ = ["GPUKernel", "GPUProgram", "GPURenderer", "render_gpu"]

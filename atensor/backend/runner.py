@@ -58,6 +58,10 @@ class Runner:
     # for a device command with a part run by the host (engine/lower_cl.py's host kernels): given the
     # last event `enqueue` returned, the error that part raised, once the event completed (else None)
     failed: Optional[Callable[[Any], Optional[BaseException]]] = None
+    # what names a device command's work across the runners made for it (a jit replay remakes a runner
+    # for new buffers): its queue keeps the device time of the work's last run under it, to tell short
+    # commands, which an awaiting host waits for on its own thread (hcq/cl_queue.py)
+    device_key: Any = None
 
 
 __all__ = ["Runner"]

@@ -29,6 +29,7 @@ from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
 from atensor.hcq.device import Device, DeviceError
+from atensor.profiler import collector
 from atensor.sched.cache import Slot, map_buffers
 
 
@@ -73,6 +74,7 @@ def _measured_call(call: Callable, block: Any, choice: blas.MeasuredThreads) -> 
 
 def _kernel_runner(work: Kernel) -> Optional[Runner]:
     device = Device.get(work.device)
+    collector.describe_kernel(work.name, work.ops)  # the profiler's hover text for its spans
     specs = work.buffers
     # a buffer seen before has its memory already (the common case in replays)
     buffers = []

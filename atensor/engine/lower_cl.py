@@ -30,6 +30,8 @@ from atensor.backend.gpu_dialect import OPENCL
 from atensor.backend.gpu_render import GPUProgram, render_gpu
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
+from atensor.config import settings
+from atensor.engine import cl_bounds
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.taskgraph import Copy, Kernel
@@ -51,6 +53,8 @@ def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
             found = render_gpu(work.ast, work.name, OPENCL, handle.fp64)
         except Unsupported:
             return None
+        if settings.racecheck:  # its own index arithmetic (a tiled matmul's), proved as the AST's views are
+            cl_bounds.check_program(found, work.name)
         _rendered[key] = found
         if len(_rendered) > _RENDERED_KEPT:
             _rendered.popitem(last=False)
@@ -110,7 +114,7 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
         return first, last
     keep = (work.buffers, temps)
     return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
-                  rebind=set_values if prog.variables else None)
+                  rebind=set_values if prog.variables else None, device_key=prog.source)
 
 
 class _HostThread:
@@ -230,7 +234,8 @@ def copy_runner(work: Copy, src_dev: Device, dst_dev: Device, src: Any, dst: Any
             event = cl.enqueue_copy(queue, dst_mem, src_mem, byte_count=n, src_offset=src_off,
                                     dst_offset=dst_off, wait_for=wait_for or None)
             return event, event
-    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue)
+    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
+                  device_key=("copy", src_dev.name, dst_dev.name, n))
 
 
 def _blocking(enqueue: Callable[[Any, list], tuple[Any, Any]], handle: cl_runtime.CLDevice) -> Callable[[], None]:

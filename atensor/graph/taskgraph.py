@@ -68,6 +68,7 @@ class Kernel:
     kind: str = "kernel"
     queue: str = "compute"
     var_vals: dict[Variable, int] = field(default_factory=dict)  # values of the ast's variables
+    ops: str = ""  # what it computes, op by op (sched/kernel_names.py): the profiler shows it on hover
 
 
 @dataclass(eq=False)

@@ -14,12 +14,20 @@ How a command's waits are kept, by what they wait for:
 - anything else (a CPU queue's value, a value not enqueued yet): a user event that the host sets once
   the signal reaches the value (`Signal.when_reached`, on whichever thread publishes it).
 
-How a value is published: the command's last event gets a completion callback (OpenCL runs it on a
-driver thread). The callback stamps the value with the device's own start and end times, put on the
+How a value is published: one completion thread per queue (`_Completer`) waits for its commands'
+last events in submission order, with the GIL released while it waits (pyopencl's Event.wait is
+clWaitForEvents), and then stamps the value with the device's own start and end times, put on the
 host's clock (cl_runtime.CLDevice.clock_offset), and sets the signal; `Signal.set` wakes the tasks
-awaiting it through the event-loop seam (loop.py), under trio or asyncio alike. Nobody polls.
-Callbacks of one queue may arrive out of order (on several threads): a completed command is published
-once every command before it is, so a waiter that finds a value reached finds every failure up to it.
+awaiting it through the event-loop seam (loop.py), under trio or asyncio alike. Nobody polls. Why not
+OpenCL's completion callbacks: pyopencl starts a thread for each callback it registers (136 us per
+command on this machine, more than the tiny kernel itself) and that thread then waits for the GIL.
+Values are published in order (an in-order queue completes in order; `_publish_ready` keeps it so for
+`poll` too), so a waiter that finds a value reached finds every failure up to it.
+
+The short-command path (`poll`): a host about to park on a value whose command is the oldest in
+flight, waits on nothing unfinished, and took at most SHORT_NS of device time at its last run (a jit
+replay's kernel: the same runner), waits for its event on its own thread, the GIL released, and
+publishes the value at once: no thread hop and no loop wake-up, which cost more than such a command.
 
 Failures: a command whose dependency failed (known when it is enqueued, when a user event is set, or
 from the records of the commands it waits for, walked when it completes) publishes DependencyFailed;
@@ -33,18 +41,24 @@ queue until its value is published (`_inflight`), so no memory a device command 
 """
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from atensor.hcq.cl_runtime import CLDevice
-from atensor.hcq.queue import Command, DependencyFailed, KernelError, Queue
+from atensor.config import settings
+from atensor.hcq.queue import Command, DependencyFailed, KernelError, Queue, lower_priority
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
 from atensor.profiler.events import Span
 
 _queues: weakref.WeakValueDictionary[int, CLQueue] = weakref.WeakValueDictionary()  # id(signal) -> queue
+
+# a command whose runner's last run took at most this long on the device is waited for on the
+# awaiting host's thread (`CLQueue.poll`): the loop is held no longer than a wake-up hop would cost
+SHORT_NS = 250_000
 
 
 @dataclass(eq=False)
@@ -68,6 +82,11 @@ class CLQueue(Queue):
         self._inflight: dict[int, _InFlight] = {}   # value -> record, until published
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()  # one thread publishes at a time, in order
+        self._completer: Optional[_Completer] = None  # started with the first submission
+        self.host_published = 0  # commands an awaiting host published (`poll`): found done, or short
+        self.host_waited = 0     # of those, the short ones it waited for
+        # a runner's `device_key` -> its work's device time at its last run (`poll`'s short commands)
+        self._last_ns: dict[Any, int] = {}
         _queues[id(self.signal)] = self
         # its spans carry the device's own stamps: the profile puts them on the host clock
         collector.set_clock_offset(device, kind, handle.clock_offset)
@@ -77,19 +96,22 @@ class CLQueue(Queue):
 
     def submit(self, commands: list[Command]) -> None:
         """Enqueues every command on the OpenCL queue, in order, without waiting for any."""
-        for command in commands:
-            self._enqueue(command)
+        if self._completer is None:
+            self._completer = _Completer(self)
+        records = [self._enqueue(command) for command in commands]
         self.cl.flush()  # a GPU driver may hold enqueued commands until a flush
+        self._completer.watch(records)
 
     def run_here(self, commands: list[Command]) -> None:
         """A device queue runs nothing on the host: the commands are enqueued (`submit`)."""
         self.submit(commands)
 
     def poll(self, value: int) -> bool:
-        """True when `value` is reached. When the command that publishes it has completed on the device
-        (its last event's status, read once: no loop) and nothing made it fail, publishes it first
-        (Signal.reach): the awaiting host need not park until the completion callback arrives, which
-        stamps it later."""
+        """True when `value` is reached. When the command that publishes it is the oldest in flight and
+        nothing made it fail, publishes it first (its stamps come with it): if its last event has
+        completed (its status, read once: no loop), or if it is short (`_short`: the caller's thread
+        waits for it, the GIL released). Then the awaiting host need not park until the completion
+        thread publishes it and wakes the loop."""
         if self.signal.value >= value:
             return True
         with self._lock:  # only the oldest command in flight: every value before it is published
@@ -97,22 +119,42 @@ class CLQueue(Queue):
         if record is None or record.command.value != value or record.last is None \
                 or record.error is not None or _failure_before(record) is not None:
             return False
+        run = record.command.run
+        if run is not None and run.failed is not None:  # a host part's error is read once: by the
+            return False                                 # completion thread alone
         try:
             if record.last.command_execution_status != 0:  # CL_COMPLETE
-                return False
-        except Exception:  # an event the driver no longer answers for: the callback publishes it
+                if not self._short(record):
+                    return False
+                record.last.wait()
+                if record.last.command_execution_status != 0:
+                    return False
+                self.host_waited += 1
+        except Exception:  # an event that failed, or one the driver no longer answers for: the
+            return False   # completion thread publishes it, with its error
+        self.host_published += 1
+        self._completed(record, 0)
+        return self.signal.value >= value
+
+    def _short(self, record: _InFlight) -> bool:
+        """Whether the host may wait for `record`'s command on its own thread: its runner ran before and
+        took at most SHORT_NS on the device (so no first-launch compile), and nothing it waits for is unfinished (no user event unset, no other queue's command running)."""
+        run = record.command.run
+        if run is None or run.device_key is None \
+                or self._last_ns.get(run.device_key, SHORT_NS + 1) > SHORT_NS:
             return False
-        self.signal.reach(value)
-        return True
+        pending = [user for user in record.user_events] + [dep.last for dep in record.deps if dep.stamps is None]
+        return all(event.command_execution_status == 0 for event in pending)
 
     def statistics(self) -> dict:
         with self._lock:
             pending = len(self._inflight)
         return {"pending_commands": pending, "signal": self.signal.value, "reserved": self._reserved,
-                "commands_run": self.commands_run}
+                "commands_run": self.commands_run, "host_published": self.host_published,
+                "host_waited": self.host_waited}
 
     # ---- enqueueing -----------------------------------------------------------------------------
-    def _enqueue(self, command: Command) -> None:
+    def _enqueue(self, command: Command) -> _InFlight:
         import pyopencl as cl
         record = _InFlight(command)
         events = []
@@ -150,17 +192,20 @@ class CLQueue(Queue):
             error.__cause__ = exc
             record.error = error
             record.first = record.last = cl.enqueue_marker(self.cl, wait_for=events or None)
-        record.last.set_callback(cl.command_execution_status.COMPLETE,
-                                 lambda status, value=command.value: self._completed(value, status))
+        return record
 
     def _record(self, value: int) -> Optional[_InFlight]:
         """The record of the command that publishes `value`, while it is in flight."""
         with self._lock:
             return self._inflight.get(value)
 
-    # ---- completion (on an OpenCL driver thread) --------------------------------------------------
-    def _completed(self, value: int, status: int) -> None:
-        record = self._record(value)  # stays in flight until published, in order (`_publish_ready`)
+    # ---- completion (on the completion thread, or on a host in `poll`) ----------------------------------
+    def _completed(self, record: _InFlight, status: int) -> None:
+        """Marks `record`'s command complete (its error, its stamps) and publishes what is ready. Both
+        the completion thread and a polling host may call it for one record: the first marks it."""
+        with self._lock:
+            if record.stamps is not None or record.command.value not in self._inflight:
+                return
         command = record.command
         error = record.error
         if error is None:
@@ -177,15 +222,21 @@ class CLQueue(Queue):
         if error is None and status < 0:
             error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
                                 f"{self.device}/{self.kind}: OpenCL event status {status}")
-        record.error = error
-        record.deps, record.user_events = [], []  # a chain of records is only as long as what is in flight
-        record.stamps = _device_stamps(record)  # last: it marks the record complete
+        stamps = _device_stamps(record)
+        if run is not None and run.device_key is not None:
+            self._last_ns[run.device_key] = stamps[1] - stamps[0] if error is None else SHORT_NS + 1
+        with self._lock:
+            if record.stamps is not None:
+                return
+            record.error = error
+            record.deps, record.user_events = [], []  # a chain of records is only as long as what is in flight
+            record.stamps = stamps  # last: it marks the record complete
         self._publish_ready()
 
     def _publish_ready(self) -> None:
-        """Publishes the completed commands at the front of the queue, in order. Callbacks arrive in any
-        order (and on several threads); a value is published only once every value before it is, so a
-        waiter that finds a value reached finds the failures of the values before it too."""
+        """Publishes the completed commands at the front of the queue, in order (the completion thread
+        and a polling host may both complete commands): a value is published only once every value
+        before it is, so a waiter that finds a value reached finds the failures of the values before it."""
         with self._publish_lock:
             ready = []
             with self._lock:
@@ -199,13 +250,49 @@ class CLQueue(Queue):
             for value, record in ready:
                 command, (start, end) = record.command, record.stamps
                 self.commands_run += 1
-                # `poll` may have reached it (or a later value) already: then only its stamp is kept
-                self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error,
-                                late=value < self.signal.value)
+                self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error)
                 if collector.is_active():
                     collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
                                                command.kind, start, end, command.nbytes, command.flops,
                                                command.deps))
+
+
+class _Completer:
+    """A CL queue's completion thread: waits for each enqueued command's last event, in submission
+    order, the GIL released while it waits, then completes it (`CLQueue._completed`). It blocks on
+    the driver's events, and on its condition when nothing is in flight: it never polls."""
+
+    def __init__(self, queue: CLQueue):
+        self.queue = queue
+        self.records: collections.deque[_InFlight] = collections.deque()
+        self.cond = threading.Condition(threading.Lock())
+        threading.Thread(target=self._work, name=f"atensor-{queue.device}-{queue.kind}-completion",
+                         daemon=True).start()
+
+    def watch(self, records: list[_InFlight]) -> None:
+        with self.cond:
+            self.records.extend(records)
+            self.cond.notify()
+
+    def _work(self) -> None:
+        lower_priority(settings.worker_nice)  # as CPU queues' workers: the loop's thread gets a core first
+        while True:
+            with self.cond:
+                while not self.records:
+                    self.cond.wait()
+                record = self.records.popleft()
+            if record.stamps is not None:  # a polling host completed it already
+                continue
+            try:
+                record.last.wait()
+                status = record.last.command_execution_status
+            except Exception:  # a failed event (clWaitForEvents reports it): its status says how
+                try:
+                    status = record.last.command_execution_status
+                except Exception:
+                    status = -1
+                status = status if status < 0 else -1
+            self.queue._completed(record, status)
 
 
 class _UserWait:

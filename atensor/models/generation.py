@@ -238,8 +238,9 @@ class LlamaEngine:
             tokens[i, :len(ids)] = ids
         last = np.array([len(ids) - 1 for _, ids in padded], np.int32)
         m, starts = self.model, [0] * count
-        return (Tensor(tokens), Tensor(m.position_ids(length, starts)),
-                Tensor(m.mask_array(length, starts, length)), Tensor(last),
+        dev = m.device  # the inputs live where the model does (a CL model's too)
+        return (Tensor(tokens, device=dev), Tensor(m.position_ids(length, starts), device=dev),
+                Tensor(m.mask_array(length, starts, length), device=dev), Tensor(last, device=dev),
                 tuple(v.bind(slot) for v, (slot, _) in zip(self.slot_vars, padded)))
 
     def _extend_args(self, slot: int, ids: Sequence[int], start: int) -> tuple:
@@ -255,9 +256,10 @@ class LlamaEngine:
         tokens = np.zeros((1, length), np.int32)
         tokens[0, :len(rest)] = rest
         m = self.model
-        return (Tensor(tokens), Tensor(m.position_ids(length, [start])),
-                Tensor(m.mask_array(length, [start], self.window(start + length))),
-                Tensor(np.array([len(rest) - 1], np.int32)), self.slot_vars[0].bind(int(slot)),
+        dev = m.device
+        return (Tensor(tokens, device=dev), Tensor(m.position_ids(length, [start]), device=dev),
+                Tensor(m.mask_array(length, [start], self.window(start + length)), device=dev),
+                Tensor(np.array([len(rest) - 1], np.int32), device=dev), self.slot_vars[0].bind(int(slot)),
                 self.start_vars[length].bind(int(start)))
 
     def _decode_args(self, rows: dict[int, tuple[int, int]]) -> tuple:
@@ -269,12 +271,13 @@ class LlamaEngine:
                 raise ValueError(f"slot {slot}: position {pos} is past the context of {self.context}")
             tokens[slot, 0], starts[slot] = token, pos
         m = self.model
+        dev = m.device
         bound = tuple(v.bind(s) for v, s in zip(self.pos_vars, starts))
         if self.symbolic_above is not None and max(starts) + 1 > self.symbolic_above:
-            return (Tensor(tokens), Tensor(m.position_ids(1, starts)), Tensor(m.mask_array(1, starts)), bound,
-                    self.cells_var.bind(max(starts) + 1))
-        return (Tensor(tokens), Tensor(m.position_ids(1, starts)),
-                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1))), bound)
+            return (Tensor(tokens, device=dev), Tensor(m.position_ids(1, starts), device=dev),
+                    Tensor(m.mask_array(1, starts), device=dev), bound, self.cells_var.bind(max(starts) + 1))
+        return (Tensor(tokens, device=dev), Tensor(m.position_ids(1, starts), device=dev),
+                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1)), device=dev), bound)
 
     # ---- blocking forms (scripts, the CLI) -----------------------------------------------------------
     def prefill(self, slot: int, ids: Sequence[int], start: int = 0) -> np.ndarray:

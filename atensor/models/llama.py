@@ -39,6 +39,7 @@ import numpy as np
 
 from atensor.graph.quant import FORMATS
 from atensor.graph.symbolic import Variable
+from atensor.hcq.device import Device
 from atensor.models.gguf import GGUFModel, LlamaConfig, load_gguf
 from atensor.nn.packed import PackedWeight, wrap_array
 from atensor.profiler import collector
@@ -132,6 +133,9 @@ class Llama:
             raise ValueError(f"context {context} is longer than the model's {cfg.context_length}")
         if weights not in WEIGHTS:
             raise ValueError(f"weights={weights!r}: a model holds its weights as one of {WEIGHTS}")
+        if weights == "packed" and Device.get(device).cl is not None:
+            raise ValueError(f"{device}: packed weights do not render to OpenCL (their kernels are C calls); "
+                             f"load the model with weights='float32' there (examples/generate.py --dtype float32)")
         self.config, self.slots, self.context, self.weights = cfg, slots, context, weights
         with collector.host_span(f"load {gguf.path.name} ({weights})", "load"):
             self._load(gguf, slots, context, device, weights)

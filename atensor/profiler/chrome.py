@@ -65,7 +65,7 @@ def to_chrome(timeline: Timeline) -> dict[str, Any]:
     for track in timeline.tracks:
         pid, tid = pids[track.process], tids[track.index]
         for item in track.items:
-            slices.append(_slice(item, pid, tid))
+            slices.append(_slice(item, pid, tid, timeline.kernel_ops))
 
     flows: list[dict[str, Any]] = []
     for flow_id, (dep, dependent) in enumerate(timeline.cross_track_edges(), start=1):
@@ -106,8 +106,8 @@ def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> dict[st
     return event
 
 
-def _slice(item: PlacedSpan | PlacedHostSpan, pid: int, tid: int) -> dict[str, Any]:
-    """One `X` event; device spans carry their task-graph facts in args."""
+def _slice(item: PlacedSpan | PlacedHostSpan, pid: int, tid: int, kernel_ops: dict[str, str]) -> dict[str, Any]:
+    """One `X` event; device spans carry their task-graph facts (and a kernel its op list) in args."""
     event: dict[str, Any] = {
         "ph": "X", "name": item.span.name, "pid": pid, "tid": tid,
         "ts": _us(item.start), "dur": _us(item.end - item.start),
@@ -119,6 +119,9 @@ def _slice(item: PlacedSpan | PlacedHostSpan, pid: int, tid: int) -> dict[str, A
             "task_id": span.task_id, "kind": span.kind, "bytes": span.bytes,
             "flops": span.flops, "deps": list(span.deps),
         }
+        ops = kernel_ops.get(span.name)
+        if ops:
+            event["args"]["ops"] = ops
     else:
         event["cat"] = item.span.category
         event["args"] = {"category": item.span.category, "track": item.span.track}
@@ -148,6 +151,7 @@ class SavedTrace:
     host_spans: list[HostSpan] = field(default_factory=list)
     memory: list[MemoryEvent] = field(default_factory=list)
     window: tuple[int | None, int | None] = (None, None)
+    kernel_ops: dict[str, str] = field(default_factory=dict)  # kernel name -> its op list
 
 
 def read_chrome_file(path: Path) -> SavedTrace:
@@ -198,6 +202,7 @@ def from_chrome(document: Any, source: str = "trace") -> SavedTrace:
     spans: list[Span] = []
     host_spans: list[HostSpan] = []
     memory: list[MemoryEvent] = []
+    kernel_ops: dict[str, str] = {}
     complete = 0
     for number, event in enumerate(events):
         if not isinstance(event, dict):
@@ -229,6 +234,8 @@ def from_chrome(document: Any, source: str = "trace") -> SavedTrace:
                     str(args.get("kind", "kernel")), start, end, int(args.get("bytes", 0)),
                     int(args.get("flops", 0)), tuple(int(d) for d in args.get("deps", ())),
                 ))
+                if args.get("ops"):
+                    kernel_ops[name] = str(args["ops"])
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{source}: trace event #{number} is malformed ({error!r})") from None
     if not ours and complete == 0:
@@ -238,4 +245,4 @@ def from_chrome(document: Any, source: str = "trace") -> SavedTrace:
     if isinstance(entered, list) and len(entered) == 2:
         window = (entered[0] if isinstance(entered[0], int) else None,
                   entered[1] if isinstance(entered[1], int) else None)
-    return SavedTrace(spans, host_spans, memory, window)
+    return SavedTrace(spans, host_spans, memory, window, kernel_ops)

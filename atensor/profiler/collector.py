@@ -38,6 +38,8 @@ from .timeline import Timeline, build_timeline
 _lock = threading.Lock()
 _active: tuple[Profile, ...] = ()                  # replaced, never mutated (see above)
 _clock_offsets: dict[tuple[str, str], int] = {}    # (device, queue) -> offset to the host clock
+_kernel_ops: dict[str, str] = {}                   # kernel name -> its op list (`describe_kernel`)
+_KERNEL_OPS_KEPT = 1 << 14
 
 
 def is_active() -> bool:
@@ -99,6 +101,16 @@ def _on_gc(phase: str, info: dict[str, int]) -> None:
                              time.perf_counter_ns(), "gc", detail))
 
 
+def describe_kernel(name: str, ops: str) -> None:
+    """Notes what the kernel `name` computes, op by op (sched/kernel_names.py), for profiles to show on
+    hover (called as kernels are lowered, profiling or not: a jit's kernels are lowered once, maybe
+    before the profile starts). Kernels of one name compute the same main ops at the same shape."""
+    if ops and _kernel_ops.get(name) != ops:
+        if len(_kernel_ops) >= _KERNEL_OPS_KEPT:
+            _kernel_ops.clear()
+        _kernel_ops[name] = ops
+
+
 def record_memory(event: MemoryEvent) -> None:
     """Add one memory sample (bytes in use on a device) to every active profile."""
     for prof in _active:
@@ -143,6 +155,7 @@ class Profile:
         self.host_spans: list[HostSpan] = []
         self.memory: list[MemoryEvent] = []
         self.clock_offsets: dict[tuple[str, str], int] = {}
+        self.kernel_ops: dict[str, str] = {}  # a loaded trace's; a recorded profile's come from describe_kernel
         self.start_ns: int | None = None
         self.end_ns: int | None = None
         self._entered = False
@@ -171,6 +184,7 @@ class Profile:
         """Read a trace written by `export(".json")`; raises ValueError if it is not one."""
         saved = read_chrome_file(Path(path))
         prof = cls.from_events(saved.spans, saved.host_spans, saved.memory)
+        prof.kernel_ops.update(saved.kernel_ops)
         prof.start_ns, prof.end_ns = saved.window
         return prof
 
@@ -223,9 +237,12 @@ class Profile:
         key = (len(self.spans), len(self.host_spans), len(self.memory),
                tuple(sorted(self.clock_offsets.items())), self.start_ns, self.end_ns)
         if self._timeline is None or self._timeline[0] != key:
+            spans = self.spans[: key[0]]
+            known = _kernel_ops
+            ops = {s.name: known[s.name] for s in spans if s.name in known}
             timeline = build_timeline(
-                self.spans[: key[0]], self.host_spans[: key[1]], self.memory[: key[2]],
-                dict(self.clock_offsets), (self.start_ns, self.end_ns),
+                spans, self.host_spans[: key[1]], self.memory[: key[2]],
+                dict(self.clock_offsets), (self.start_ns, self.end_ns), {**ops, **self.kernel_ops},
             )
             self._timeline = (key, timeline)
         return self._timeline[1]

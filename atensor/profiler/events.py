@@ -66,7 +66,7 @@ class HostSpan:
     `detail` is free text shown with the span (the kernels a compile built, the file weights
     came from); `track` groups spans by who did the work ("host", "compile (background)", "gc").
 
-    Example: ``HostSpan("compile 3 kernels", "compile", 100, 900, detail="E_add_4, r_sum_4x4")``
+    Example: ``HostSpan("compile 3 kernels", "compile", 100, 900, detail="add 4, matmul_sum 4x4x4")``
     """
 
     name: str

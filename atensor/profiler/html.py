@@ -56,7 +56,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
     for position, item in enumerate(timeline.spans):
         s = item.span
         spans.append([item.track, item.start, item.end, s.name, s.kind, s.task_id, s.bytes, s.flops,
-                      list(s.deps), 1 if position in critical else 0, ""])
+                      list(s.deps), 1 if position in critical else 0, "", timeline.kernel_ops.get(s.name, "")])
     for host_item in timeline.host_spans:
         h = host_item.span
         spans.append([host_item.track, host_item.start, host_item.end, h.name, h.category, None, 0, 0,

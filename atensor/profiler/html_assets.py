@@ -451,7 +451,7 @@ JS = r"""
       rows.push(["depends on", deps.length ? listOf(deps) : (s.deps.length ? s.deps.join(", ") : "nothing")]);
       if (neededBy[i].length) rows.push(["needed by", listOf(neededBy[i])]);
     }
-    if (s.detail) rows.push(["detail", s.detail.length > 400 ? s.detail.slice(0, 400) + " ..." : s.detail]);
+    if (s.detail) rows.push([track.host ? "detail" : "ops", s.detail.length > 400 ? s.detail.slice(0, 400) + " ..." : s.detail]);
     if (s.critical) rows.push(["", "on the critical path"]);
     return rows;
   }

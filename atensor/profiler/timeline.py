@@ -90,6 +90,7 @@ class Timeline:
     order: list[int]                             # positions in `spans`, topologically sorted
     window: tuple[int, int]                      # (start, end) of everything seen, relative
     profile_window: tuple[int | None, int | None]  # entering and exiting the profile, relative
+    kernel_ops: dict[str, str] = field(default_factory=dict)  # kernel name -> its op list (hover text)
 
     def cross_track_edges(self) -> list[tuple[int, int]]:
         """Edges whose two spans are on different tracks (same-track order needs no arrow)."""
@@ -125,11 +126,13 @@ def build_timeline(
     memory: Iterable[MemoryEvent] = (),
     clock_offsets: Mapping[tuple[str, str], int] | None = None,
     window: tuple[int | None, int | None] = (None, None),
+    kernel_ops: Mapping[str, str] | None = None,
 ) -> Timeline:
     """Map raw events onto one clock and one set of non-overlapping tracks.
 
     `clock_offsets[(device, queue)]` is added to that queue's span times; `window` is the host
-    time the profile was entered and exited (either may be None).
+    time the profile was entered and exited (either may be None); `kernel_ops` names each kernel's
+    ops (sched/kernel_names.py), shown on hover.
     """
     offsets = clock_offsets or {}
     host_list = list(host_spans)
@@ -175,7 +178,7 @@ def build_timeline(
     edges, order = _resolve_edges(placed)
     entered = tuple(None if t is None else t - origin for t in window)
     return Timeline(origin, tracks, placed, host_placed, memory_map, edges, order, window_rel,
-                    (entered[0], entered[1]))
+                    (entered[0], entered[1]), dict(kernel_ops or {}))
 
 
 def _queue_groups(

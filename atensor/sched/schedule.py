@@ -16,7 +16,6 @@ The bookkeeping of versions, pending assigns and realized values is the storage 
 """
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -26,10 +25,11 @@ from atensor.graph.ops import ELEMENTWISE, LEAVES, PACKED, Ops
 from atensor.graph.rewrite import substitute, unbind_ast
 from atensor.graph.simplify import simplify
 from atensor.graph.symbolic import hi_of, lo_of, sym_max, sym_min, unbind
-from atensor.graph.view import View, symbolic_shape
+from atensor.graph.view import View
 from atensor.sched.allreduce import Planner
 from atensor.config import current_settings, settings
 from atensor.sched import cache
+from atensor.sched.kernel_names import kernel_name
 from atensor.graph.taskgraph import Access, Copy, Kernel, TaskGraph
 from atensor.ledger import lock as _ledger_lock, value_entry as _value_entry
 from atensor.ledger.versions import (AssignCycleError, _flush_along, _realized, check_versions, record_realized,
@@ -422,8 +422,8 @@ class _Builder:
         ast, var_vals = unbind_ast(ast)
         if var_vals:
             accesses = [Access(a.buffer, a.mode, unbind(a.start, {}), unbind(a.end, {})) for a in accesses]
-        name, flops = kernel_meta(ast)
-        self.graph.add(Kernel(ast, specs, point.device, name, flops=flops, var_vals=var_vals), accesses)
+        name, flops, ops = kernel_meta(ast)
+        self.graph.add(Kernel(ast, specs, point.device, name, flops=flops, var_vals=var_vals, ops=ops), accesses)
 
     def _emit_copy(self, src: Node, dst: BufferSpec, dst_offset: int, size: int) -> None:
         buffers = self.buffers
@@ -445,37 +445,17 @@ class _Builder:
                               Access(dst, "w", dst_offset * itemsize, dst_offset * itemsize + nbytes)])
 
 
-_meta_cache: weakref.WeakKeyDictionary[Node, tuple[str, int]] = weakref.WeakKeyDictionary()
+_meta_cache: weakref.WeakKeyDictionary[Node, tuple[str, int, str]] = weakref.WeakKeyDictionary()
 
 
-def kernel_meta(ast: Node) -> tuple[str, int]:
-    """(name, flops) of a kernel, computed once per kernel structure."""
+def kernel_meta(ast: Node) -> tuple[str, int, str]:
+    """(name, flops, op list) of a kernel (sched/kernel_names.py), computed once per kernel structure."""
     meta = _meta_cache.get(ast)
     if meta is None:
         body = ast.src[1]
-        meta = _meta_cache[ast] = (kernel_name(body), estimate_flops(body))
+        name, ops = kernel_name(body)
+        meta = _meta_cache[ast] = (name, estimate_flops(body), ops)
     return meta
-
-
-def kernel_name(body: Node) -> str:
-    """A name that says what a kernel computes: `r_sum_256x128` for a reduce of a 256x128 input,
-    `E_add_mul_4096` for an elementwise kernel of 4096 elements."""
-    if body.op in PACKED:  # q_matmul_q4_1_7x576x1536: rows of x, columns, rows of the weight
-        packed = body.arg
-        lead = f"{math.prod(body.shape[:-1])}x" if body.op is Ops.QMATMUL else ""
-        tail = "_q8act" if body.op is Ops.QMATMUL and packed.q8act else ""
-        return f"q_{body.op.name.lower()}_{packed.format.name}_{lead}{packed.cols}x{packed.rows}{tail}"
-    nodes = toposort([body])
-    reduces = [n for n in nodes if n.op is Ops.REDUCE]
-    if reduces:
-        r = reduces[-1]
-        return f"r_{r.arg[0].name.lower()}_{'x'.join(map(str, r.src[0].shape)) or '1'}"
-    ops: list[str] = []
-    for n in nodes:
-        if n.op in ELEMENTWISE and n.op.name.lower() not in ops:
-            ops.append(n.op.name.lower())
-    size = 'x'.join(map(str, body.shape)) if symbolic_shape(body.shape) else math.prod(body.shape)
-    return f"E_{'_'.join(ops[:3]) or 'copy'}_{size}"
 
 
 def estimate_flops(body: Node) -> int:

@@ -250,7 +250,7 @@ def test_a_jitted_step_with_a_packed_matmul_is_replayed_and_profiled_as_a_kernel
             np.testing.assert_allclose(out, ref.sum(0), atol=1e-4, rtol=0)
     assert step.stats == {"calls": 6, "replays": 3, "captures": 1}
     names = {span.name for span in prof.spans}
-    assert "q_qmatmul_q4_1_1x64x32" in names, names
+    assert "q_qmatmul_q4_1 1x64x32" in names, names
 
 
 def test_loading_a_gguf_model_shows_as_load_spans_in_the_profile():

@@ -52,3 +52,15 @@ def test_values_go_to_cl_and_back_through_tensor_and_to():
     np.testing.assert_array_equal(t[1, :, 2:].numpy(), a[1, :, 2:])
     assert Tensor([1, 2, 3], device="CL").tolist() == [1, 2, 3]
     assert Tensor.zeros(3, 2, device="CL").sum().item() == 0.0
+
+
+def test_a_packed_llm_on_cl_is_refused_saying_to_load_it_as_float32():
+    pytest.importorskip("gguf")
+    from atensor.models.gguf import ModelFileMissing, load_gguf
+    from atensor.models.llama import Llama
+    try:
+        gguf = load_gguf()
+    except ModelFileMissing as missing:
+        pytest.skip(str(missing))
+    with pytest.raises(ValueError, match="weights='float32'"):
+        Llama(gguf, slots=1, context=16, device="CL")

@@ -1,7 +1,8 @@
 """The queue and signal model on OpenCL queues: waits between CL queues are event wait lists, waits
-on CPU queues are user events the host sets, values are published from OpenCL's completion callbacks
-and wake awaiting tasks under trio and asyncio; task graphs that mix CPU and CL devices, copies both
-ways, sharding and allreduce over CL:0 and CL:1, the profiler's device stamps, jit replays."""
+on CPU queues are user events the host sets, values are published by each queue's completion thread
+and wake awaiting tasks under trio and asyncio (or by the awaiting host, for a short command); task
+graphs that mix CPU and CL devices, copies both ways, sharding and allreduce over CL:0 and CL:1, the
+profiler's device stamps, jit replays."""
 from __future__ import annotations
 
 import asyncio
@@ -112,16 +113,33 @@ def test_a_graph_mixing_cpu_and_cl_devices_awaited_under_asyncio():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_an_awaiting_task_is_woken_by_the_completion_callback_while_the_loop_runs_other_tasks():
+def test_an_awaiting_task_is_woken_by_the_completion_thread_while_the_loop_runs_other_tasks(monkeypatch):
+    import pyopencl as cl
+    from atensor.hcq.cl_queue import CLQueue
+    # the awaiting host never publishes a value itself (`poll`): it parks, and the completion thread wakes it
+    monkeypatch.setattr(CLQueue, "poll", lambda self, value: self.signal.value >= value)
+    dev = Device.get("CL")
+
     async def main(lib):
         x = Tensor(RNG.standard_normal((64, 64)).astype(np.float32) * 0.1, device="CL")
+        await x.realize()
         ticks = 0
         done = False
+        # a command ahead of the matmul on the in-order queue that the ticker lets go, once it has run
+        gate = cl.UserEvent(dev.cl.context)
+
+        def enqueue(queue, wait_for):
+            event = cl.enqueue_marker(queue, wait_for=[gate] + list(wait_for))
+            return event, event
+        dev.compute.submit([Command(dev.compute.reserve(1) + 1, (), Runner(lambda: None, enqueue=enqueue),
+                                    "gate", "kernel", 0)])
 
         async def ticker():
             nonlocal ticks
             while not done:
                 ticks += 1
+                if ticks == 1:
+                    gate.set_status(cl.command_execution_status.COMPLETE)
                 await (trio.sleep(0.001) if lib == "trio" else asyncio.sleep(0.001))
         y = x @ x  # the 64 x 64 tiled matmul test_cl_ops compiles too
         if lib == "trio":
@@ -134,11 +152,11 @@ def test_an_awaiting_task_is_woken_by_the_completion_callback_while_the_loop_run
             await y.realize()
             done = True
             await task
-        return ticks, y
+        return ticks, x, y
     for lib, run in (("trio", trio.run), ("asyncio", lambda f, lib: asyncio.run(f(lib)))):
-        ticks, y = run(main, lib)
-        assert ticks >= 1  # the loop ran another task while the device worked
-        dev = Device.get("CL")
+        ticks, x, y = run(main, lib)
+        assert ticks >= 1  # the loop ran another task while the device waited
+        np.testing.assert_allclose(y.numpy(), x.numpy() @ x.numpy(), rtol=1e-5, atol=1e-6)
         assert dev.compute.signal.value == dev.compute._reserved
         assert dev.compute.statistics()["pending_commands"] == 0
 
@@ -245,3 +263,51 @@ def test_a_jit_replay_on_cl_rebinds_a_bound_variable_each_call():
         np.testing.assert_allclose(out, (ref * mask[:, None]).sum(0))
     np.testing.assert_allclose(cache.numpy(), ref)
     assert step.stats["replays"] == 3
+
+
+def test_an_awaited_replay_of_a_short_kernel_is_published_by_the_awaiting_host_in_order_with_stamps():
+    @atensor.jit
+    async def step(x):
+        return x + 1
+
+    async def main():
+        y = Tensor.zeros(16, device="CL").contiguous()
+        await y.realize()
+        for _ in range(20):
+            y = await step(y)
+        return y
+    compute = Device.get("CL").compute
+    for run in (trio.run, asyncio.run):
+        before = compute.host_published
+        y = run(main) if run is trio.run else run(main())
+        np.testing.assert_array_equal(y.numpy(), np.full(16, 20, np.float32))
+        # the warm replays' kernel was done, or short (its last device time), when the host looked:
+        # the host published it, no thread hop or loop wake-up
+        assert compute.host_published > before, compute.statistics()
+        start, end = compute.signal.stamp(compute.signal.value)  # published with the device's stamps
+        assert 0 < start <= end <= time.perf_counter_ns()
+        assert compute.statistics()["pending_commands"] == 0
+
+
+def test_the_host_waits_for_a_short_command_on_its_own_thread_and_not_for_a_long_or_cold_one():
+    import pyopencl as cl
+    from atensor.hcq import cl_queue
+    dev = Device.get("CL")
+    compute = dev.compute
+    gate = cl.UserEvent(dev.cl.context)  # inside the runner: the queue cannot tell it from device work
+
+    def enqueue(queue, wait_for):
+        event = cl.enqueue_marker(queue, wait_for=[gate] + list(wait_for))
+        return event, event
+    runner = Runner(lambda: None, enqueue=enqueue, device_key=("test", "gated marker"))
+    value = compute.reserve(1) + 1
+    compute.submit([Command(value, (), runner, "gated", "kernel", 0)])
+    assert not compute.poll(value)  # never ran: it may be long (a first launch compiles), not waited for
+    compute._last_ns[runner.device_key] = cl_queue.SHORT_NS + 1
+    assert not compute.poll(value)  # long at its last run: not waited for
+    compute._last_ns[runner.device_key] = 1_000
+    threading.Timer(0.05, lambda: gate.set_status(cl.command_execution_status.COMPLETE)).start()
+    waited, start = compute.host_waited, time.perf_counter()
+    assert compute.poll(value)  # short: this thread waited for its event, then published it
+    assert time.perf_counter() - start >= 0.04 and compute.host_waited == waited + 1
+    assert compute.signal.value == value and compute.signal.stamp(value) is not None
