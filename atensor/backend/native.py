@@ -297,8 +297,7 @@ def _bind_blas() -> Optional[tuple[int, int, bool, int, int, int]]:
             ilp64 = "64_" in os.path.basename(str(getattr(lib, "filepath", "")))
             setter = getter("openblas_set_num_threads")  # for a program's kernels of more threads
             _blas = (s, d, ilp64, sv, dv, ctypes.cast(setter, ctypes.c_void_p).value if setter else 0)
-            found_get = getter("openblas_get_num_threads")
-            # the packed kernels' thread count is the kernel's BLAS count (quant_pool_c.py)
+            found_get = getter("openblas_get_num_threads")  # packed kernels' threads (quant_pool_c.py)
             _blas_get_threads = ctypes.cast(found_get, ctypes.c_void_p).value if found_get else 0
             return _blas
     return None
@@ -524,8 +523,7 @@ def load_helper(name: str, source: str) -> ctypes.CDLL:
 
 def program_runner_address() -> int:
     """The address of the loaded `atensor_run_program` (c_prelude.py); 0 before any library is loaded."""
-    runner = _program_runner
-    return 0 if runner is None else ctypes.cast(runner, ctypes.c_void_p).value
+    return 0 if _program_runner is None else ctypes.cast(_program_runner, ctypes.c_void_p).value
 
 
 quant_failure: Optional[str] = None  # why the packed-weight helper did not load, if it did not
