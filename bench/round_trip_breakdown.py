@@ -32,6 +32,7 @@ STAGES = [
     ("atensor.sched.schedule", "schedule", "  schedule (cached)"),
     ("atensor.sched.schedule", "toposort", "    toposort"),
     ("atensor.sched.cache", "graph_key", "    graph key"),
+    ("atensor.sched.cache", "walk_key", "    order + graph key (one walk)"),
     ("atensor.sched.cache", "Template.instantiate", "    instantiate template"),
     ("atensor.sched.cache", "Template.fill", "    fill the template's slots (kept plan)"),
     ("atensor.sched.schedule", "Schedule.commit", "  commit (versions, realized values)"),
@@ -44,6 +45,7 @@ STAGES = [
     ("atensor.hcq.queue", "Queue.run_here", "    run the kernel here"),
     ("atensor.engine.realize", "_prepare", "  _prepare (all of the planning)"),
     ("atensor.tensor", "Tensor._raise_write_failure", "  await: tensor takes its storage"),
+    ("atensor.tensor", "Tensor._stored_buffer", "  await: the stored buffer (in flight or failed)"),
 ]
 
 
