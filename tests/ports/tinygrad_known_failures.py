@@ -31,6 +31,9 @@ CPU: dict[str, str] = {
 }
 
 CL_ONLY: dict[str, str] = {
+    "TestOps::test_avg_pool3d": "RecursionError in backend/c_render.py `_reads_at` (a recursive walk of the "
+        "kernel AST, too deep here); the OpenCL renderer lowers through it, and so does the CPU device with "
+        "ATENSOR_NATIVE=all",
 }
 
 # What the default suite runs (ATENSOR_TINYGRAD_OPS=all runs every case): a case or two per kind of op,
