@@ -116,6 +116,10 @@ def _never_valid(b: Expr, e: Expr) -> bool:
         return False
 
 
+# reads `_Nest.value` leaves to `expression` (a leaf, or a source read at another index)
+_READS = frozenset({Ops.PARAM, Ops.CONST, Ops.ARANGE, Ops.VIEW, Ops.GATHER})
+
+
 class _Nest:
     """One loop nest under construction: its index variable per axis and its body's statements."""
 
@@ -124,10 +128,26 @@ class _Nest:
         self.local: dict[Node, str] = {}
 
     def value(self, n: Node) -> str:
-        """A C expression for `n` at this nest's index (`n` has the nest's shape)."""
+        """A C expression for `n` at this nest's index (`n` has the nest's shape). Its elementwise
+        sources are named first, deepest first, so a long chain does not recurse once per node."""
         found = self.local.get(n)
         if found is not None:
             return found
+        order, stack, seen = [], [(n, False)], set()
+        while stack:
+            m, done = stack.pop()
+            if done:
+                order.append(m)
+            elif m not in seen and m not in self.local and m not in self.r.arrays and m.op not in _READS:
+                seen.add(m)
+                stack.append((m, True))
+                stack.extend((s, False) for s in reversed(m.src))
+        for m in order[:-1]:
+            if m not in self.local:
+                self._value(m)
+        return self._value(n)
+
+    def _value(self, n: Node) -> str:
         expr = self.r.expression(n, self.index, self)
         if n.op in (Ops.CONST,) or expr.isidentifier():
             return expr
@@ -481,17 +501,25 @@ def _readable_anywhere(n: Node) -> bool:
 
 
 def _reads_at(n: Node, param: Node, view: View, arrays: dict, seen: set) -> bool:
-    """True when the nest computing `n` reads `param` other than at the element `view` writes."""
-    if n in seen or n in arrays:
-        return False
-    seen.add(n)
-    if n is param:
-        return view.strides != strides_for(view.shape) or view.offset != 0 or n.shape != view.shape
-    if n.op is Ops.VIEW and n.src[0] is param:
-        return n.arg != view
-    if n.op is Ops.GATHER and n.src[0] not in arrays and any(x is param for x in toposort([n.src[0]])):
-        return True  # a gather reads its source at any position
-    return any(_reads_at(s, param, view, arrays, seen) for s in n.src)
+    """True when the nest computing `n` reads `param` other than at the element `view` writes. An
+    explicit stack, not recursion: a deep kernel (a 3-D pool's backward) outgrew Python's recursion limit."""
+    stack = [n]
+    while stack:
+        n = stack.pop()
+        if n in seen or n in arrays:
+            continue
+        seen.add(n)
+        if n is param:
+            if view.strides != strides_for(view.shape) or view.offset != 0 or n.shape != view.shape:
+                return True
+        elif n.op is Ops.VIEW and n.src[0] is param:
+            if n.arg != view:
+                return True
+        elif n.op is Ops.GATHER and n.src[0] not in arrays and any(x is param for x in toposort([n.src[0]])):
+            return True  # a gather reads its source at any position
+        else:
+            stack.extend(n.src)
+    return False
 
 
 def _offset(base: str, strides: tuple[int, ...], shape: tuple[int, ...], index: list[str]) -> str:

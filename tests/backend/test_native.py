@@ -700,3 +700,16 @@ def test_the_kernels_call_numpys_blas_whatever_order_threadpoolctl_lists_the_lib
     assert chosen[0] == chosen[1] and chosen[0][0] == sgemm
     a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)
     np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_chain_longer_than_the_recursion_limit_renders_and_matches_numpy():
+    """The renderer names a long elementwise chain's values deepest first, not by recursing once per node
+    (a 3-D pool's backward outgrew Python's recursion limit): 1500 fused ops in one kernel."""
+    import sys
+    data = np.linspace(-1, 1, 64, dtype=np.float32)
+    x, want = Tensor(data), data.copy()
+    for i in range(1500):
+        c = np.float32(1 + (i % 7) / 1024)
+        x, want = x * float(c) - 0.001, want * c - np.float32(0.001)
+    assert 1500 > sys.getrecursionlimit() // 2
+    np.testing.assert_allclose(x.numpy(), want, rtol=1e-4, atol=1e-5)

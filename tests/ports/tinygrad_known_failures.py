@@ -30,11 +30,7 @@ CPU: dict[str, str] = {
         "rounds after each axis (exact for the upscales tried)",
 }
 
-CL_ONLY: dict[str, str] = {
-    "TestOps::test_avg_pool3d": "RecursionError in backend/c_render.py `_reads_at` (a recursive walk of the "
-        "kernel AST, too deep here); the OpenCL renderer lowers through it, and so does the CPU device with "
-        "ATENSOR_NATIVE=all",
-}
+CL_ONLY: dict[str, str] = {}  # (test_avg_pool3d's deep kernel recursed past the limit in the C renderer: fixed)
 
 # What the default suite runs (ATENSOR_TINYGRAD_OPS=all runs every case): a case or two per kind of op,
 # forward and backward, the quick ones (about 20 s on this 2-core machine).
