@@ -232,6 +232,36 @@ def test_a_batched_prefill_gives_the_logits_of_one_prompt_at_a_time(engine, refe
     np.testing.assert_allclose(alone[3], reference["logits"][-1], atol=1e-3, rtol=0)  # transformers: last token
 
 
+def test_one_stream_in_the_last_slot_decodes_as_a_batch_of_one_and_every_slot_reads_in_place(engine, reference):
+    """A decode step's rows are its streams' slots, wherever they are: one stream in the last slot is a
+    batch of one row (with rows tied to slots 0..B-1 it was a batch of every slot) and generates
+    transformers' tokens; a step over every slot runs the program that reads them in place, with the
+    logits the gathering program gives the same rows."""
+    info = reference["json"]
+    ids, slots = info["prompts"][0], engine.model.slots
+    last = slots - 1
+    token = int(np.argmax(engine.prefill(last, ids)))
+    generated, pos, shapes = [token], len(ids), set()
+    for _ in range(3):
+        step, args, order = engine._decode_args({last: (token, pos)})
+        shapes.add((step is engine._decode_step, args[0].shape, order == [last]))
+        token = int(np.argmax(engine.decode({last: (token, pos)})[last]))
+        generated.append(token)
+        pos += 1
+    assert generated == info["generated"][0][:4]
+    assert shapes == {(True, (1, 1), True)}
+    prompts = {s: info["prompts"][s % len(info["prompts"])] for s in range(slots)}
+    engine.prefill_many(prompts)
+    rows = {s: (7, len(ids)) for s, ids in prompts.items()}
+    calls = engine._decode_full_step.stats["calls"]
+    full = engine.decode(rows)
+    assert engine._decode_full_step.stats["calls"] == calls + 1
+    gathered = engine.decode({s: rows[s] for s in range(1, slots)})  # the same writes, one row fewer
+    for s in range(1, slots):
+        assert np.abs(full[s]).max() > 10
+        np.testing.assert_allclose(gathered[s], full[s], atol=1e-4, rtol=0)
+
+
 def test_prefill_batches_are_powers_of_four_with_at_most_a_quarter_of_padding():
     assert prefill_batches(1, 16) == [1]
     assert prefill_batches(2, 16) == [1, 1]
@@ -247,11 +277,13 @@ def test_prefill_batches_are_powers_of_four_with_at_most_a_quarter_of_padding():
         assert all(r in (1, 4, 16) for r in sizes)
 
 
-def test_a_prefill_with_per_row_slots_must_start_at_zero_and_a_bad_slot_is_refused(engine):
+def test_a_forward_with_per_row_slots_needs_one_per_row_and_a_bad_slot_is_refused(engine):
     m = engine.model
     tokens = Tensor(np.ones((1, 4), np.int32))
-    with pytest.raises(ValueError, match="prefill from position 0"):
-        m.forward(tokens, Tensor(m.position_ids(4, [2])), m.causal_mask(4, [2], window=8), [2], slots=[0])
+    with pytest.raises(ValueError, match="1 rows need 1 slots, got 2"):
+        m.forward(tokens, Tensor(m.position_ids(4, [2])), m.causal_mask(4, [2], window=8), [2], slots=[0, 1])
+    with pytest.raises(ValueError, match="not one of the model's slots"):
+        engine.decode({m.slots: (1, 3)})
     with pytest.raises(ValueError, match="not one of the model's slots"):
         engine.prefill_many({m.slots: [1, 2]})
     with pytest.raises(ValueError, match="empty prompt"):
