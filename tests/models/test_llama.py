@@ -162,7 +162,7 @@ def test_rows_of_a_batch_decode_as_they_do_alone(engine, reference):
     prompts = info["prompts"][:3]
     state = {}
     # prompt i into slot i, the three prefilled as the rows of one forward of 4 rows (one padding row)
-    # and given out of order; then decoded together: a batch bucket of 4 with a free row
+    # and given out of order; then decoded together: a batch bucket of 4 with a padding row
     prefilled = engine.prefill_many({slot: prompts[slot] for slot in (2, 0, 1)})
     for slot, ids in enumerate(prompts):
         state[slot] = [int(np.argmax(prefilled[slot])), len(ids)]
