@@ -224,7 +224,7 @@ THROUGHPUT_FLAGS = ("--slots", "16", "--context", "256", "--prefill-buckets", "1
 
 
 def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
-                 warmup: bool = True) -> dict[str, list[dict]]:
+                 warmup: bool = True, rounds: int = SERVER_ROUNDS) -> dict[str, list[dict]]:
     """Aggregate tokens/s and /health latency at each stream count through examples/serve_llm.py and,
     with `baseline` (another server script, the thread design's), through it too: the two servers run
     side by side (one idle while the other is measured), in alternating rounds. Without `warmup` the
@@ -240,7 +240,7 @@ def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
             for n in ([2] if warmup else stream_counts * 2):  # first requests after warm-up, or the capture
                 asyncio.run(_load(servers[name][1], n))
         rounds: dict[str, dict[int, list[dict]]] = {name: {n: [] for n in stream_counts} for name in scripts}
-        for _ in range(SERVER_ROUNDS):  # alternating: a slow spell of the machine hits every count and server
+        for _ in range(rounds):  # alternating: a slow spell of the machine hits every count and server
             for n in stream_counts:
                 for name, (_, url) in servers.items():
                     run = asyncio.run(_load(url, n))
@@ -313,7 +313,8 @@ def baseline_script(rev: str) -> Path:
     return path
 
 
-def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = None) -> None:
+def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = None,
+                   rounds: int = SERVER_ROUNDS) -> None:
     """Prints the serving table: each server's tokens/s and /health latency by stream count."""
     first = next(iter(served.values()))
     rows = []
@@ -327,26 +328,28 @@ def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = N
             rows.append(row)
     head = ["streams", "server", "tok/s", "range", "vs event loop", "vs 1 stream", "/health p99 ms", "worst ms"]
     print(table(f"serving {STREAM_TOKENS} greedy tokens per request: aggregate tokens/s, median of "
-                f"{SERVER_ROUNDS} alternating rounds (worst: of all rounds)",
+                f"{rounds} alternating rounds (worst: of all rounds)",
                 head + (["vs transformers pool"] if pool is not None else []), rows))
 
 
-def server_main(baseline_rev: str, warmup: bool = True) -> None:
+def server_main(baseline_rev: str, warmup: bool = True, counts: tuple = (1, 4, 16), rounds: int = SERVER_ROUNDS,
+                prefix_ttft: bool = True) -> None:
     """`python bench/llm.py --server-only [--baseline REV]`: the serving tables alone (against the thread
     design at REV), the prefix-cache TTFT, written to bench/results/llm_server.json."""
-    counts = [1, 4, 16]
     load = os.getloadavg()
-    served = bench_server(counts, baseline_script(baseline_rev) if baseline_rev else None, warmup)
-    serving_tables(served)
-    prefix = bench_prefix_ttft(warmup=warmup)
+    served = bench_server(list(counts), baseline_script(baseline_rev) if baseline_rev else None, warmup, rounds)
+    serving_tables(served, rounds=rounds)
+    prefix = bench_prefix_ttft(warmup=warmup) if prefix_ttft else None
     load = [round(max(a, b), 2) for a, b in zip(load, os.getloadavg())]
     print(f"load average (the higher of start and end): {load[0]} {load[1]} {load[2]}")
-    print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
-                f"a prefix a finished request left in a slot, median of {prefix['rounds']} alternating rounds",
-                ["prompt", "TTFT ms", "vs cold"],
-                [["cold", prefix["cold_median_ms"], 1.0], ["cached prefix", prefix["cached_median_ms"],
-                                                            prefix["ratio"]]]))
-    path = write_results("llm_server", {"baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
+    if prefix is not None:
+        print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
+                    f"a prefix a finished request left in a slot, median of {prefix['rounds']} alternating rounds",
+                    ["prompt", "TTFT ms", "vs cold"],
+                    [["cold", prefix["cold_median_ms"], 1.0], ["cached prefix", prefix["cached_median_ms"],
+                                                                prefix["ratio"]]]))
+    full = prefix is not None and tuple(counts) == (1, 4, 16)  # else a partial run: its own file
+    path = write_results("llm_server" if full else "llm_server_partial", {"counts": list(counts), "baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
                                         "warmup": warmup, "load_average": load,
                                         "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")
@@ -422,8 +425,12 @@ if __name__ == "__main__":
                         "(the thread design) the server part is compared with ('' : none)")
     parser.add_argument("--no-warmup", action="store_true", help="--server-only: start the servers without "
                         "warm-up and capture in unmeasured rounds (for a loaded machine)")
+    parser.add_argument("--streams", type=int, nargs="*", default=[1, 4, 16], help="--server-only: stream counts")
+    parser.add_argument("--rounds", type=int, default=SERVER_ROUNDS, help="--server-only: alternating rounds")
+    parser.add_argument("--no-prefix-ttft", action="store_true", help="--server-only: skip the prefix-cache TTFT")
     args = parser.parse_args()
     if args.server_only:
-        server_main(args.baseline, warmup=not args.no_warmup)
+        server_main(args.baseline, warmup=not args.no_warmup, counts=tuple(args.streams), rounds=args.rounds,
+                    prefix_ttft=not args.no_prefix_ttft)
     else:
         main()
