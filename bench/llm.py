@@ -224,7 +224,7 @@ THROUGHPUT_FLAGS = ("--slots", "16", "--context", "256", "--prefill-buckets", "1
 
 
 def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
-                 warmup: bool = True, rounds: int = SERVER_ROUNDS) -> dict[str, list[dict]]:
+                 warmup: bool = True, round_count: int = SERVER_ROUNDS) -> dict[str, list[dict]]:
     """Aggregate tokens/s and /health latency at each stream count through examples/serve_llm.py and,
     with `baseline` (another server script, the thread design's), through it too: the two servers run
     side by side (one idle while the other is measured), in alternating rounds. Without `warmup` the
@@ -240,7 +240,7 @@ def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
             for n in ([2] if warmup else stream_counts * 2):  # first requests after warm-up, or the capture
                 asyncio.run(_load(servers[name][1], n))
         rounds: dict[str, dict[int, list[dict]]] = {name: {n: [] for n in stream_counts} for name in scripts}
-        for _ in range(rounds):  # alternating: a slow spell of the machine hits every count and server
+        for _ in range(round_count):  # alternating: a slow spell of the machine hits every count and server
             for n in stream_counts:
                 for name, (_, url) in servers.items():
                     run = asyncio.run(_load(url, n))
