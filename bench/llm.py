@@ -24,7 +24,9 @@ transformers + torch, and serving.
   loop) against the thread design of `--baseline REV` (its examples/serve_llm.py from git, run on this
   tree's atensor), the two servers started side by side and measured in alternating rounds; then time
   to first token of a ~400-token prompt whose prefix a finished request left in a slot (prefix cache)
-  against a cold one, alternating. Writes bench/results/llm_server.json.
+  against a cold one, alternating. Writes bench/results/llm_server.json, with the load average.
+  `--no-warmup` starts the servers without their warm-up (minutes on a loaded machine); unmeasured
+  rounds of the same loads capture the programs first.
 Timing on a shared 2-core machine is noisy: read the ratios measured in the same run.
 """
 from __future__ import annotations
@@ -177,20 +179,24 @@ def _stop(proc: subprocess.Popen) -> None:
 THROUGHPUT_FLAGS = ("--slots", "16", "--context", "256", "--prefill-buckets", "16", "64")
 
 
-def bench_server(stream_counts: list[int], baseline: Optional[Path] = None) -> dict[str, list[dict]]:
+def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
+                 warmup: bool = True, round_count: int = SERVER_ROUNDS) -> dict[str, list[dict]]:
     """Aggregate tokens/s and /health latency at each stream count through examples/serve_llm.py and,
     with `baseline` (another server script, the thread design's), through it too: the two servers run
-    side by side (one idle while the other is measured), in alternating rounds."""
+    side by side (one idle while the other is measured), in alternating rounds. Without `warmup` the
+    servers start with --no-warmup and capture the programs of the measured loads in two unmeasured
+    rounds of them (minutes less on a loaded machine)."""
     scripts = {"event loop": ROOT / "examples" / "serve_llm.py"}
     if baseline is not None:
         scripts["thread (baseline)"] = baseline
     servers = {}
     try:
         for name, script in scripts.items():
-            servers[name] = _start_server(script, *THROUGHPUT_FLAGS)
-            asyncio.run(_load(servers[name][1], 2))  # first requests after warm-up
+            servers[name] = _start_server(script, *THROUGHPUT_FLAGS, *([] if warmup else ["--no-warmup"]))
+            for n in ([2] if warmup else stream_counts * 2):  # first requests after warm-up, or the capture
+                asyncio.run(_load(servers[name][1], n))
         rounds: dict[str, dict[int, list[dict]]] = {name: {n: [] for n in stream_counts} for name in scripts}
-        for _ in range(SERVER_ROUNDS):  # alternating: a slow spell of the machine hits every count and server
+        for _ in range(round_count):  # alternating: a slow spell of the machine hits every count and server
             for n in stream_counts:
                 for name, (_, url) in servers.items():
                     run = asyncio.run(_load(url, n))
@@ -219,7 +225,7 @@ async def _ttft(url: str, prompt: str) -> float:
     raise RuntimeError("no token came back")
 
 
-def bench_prefix_ttft(rounds: int = 5) -> dict:
+def bench_prefix_ttft(rounds: int = 5, warmup: bool = True) -> dict:
     """Time to first token of a prompt whose first ~400 tokens a finished request left in a slot (a
     prefix-cache hit: only the question is prefilled) against a cold one (a fresh prefix each time:
     the whole prompt prefilled), alternating, on a 4-slot server with a 512-token context."""
@@ -233,11 +239,12 @@ def bench_prefix_ttft(rounds: int = 5) -> dict:
         rng = np.random.default_rng(seed)
         return " ".join(rng.choice(words, PREFIX_WORDS)) + "\n"
     proc, url = _start_server(ROOT / "examples" / "serve_llm.py", "--slots", "4", "--context", "512",
-                              "--prefill-buckets", "16", "64")
+                              "--prefill-buckets", "16", "64", *([] if warmup else ["--no-warmup"]))
     try:
         shared = prefix(0)
-        asyncio.run(_ttft(url, shared + "Question 0:"))  # leaves the shared prefix in a slot
-        asyncio.run(_ttft(url, prefix(999) + "Question 0:"))  # the cold path's programs, once
+        for i in range(1 if warmup else 3):  # without warm-up: each path's program run, captured, compiled
+            asyncio.run(_ttft(url, shared + f"Question {-i}:"))  # leaves the shared prefix in a slot
+            asyncio.run(_ttft(url, prefix(999 - i) + "Question 0:"))  # the cold path's programs
         cold, warm = [], []
         for i in range(rounds):
             cold.append(asyncio.run(_ttft(url, prefix(1000 + i) + f"Question {i}:")))
@@ -262,7 +269,8 @@ def baseline_script(rev: str) -> Path:
     return path
 
 
-def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = None) -> None:
+def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = None,
+                   rounds: int = SERVER_ROUNDS) -> None:
     """Prints the serving table: each server's tokens/s and /health latency by stream count."""
     first = next(iter(served.values()))
     rows = []
@@ -276,23 +284,29 @@ def serving_tables(served: dict[str, list[dict]], pool: Optional[list[dict]] = N
             rows.append(row)
     head = ["streams", "server", "tok/s", "range", "vs event loop", "vs 1 stream", "/health p99 ms", "worst ms"]
     print(table(f"serving {STREAM_TOKENS} greedy tokens per request: aggregate tokens/s, median of "
-                f"{SERVER_ROUNDS} alternating rounds (worst: of all rounds)",
+                f"{rounds} alternating rounds (worst: of all rounds)",
                 head + (["vs transformers pool"] if pool is not None else []), rows))
 
 
-def server_main(baseline_rev: str) -> None:
+def server_main(baseline_rev: str, warmup: bool = True, counts: tuple = (1, 4, 16), rounds: int = SERVER_ROUNDS,
+                prefix_ttft: bool = True) -> None:
     """`python bench/llm.py --server-only [--baseline REV]`: the serving tables alone (against the thread
     design at REV), the prefix-cache TTFT, written to bench/results/llm_server.json."""
-    counts = [1, 4, 16]
-    served = bench_server(counts, baseline_script(baseline_rev) if baseline_rev else None)
-    serving_tables(served)
-    prefix = bench_prefix_ttft()
-    print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
-                f"a prefix a finished request left in a slot, median of {prefix['rounds']} alternating rounds",
-                ["prompt", "TTFT ms", "vs cold"],
-                [["cold", prefix["cold_median_ms"], 1.0], ["cached prefix", prefix["cached_median_ms"],
-                                                            prefix["ratio"]]]))
-    path = write_results("llm_server", {"baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
+    load = os.getloadavg()
+    served = bench_server(list(counts), baseline_script(baseline_rev) if baseline_rev else None, warmup, rounds)
+    serving_tables(served, rounds=rounds)
+    prefix = bench_prefix_ttft(warmup=warmup) if prefix_ttft else None
+    load = [round(max(a, b), 2) for a, b in zip(load, os.getloadavg())]
+    print(f"load average (the higher of start and end): {load[0]} {load[1]} {load[2]}")
+    if prefix is not None:
+        print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
+                    f"a prefix a finished request left in a slot, median of {prefix['rounds']} alternating rounds",
+                    ["prompt", "TTFT ms", "vs cold"],
+                    [["cold", prefix["cold_median_ms"], 1.0], ["cached prefix", prefix["cached_median_ms"],
+                                                                prefix["ratio"]]]))
+    full = prefix is not None and tuple(counts) == (1, 4, 16)  # else a partial run: its own file
+    path = write_results("llm_server" if full else "llm_server_partial", {"counts": list(counts), "baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
+                                        "warmup": warmup, "load_average": load,
                                         "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")
 
@@ -386,8 +400,14 @@ if __name__ == "__main__":
     parser.add_argument("--single-only", action="store_true", help="only the single-stream table (llm_single.json)")
     parser.add_argument("--baseline", default="88d9cad", help="the git revision whose examples/serve_llm.py "
                         "(the thread design) the server part is compared with ('' : none)")
+    parser.add_argument("--no-warmup", action="store_true", help="--server-only: start the servers without "
+                        "warm-up and capture in unmeasured rounds (for a loaded machine)")
+    parser.add_argument("--streams", type=int, nargs="*", default=[1, 4, 16], help="--server-only: stream counts")
+    parser.add_argument("--rounds", type=int, default=SERVER_ROUNDS, help="--server-only: alternating rounds")
+    parser.add_argument("--no-prefix-ttft", action="store_true", help="--server-only: skip the prefix-cache TTFT")
     args = parser.parse_args()
     if args.server_only:
-        server_main(args.baseline)
+        server_main(args.baseline, warmup=not args.no_warmup, counts=tuple(args.streams), rounds=args.rounds,
+                    prefix_ttft=not args.no_prefix_ttft)
     else:
         main(args.single_only)

@@ -13,15 +13,24 @@ programs keyed by shape only:
   padded tokens: one pass over the weights and one launch of each kernel for all of them, instead of
   one forward per prompt (bench/llm.py, the server's 16 prompts of 13-14 tokens on a machine at load
   5: 2.94 s batched against 3.28 s one at a time, medians of 3 alternating rounds).
-- decode: rows 0..B-1 are slots 0..B-1 with B a batch bucket (1, 2, 4, ...); each row's cache position
-  is its own bound Variable (`pos0`, `pos1`, ...), so the step is replayed with the new positions
-  bound, never recaptured per position. A row whose slot is free computes a throw-away token.
+- decode: the rows are the streams' slots, in slot order, padded to a batch bucket B (1, 2, 4, ...) by
+  repeating the first row (the same token into the same cells: the same writes); each row's slot and
+  cache position are its own bound Variables (`slot0`, `pos0`, ...), so the step is replayed with the
+  new slots and positions bound, never recaptured. One stream is a batch of 1 whichever slot it has
+  (a server's prefix cache hands out the least recently used slot: with rows tied to slots 0..B-1, one
+  stream in slot 15 ran a batch of 16, 4x the time of a batch of 1, bench/llm.py's server part).
+  Each row reads its slot's window through a concatenation, which the attention kernel reads through:
+  at 16 rows that cost 34% more CPU time per step than reading the cache's rows in place (measured,
+  window 64), so a step over every slot (rows 0..S-1, S the model's slots: a full server) runs the
+  `full` program, which reads slots 0..S-1 in place.
   Attention reads a window of the cache, the smallest of WINDOW_BUCKETS (64, 128, ... cells, and the
   context) that holds every row's history: one program per (batch, window) bucket, so a step over
   short histories does not read (and multiply) the masked-out rest of the context. At batch 16 and
   context 256 a 64-cell window cut the attention kernel from 1.00 ms to 0.35 ms per layer (profiler).
   Past SYMBOLIC_ABOVE cells the window is a symbolic length instead (`cells`, a bound Variable: the
   whole context's mask cut to it, graph/view.py): exactly the history, one program for every length.
+  That is the `full` program's; a step over some of the slots keeps the window buckets (its rows'
+  windows are concatenated, which is not built for a symbolic length).
   A prefill starts at position 0, so its window is its bucket length.
 
 - extend: a prompt whose first `start` tokens are already in the slot's cells (a prefix cache hit) is
@@ -41,7 +50,7 @@ counter per generated token: a seed reproduces a run whatever else the server ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -175,13 +184,18 @@ class LlamaEngine:
         self.start_vars = {b: Variable(f"start{b}", 0, model.context - b) for b in self.buckets}
         self._prefill_step = jit(self._prefill_fn)
         self._decode_step = jit(self._decode_fn)
+        self._decode_full_step = jit(self._decode_full_fn)
         self._extend_step = jit(self._extend_fn)
 
     # the jitted bodies: tensors and bound variables in, logits out
     def _prefill_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, last: Tensor, slots: tuple) -> Tensor:
         return self.model.forward(tokens, positions, mask, [0] * len(slots), last=last, slots=list(slots))
 
-    def _decode_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: tuple, cells=None) -> Tensor:
+    def _decode_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: tuple, slots: tuple) -> Tensor:
+        return self.model.forward(tokens, positions, mask, list(starts), slots=list(slots)).reshape(
+            tokens.shape[0], -1)
+
+    def _decode_full_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: tuple, cells=None) -> Tensor:
         if cells is not None:  # the whole context's mask, cut to the bound length
             mask = mask.shrink((None, None, None, (0, cells)))
         return self.model.forward(tokens, positions, mask, list(starts), first_slot=0).reshape(
@@ -262,22 +276,33 @@ class LlamaEngine:
                 Tensor(np.array([len(rest) - 1], np.int32), device=dev), self.slot_vars[0].bind(int(slot)),
                 self.start_vars[length].bind(int(start)))
 
-    def _decode_args(self, rows: dict[int, tuple[int, int]]) -> tuple:
-        count = min(batch_bucket(max(rows) + 1), self.model.slots)
-        tokens = np.zeros((count, 1), np.int32)
-        starts = [0] * count
-        for slot, (token, pos) in rows.items():
-            if pos >= self.context:
-                raise ValueError(f"slot {slot}: position {pos} is past the context of {self.context}")
-            tokens[slot, 0], starts[slot] = token, pos
+    def _decode_args(self, rows: dict[int, tuple[int, int]]) -> tuple[Any, tuple, list[int]]:
+        """The decode step's program (the full one when the rows are every slot), its arguments for
+        `rows` {slot: (token, position)}, and the slot of each row."""
+        if not rows:
+            raise ValueError("decode: no rows; pass {slot: (token, position)} for at least one slot")
+        for slot, (_, pos) in rows.items():
+            if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.model.slots:
+                raise ValueError(f"slot {slot!r} is not one of the model's slots 0..{self.model.slots - 1}")
+            if not 0 <= pos < self.context:
+                raise ValueError(f"slot {slot}: position {pos} is outside the context of {self.context}")
+        order = sorted(rows)
+        count = min(batch_bucket(len(order)), self.model.slots)
+        padded = order + [order[0]] * (count - len(order))
+        tokens = np.array([[rows[slot][0]] for slot in padded], np.int32)
+        starts = [rows[slot][1] for slot in padded]
         m = self.model
         dev = m.device
-        bound = tuple(v.bind(s) for v, s in zip(self.pos_vars, starts))
-        if self.symbolic_above is not None and max(starts) + 1 > self.symbolic_above:
-            return (Tensor(tokens, device=dev), Tensor(m.position_ids(1, starts), device=dev),
-                    Tensor(m.mask_array(1, starts), device=dev), bound, self.cells_var.bind(max(starts) + 1))
-        return (Tensor(tokens, device=dev), Tensor(m.position_ids(1, starts), device=dev),
-                Tensor(m.mask_array(1, starts, self.window(max(starts) + 1)), device=dev), bound)
+        args = (Tensor(tokens, device=dev), Tensor(m.position_ids(1, starts), device=dev))
+        bound = tuple(v.bind(p) for v, p in zip(self.pos_vars, starts))
+        if len(order) == m.slots:  # every slot, in slot order: rows 0..S-1 read in place
+            if self.symbolic_above is not None and max(starts) + 1 > self.symbolic_above:
+                return self._decode_full_step, args + (Tensor(m.mask_array(1, starts), device=dev), bound,
+                                                       self.cells_var.bind(max(starts) + 1)), order
+            window = Tensor(m.mask_array(1, starts, self.window(max(starts) + 1)), device=dev)
+            return self._decode_full_step, args + (window, bound), order
+        window = Tensor(m.mask_array(1, starts, self.window(max(starts) + 1)), device=dev)
+        return self._decode_step, args + (window, bound, tuple(v.bind(int(slot)) for v, slot in zip(self.slot_vars, padded))), order
 
     # ---- blocking forms (scripts, the CLI) -----------------------------------------------------------
     def prefill(self, slot: int, ids: Sequence[int], start: int = 0) -> np.ndarray:
@@ -298,10 +323,11 @@ class LlamaEngine:
         return out
 
     def decode(self, rows: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
-        """One decode step: {slot: (token, position)} -> {slot: logits (vocab,)}. The batch is slots
-        0..B-1, B the bucket of the highest slot; other rows compute a throw-away token. Blocking."""
-        logits = self._decode_step(*self._decode_args(rows)).numpy()
-        return {slot: logits[slot] for slot in rows}
+        """One decode step: {slot: (token, position)} -> {slot: logits (vocab,)}. The batch is the
+        bucket of the number of rows, whatever their slots. Blocking."""
+        step, args, order = self._decode_args(rows)
+        logits = step(*args).numpy()
+        return {slot: logits[i] for i, slot in enumerate(order)}
 
     # ---- awaitable forms (an async app on trio or asyncio) -------------------------------------------
     async def prefill_async(self, slot: int, ids: Sequence[int], start: int = 0) -> np.ndarray:
@@ -321,8 +347,9 @@ class LlamaEngine:
 
     async def decode_async(self, rows: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
         """`decode`, awaited: `await engine.decode_async({slot: (token, position)})`."""
-        logits = (await self._decode_step.call_async(*self._decode_args(rows))).numpy()
-        return {slot: logits[slot] for slot in rows}
+        step, args, order = self._decode_args(rows)
+        logits = (await step.call_async(*args)).numpy()
+        return {slot: logits[i] for i, slot in enumerate(order)}
 
     def generate(self, ids: Sequence[int], max_tokens: int, params: SamplingParams = SamplingParams(),
                  stop_ids: frozenset = frozenset(), slot: int = 0) -> Iterator[int]:

@@ -230,10 +230,11 @@ class Llama:
         `window` cells of each slot, which must cover [0, start + L) of every row. `first_slot` and
         `starts` may be bound Variables (one program for every slot and position).
 
-        `slots` is for a prefill from position 0 (every start 0, a window of L cells): row b is written
-        into slot `slots[b]` (any slots, in any order; bound Variables too) and attends over the first
-        L cells of that slot, its whole history. Two rows with the same slot must carry the same tokens
-        (a padding row repeats a real one)."""
+        With `slots`, row b is written into slot `slots[b]` instead (any slots, in any order; bound
+        Variables too) and attends over the first `window` cells of that slot: a batch of any slots in
+        use (a prefill's prompts, a decode step's streams) is as many rows as there are streams, wherever
+        their slots are. Two rows with the same slot must carry the same tokens at the same starts (a
+        padding row repeats a real one: the same writes)."""
         cfg = self.config
         b, length = tokens.shape
         if len(starts) != b:
@@ -242,11 +243,8 @@ class Llama:
         if mask.ndim != 4 or mask.shape[:3] != (b, 1, length) or not 0 < window <= self.context:
             raise ValueError(f"forward: the mask must be (B, 1, L, window) = ({b}, 1, {length}, <= "
                              f"{self.context}), got {mask.shape} (see causal_mask)")
-        if slots is not None and (len(slots) != b or window != length
-                                  or any(isinstance(s, Variable) or s != 0 for s in starts)):
-            raise ValueError(f"forward: per-row slots are for a prefill from position 0 ({b} slots, every "
-                             f"start 0, a window of L = {length} cells); got {len(slots)} slots, starts "
-                             f"{list(starts)} and a window of {window}")
+        if slots is not None and len(slots) != b:
+            raise ValueError(f"forward: {b} rows need {b} slots, got {len(slots)}")
         row_slots = list(slots) if slots is not None else [first_slot + row for row in range(b)]
         heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         flat = tokens.reshape(b * length)
@@ -266,11 +264,11 @@ class Llama:
             for row, (slot, start) in enumerate(zip(row_slots, starts)):
                 cells = ((slot, slot + 1), None, None, (start, start + length), None)
                 layer.cache.shrink(cells).assign(fresh[row:row + 1])
-            if slots is not None:  # each row reads its slot's first L cells back, its whole history
+            if slots is not None:  # each row reads its own slot's window back (a prefill: its whole history)
                 # (read back rather than used fresh: measured and tested this way; the jit bug that made
                 # it necessary, replays dropping writes no result read, is fixed in jit/jit.py)
-                history = [layer.cache.shrink(((s, s + 1), None, None, (0, length), None)) for s in row_slots]
-                both = history[0].cat(*history[1:], dim=0) if b > 1 else history[0]  # (B, 2, Hkv, L, D)
+                history = [layer.cache.shrink(((s, s + 1), None, None, (0, window), None)) for s in row_slots]
+                both = history[0].cat(*history[1:], dim=0) if b > 1 else history[0]  # (B, 2, Hkv, W, D)
                 keys, values = both[:, 0], both[:, 1]
             else:
                 rows = (first_slot, first_slot + b)

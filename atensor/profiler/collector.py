@@ -160,7 +160,7 @@ class Profile:
         self.end_ns: int | None = None
         self._entered = False
         self._timeline: tuple[tuple, Timeline] | None = None
-        self._task_steps: tasks.TaskSteps | None = None
+        self._task_steps: tasks.TaskSteps | tasks.AsyncioWatch | None = None
 
     @classmethod
     def from_events(
@@ -201,7 +201,7 @@ class Profile:
             _active = _active + (self,)
             if _on_gc not in gc.callbacks:
                 gc.callbacks.append(_on_gc)
-        # inside a trio loop, the loop thread's task steps are host spans too (tasks.py)
+        # inside a trio or asyncio loop, the loop thread's task steps are host spans too (tasks.py)
         self._task_steps = tasks.install(self.host_spans.append)
         return self
 

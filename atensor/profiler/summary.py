@@ -20,7 +20,7 @@
 # - host coverage: the share of the host's wall time (the profiled window, entering the block to
 #   leaving it; the span of all events when the window is unknown) inside at least one named host
 #   span, on any host track: the union of the spans, not their sum. It is printed twice, with all
-#   host spans and without the "task" spans (a trio task's own code, tasks.py), so a reader sees how
+#   host spans and without the "task" spans (the loop's tasks' own code, tasks.py), so a reader sees how
 #   much atensor's own spans explain. The largest uncovered gaps are listed: that is where a
 #   missing span would go.
 #
@@ -373,7 +373,7 @@ def format_summary(stats: ProfileStats, max_kernels: int = 25, max_steps: int = 
     hc = stats.host_coverage
     if hc.window_ns:
         lines += ["", f"host time covered by named spans: {hc.share:.1%} of {format_ns(hc.window_ns)} "
-                      f"({hc.own_share:.1%} by atensor's own spans, without the trio tasks' code)"]
+                      f"({hc.own_share:.1%} by atensor's own spans, without the loop's tasks' code)"]
         shown = [gap for gap in hc.gaps if gap[1] > 0]
         if shown:
             lines.append("  largest uncovered: " + ", ".join(

@@ -3,7 +3,8 @@
 Each request's choice gets a KV-cache slot. At every token boundary the batcher admits waiting requests
 (a prefill of each into its slot: those with no cached prefix as the rows of batched forwards,
 `LlamaEngine.prefill_many_async`, those with one from where the cache ends, `prefill_async(slot, ids,
-start)`), then runs one decode step over the slots in use, hands each request its token, and frees the
+start)`), then runs one decode step over the slots in use (as many rows as streams, wherever the slot
+cache put them), hands each request its token, and frees the
 slots of requests that finished, hit a stop string or end-of-turn token, or whose client went away
 (noticed at the next token). Greedy results are the same alone or batched: rows are independent.
 

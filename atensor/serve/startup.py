@@ -62,10 +62,13 @@ def warmup_calls(engine: Any, filler: int) -> list[WarmupCall]:
         calls.append(WarmupCall(f"batched prefill {rows} x {shortest}",
                                 lambda prompts=prompts: engine.prefill_many(prompts)))
     rows = 1
-    while True:
-        for window in engine.windows:
-            batch = {s: (filler, window - 1) for s in range(rows)}
-            calls.append(WarmupCall(f"decode batch {rows} window {window}", lambda b=batch: engine.decode(b)))
+    while True:  # a batch of every slot has a program of its own (LlamaEngine: `full`), so its bucket
+        for window in engine.windows:  # is warmed for one slot fewer (padded) too
+            for count in ([rows - 1, rows] if rows == slots and rows > 1 else [rows]):
+                batch = {s: (filler, window - 1) for s in range(count)}
+                calls.append(WarmupCall(f"decode batch {rows} window {window}"
+                                        + (" (every slot)" if count == slots else ""),
+                                        lambda b=batch: engine.decode(b)))
         if rows >= slots:
             break
         rows = min(slots, batch_bucket(rows + 1))

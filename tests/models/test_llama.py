@@ -162,7 +162,7 @@ def test_rows_of_a_batch_decode_as_they_do_alone(engine, reference):
     prompts = info["prompts"][:3]
     state = {}
     # prompt i into slot i, the three prefilled as the rows of one forward of 4 rows (one padding row)
-    # and given out of order; then decoded together: a batch bucket of 4 with a free row
+    # and given out of order; then decoded together: a batch bucket of 4 with a padding row
     prefilled = engine.prefill_many({slot: prompts[slot] for slot in (2, 0, 1)})
     for slot, ids in enumerate(prompts):
         state[slot] = [int(np.argmax(prefilled[slot])), len(ids)]
@@ -176,12 +176,14 @@ def test_rows_of_a_batch_decode_as_they_do_alone(engine, reference):
     assert [generated[s] for s in range(3)] == info["generated"][:3]
 
 
-def test_decode_at_a_symbolic_length_gives_transformers_ids_from_one_program(engine, reference):
+def test_decode_at_a_symbolic_length_gives_transformers_ids_from_one_program(gguf, reference):
     """`symbolic_above=0`: every decode step attends over exactly its rows' histories (a bound Variable
     length, graph/view.py) instead of a window bucket: transformers' greedy ids for two prompts decoded
     as the rows of one batch (rows of different lengths: the whole context's mask cut to the longest),
     the batch bucket captured once for every length."""
-    symbolic = LlamaEngine(engine.model, prefill_buckets=(16, 64), symbolic_above=0)
+    # two slots, both in use: the step over every slot is the one that attends over a symbolic length
+    symbolic = LlamaEngine(Llama(gguf, slots=2, context=128), prefill_buckets=(16, 64),
+                           symbolic_above=0)
     info = reference["json"]
     prompts = info["prompts"][:2]
     prefilled = symbolic.prefill_many({slot: ids for slot, ids in enumerate(prompts)})
@@ -192,7 +194,7 @@ def test_decode_at_a_symbolic_length_gives_transformers_ids_from_one_program(eng
             generated[slot].append(int(np.argmax(row)))
             state[slot] = [generated[slot][-1], state[slot][1] + 1]
     assert [generated[s] for s in range(2)] == info["generated"][:2]
-    assert symbolic._decode_step.stats["captures"] == 1  # batch bucket 2, every length
+    assert symbolic._decode_full_step.stats["captures"] == 1  # batch bucket 2, every length
 
 
 def test_a_seed_reproduces_a_sampled_run_and_another_seed_changes_it(engine, reference):
@@ -251,6 +253,36 @@ def test_a_batched_prefill_gives_the_logits_of_one_prompt_at_a_time(engine, refe
     np.testing.assert_allclose(alone[3], reference["logits"][-1], atol=1e-3, rtol=0)  # transformers: last token
 
 
+def test_one_stream_in_the_last_slot_decodes_as_a_batch_of_one_and_every_slot_reads_in_place(engine, reference):
+    """A decode step's rows are its streams' slots, wherever they are: one stream in the last slot is a
+    batch of one row (with rows tied to slots 0..B-1 it was a batch of every slot) and generates
+    transformers' tokens; a step over every slot runs the program that reads them in place, with the
+    logits the gathering program gives the same rows."""
+    info = reference["json"]
+    ids, slots = info["prompts"][0], engine.model.slots
+    last = slots - 1
+    token = int(np.argmax(engine.prefill(last, ids)))
+    generated, pos, shapes = [token], len(ids), set()
+    for _ in range(3):
+        step, args, order = engine._decode_args({last: (token, pos)})
+        shapes.add((step is engine._decode_step, args[0].shape, order == [last]))
+        token = int(np.argmax(engine.decode({last: (token, pos)})[last]))
+        generated.append(token)
+        pos += 1
+    assert generated == info["generated"][0][:4]
+    assert shapes == {(True, (1, 1), True)}
+    prompts = {s: info["prompts"][s % len(info["prompts"])] for s in range(slots)}
+    engine.prefill_many(prompts)
+    rows = {s: (7, len(ids)) for s, ids in prompts.items()}
+    calls = engine._decode_full_step.stats["calls"]
+    full = engine.decode(rows)
+    assert engine._decode_full_step.stats["calls"] == calls + 1
+    gathered = engine.decode({s: rows[s] for s in range(1, slots)})  # the same writes, one row fewer
+    for s in range(1, slots):
+        assert np.abs(full[s]).max() > 10
+        np.testing.assert_allclose(gathered[s], full[s], atol=1e-4, rtol=0)
+
+
 def test_prefill_batches_are_powers_of_four_with_at_most_a_quarter_of_padding():
     assert prefill_batches(1, 16) == [1]
     assert prefill_batches(2, 16) == [1, 1]
@@ -266,11 +298,13 @@ def test_prefill_batches_are_powers_of_four_with_at_most_a_quarter_of_padding():
         assert all(r in (1, 4, 16) for r in sizes)
 
 
-def test_a_prefill_with_per_row_slots_must_start_at_zero_and_a_bad_slot_is_refused(engine):
+def test_a_forward_with_per_row_slots_needs_one_per_row_and_a_bad_slot_is_refused(engine):
     m = engine.model
     tokens = Tensor(np.ones((1, 4), np.int32))
-    with pytest.raises(ValueError, match="prefill from position 0"):
-        m.forward(tokens, Tensor(m.position_ids(4, [2])), m.causal_mask(4, [2], window=8), [2], slots=[0])
+    with pytest.raises(ValueError, match="1 rows need 1 slots, got 2"):
+        m.forward(tokens, Tensor(m.position_ids(4, [2])), m.causal_mask(4, [2], window=8), [2], slots=[0, 1])
+    with pytest.raises(ValueError, match="not one of the model's slots"):
+        engine.decode({m.slots: (1, 3)})
     with pytest.raises(ValueError, match="not one of the model's slots"):
         engine.prefill_many({m.slots: [1, 2]})
     with pytest.raises(ValueError, match="empty prompt"):

@@ -125,6 +125,43 @@ async def test_a_trio_task_holding_the_loop_is_a_task_span_with_its_name():
     assert max(h.duration_ns for h in steps) >= 5_000_000
 
 
+def test_an_asyncio_task_holding_the_loop_is_a_task_span_and_a_callback_is_a_callback_span():
+    import asyncio
+    from atensor.profiler import tasks
+
+    def hold(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:   # holds the loop thread without awaiting
+            pass
+
+    async def busy() -> None:
+        hold(0.005)
+        await asyncio.sleep(0)
+
+    def busy_callback() -> None:
+        hold(0.003)
+
+    async def main() -> Profile:
+        with atensor.profile() as prof:
+            await asyncio.create_task(busy(), name="busy-task")
+            asyncio.get_running_loop().call_soon(busy_callback)
+            await asyncio.sleep(0.01)
+            await asyncio.gather(*(asyncio.sleep(0) for _ in range(50)))   # short steps: not recorded
+        return prof
+
+    before = asyncio.events.Handle._run
+    prof = asyncio.run(main())
+    assert asyncio.events.Handle._run is before   # put back when the profile exits
+    steps = [h for h in prof.host_spans if h.name == "task busy-task"]
+    assert steps and all(h.category == "task" and h.track == "event loop" for h in steps)
+    assert max(h.duration_ns for h in steps) >= 5_000_000
+    callbacks = [h for h in prof.host_spans if h.name.endswith("busy_callback")]
+    assert len(callbacks) == 1 and callbacks[0].name.startswith("callback ")
+    assert callbacks[0].duration_ns >= 3_000_000
+    assert all(h.duration_ns >= tasks.MIN_STEP_NS for h in prof.host_spans if h.category == "task")
+    assert prof.start_ns <= min(h.start_ns for h in steps) and max(h.end_ns for h in steps) <= prof.end_ns
+
+
 def test_outside_an_event_loop_no_task_steps_are_recorded():
     with atensor.profile() as plain:
         time.sleep(0.002)
