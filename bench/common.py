@@ -112,3 +112,32 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def install_stage_timers(stages: list[tuple[str, str, str]], times: dict) -> list[str]:
+    """Wraps each stage's function, (module, attribute path, label), with a perf_counter_ns timer that
+    appends to `times[label]`; returns the labels found (a stage this checkout lacks is left out, so the
+    same bench runs on an older commit for before/after tables)."""
+    import importlib
+    found = []
+    for module, path, label in stages:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        *parents, name = path.split(".")
+        for part in parents:
+            owner = getattr(owner, part, None)
+        if owner is None or not hasattr(owner, name):
+            continue
+        fn = getattr(owner, name)
+
+        def timed(*args, _fn=fn, _label=label, **kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                times[_label].append(time.perf_counter_ns() - start)
+        setattr(owner, name, timed)
+        found.append(label)
+    return found

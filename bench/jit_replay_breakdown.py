@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import importlib
 import json
 import statistics
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import table, write_results  # noqa: E402
+from common import install_stage_timers, table, write_results  # noqa: E402
 
 import trio  # noqa: E402
 
@@ -46,31 +45,6 @@ STAGES = [
 ]
 
 
-def _install(times: dict[str, list[int]]) -> list[str]:
-    found = []
-    for module, path, label in STAGES:
-        try:
-            owner = importlib.import_module(module)
-        except ImportError:
-            continue
-        *parents, name = path.split(".")
-        for part in parents:
-            owner = getattr(owner, part, None)
-        if owner is None or not hasattr(owner, name):
-            continue
-        fn = getattr(owner, name)
-
-        def timed(*args, _fn=fn, _label=label, **kwargs):
-            start = time.perf_counter_ns()
-            try:
-                return _fn(*args, **kwargs)
-            finally:
-                times[_label].append(time.perf_counter_ns() - start)
-        setattr(owner, name, timed)
-        found.append(label)
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2000)
@@ -78,7 +52,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line, write no file")
     args = parser.parse_args()
     times: dict[str, list[int]] = collections.defaultdict(list)
-    labels = _install(times)
+    labels = install_stage_timers(STAGES, times)
 
     @atensor.jit
     async def step(x: Tensor) -> Tensor:
