@@ -152,3 +152,23 @@ def test_a_buffer_node_names_the_version_it_was_asked_for():
     assert spec.node(0) is Node.make(Ops.BUFFER, dtypes.int32, (), (spec, 0)) is ledger.current(spec)
     with pytest.raises(TypeError):
         spec.node()  # type: ignore[call-arg]  # which version must be said: the current one is the ledger's
+
+
+def test_a_constant_assigned_into_a_tensor_is_not_read_back_from_it_by_later_graphs():
+    """`x[0] = 0.0` writes the interned constant 0.0 into x's buffer; a later graph that uses 0.0 (relu's
+    zero) computes it, and is not tied to x's buffer (it has only its own input's)."""
+    import numpy as np
+    from atensor.sched.schedule import schedule
+    from tests.sched.test_schedule import _roots
+    import trio
+
+    async def write_a_zero():
+        t = Tensor([1.0, 2.0, 3.0])
+        x = t * 2
+        x[0] = 0.0
+        await Tensor.realize(x, t)
+    trio.run(write_a_zero)
+    v = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8) - 4)
+    graph = schedule(_roots((v * 1.5 + 0.5).relu().sum(axis=1))).graph
+    assert [len(task.work.buffers) for task in graph.tasks] == [2]  # the output and v, not x
+    assert graph.tasks[0].name == "mul_add_relu_sum 8x8"

@@ -201,8 +201,10 @@ def record_realized(realized: list[tuple[Node, BufferSpec]], original: list[Node
                     ledger.clear_head_locked(storage_of(node), node)
         for root, new_root in zip(roots, new_roots):
             value = root.src[1]
+            # a constant is never read back from where an assign wrote it: it costs nothing to compute, and
+            # its interned node is in every graph that uses the number (a read would tie them to that buffer)
             if root.op is assign and value.op is not Ops.BUFFER and value.op is not Ops.VIEW \
-                    and _value_entry(id(value)) is None:
+                    and value.op is not Ops.CONST and _value_entry(id(value)) is None:
                 entry = _value_entry(id(new_root))
                 if entry is not None:
                     ledger.set_value_locked(value, entry[1].view(root.arg))

@@ -76,7 +76,7 @@ def test_a_program_that_changes_between_calls_is_refused_under_every_setting(mod
         f = atensor.jit(body)
         x = Tensor(np.ones(3, dtype=np.float32))
         assert f(x).tolist() == [3.0, 3.0, 3.0] and f(x).tolist() == [2.0, 2.0, 2.0]
-        with pytest.raises(atensor.JitError, match=r"realize 1 of 1, task 1 \(E_mul_sub_3, then E_mul_add_3\)"):
+        with pytest.raises(atensor.JitError, match=r"realize 1 of 1, task 1 \(mul_sub 3, then mul_add 3\)"):
             f(x)
 
 
