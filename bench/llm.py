@@ -90,24 +90,6 @@ def load_transformers():
     return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
 
 
-def hf_generate(model, ids: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
-    """(time to first token, decode tokens/s, tokens) of a greedy run with the KV cache."""
-    import torch
-    with torch.no_grad():
-        start = time.perf_counter()
-        out = model(torch.tensor([ids]), use_cache=True)
-        token = int(out.logits[0, -1].argmax())
-        ttft = time.perf_counter() - start
-        past, tokens = out.past_key_values, [token]
-        start = time.perf_counter()
-        for _ in range(new_tokens - 1):
-            out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            past, token = out.past_key_values, int(out.logits[0, -1].argmax())
-            tokens.append(token)
-        rate = (new_tokens - 1) / (time.perf_counter() - start)
-    return ttft, rate, tokens
-
-
 # ---- serving ----------------------------------------------------------------------------------------------
 PROMPTS = [f"Once upon a time, a robot named Unit {i} walked into" for i in range(16)]
 
@@ -327,6 +309,7 @@ def bench_transformers_pool(model, tokenizer, streams: int) -> dict:
 
     def serve(i: int) -> int:
         with lock:  # one request at a time, as a thread pool in front of one model serves them
+            from bench.quant import hf_generate
             return len(hf_generate(model, tokenizer.encode(PROMPTS[i]), STREAM_TOKENS)[2])
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=streams) as pool:

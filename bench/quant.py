@@ -106,14 +106,30 @@ def run_transformers(ids: list[int]) -> dict:
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
     load_s = time.perf_counter() - start
 
-    from bench.llm import hf_generate
-
     def generate(new_tokens: int) -> tuple[float, float, list[int]]:
         return hf_generate(model, ids, new_tokens)
     generate(4)
     ttfts = [generate(1)[0] for _ in range(3)]
     _, rate, tokens = generate(DECODE_TOKENS + 1)
     return {"ttft_ms": 1000 * statistics.median(ttfts), "decode_tps": rate, "load_s": load_s, "tokens": tokens}
+
+
+def hf_generate(model, ids: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+    """(time to first token, decode tokens/s, tokens) of a greedy run with the KV cache."""
+    import torch
+    with torch.no_grad():
+        start = time.perf_counter()
+        out = model(torch.tensor([ids]), use_cache=True)
+        token = int(out.logits[0, -1].argmax())
+        ttft = time.perf_counter() - start
+        past, tokens = out.past_key_values, [token]
+        start = time.perf_counter()
+        for _ in range(new_tokens - 1):
+            out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            past, token = out.past_key_values, int(out.logits[0, -1].argmax())
+            tokens.append(token)
+        rate = (new_tokens - 1) / (time.perf_counter() - start)
+    return ttft, rate, tokens
 
 
 def _last_logits(llm) -> np.ndarray:
