@@ -18,20 +18,47 @@ What differs is a lowering choice, recorded in `keep_runners`:
   (its slots are placeholders, not buffers, so nothing can be bound ahead), and its one plan is never
   lowered again: no kept runner can be stale.
 
+A hot template (an eager graph realized `HOT_HITS` times with one structure: a loop's) gets a *twin*,
+a kept-runner program of the same tasks, so its later hits cost what a jit replay does (`for_fill`):
+- at the `HOT_HITS`-th hit, when every task is a kernel or copy on a CPU device without Variables and
+  the plan is light (layout.py), its kernels are compiled to C in the background (native.py; with
+  ATENSOR_NATIVE=0 or no compiler, never: the template keeps its runners-per-submission program);
+- once they are all compiled, the twin is made: the template's tasks with a placeholder buffer of
+  its own in each slot (allocated once: at most layout.py's INLINE_MAX_BYTES, so it keeps no buffer
+  of any realize alive), lowered with kept runners; a hit maps each placeholder to its own buffer;
+- a hit submits the twin only when every queue is idle, no profile is taken and DEBUG < 2: then, from
+  its third submission on, its plan's `ReplayRecord` (engine/replay.py) binds and runs it in one
+  foreign call. Otherwise the hit submits the template's own program, one command per task, as
+  before. A twin whose plan does not get a record (several queues, a runner not one-thread native)
+  is dropped and the template's program kept.
+What the hit commits (versions, realized values) is the realize's own (engine/realize.py), whichever
+program runs it; native kernels cannot fail, and a failed input is refused before anything runs.
+Measured on the loaded 2-core machine (`x = x + 1; await x.realize()` on 16 elements, main thread CPU
+per round trip, 6 alternating rounds of 2000): 265 us median against 315 before; in
+bench/round_trip_breakdown.py, Plan.submit of a hit 37 us against 98-102 (runners made per hit).
+
 Invariant: a program's plans are lowered and submitted by the dispatching thread only (the dispatcher,
-or a caller planning inline while it holds it, engine/dispatch.py), so `plans` needs no lock.
+or a caller planning inline while it holds it, engine/dispatch.py), so `plans` and the twin's state
+need no lock.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable, Optional, Sequence
 
+from atensor.config import settings
 from atensor.backend import native
 from atensor.graph.node import BufferSpec
-from atensor.graph.taskgraph import Task
+from atensor.graph.taskgraph import Access, Copy, Kernel, Task
+from atensor.engine.lower import fill_slots
 from atensor.engine.plan import Plan, Submission
+from atensor.hcq.device import Device, all_idle
 from atensor.profiler import collector
 from atensor.sched.cache import Template
+
+# a template hit this many times is a loop's: its kernels are compiled to C in the background and its
+# later hits replay a kept-runner twin (module docstring); fewer hits are not worth a compiler call
+HOT_HITS = 8
 
 
 def _producer_layout() -> bool:
@@ -52,6 +79,13 @@ class CapturedProgram:
     assigned: tuple[BufferSpec, ...] = ()
     slot_fill: list[tuple[Hashable, int]] = field(default_factory=list)
     plans: dict[bool, Plan] = field(default_factory=dict)  # per layout: True for the producer layout
+    # a template's program only: the hits so far, the twin's state ("cold", "compiling", "ready" or
+    # "off"), the kernels it waits for, and the twin with its placeholders (in `slot_fill`'s order)
+    hits: int = 0
+    twin_state: str = "cold"
+    twin_kernels: list = field(default_factory=list)
+    twin: Optional[CapturedProgram] = None
+    placeholders: list[BufferSpec] = field(default_factory=list)
 
     @staticmethod
     def of_template(template: Template) -> CapturedProgram:
@@ -92,6 +126,69 @@ class CapturedProgram:
     def mapping_of_fill(self, fill: Sequence[BufferSpec]) -> dict[Any, BufferSpec]:
         """For a template's program: the mapping that puts `fill` (`Template.fill`'s list) in the slots."""
         return {ref: fill[index] for ref, index in self.slot_fill}
+
+    def for_fill(self, fill: Sequence[BufferSpec]) -> tuple[CapturedProgram, dict[Any, BufferSpec]]:
+        """For a template's program, on a hit whose buffers are `fill`: the program to submit and its
+        mapping: the twin (module docstring) when it is ready and may run its record now, else this
+        program. Counts the hit and moves the twin's state on."""
+        twin = self.twin
+        if twin is not None and not collector.is_active() and settings.debug < 2 and all_idle():
+            if twin.plan().record is not False:
+                return twin, dict(zip(self.placeholders, [fill[index] for _, index in self.slot_fill]))
+            self.twin, self.twin_state = None, "off"  # no record for it: the template's program stays
+        elif self.twin_state != "ready" and self.twin_state != "off":
+            self._warm(fill)
+        return self, self.mapping_of_fill(fill)
+
+    def _warm(self, fill: Sequence[BufferSpec]) -> None:
+        """One more hit of a template's program before its twin is ready (module docstring)."""
+        if self.twin_state == "cold":
+            self.hits += 1
+            if self.hits < HOT_HITS:
+                return
+            if not self._twin_may_record():
+                self.twin_state = "off"
+                return
+            self.twin_kernels = [task.work.ast for task in self.tasks if type(task.work) is Kernel]
+            missing = [(task.work.ast, task.work.name) for task in self.tasks
+                       if type(task.work) is Kernel and native.lookup(task.work.ast) is None]
+            if missing:
+                native.prepare_in_background(missing)
+            self.twin_state = "compiling"
+        # compiling: a kernel the compiler refuses stays None here, and the template keeps its
+        # program (a dictionary lookup per kernel and hit is all that costs)
+        if all(native.lookup(ast) is not None for ast in self.twin_kernels):
+            self._make_twin(fill)
+
+    def _twin_may_record(self) -> bool:
+        """Whether a twin could replay by record: kernels and copies on CPU devices, no Variables, a
+        light plan, native kernels allowed and a compiler present."""
+        if settings.native == "0" or native.compiler() is None or not self.plan().layout.light:
+            return False
+        for task in self.tasks:
+            work = task.work
+            if type(work) is Copy:
+                devices = (work.src.device, work.dst.device)
+            elif type(work) is Kernel and not work.var_vals:
+                devices = (work.device,)
+            else:
+                return False
+            if any(Device.get(device).kind != "CPU" for device in devices):
+                return False
+        return True
+
+    def _make_twin(self, fill: Sequence[BufferSpec]) -> None:
+        """The twin: this program's tasks with a placeholder buffer (shaped like `fill`'s) in each
+        slot, with kept runners."""
+        placeholder = {ref: BufferSpec(fill[index].device, fill[index].size, fill[index].dtype)
+                       for ref, index in self.slot_fill}
+        get = placeholder.__getitem__
+        tasks = [Task(task.id, fill_slots(task.work, get),
+                      tuple([Access(get(a.buffer), a.mode, a.start, a.end) for a in task.accesses]),
+                      set(task.deps)) for task in self.tasks]
+        self.placeholders = list(placeholder.values())
+        self.twin = CapturedProgram(tasks, frozenset(self.placeholders), keep_runners=True)
+        self.twin_state = "ready"
 
     def written(self, mapping: dict[Any, BufferSpec]) -> list[BufferSpec]:
         """The buffers a submission with `mapping` writes."""

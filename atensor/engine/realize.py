@@ -261,8 +261,8 @@ def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
     racecheck = current_settings().racecheck
     program = program_of(result.template) if result.template is not None and record is None \
         and not racecheck else None
-    if program is not None:
-        mapping = program.mapping_of_fill(result.fill)
+    if program is not None:  # (a hot template's kept-runner twin, when it may run: program.py)
+        program, mapping = program.for_fill(result.fill)
         written_specs = program.written(mapping)
     else:
         mapping = None

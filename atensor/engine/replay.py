@@ -18,7 +18,9 @@ What it keeps from the Python path (tests/engine/test_replay_record.py checks ea
 - the queue's order: used only when every queue is idle (`all_idle`), so nothing runs before it;
 - failures: a task reading a buffer whose contents come from a failed task is refused before
   anything runs (the plan's read-first check runs first); native kernels cannot fail;
-- the slots' addresses: engine/patching.py's `AddressSlots` keeps the bound buffers alive, as before;
+- the slots' addresses: written before every run; as the program has run when `run` returns, the
+  record keeps none of the buffers it bound alive (patching.py's `AddressSlots` does, for a run that
+  goes on after the submission);
 - counters (GlobalCounters) and the queue's `commands_run` count one command, as a batch's;
 - a profile, DEBUG=2 echo, Variables, numpy kernels or kernels of more BLAS threads, a collective:
   not this record; `Plan.submit` takes its Python path for those.
@@ -106,8 +108,9 @@ class ReplayRecord:
         value = queue.reserve(self.count) + self.count
         blas.use(1)  # the program runs one-thread kernels only (the C runner sets the count to 1 too)
         self.call(self.address)
-        if self.slots is not None:
-            self.slots.bound = new_specs  # kept alive until the next bind, as AddressSlots.bind does
+        if self.slots is not None:  # the program has run: nothing reads the blocks before the next
+            self.slots.bound = []      # bind, so the plan keeps no realize's buffers alive (an eager
+            # hit's outputs go with their tensors; the addresses left in the blocks are never used)
         record = self.record
         start, end = record[10], record[11]
         Buffer.all_overwritten(self.written)

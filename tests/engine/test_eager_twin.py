@@ -1,0 +1,136 @@
+"""A hot eager graph (a schedule-cache template hit `HOT_HITS` times) replays its kept-runner twin
+through a ReplayRecord (engine/program.py, engine/replay.py): each hit binds its own buffers into the
+twin's placeholders. numpy is the reference; each test checks that the record path ran (so none passes
+on the template's own program alone), or, with the compiler hidden (tests/engine/test_no_compiler.py
+runs this file so), that it never did. Run as users run (race checks off), under trio and asyncio."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+import numpy as np
+import pytest
+import trio
+
+from atensor import Tensor
+from atensor.backend import native
+from atensor.engine import program as program_module
+from atensor.engine.replay import ReplayRecord
+
+pytestmark = pytest.mark.default_settings
+COMPILED = native.compiler() is not None
+
+
+@pytest.fixture
+def recorded(monkeypatch) -> list[int]:
+    """One entry per submission that went through a ReplayRecord; a template is hot after 2 hits."""
+    monkeypatch.setattr(program_module, "HOT_HITS", 2)
+    calls: list[int] = []
+    original = ReplayRecord.run
+
+    def counting(self: ReplayRecord, new_specs: list) -> int:
+        calls.append(len(new_specs))
+        return original(self, new_specs)
+    monkeypatch.setattr(ReplayRecord, "run", counting)
+    return calls
+
+
+def _expect_records(recorded: list[int], at_least: int) -> None:
+    if COMPILED:
+        assert len(recorded) >= at_least, recorded
+    else:
+        assert recorded == []
+
+
+def _warm(step) -> None:
+    """Runs `step()` until the template is hot, its kernels compiled (in the background) and its
+    twin's record made (at the twin's second submission)."""
+    for _ in range(3):
+        step()
+    native.wait_background()
+    for _ in range(4):
+        step()
+
+
+def test_hot_hits_bind_each_realizes_own_inputs_outputs_and_temporaries(recorded):
+    rng = np.random.default_rng(1)
+
+    def step(a_np=None, b_np=None):
+        a_np = rng.random(16, dtype=np.float32) if a_np is None else a_np
+        b_np = rng.random(16, dtype=np.float32) if b_np is None else b_np
+        a, b = Tensor(a_np), Tensor(b_np)
+        y = ((a - b).contiguous() * 3 + a).realize().wait()  # two kernels: a temporary between them
+        np.testing.assert_allclose(y.numpy(), (a_np - b_np) * 3 + a_np, rtol=1e-6)
+        return y
+    _warm(step)
+    recorded.clear()
+    kept = []
+    for _ in range(5):
+        a_np, b_np = rng.random(16, dtype=np.float32), rng.random(16, dtype=np.float32)
+        kept.append((step(a_np, b_np), a_np, b_np))
+        step(b_np, a_np)  # the same buffers' values in the other slots
+    _expect_records(recorded, 10)
+    for y, a_np, b_np in kept:  # earlier results keep their values: each hit wrote its own buffer
+        np.testing.assert_allclose(y.numpy(), (a_np - b_np) * 3 + a_np, rtol=1e-6)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_an_awaited_hot_loop_reads_the_previous_output_as_its_input(library, recorded):
+    async def main():
+        x = Tensor.zeros(16).contiguous()
+        await x.realize()
+        for k in range(12):
+            x = x * 2 + 1
+            await x.realize()
+            if k == 4:
+                native.wait_background()
+        assert x.tolist() == [2.0 ** 12 - 1] * 16
+    trio.run(main) if library == "trio" else asyncio.run(main())
+    _expect_records(recorded, 4)
+
+
+def test_an_input_from_a_failed_task_is_refused_and_the_next_hit_runs_again(recorded):
+    from atensor.hcq.buffer import Buffer
+
+    def step(x: Tensor) -> Tensor:
+        return (x + 1).contiguous().realize().wait()
+    _warm(lambda: step(Tensor(np.zeros(8, dtype=np.float32))))
+    bad = Tensor(np.zeros(8, dtype=np.float32)).realize().wait()
+    Buffer.of(bad.node.base().arg[0]).failure = RuntimeError("the kernel that wrote it failed")
+    recorded.clear()
+    with pytest.raises(RuntimeError, match="failed"):
+        step(bad)
+    good = step(Tensor(np.full(8, 4.0, dtype=np.float32)))
+    assert good.tolist() == [5.0] * 8
+    _expect_records(recorded, 1)
+
+
+def test_the_twin_keeps_no_realizes_buffers_alive(recorded):
+    x = Tensor(np.ones(16, dtype=np.float32))
+    refs = []
+    for _ in range(8):
+        y = (x + 3).contiguous() * 2
+        y.realize().wait()
+        assert y.tolist() == [8.0] * 16
+        refs.append(weakref.ref(y.node.base().arg[0]))  # the output buffer's spec
+        del y
+        native.wait_background()
+    gc.collect()
+    assert all(r() is None for r in refs)
+    _expect_records(recorded, 2)
+
+
+def test_a_profiled_hit_runs_the_templates_program_with_a_span_per_kernel(recorded):
+    import atensor
+
+    def step(k: int) -> None:
+        y = ((Tensor(np.full(8, float(k), dtype=np.float32)) * 2).contiguous() - 1).realize().wait()
+        assert y.tolist() == [2.0 * k - 1] * 8
+    _warm(lambda: step(0))
+    recorded.clear()
+    with atensor.profile() as prof:
+        step(3)
+    assert recorded == []
+    kernels = [s for s in prof.spans if s.kind == "kernel"]
+    assert len(kernels) == 2, kernels  # one span per task, as an eager realize's
