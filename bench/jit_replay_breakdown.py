@@ -33,8 +33,10 @@ from atensor import Tensor  # noqa: E402
 # (module, attribute path, label); a label's leading spaces show what it is part of
 STAGES = [
     ("atensor.jit.jit", "_Program.replay", "  mapping, fresh result buffers, result tensors"),
+    ("atensor.jit.captured", "CallProgram.replay", "  mapping, fresh result buffers, result tensors"),
     ("atensor.engine.dispatch", "Dispatcher.run_inline", "  run_inline: the submission on this thread"),
     ("atensor.jit.jit", "_run_records", "    _run_records (versions, submit)"),
+    ("atensor.jit.captured", "run_records", "    _run_records (versions, submit)"),
     ("atensor.engine.program", "CapturedProgram.submit", "      CapturedProgram.submit"),
     ("atensor.engine.plan", "Plan.submit", "        Plan.submit"),
     ("atensor.engine.plan", "Plan._runners", "          runners (rebind the slots)"),

@@ -45,32 +45,27 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
-import time
 import warnings
-from dataclasses import dataclass, field as dataclasses_field
 from typing import Any, Callable, Generator, Optional
 
 from atensor.config import settings
-from atensor import ledger
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.symbolic import Variable
 from atensor.graph.ops import Ops
 from atensor.backend import native
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
-from atensor.engine.plan import Submission
 from atensor.engine.program import CapturedProgram
-from atensor.tensor import random as rng
-from atensor.jit.callkey import (ProgramKey, _graph_of, _input_key, _is_stored, _leaves, difference,
+from atensor.jit.captured import CallProgram, program_of_call
+from atensor.jit.callkey import (_graph_of, _input_key, _is_stored, _leaves, difference,
                                  only_plain_values_differ, program_key)
 from atensor.hcq import loop
-from atensor.engine.dispatch import Job, Recording, dispatcher, recording
+from atensor.engine.dispatch import Recording, dispatcher, recording
 from atensor.engine.handle import RealizeHandle, planned_so_far
 from atensor.engine.realize import in_flight
 from atensor.profiler import collector
-from atensor.profiler.events import HostSpan
 from atensor.ledger import versions
-from atensor.graph.taskgraph import Kernel, Task
+from atensor.graph.taskgraph import Kernel
 from atensor.tensor.tensor import Tensor
 from atensor.tensor.autograd import grad_disabled
 
@@ -130,87 +125,6 @@ def _unflatten(shape: Any, tensors: list[Tensor]) -> Any:
     return tuple(items) if kind == "tuple" else items
 
 
-# ---- a captured call ----------------------------------------------------------------------------------
-@dataclass
-class _Program:
-    """What replaying one key needs."""
-    records: list[CapturedProgram]    # one per captured realize, in order
-    inputs: list[BufferSpec]          # the captured call's input buffers, in argument order
-    fresh: list[BufferSpec]           # the result buffers the captured call made: new per replay
-    results: list[Node]               # the returned tensors' nodes (views of their buffers)
-    result_shape: Any                 # how to rebuild the return value from them
-    written: frozenset[BufferSpec]    # every buffer a replay writes (captured names)
-    tasks: int                        # tasks per replay, all records together
-    accessed: frozenset[BufferSpec]   # every buffer a replay reads or writes (captured names)
-    keys: ProgramKey                  # each realize's tasks and each draw: what a call repeats
-    draws: list[rng.Draw]             # the random draws the call made, redrawn on every replay
-    verified: bool = False
-    result_order: Optional[list[Node]] = None  # the results' graphs, sources first (made once)
-    var_vals: list[dict] = dataclasses_field(default_factory=list)  # the kernels' variable values
-    var_index: Optional[dict[Variable, list[tuple[dict, Variable]]]] = None  # each variable's dicts (bind)
-    last: Optional[RealizeHandle] = None      # the latest replay, while variables are rebound
-
-    def bind(self, values: dict[Variable, int]) -> None:
-        """Sets the captured kernels' variable values in place (their runners read these dicts).
-        Through an index from each variable to the dicts that hold it, made on the first bind (the
-        dicts' keys never change): a decode step of 16 KV-cache slots has 16 variables over ~100
-        kernels, and looking each kernel's variables up in `values` took ~1.6 ms of host per step."""
-        index = self.var_index
-        if index is None:
-            index = self.var_index = {}
-            for var_vals in self.var_vals:
-                for var in var_vals:  # the dict's own key: set by identity, no Variable.__eq__
-                    index.setdefault(var, []).append((var_vals, var))
-        for var, new in values.items():
-            for var_vals, key in index.get(var, ()):
-                var_vals[key] = new
-
-    def replay(self, inputs: list[BufferSpec], values: Optional[dict[Variable, int]] = None
-               ) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:
-        """The job that runs the captured graphs with `inputs`, fresh result buffers and fresh random
-        draws, the result tensors (realized once the job is done) and the mapping from captured to
-        replayed buffers."""
-        mapping = dict(zip(self.inputs, inputs))
-        if self.draws:  # each captured draw's counter buffers, written anew from the counter as it is now
-            captured = [spec for specs, _ in self.draws for spec in specs]
-            mapping.update(zip(captured, rng.redraw(self.draws)))
-        for spec in self.fresh:
-            mapping[spec] = BufferSpec(spec.device, spec.size, spec.dtype)
-        tensors = [Tensor(n) for n in self._results_on(mapping, values)]
-        job = Job(None, [])
-        records = self.records
-        job.plan = lambda: _run_records(records, mapping, inputs)
-        return job, tensors, mapping
-
-
-    def _results_on(self, mapping: dict[BufferSpec, BufferSpec], values: Optional[dict[Variable, int]] = None
-                    ) -> list[Node]:
-        """The result nodes with their buffers swapped by `mapping`: the captured graph of each result
-        rebuilt source by source (the same shapes and devices: nothing to infer). A view bound to the
-        capture's variable values is bound to this call's `values` instead (a result of symbolic shape,
-        `cache[:, :start_pos+1]`, has this call's length), and what reads it is inferred anew."""
-        order = self.result_order
-        if order is None:
-            order = self.result_order = toposort(self.results)
-        done: dict[Node, Node] = {}
-        for node in order:
-            if node.op is Ops.BUFFER:
-                new = mapping.get(node.arg[0])
-                done[node] = node if new is None else Node.make_like(node, (), (new, node.arg[1]))
-            elif values and node.op is Ops.VIEW and node.arg.variables():
-                src = tuple([done[s] for s in node.src])
-                done[node] = Node.make(Ops.VIEW, node.dtype, src, node.arg.rebind(values))
-            else:
-                src = tuple([done[s] for s in node.src])
-                if src == node.src:
-                    done[node] = node
-                elif values and any(s.shape != o.shape for s, o in zip(src, node.src)):
-                    done[node] = Node.make(node.op, node.dtype, src, node.arg)
-                else:
-                    done[node] = Node.make_like(node, src, node.arg)
-        return [done[n] for n in self.results]
-
-
 class _InThread:
     """A blocking call as a step the drivers wait on: awaited, it runs in a worker thread (the event
     loop stays free); waited on by the blocking driver, it runs on the caller's thread."""
@@ -253,75 +167,6 @@ def _flush_pending(accessed: Optional[frozenset[BufferSpec]] = None,
     return tensors[0]._dispatch(tuple(tensors[1:]))
 
 
-def _run_records(records: list[CapturedProgram], mapping: dict[BufferSpec, BufferSpec],
-                 inputs: list[BufferSpec]) -> Submission:
-    """On the dispatcher thread: each captured graph's commit (version counts), then its submission;
-    a lazy input's pending assign, computed by the replay, then counts as realized."""
-    start = time.perf_counter_ns()
-    total: Optional[Submission] = None
-    count = 0
-    for record in records:
-        if record.assigned:
-            versions.advance_versions([mapping.get(spec, spec) for spec in record.assigned])
-        sub = record.submit(mapping)
-        if total is None:
-            total = sub
-        else:
-            total.final.update(sub.final)  # values only grow, so the later graph's value is the final one
-            total.placed.extend(sub.placed)
-        count += len(record.tasks)
-    if total is None:
-        total = Submission()
-    for spec in inputs:
-        if ledger.head(spec) is not None:
-            versions.settle_head(spec)
-    if collector.is_active():
-        collector.record_host(HostSpan(f"replay {count} tasks", "schedule", start, time.perf_counter_ns()))
-    return total
-
-
-def _own_variables(task: Task) -> Task:
-    """`task`, with a kernel that has variables given a `var_vals` dict of its own: a replay rebinds
-    the program's dicts in place (`_Program.bind`), and the captured kernel may share its dict with a
-    schedule-cache template (a graph instantiated from one copies works shallowly), whose eager hits
-    would then run at the replay's values (issue 40)."""
-    work = task.work
-    if not getattr(work, "var_vals", None):
-        return task
-    own = object.__new__(type(work))
-    own.__dict__.update(work.__dict__)
-    own.var_vals = dict(work.var_vals)
-    return Task(task.id, own, task.accesses, set(task.deps))
-
-
-def _program(records: Recording, inputs: list[BufferSpec], results: list[Node],
-             result_shape: Any) -> _Program:
-    """The program of a captured call: `records` are the schedules it ran (and its random draws); the
-    buffers made during it (from `records.since_uid` on) that results live in are told from the state."""
-    first_uid = records.since_uid
-    input_set = set(inputs)
-    fresh: list[BufferSpec] = []
-    for node in results:
-        for leaf in _leaves(node):
-            spec = leaf.arg[0]
-            if spec.uid >= first_uid and spec not in input_set and spec not in fresh:
-                fresh.append(spec)
-    substituted = input_set | set(fresh) | {spec for specs, _ in records.draws for spec in specs}
-    slots = frozenset(substituted)  # what a replay's mapping replaces: the same set for every realize
-    kept: list[CapturedProgram] = []
-    written: set[BufferSpec] = set()
-    accessed: set[BufferSpec] = set()
-    for rec in records:
-        tasks = [_own_variables(t) for t in rec.graph.tasks]
-        written.update(a.buffer for t in tasks for a in t.accesses if a.mode == "w")
-        accessed.update(a.buffer for t in tasks for a in t.accesses)
-        kept.append(CapturedProgram(tasks, slots, keep_runners=True, assigned=tuple(rec.assigned)))
-    var_vals = [t.work.var_vals for r in kept for t in r.tasks if getattr(t.work, "var_vals", None)]
-    return _Program(kept, inputs, fresh, results, result_shape, frozenset(written),
-                    sum(len(r.tasks) for r in kept), frozenset(accessed), program_key(records, inputs),
-                    list(records.draws), var_vals=var_vals)
-
-
 # ---- the decorator ----------------------------------------------------------------------------------------
 _WAIT, _CALL, _DONE = "wait", "call", "done"  # what the steps of a call ask their driver (Jit._steps)
 
@@ -350,7 +195,7 @@ class Jit:
         self.max_programs = max_programs
         self.compile = compile
         self.is_async = inspect.iscoroutinefunction(fn)
-        self._programs: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
+        self._programs: collections.OrderedDict[tuple, CallProgram] = collections.OrderedDict()
         self._calls: collections.OrderedDict[tuple, int] = collections.OrderedDict()  # per key, LRU
         self._capturing: set[tuple] = set()
         self.stats = {"calls": 0, "replays": 0, "captures": 0}
@@ -386,6 +231,11 @@ class Jit:
         return await self._drive_async(args, kwargs, plain=True)
 
     async def _drive_async(self, args: tuple, kwargs: dict, plain: bool = False) -> Any:
+        if not kwargs and not collector.is_active():  # the common replay, without the steps' generator
+            found = self._replay_now(args)
+            if found is not None:
+                await found[0]
+                return _unflatten(found[1], found[2])
         steps, value, error = self._steps(args, kwargs), None, None
         with collector.host_span(f"jit {self._name}", "call"):  # the call's host time, for the profiler
             while (step := _advance(steps, value, error))[0] is not _DONE:
@@ -451,22 +301,7 @@ class Jit:
                 if program.last is not None and not program.last.done():
                     yield _WAIT, program.last  # its kernels read the values about to change
                 program.bind(values)
-            self._programs.move_to_end(key)
-            self.stats["replays"] += 1
-            job, results, mapping = program.replay([leaf.arg[0] for leaf in leaves], values)
-            # a small replay is submitted from this thread (it costs less than the hand-off to the
-            # dispatcher and back); a big one would stall the event loop, and so would lowering a plan
-            # (the first replay, or the first after kernels were compiled): those go to the dispatcher
-            if program.tasks > INLINE_MAX_REPLAY_TASKS or not all(r.lowered() for r in program.records) \
-                    or not dispatcher.run_inline(job):
-                # queued behind other work: its buffers count as in flight until it is planned, so a
-                # sync accessor does not read them meanwhile
-                for spec in program.written:
-                    job.in_flight.hold(Buffer.of(mapping.get(spec, spec)))
-                dispatcher.submit(job)
-            handle = RealizeHandle(job, None)
-            if values:
-                program.last = handle
+            handle, results = self._submit_replay(key, program, leaves, values)
             yield _WAIT, handle
             return _unflatten(program.result_shape, results)
         calls = self._calls.pop(key, 0)
@@ -496,7 +331,7 @@ class Jit:
                 result, outs, result_shape = yield from self._run(tensors, records)
             finally:
                 self._capturing.discard(key)
-            self._programs[key] = _program(records, inputs, [t.node for t in outs], result_shape)
+            self._programs[key] = program_of_call(records, inputs, [t.node for t in outs], result_shape)
             self.stats["captures"] += 1
             while len(self._programs) > self.max_programs:
                 self._programs.popitem(last=False)
@@ -518,6 +353,53 @@ class Jit:
         elif kernels:  # replays run these compiled (backend/native.py); the compiler runs off the loop
             yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
+
+    def _replay_now(self, args: tuple) -> Optional[tuple[RealizeHandle, Any, list[Tensor]]]:
+        """A replay of a call of tensors only, submitted at once: (the handle to await, the result
+        shape, the result tensors); None when the call needs `_steps` (not a verified program's key,
+        an input still in flight, lazy assigns to realize first). What `_steps` does for such a call,
+        without its generator and driver (a few microseconds of a one-kernel replay's Python)."""
+        for a in args:
+            if type(a) is not Tensor:
+                return None
+        nodes = [t.node for t in args]
+        graphs = []
+        for n in nodes:
+            if in_flight(n):
+                return None
+            graphs.append(_graph_of(n))
+        key = (_tensors_only(len(args)), tuple([_input_key(g) for g in graphs]), Tensor.training,
+               grad_disabled())
+        program = self._programs.get(key)
+        if program is None or not program.verified or versions.pending_heads():
+            return None
+        self.stats["calls"] += 1
+        leaves = [leaf for g in graphs for leaf in g if leaf.op is Ops.BUFFER]
+        versions.check_versions(leaves)
+        handle, results = self._submit_replay(key, program, leaves, {})
+        return handle, program.result_shape, results
+
+    def _submit_replay(self, key: tuple, program: CallProgram, leaves: list[Node], values: dict[Variable, int]
+                       ) -> tuple[RealizeHandle, list[Tensor]]:
+        """Submits a replay of `program` on the buffers of `leaves` (its variables bound already):
+        the handle to await and the result tensors."""
+        self._programs.move_to_end(key)
+        self.stats["replays"] += 1
+        job, results, mapping = program.replay([leaf.arg[0] for leaf in leaves], values)
+        # a small replay is submitted from this thread (it costs less than the hand-off to the
+        # dispatcher and back); a big one would stall the event loop, and so would lowering a plan
+        # (the first replay, or the first after kernels were compiled): those go to the dispatcher
+        if program.tasks > INLINE_MAX_REPLAY_TASKS or not all(r.lowered() for r in program.records) \
+                or not dispatcher.run_inline(job):
+            # queued behind other work: its buffers count as in flight until it is planned, so a
+            # sync accessor does not read them meanwhile
+            for spec in program.written:
+                job.in_flight.hold(Buffer.of(mapping.get(spec, spec)))
+            dispatcher.submit(job)
+        handle = RealizeHandle(job, None)
+        if values:
+            program.last = handle
+        return handle, results
 
     def _warn_if_never_replayed(self, key: tuple, previous: tuple) -> None:
         """Says once why a function whose non-tensor arguments change on every call is never replayed:
