@@ -1,0 +1,111 @@
+"""An await whose realize already ran on the caller's thread (a tiny plan, a record replay) is a
+cancellation point on every call and a scheduling point at least every `loop.YIELD_EVERY_NS`
+(hcq/loop.py `checkpoint`): other tasks keep their turn, a cancelled task stops at its next await,
+under trio, asyncio and uvloop. Run as users run (small realizes planned inline)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+import trio
+
+from atensor import Tensor
+from atensor.hcq import loop
+
+pytestmark = pytest.mark.default_settings
+
+
+def _run(library: str, main) -> None:
+    if library == "trio":
+        trio.run(main)
+    elif library == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
+async def _sleep(library: str, seconds: float) -> None:
+    await (trio.sleep(seconds) if library == "trio" else asyncio.sleep(seconds))
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio", "uvloop"])
+@pytest.mark.parametrize("every_ns", [0, 500_000])
+def test_a_loop_of_done_awaits_gives_other_tasks_their_turn(library, every_ns, monkeypatch):
+    monkeypatch.setattr(loop, "YIELD_EVERY_NS", every_ns)
+    ticks: list[int] = []  # when the other task ran
+    count = 200
+
+    async def main() -> None:
+        done = False
+
+        async def ticker() -> None:
+            while not done:
+                ticks.append(time.perf_counter_ns())
+                await _sleep(library, 0)
+
+        async def awaiter() -> None:
+            nonlocal done
+            x = Tensor(np.zeros(16, dtype=np.float32)).contiguous()
+            await x.realize()
+            await _sleep(library, 0)
+            start = time.perf_counter_ns()
+            for _ in range(count):
+                x = x + 1
+                await x.realize()  # a tiny plan: done when the await starts
+            end = time.perf_counter_ns()
+            done = True
+            assert x.tolist() == [float(count)] * 16
+            during = [start] + [t for t in ticks if start <= t <= end] + [end]
+            if every_ns == 0:  # every await yields
+                assert len(during) - 2 >= count - 1, (len(during), count)
+            else:  # at least once per budget and call: far more often than a few times in the loop
+                longest = max(b - a for a, b in zip(during, during[1:]))
+                assert longest < (end - start) / 3, (longest, end - start, len(during))
+        if library == "trio":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticker)
+                nursery.start_soon(awaiter)
+        else:
+            await asyncio.gather(ticker(), awaiter())
+    _run(library, main)
+
+
+def test_a_cancelled_trio_task_stops_at_a_done_await_that_does_not_yield(monkeypatch):
+    monkeypatch.setattr(loop, "YIELD_EVERY_NS", 10**12)  # no await here yields: cancellation still lands
+
+    async def main() -> None:
+        x = Tensor(np.zeros(16, dtype=np.float32)).contiguous()
+        await x.realize()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            x = x + 1
+            await x.realize()
+            pytest.fail("the await of a cancelled task returned")
+        assert scope.cancelled_caught
+        assert x.tolist() == [1.0] * 16  # cancelling stops the waiting only: the realize ran
+    trio.run(main)
+
+
+@pytest.mark.parametrize("library", ["asyncio", "uvloop"])
+def test_a_cancelled_asyncio_task_stops_within_the_yield_budget(library):
+    async def main() -> None:
+        awaited = 0
+
+        async def spin() -> None:
+            nonlocal awaited
+            x = Tensor(np.zeros(16, dtype=np.float32)).contiguous()
+            await x.realize()
+            while True:
+                x = x + 1
+                await x.realize()
+                awaited += 1
+        task = asyncio.ensure_future(spin())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert awaited > 0
+    _run(library, main)
