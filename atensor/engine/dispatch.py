@@ -84,7 +84,10 @@ class Dispatcher:
     def __init__(self) -> None:
         self.signal = Signal("host/dispatch")
         self._jobs: collections.deque[Job] = collections.deque()
-        self._cond = threading.Condition()
+        # `run_inline` takes the lock itself (a C-level `with`): the Condition's own __enter__ and
+        # __exit__ are Python calls, four per inline plan
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._issued = 0
         self._busy = False  # a job is being planned (here or inline); guarded by _cond
         self._thread: Optional[threading.Thread] = None
@@ -111,7 +114,7 @@ class Dispatcher:
         replay, a small eager realize): the caller then waits for the queues only, without a wake-up
         for the dispatch. Errors of the plan are raised here, or with `keep_error` kept in `job.error`
         for whoever awaits the job (as the dispatcher thread does)."""
-        with self._cond:
+        with self._lock:
             if self._jobs or self._busy:
                 return False
             self._busy = True
@@ -127,7 +130,7 @@ class Dispatcher:
         finally:
             job.in_flight.release()
             job.plan = None
-            with self._cond:
+            with self._lock:
                 self._busy = False
                 if self._jobs:  # one came while this was planned; else the idle dispatcher need not wake
                     self._cond.notify()
@@ -184,7 +187,10 @@ class Reaper:
 
     def __init__(self) -> None:
         self._items: collections.deque[list] = collections.deque()
-        self._cond = threading.Condition()
+        # `run_inline` takes the lock itself (a C-level `with`): the Condition's own __enter__ and
+        # __exit__ are Python calls, four per inline plan
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._thread: Optional[threading.Thread] = None
 
     def release(self, items: list) -> None:

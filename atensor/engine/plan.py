@@ -66,7 +66,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional
 
-from atensor.config import settings
+from atensor.config import current_settings, settings
 from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
@@ -274,7 +274,7 @@ class Plan:
         L = self.layout
         mapping = mapping or {}
         record = self.record
-        if record and not collector.is_active() and settings.debug < 2 and all_idle():
+        if record and not collector.is_active() and current_settings().debug < 2 and all_idle():
             # a light replay on one idle queue: one foreign call binds and runs it (engine/replay.py)
             new_specs = [mapping[s] for s in self.swapped]
             for buf, name in record.reads_of(new_specs):
@@ -282,9 +282,7 @@ class Plan:
                     _refuse_failed_read(buf, name)
             value = record.run(new_specs)
             self.last_final = [(record.signal, value)]
-            sub = Submission()
-            sub.final[record.queue] = value
-            return sub
+            return Submission({record.queue: value}, [])
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]

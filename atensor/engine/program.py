@@ -79,6 +79,7 @@ class CapturedProgram:
     assigned: tuple[BufferSpec, ...] = ()
     slot_fill: list[tuple[Hashable, int]] = field(default_factory=list)
     plans: dict[bool, Plan] = field(default_factory=dict)  # per layout: True for the producer layout
+    _current: tuple = (-1, False, None)  # (native.epoch, profiling, the plan `plan()` gave for them)
     # a template's program only: the hits so far, the twin's state ("cold", "compiling", "ready" or
     # "off"), the kernels it waits for, and the twin with its placeholders (in `slot_fill`'s order)
     hits: int = 0
@@ -105,17 +106,27 @@ class CapturedProgram:
 
     def lowered(self) -> bool:
         """True when `plan()` has its plan already (nothing to lower)."""
+        if self._current[:2] == (native.epoch, collector.is_active()):
+            return True
         plan = self.plans.get(self._layout())
         return plan is not None and (not self.keep_runners or plan.epoch == native.epoch)
 
     def plan(self) -> Plan:
         """The plan to submit with now: lowered on first use, and for kept runners again once newer
-        kernels are compiled, in the layout `_producer_layout` picks. Each layout keeps its own."""
+        kernels are compiled, in the layout `_producer_layout` picks. Each layout keeps its own. The
+        one found last is kept with what picked it (the kernels' epoch, whether a profile is taken:
+        a library loaded, which makes native programs available, is a new epoch), so a replay asks
+        two questions, not six."""
+        current = self._current
+        state = (native.epoch, collector.is_active())
+        if current[:2] == state:
+            return current[2]
         layout = self._layout()
         plan = self.plans.get(layout)
         if plan is None or (self.keep_runners and plan.epoch != native.epoch):
             plan = self.plans[layout] = Plan(self.tasks, self.slots, copies_on_producer=layout,
                                              keep_runners=self.keep_runners)
+        self._current = (*state, plan)
         return plan
 
     def submit(self, mapping: dict[Any, BufferSpec]) -> Submission:

@@ -150,7 +150,10 @@ class Signal:
     def __init__(self, name: str):
         self.name = name
         self.value = 0
-        self._cond = threading.Condition(threading.Lock())
+        # `set` and `reach` take the lock itself (a C-level `with`; the Condition's __enter__ and
+        # __exit__ are Python calls, on every published value)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._stamps: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
         self._failures: dict[int, BaseException] = {}
         self._waiters: list[_Waiter | _GroupMember | _Callback] = []  # tasks on an event loop, callbacks
@@ -166,7 +169,7 @@ class Signal:
         when the signal is past it; otherwise a value below the signal's is a bug (asserted)."""
         if error is not None:  # outside the lock: clearing locals may free buffers, run finalizers
             _release_frames(error)
-        with self._cond:
+        with self._lock:
             if value < self.value:
                 assert late, f"{self.name}: value may not decrease ({self.value} -> {value})"
                 if stamp is not None:
@@ -191,7 +194,7 @@ class Signal:
         worker publishes it again, with its stamp, as `set` allows for an equal value."""
         if self.value >= value:
             return
-        with self._cond:
+        with self._lock:
             if self.value >= value:
                 return
             self.value = value
