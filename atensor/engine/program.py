@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Optional, Sequence
 
-from atensor.config import settings
+from atensor.config import current_settings, settings
 from atensor.backend import native
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Access, Copy, Kernel, Task
@@ -143,7 +143,7 @@ class CapturedProgram:
         mapping: the twin (module docstring) when it is ready and may run its record now, else this
         program. Counts the hit and moves the twin's state on."""
         twin = self.twin
-        if twin is not None and not collector.is_active() and settings.debug < 2 and all_idle():
+        if twin is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
             if twin.plan().record is not False:
                 return twin, dict(zip(self.placeholders, [fill[index] for _, index in self.slot_fill]))
             self.twin, self.twin_state = None, "off"  # no record for it: the template's program stays
@@ -203,8 +203,9 @@ class CapturedProgram:
 
     def written(self, mapping: dict[Any, BufferSpec]) -> list[BufferSpec]:
         """The buffers a submission with `mapping` writes."""
-        plan = self.plan()
-        return [mapping.get(spec, spec) for spec in (plan.layout.buffers[bi] for bi in plan.layout.written_index)]
+        layout = self.plan().layout
+        get, buffers = mapping.get, layout.buffers
+        return [get(buffers[bi], buffers[bi]) for bi in layout.written_index]
 
 
 __all__ = ["CapturedProgram"]

@@ -17,7 +17,6 @@ made by whichever thread needs it first; the dispatcher never writes a tensor's 
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import weakref
@@ -84,7 +83,6 @@ def _follow_storage(node: Node) -> Node:
 # on the calling thread when the dispatcher is idle: scheduling a cached graph of that size and
 # lowering it costs tens of microseconds, less than the hand-off to the dispatcher thread and back
 INLINE_MAX_NODES = 64
-_NO_PAUSE = contextlib.nullcontext()
 
 
 def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
@@ -97,29 +95,11 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     takes milliseconds, and so does compiling every kernel to C) go to the dispatcher thread, in
     issue order."""
     # one Storage per tensor: for a big realize, no collection may stop the loop while they are made
-    with gc_paused() if len(captured) > INLINE_MAX_NODES else _NO_PAUSE:
-        items: list[tuple[Node, Optional[Storage]]] = []
-        given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
-        view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
-        for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
-            swap = t._swap
-            if swap is not None and swap.lazy is node:  # the same tensor given twice
-                items.append((node, swap))
-                continue
-            base = node
-            while base.op is view:
-                base = base.src[0]
-            if base.op is buffer:
-                items.append((node, None))
-            elif base.op is assign:
-                given.append((versions.storage_of(base), base))
-                items.append((node, None))
-            elif node.op is Ops.MULTI and not _needs_storage(node):
-                given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
-                items.append((node, None))
-            else:
-                storage = t._swap = Storage(node)
-                items.append((node, storage))
+    if len(captured) > INLINE_MAX_NODES:
+        with gc_paused():
+            items, given = _storages(captured)
+    else:
+        items, given = _storages(captured)
     if given:
         ledger.claim(given)
     pending = versions.pending_heads()
@@ -132,6 +112,35 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
             or not dispatcher.run_inline(job, keep_error=True):
         dispatcher.submit(job)
     return RealizeHandle(job, result)
+
+
+def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Optional[Storage]]],
+                                                         list[tuple[BufferSpec, Node]]]:
+    """`realize`'s items (each node with the Storage made for it, or None) and the pending assigns it
+    realizes as they are (not made here)."""
+    items: list[tuple[Node, Optional[Storage]]] = []
+    given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
+    view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+    for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
+        swap = t._swap
+        if swap is not None and swap.lazy is node:  # the same tensor given twice
+            items.append((node, swap))
+            continue
+        base = node
+        while base.op is view:
+            base = base.src[0]
+        if base.op is buffer:
+            items.append((node, None))
+        elif base.op is assign:
+            given.append((versions.storage_of(base), base))
+            items.append((node, None))
+        elif node.op is Ops.MULTI and not _needs_storage(node):
+            given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
+            items.append((node, None))
+        else:
+            storage = t._swap = Storage(node)
+            items.append((node, storage))
+    return items, given
 
 
 # one lock for every Storage: making one takes microseconds, and two threads rarely want one at once
