@@ -10,8 +10,8 @@ gives the `NativeKernel` that engine/lower.py runs instead of the numpy function
 releases the GIL for the whole kernel, so kernels of different CPU devices run at the same time.
 
 When it is used (`settings.native`, ATENSOR_NATIVE):
-- "jit" (default): the kernels of `atensor.jit` replays, compiled once when the function is captured;
-  everything else stays on numpy (a one-off kernel would wait longer for the compiler than it runs);
+- "jit" (default): the kernels of `atensor.jit` replays (compiled when the function is captured) and of
+  hot eager graphs (engine/program.py); the rest stays on numpy (a one-off kernel would wait longer);
 - "all": every kernel, compiled on first use (the test suite runs this way in one job, to hold the
   C kernels to the numpy ones);
 - "0": never.
