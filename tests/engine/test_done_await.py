@@ -85,7 +85,8 @@ def test_a_cancelled_trio_task_stops_at_a_done_await_that_does_not_yield(monkeyp
             await x.realize()
             pytest.fail("the await of a cancelled task returned")
         assert scope.cancelled_caught
-        assert x.tolist() == [1.0] * 16  # cancelling stops the waiting only: the realize ran
+        await x  # cancelling stopped the waiting only: the realize ran (or runs) all the same
+        assert x.tolist() == [1.0] * 16
     trio.run(main)
 
 
@@ -103,7 +104,10 @@ def test_a_cancelled_asyncio_task_stops_within_the_yield_budget(library):
                 await x.realize()
                 awaited += 1
         task = asyncio.ensure_future(spin())
-        await asyncio.sleep(0.01)
+        for _ in range(5000):  # until it is looping on its awaits
+            await asyncio.sleep(0.001)
+            if awaited > 10:
+                break
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
