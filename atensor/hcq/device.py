@@ -23,6 +23,7 @@ from atensor.hcq import cl_runtime
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.cl_queue import CLQueue
 from atensor.hcq.queue import Queue
+from atensor.hcq.smallpool import SmallPool
 from atensor.profiler import collector
 from atensor.profiler.events import MemoryEvent
 
@@ -80,6 +81,7 @@ class Device:
         self._pool_used: dict[int, float] = {}  # per size in the pool: when it was last taken or given back
         self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
+        self._small = SmallPool()  # the dead small buffers' memory, typed and with its address (smallpool.py)
 
     def __repr__(self) -> str:
         return f"Device({self.name})"
@@ -154,12 +156,21 @@ class Device:
         if data is not None:
             buf.memory = data
             buf.release = (self._account, -spec.nbytes)  # run when the Buffer goes, with its spec
+        elif 0 < (nbytes := spec.nbytes) < SmallPool.MAX_NBYTES:  # recycled: see hcq/smallpool.py
+            entry = self._small.take(nbytes, spec.dtype.np)
+            buf.memory, buf._address = entry[1], entry[2]
+            buf.release = (self._give_small, entry)
         else:
             raw = self._take(spec.nbytes)
             buf.memory = raw.view(spec.dtype.np)
             buf.release = (self._release, raw)
         self._account(spec.nbytes)
         return buf
+
+    def _give_small(self, entry: tuple) -> None:
+        """A dead small buffer's memory (its spec died: nothing can read it) goes back to the pool."""
+        self._account(-entry[0][0])
+        self._small.give(entry)
 
     # A caching allocator: large fresh arrays cost a page fault per 4 KiB on first touch (an output of
     # 256 MiB pays ~65,000 of them), so memory of a dead buffer is kept per size and handed to the next
@@ -219,6 +230,7 @@ class Device:
             self._pool.clear()
             self._pool_used.clear()
             self._pooled_bytes = 0
+        self._small.clear()
 
     def _account(self, delta: int) -> None:
         with self._mem_lock:
