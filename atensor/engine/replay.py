@@ -80,6 +80,12 @@ class ReplayRecord:
         self.address = ctypes.addressof(record)
         self.written = list(written)                  # fixed buffers the replay writes
         self.written_swapped = list(written_swapped)  # places in `swapped` of those it writes
+        # ... as places in `self.bound` (where `run` has their Buffers already), or None when some
+        # written swapped buffer is in no block (then `run` looks it up)
+        in_bound = {j: k for k, (j, _) in enumerate(self.bound)}
+        self.written_places: Optional[list[int]] = (
+            [in_bound[j] for j in self.written_swapped] if self.written_swapped and
+            all(j in in_bound for j in self.written_swapped) else None)
         self.name, self.nbytes, self.flops = summary
         # the buffers read before the program writes them, with the task that reads each: a fixed
         # Buffer, or the place in `swapped` of a swapped one (Plan.submit refuses a failed one's read)
@@ -97,13 +103,16 @@ class ReplayRecord:
         """Binds `new_specs` (the swapped buffers' replacements), runs the program here and publishes
         its value; returns that value (the queue is at it when this returns)."""
         addresses = self.addresses
-        runtime = ledger.runtime
+        record_of = ledger.record_of
+        bound = []  # the Buffers of `self.bound`, in its order
         for j, device in self.bound:
             spec = new_specs[j]
-            buf = runtime(spec)
+            record = record_of(spec.uid)
+            buf = None if record is None else record.runtime
             if buf is None or buf.memory is None:
                 buf = device.allocate(spec)
-            addresses[j] = buf.address()
+            addresses[j] = buf._address or buf.address()
+            bound.append(buf)
         queue = self.queue
         value = queue.reserve(self.count) + self.count
         blas.use(1)  # the program runs one-thread kernels only (the C runner sets the count to 1 too)
@@ -114,7 +123,9 @@ class ReplayRecord:
         record = self.record
         start, end = record[10], record[11]
         Buffer.all_overwritten(self.written)
-        if self.written_swapped:
+        if self.written_places is not None:  # every written swapped buffer was bound above
+            Buffer.all_overwritten([bound[k] for k in self.written_places])
+        elif self.written_swapped:
             of = Buffer.of
             Buffer.all_overwritten([of(new_specs[j]) for j in self.written_swapped])
         queue.commands_run += 1

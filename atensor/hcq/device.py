@@ -160,6 +160,13 @@ class Device:
             entry = self._small.take(nbytes, spec.dtype.np)
             buf.memory, buf._address = entry[1], entry[2]
             buf.release = (self._give_small, entry)
+            with self._mem_lock:  # `_account(nbytes)` without its calls (every fresh result comes here)
+                self.bytes_in_use = in_use = self.bytes_in_use + nbytes
+                if in_use > self.peak_bytes:
+                    self.peak_bytes = in_use
+            if collector._active:
+                collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
+            return buf
         else:
             raw = self._take(spec.nbytes)
             buf.memory = raw.view(spec.dtype.np)
@@ -169,7 +176,10 @@ class Device:
 
     def _give_small(self, entry: tuple) -> None:
         """A dead small buffer's memory (its spec died: nothing can read it) goes back to the pool."""
-        self._account(-entry[0][0])
+        with self._mem_lock:  # `_account(-nbytes)` without its calls
+            self.bytes_in_use = in_use = self.bytes_in_use - entry[0][0]
+        if collector._active:
+            collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
         self._small.give(entry)
 
     # A caching allocator: large fresh arrays cost a page fault per 4 KiB on first touch (an output of
