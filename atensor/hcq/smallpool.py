@@ -74,6 +74,8 @@ class SmallPool:
     def clear(self) -> None:
         """Frees every kept memory."""
         with self._lock:
+            for free in self._free.values():  # emptied in place: a `take` that looked one up meanwhile
+                free.clear()                  # finds it empty under the lock and makes fresh memory
             self._free.clear()
             self.kept_bytes = 0
 
