@@ -41,31 +41,40 @@ ATQ_INLINE ATQ_AVX2 void atq_rows_f32_avx2(int fmt, const uint8_t *w, int64_t rb
   __m256 acc0[4], acc1[4];
   for (int r = 0; r < NR; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
   int64_t bytes = atq_row_bytes(fmt, 32);
-  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m256i nib = _mm256_set1_epi32(0x0F);
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x + 32 * b;
     __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
            x3 = _mm256_loadu_ps(xb + 24);
     for (int r = 0; r < NR; r++) {
       const uint8_t *p = w + r * rb + b * bytes;
-      __m256 d = _mm256_set1_ps(_cvtsh_ss(atq_u16(p))), v0, v1, v2, v3;
+      __m256 d, v0, v1, v2, v3;
       if (fmt == ATQ_Q8_0) {
+        d = _mm256_set1_ps(_cvtsh_ss(atq_u16(p)));
         v0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 2)))));
         v1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 10)))));
         v2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 18)))));
         v3 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 26)))));
       } else {
-        __m128i raw = _mm_loadu_si128((const __m128i *)(p + (fmt == ATQ_Q4_1 ? 4 : 2)));
-        __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-        __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-        __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(lo, lo)));
-        __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-        __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(hi, hi)));
+        /* bytes 0-7 and 8-15 widened to 32 bits (one shuffle each, from memory), then each lane's low
+           nibble (elements 0-15) and high nibble (16-31) by shifts and masks, which need no shuffle */
+        const uint8_t *qs = p + (fmt == ATQ_Q4_1 ? 4 : 2);
+        __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
+        __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8)));
+        __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(b0, nib));
+        __m256 q1 = _mm256_cvtepi32_ps(_mm256_and_si256(b1, nib));
+        __m256 q2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+        __m256 q3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
         if (fmt == ATQ_Q4_1) {  /* d*q exact, + m one rounding: the numpy decode's value */
-          __m256 m = _mm256_set1_ps(_cvtsh_ss(atq_u16(p + 2)));
+          uint32_t pair;
+          memcpy(&pair, p, 4);
+          __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)pair));  /* d and m widened at once */
+          d = _mm256_broadcastss_ps(dm);
+          __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
           v0 = _mm256_fmadd_ps(d, q0, m); v1 = _mm256_fmadd_ps(d, q1, m);
           v2 = _mm256_fmadd_ps(d, q2, m); v3 = _mm256_fmadd_ps(d, q3, m);
         } else {  /* Q4_0: d * (q - 8), q - 8 exact in float */
+          d = _mm256_set1_ps(_cvtsh_ss(atq_u16(p)));
           __m256 eight = _mm256_set1_ps(8.0f);
           v0 = _mm256_mul_ps(d, _mm256_sub_ps(q0, eight)); v1 = _mm256_mul_ps(d, _mm256_sub_ps(q1, eight));
           v2 = _mm256_mul_ps(d, _mm256_sub_ps(q2, eight)); v3 = _mm256_mul_ps(d, _mm256_sub_ps(q3, eight));
