@@ -30,8 +30,8 @@ GEMV_SOURCE = r"""
 
 /* the 32 nibbles of a Q4 block: bytes 0-15 elements 0-15 (low nibbles), 16-31 (high) */
 ATQ_INLINE ATQ_AVX2 __m256i atq_nibbles_avx2(const uint8_t *qs) {
-  __m128i bytes = _mm_loadu_si128((const __m128i *)qs);
-  __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(bytes), _mm_srli_epi16(bytes, 4), 1);
+  __m256i twice = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));  /* a load: no shuffle */
+  __m256i both = _mm256_blend_epi32(twice, _mm256_srli_epi16(twice, 4), 0xF0);  /* high half: high nibbles */
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
