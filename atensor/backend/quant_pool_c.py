@@ -30,8 +30,10 @@ Invariants: one job at a time (`atq_pool_call`; a second caller, e.g. another CP
 runs on its own thread alone); a thread reads a job's arguments only after claiming one of its chunks
 (`atq_ticket`), and the caller returns only when every chunk is done, so no thread reads arguments of
 a job that has returned; a forked child starts with no workers (pthread_atfork). Idle workers spin
-ATQ_SPIN_NS (the next product of a decode step comes within tens of microseconds), then sleep on a
-condition variable.
+ATQ_SPIN_NS, 1 ms (a decode step's next product comes within tens of microseconds, and a worker woken
+from sleep takes tens more, by which time the caller has run the chunks), pausing at first and then
+yielding their core between checks (a thread of ours or another process waiting for that core runs),
+then sleep on a condition variable.
 """
 from __future__ import annotations
 
@@ -91,7 +93,9 @@ static uint64_t atq_ticket;
 static int64_t atq_done;         /* chunks of the current job finished */
 static int atq_started;          /* workers running; only the caller holding atq_pool_call changes it */
 static atq_job atq_current;
-#define ATQ_SPIN_NS 50000
+static uint64_t atq_stats[3];    /* jobs run on the pool, chunks the callers ran, chunks workers ran */
+void atq_pool_stats(uint64_t *out) { for (int i = 0; i < 3; i++) out[i] = __atomic_load_n(&atq_stats[i], __ATOMIC_RELAXED); }
+#define ATQ_SPIN_NS 1000000
 #define ATQ_PAUSES 256  /* a waiting worker's pauses (~2-10 us) before it yields its core between checks */
 #define ATQ_MAX_CHUNKS 0xFFFF
 
@@ -139,7 +143,8 @@ static void *atq_worker(void *arg) {
       }
     }
     seen = gen;
-    atq_run_chunks(gen);
+    int64_t ran = atq_run_chunks(gen);
+    if (ran) __atomic_fetch_add(&atq_stats[2], (uint64_t)ran, __ATOMIC_RELAXED);
   }
   return NULL;
 }
@@ -181,7 +186,9 @@ static int atq_pool_run(const atq_job *job, int parts, int64_t chunks) {
   __atomic_store_n(&atq_ticket, gen << 32 | (uint64_t)chunks << 16, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&atq_wake);
   pthread_mutex_unlock(&atq_pool_lock);
-  atq_run_chunks(gen);
+  int64_t ran = atq_run_chunks(gen);
+  __atomic_fetch_add(&atq_stats[0], 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&atq_stats[1], (uint64_t)ran, __ATOMIC_RELAXED);
   for (int spins = 0; __atomic_load_n(&atq_done, __ATOMIC_ACQUIRE) < chunks; spins++) {  /* a worker's last chunk */
     if (spins < 4096) atq_pause(); else sched_yield();
   }

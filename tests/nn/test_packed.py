@@ -300,6 +300,13 @@ def test_two_thread_jobs_back_to_back_give_one_threads_results():
         x = np.random.default_rng(40 + i).standard_normal((1, 64)).astype(np.float32)
         shape = PackedShape(fmt, rows, 64, activations)
         cases.append((x, data, shape, quant_kernels.matmul(x, data, shape, threads=1)))
+    before = quant_kernels.pool_statistics()
     for _ in range(300):
         for x, data, shape, want in cases:
             np.testing.assert_array_equal(quant_kernels.matmul(x, data, shape, threads=2), want)
+    after = quant_kernels.pool_statistics()
+    assert after.jobs - before.jobs == 1200  # every case has rows for two threads: none ran alone
+    # every chunk ran once, by the caller or a worker (which is up to the scheduler): four chunks a
+    # thread of at least 32 rows, in whole 16s: 192 rows in 6 chunks, 576 in 8, 320 in 7, 1000 in 8
+    chunks = (after.caller_chunks - before.caller_chunks) + (after.worker_chunks - before.worker_chunks)
+    assert chunks == 300 * (6 + 8 + 7 + 8)
