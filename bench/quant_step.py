@@ -113,9 +113,10 @@ def bytes_per_token() -> int:
     return sum(gguf.stored(name).data.nbytes for name in gguf.weights)
 
 
-def kernel_costs(rounds: int = 5, repeat: int = 20) -> dict:
+def kernel_costs(rounds: int = 5, repeat: int = 20, activations: str = "float32") -> dict:
     """The packed matmuls of one batch-1 decode step (every 2-D packed tensor of the file once, the
-    tied embedding as the output projection) timed alone, on the model's own bytes: per token, the
+    tied embedding as the output projection) timed alone, on the model's own bytes, with `activations`'
+    numerics (float32: the default; q8_0: `weights="q8act"`): per token, the
     CPU time on one thread (process time: what the kernels cost whatever the load) and the wall time on
     one and on two threads (alternating rounds, the median of each; wall time is what the load spoils)."""
     from atensor.backend import blas, quant_kernels
@@ -128,7 +129,7 @@ def kernel_costs(rounds: int = 5, repeat: int = 20) -> dict:
         stored = gguf.stored(name)
         fmt = FORMATS.get(stored.type_name.lower())
         if fmt is not None and len(stored.shape) == 2:
-            shape = PackedShape(fmt, *stored.shape)
+            shape = PackedShape(fmt, *stored.shape, activations if fmt.block == 32 else "float32")
             counts[shape] += 1
             data.setdefault(shape, stored.data)
     blas.use(1)
@@ -178,13 +179,15 @@ def main() -> None:
             print(f"{threads} thread(s): {runs[threads][-1]}", flush=True)
     per_token = bytes_per_token()
     bandwidth = {t: read_bandwidth(t) for t in (1, 2)}
-    kernels = kernel_costs()
-    k = kernels["per_token_ms"]
-    print(table("the packed matmuls of one decode step timed alone (the model's bytes, 1 row), ms per token",
-                ["kernel", "count", "CPU 1 thread", "wall 1 thread", "wall 2 threads", "2 vs 1"],
-                [[name, kernels["count"][name], e["cpu1"], e["wall1"], e["wall2"], e["wall1"] / e["wall2"]]
-                 for name, e in kernels["by_shape_ms"].items()] +
-                [["all", "", k["cpu1"], k["wall1"], k["wall2"], k["wall1"] / k["wall2"]]]))
+    kernels = {act: kernel_costs(activations=act) for act in ("float32", "q8_0")}
+    for act, costs in kernels.items():
+        k = costs["per_token_ms"]
+        print(table(f"the packed matmuls of one decode step timed alone (the model's bytes, 1 row, {act} "
+                    f"activations), ms per token",
+                    ["kernel", "count", "CPU 1 thread", "wall 1 thread", "wall 2 threads", "2 vs 1"],
+                    [[name, costs["count"][name], e["cpu1"], e["wall1"], e["wall2"], e["wall1"] / e["wall2"]]
+                     for name, e in costs["by_shape_ms"].items()] +
+                    [["all", "", k["cpu1"], k["wall1"], k["wall2"], k["wall1"] / k["wall2"]]]))
     load = os.getloadavg()
     rows = []
     for threads, results in runs.items():
@@ -207,6 +210,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--kernels"]:  # the kernels alone, printed (no model runs)
-        print(json.dumps(kernel_costs(), indent=1))
+        print(json.dumps({act: kernel_costs(activations=act) for act in ("float32", "q8_0")}, indent=1))
     else:
         main()

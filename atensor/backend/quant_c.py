@@ -33,6 +33,7 @@ from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.backend.quant_pool_c import POOL_SOURCE
+from atensor.backend.quant_gemv_c import GEMV_SOURCE
 from atensor.backend.quant_q8_c import Q8_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
@@ -398,11 +399,34 @@ static void atq_gemm_panel(const float *x, const float *panel, float *y, int64_t
    One row of x: decode and dot in registers. A few rows: each weight row decoded once into scratch,
    then dotted with the rows of x four at a time. Many rows (with sgemm): panels of weight rows decoded
    once each, multiplied by sgemm. Every path reads each weight block from memory once. */
+/* one row of x (batch-1 decode): rows [r0, r1) of y; AVX2 runs four weight rows per pass (quant_gemv_c.py) */
+static void atq_gemv_f32_portable(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
+                              int64_t r1) {
+  int64_t rb = atq_row_bytes(fmt, cols);
+  for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_portable(fmt, w + r * rb, x, cols);
+}
+#ifdef ATQ_X86
+static ATQ_AVX2 void atq_gemv_avx2(int fmt, int q8, const uint8_t *w, const void *x, float *y, int64_t cols,
+                                   int64_t r0, int64_t r1);  /* quant_gemv_c.py */
+static ATQ_AVX2 void atq_gemv_f32_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
+                                       int64_t r1) {
+  if (fmt <= ATQ_Q8_0) { atq_gemv_avx2(fmt, 0, w, x, y, cols, r0, r1); return; }
+  int64_t rb = atq_row_bytes(fmt, cols);
+  for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_avx2(fmt, w + r * rb, x, cols);
+}
+static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
+                                       int64_t r1) {
+  int64_t rb = atq_row_bytes(fmt, cols);
+  for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_avx512(fmt, w + r * rb, x, cols);
+}
+#endif
+
 #define ATQ_MATMUL(PATH, ATTR)                                                                          \
   static ATTR void atq_matmul_rows_##PATH(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,  \
                                           int64_t cols, int64_t rows, int64_t r0, int64_t r1) {         \
     int64_t rb = atq_row_bytes(fmt, cols);                                                              \
-    if (m == 1 || cols > ATQ_SCRATCH) {                                                                 \
+    if (m == 1) { atq_gemv_f32_##PATH(fmt, x, w, y, cols, r0, r1); return; }                                \
+    if (cols > ATQ_SCRATCH) {                                                                           \
       for (int64_t i = 0; i < m; i++)                                                                   \
         for (int64_t r = r0; r < r1; r++) y[i * rows + r] = atq_dot_row_##PATH(fmt, w + r * rb, x + i * cols, cols); \
       return;                                                                                           \
@@ -446,4 +470,5 @@ int atq_has_avx512(void) { return 0; }
 
 """
 SOURCE += Q8_SOURCE  # the optional Q8-activation kernels (llama.cpp's numerics)
+SOURCE += GEMV_SOURCE  # batch-1 AVX2 kernels, four weight rows per pass
 SOURCE += POOL_SOURCE  # the thread pool and the entry points (atq_matmul, atq_dequant, atq_matmul_run)

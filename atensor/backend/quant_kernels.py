@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -71,6 +72,25 @@ def threads_follow_blas() -> bool:
     """Whether a kernel's run reads its thread count from BLAS (OpenBLAS's get and set functions were
     found, quant_pool_c.py); else every packed kernel runs on one thread."""
     return library() is not None and bool(native._blas_get_threads) and native.program_threads()
+
+
+@dataclass(frozen=True)
+class PoolStatistics:
+    """How the packed kernels' thread pool has shared its work since the process started
+    (quant_pool_c.py): `jobs` run on more than one thread, and the chunks of their rows the calling
+    thread ran and the workers ran. A worker that never gets a core leaves every chunk to the caller."""
+    jobs: int
+    caller_chunks: int
+    worker_chunks: int
+
+
+def pool_statistics() -> PoolStatistics:
+    """The pool's counts so far (zeros when the kernels did not compile)."""
+    lib = library()
+    counts = (ctypes.c_uint64 * 3)()
+    if lib is not None:
+        lib.atq_pool_stats(counts)
+    return PoolStatistics(*[int(c) for c in counts])
 
 
 def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.ndarray:

@@ -130,14 +130,28 @@ static void atq_q8dot4_portable(int fmt, const uint8_t *w, const atq_xblock *xb,
                                       int64_t cols, int64_t rows, int64_t r0, int64_t r1) {               \
     const atq_xblock *xq = (const atq_xblock *)(const void *)x;                                           \
     int64_t nb = cols / 32, rb = atq_row_bytes(fmt, cols);                                                \
+    if (m == 1 && atq_q8_gemv_##PATH(fmt, w, xq, y, cols, r0, r1)) return;                                \
     for (int64_t r = r0; r < r1; r++) {                                                                   \
       int64_t i = 0;                                                                                      \
       for (; i + 4 <= m; i += 4) atq_q8dot4_##PATH(fmt, w + r * rb, xq + i * nb, nb, nb, y + i * rows + r, rows); \
       for (; i < m; i++) y[i * rows + r] = atq_q8dot_##PATH(fmt, w + r * rb, xq + i * nb, nb);            \
     }                                                                                                     \
   }
+/* one row of x: AVX2 takes four weight rows per pass (quant_gemv_c.py); 0 = not taken here */
+static inline int atq_q8_gemv_portable(int fmt, const uint8_t *w, const atq_xblock *x, float *y, int64_t cols,
+                                       int64_t r0, int64_t r1) {
+  (void)fmt; (void)w; (void)x; (void)y; (void)cols; (void)r0; (void)r1;
+  return 0;
+}
 ATQ_Q8_ROWS(portable, )
 #ifdef ATQ_X86
+static ATQ_AVX2 void atq_gemv_avx2(int fmt, int q8, const uint8_t *w, const void *x, float *y, int64_t cols,
+                                   int64_t r0, int64_t r1);
+static inline ATQ_AVX2 int atq_q8_gemv_avx2(int fmt, const uint8_t *w, const atq_xblock *x, float *y, int64_t cols,
+                                            int64_t r0, int64_t r1) {
+  atq_gemv_avx2(fmt, 1, w, x, y, cols, r0, r1);
+  return 1;
+}
 ATQ_Q8_ROWS(avx2, ATQ_AVX2)
 #endif
 """

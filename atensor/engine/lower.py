@@ -26,6 +26,7 @@ from atensor.config import settings
 from atensor.ledger import record_of
 from atensor.engine import lower_cl
 from atensor.graph.node import BufferSpec
+from atensor.graph.ops import Ops
 from atensor.graph.taskgraph import Copy, Kernel, NetAllReduce
 from atensor.hcq import net
 from atensor.hcq.device import Device, DeviceError
@@ -86,7 +87,8 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
         return None
     if device.cl is not None:  # an OpenCL device: its kernels rendered to OpenCL C (lower_cl.py)
         return lower_cl.kernel_runner(work, device, buffers)
-    threads = blas.threads_for(work.flops)
+    packed = len(work.ast.src) > 1 and work.ast.src[1].op is Ops.QMATMUL  # splits itself (blas.packed_threads)
+    threads = blas.packed_threads() if packed else blas.threads_for(work.flops)
     use_threads = blas.use
     mode = settings.native
     compiled = None if mode == "0" else native.lookup(work.ast)
@@ -103,7 +105,7 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
             def rebind() -> None:
                 bind_values(block, var_vals)
 
-        choice = blas.choice_for(work.ast, threads) if threads != 1 and blas.measured() else None
+        choice = blas.choice_for(work.ast, threads) if threads != 1 and blas.measured() and not packed else None
         run_native = _measured_call(call, block, choice) if choice is not None else _plain_call(call, block, threads)
         # the addresses in `block` stay valid while `keep_alive` lives
         return Runner(run_native, native=(compiled.address, block), args=tuple([(s, 0) for s in specs]),

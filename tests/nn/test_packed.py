@@ -4,6 +4,7 @@ and dequantize (an independent implementation); and a QMATMUL is a kernel of the
 proved in bounds, named in the profile, replayed by the jit."""
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 
@@ -264,3 +265,48 @@ def test_loading_a_gguf_model_shows_as_load_spans_in_the_profile():
     loads = [s.name for s in prof.host_spans if s.category == "load"]
     assert any(n.startswith("read GGUF header") for n in loads) and any(n.startswith("load ") for n in loads)
     assert isinstance(model.embed, PackedWeight) and model.embed.format is Q8_0
+
+
+@pytest.mark.parametrize("activations", ["float32", "q8_0"])
+@pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
+def test_a_batch_one_rows_result_does_not_depend_on_the_group_of_four_rows_it_ran_in(fmt, activations):
+    # 37 weight rows: AVX2 runs groups of four from the first row, then one alone; starting 1-3 rows
+    # later regroups every row, which must not change a bit (backend/quant_gemv_c.py's invariant)
+    from atensor.backend import blas
+    blas.use(1)
+    data, _ = _packed(fmt, 37, 96, seed=21)
+    rows = data.reshape(37, -1)
+    x = np.random.default_rng(22).standard_normal((1, 96)).astype(np.float32)
+    lib = quant_kernels.library()
+    lib.atq_gemv_count.restype = ctypes.c_uint64
+    for path in quant_kernels.available_paths():
+        before = lib.atq_gemv_count()
+        full = quant_kernels.matmul(x, data, PackedShape(fmt, 37, 96, activations), path, threads=1)
+        assert (lib.atq_gemv_count() > before) == (path != "portable"), f"{path}: the four-row kernel ran or not"
+        for skip in (1, 2, 3):
+            part = quant_kernels.matmul(x, rows[skip:], PackedShape(fmt, 37 - skip, 96, activations), path, threads=1)
+            np.testing.assert_array_equal(part, full[:, skip:], err_msg=f"{path}, from row {skip}")
+
+
+def test_two_thread_jobs_back_to_back_give_one_threads_results():
+    # the pool's chunks are claimed by whichever thread comes first (backend/quant_pool_c.py): many
+    # short jobs in a row, some workers still finishing or waking late, each result as one thread's
+    from atensor.backend import blas
+    blas.use(1)
+    cases = []
+    for i, (fmt, rows, activations) in enumerate([(Q4_1, 192, "float32"), (Q8_0, 576, "float32"),
+                                                   (Q4_0, 320, "q8_0"), (Q4_1, 1000, "q8_0")]):
+        data, _ = _packed(fmt, rows, 64, seed=30 + i)
+        x = np.random.default_rng(40 + i).standard_normal((1, 64)).astype(np.float32)
+        shape = PackedShape(fmt, rows, 64, activations)
+        cases.append((x, data, shape, quant_kernels.matmul(x, data, shape, threads=1)))
+    before = quant_kernels.pool_statistics()
+    for _ in range(300):
+        for x, data, shape, want in cases:
+            np.testing.assert_array_equal(quant_kernels.matmul(x, data, shape, threads=2), want)
+    after = quant_kernels.pool_statistics()
+    assert after.jobs - before.jobs == 1200  # every case has rows for two threads: none ran alone
+    # every chunk ran once, by the caller or a worker (which is up to the scheduler): four chunks a
+    # thread of at least 32 rows, in whole 16s: 192 rows in 6 chunks, 576 in 8, 320 in 7, 1000 in 8
+    chunks = (after.caller_chunks - before.caller_chunks) + (after.worker_chunks - before.worker_chunks)
+    assert chunks == 300 * (6 + 8 + 7 + 8)
