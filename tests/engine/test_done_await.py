@@ -13,18 +13,9 @@ import trio
 
 from atensor import Tensor
 from atensor.hcq import loop
+from tests.engine.loops import run_on
 
 pytestmark = pytest.mark.default_settings
-
-
-def _run(library: str, main) -> None:
-    if library == "trio":
-        trio.run(main)
-    elif library == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
 
 
 async def _sleep(library: str, seconds: float) -> None:
@@ -70,7 +61,7 @@ def test_a_loop_of_done_awaits_gives_other_tasks_their_turn(library, every_ns, m
                 nursery.start_soon(awaiter)
         else:
             await asyncio.gather(ticker(), awaiter())
-    _run(library, main)
+    run_on(library, main)
 
 
 def test_a_cancelled_trio_task_stops_at_a_done_await_that_does_not_yield(monkeypatch):
@@ -112,4 +103,4 @@ def test_a_cancelled_asyncio_task_stops_within_the_yield_budget(library):
         with pytest.raises(asyncio.CancelledError):
             await task
         assert awaited > 0
-    _run(library, main)
+    run_on(library, main)

@@ -16,7 +16,7 @@ import trio
 from atensor import Tensor
 from atensor.backend import native
 from atensor.engine import program as program_module
-from atensor.engine.replay import ReplayRecord
+from tests.engine.loops import count_record_runs
 
 pytestmark = pytest.mark.default_settings
 COMPILED = native.compiler() is not None
@@ -26,14 +26,7 @@ COMPILED = native.compiler() is not None
 def recorded(monkeypatch) -> list[int]:
     """One entry per submission that went through a ReplayRecord; a template is hot after 2 hits."""
     monkeypatch.setattr(program_module, "HOT_HITS", 2)
-    calls: list[int] = []
-    original = ReplayRecord.run
-
-    def counting(self: ReplayRecord, new_specs: list) -> int:
-        calls.append(len(new_specs))
-        return original(self, new_specs)
-    monkeypatch.setattr(ReplayRecord, "run", counting)
-    return calls
+    return count_record_runs(monkeypatch)
 
 
 def _expect_records(recorded: list[int], at_least: int) -> None:

@@ -16,15 +16,9 @@ from atensor import Tensor
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Queue
 from atensor.engine.replay import ReplayRecord
+from tests.engine.loops import run_on
 
 pytestmark = pytest.mark.default_settings
-
-
-def _run(library: str, main) -> None:
-    if library == "trio":
-        trio.run(main)
-    else:
-        asyncio.run(main())
 
 
 @pytest.fixture
@@ -66,7 +60,7 @@ def test_a_tiny_replay_runs_on_the_calling_thread_and_computes_each_new_input(li
             if k >= 3:  # a replay: its kernel ran here
                 assert len(ran_here) > before
         assert f.stats["replays"] == 5
-    _run(library, main)
+    run_on(library, main)
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
@@ -87,7 +81,7 @@ def test_a_tiny_replay_chained_on_its_own_result_counts_every_call(library, ran_
         assert y.tolist() == [40.0] * 16
         assert step.stats["replays"] == 37
         assert replays_here == 37  # every replay ran on the calling thread
-    _run(library, main)
+    run_on(library, main)
 
 
 async def test_state_assigned_between_tiny_replays_is_read_by_the_next_one():

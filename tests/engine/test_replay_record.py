@@ -7,18 +7,16 @@ or, with the compiler hidden (tests/engine/test_no_compiler.py runs them so), th
 Run as users run (race checks off), under trio and asyncio."""
 from __future__ import annotations
 
-import asyncio
 import gc
 
 import numpy as np
 import pytest
-import trio
 
 import atensor
 from atensor import Tensor
 from atensor.backend import native
-from atensor.engine.replay import ReplayRecord
 from atensor.hcq import loop
+from tests.engine.loops import run_on, count_record_runs
 
 pytestmark = pytest.mark.default_settings
 COMPILED = native.compiler() is not None
@@ -32,27 +30,10 @@ def _expect_records(recorded: list[int], at_least: int) -> None:
         assert recorded == []
 
 
-def _run(library: str, main) -> None:
-    if library == "trio":
-        trio.run(main)
-    elif library == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
-
-
 @pytest.fixture
 def recorded(monkeypatch) -> list[int]:
     """One entry per replay that went through a ReplayRecord."""
-    calls: list[int] = []
-    original = ReplayRecord.run
-
-    def counting(self: ReplayRecord, new_specs: list) -> int:
-        calls.append(len(new_specs))
-        return original(self, new_specs)
-    monkeypatch.setattr(ReplayRecord, "run", counting)
-    return calls
+    return count_record_runs(monkeypatch)
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
@@ -78,7 +59,7 @@ def test_swapped_inputs_and_reused_memory_are_bound_to_the_right_slots(library, 
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
         assert f.stats["replays"] == 9
         _expect_records(recorded, 7)
-    _run(library, main)
+    run_on(library, main)
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
@@ -102,7 +83,7 @@ def test_a_chain_on_its_own_result_and_a_fixed_state_buffer(library, recorded):
         np.testing.assert_allclose(y.numpy(), want_y)
         np.testing.assert_allclose(state.numpy(), want_state)
         _expect_records(recorded, 4)
-    _run(library, main)
+    run_on(library, main)
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
@@ -125,7 +106,7 @@ def test_an_input_from_a_failed_kernel_is_refused_and_the_replay_works_after_it(
         got = await f(Tensor(np.arange(4, dtype=np.int32)))
         assert got.tolist() == [1, 4, 7, 10]
         _expect_records(recorded, before + 1)
-    _run(library, main)
+    run_on(library, main)
 
 
 async def test_a_replay_awaited_while_another_task_holds_the_queue_takes_the_python_path(recorded):
@@ -169,7 +150,7 @@ def test_a_chain_of_many_kernels_runs_in_one_call_and_in_order(library, recorded
             np.testing.assert_allclose(got.numpy(), reference(x_np), rtol=1e-12)
         _expect_records(recorded, 2)
         assert all(count >= 2 for count in recorded)  # its input and its result are swapped
-    _run(library, main)
+    run_on(library, main)
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio", "uvloop"])
@@ -201,4 +182,4 @@ def test_an_awaited_replay_done_on_the_calling_thread_needs_no_wake_up(library, 
         np.testing.assert_allclose(y.numpy(), want)
         if COMPILED:
             assert len(recorded) == before + 20 and len(made) == woken
-    _run(library, main)
+    run_on(library, main)
