@@ -64,13 +64,22 @@ def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
 @dataclass
 class _Kernels:
     """A built program's kernel objects, made once (pyopencl makes each in ~0.5 ms) and shared by the
-    runners of its source: a runner sets its arguments and enqueues under `lock` (OpenCL takes the
-    arguments at enqueue time)."""
+    runners of its source: a runner sets the arguments that differ from the ones the objects hold and
+    enqueues under `lock` (OpenCL takes the arguments at enqueue time).
+
+    Invariant: `held[j][i]` is what argument i of `kernels[j]` was last set to (a buffer's cl_mem
+    handle as an int, a Variable's value), None before it is set: an argument whose handle is the one
+    held is not set again. An int handle, not the buffer object, so the objects keep no memory alive;
+    a handle equal to one held names the object the kernel will read, whatever freed the old one."""
     kernels: list
+    held: list[list]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _kernel_objects: dict[tuple[int, str], _Kernels] = {}
+
+# counted for tests: kernel arguments set (`clSetKernelArg`); a replay with unchanged buffers sets none
+args_set = 0
 
 
 def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
@@ -79,12 +88,24 @@ def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
     if found is None:
         import pyopencl as cl
         built = cl_runtime.program(handle, prog.source)
-        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels]))
+        count = prog.buffers + len(prog.temp_bytes) + len(prog.variables)
+        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels],
+                                                         [[None] * count for _ in prog.kernels]))
     return found
 
 
+def _arg_key(arg: Any) -> Any:
+    """What `_Kernels.held` keeps of an argument: a buffer's int handle, a scalar's value."""
+    return arg if isinstance(arg, np.integer) else arg.int_ptr
+
+
 def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
-    """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each)."""
+    """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each).
+
+    Its arguments are one list, `Runner.device_args` (the work's buffers' cl_mem objects, in
+    `work.buffers`' order, then its temporaries, then its Variables' values): a jit replay's plan
+    points the buffers at the replay's own in place (engine/patching.py) and the enqueue sets only
+    the arguments the kernel objects do not hold already (`_Kernels`)."""
     import pyopencl as cl
     handle = device.cl
     prog = rendered(work, handle)
@@ -94,27 +115,38 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
     var_vals = work.var_vals
     args = [buffers[k].memory.mem for k in range(prog.buffers)] + temps
+    first_var = prog.buffers + len(temps)
 
     def set_values() -> None:  # the bound Variables' values, as the kernels' last arguments
-        args[prog.buffers + len(temps):] = [np.int64(var_vals[v]) for v in prog.variables]
+        args[first_var:] = [np.int64(var_vals[v]) for v in prog.variables]
     set_values()
-    launches = [(kernel, (k.global_size,), (k.local_size,)) for kernel, k in zip(kernels.kernels, prog.kernels)]
+    launches = [(kernel, held, (k.global_size,), (k.local_size,))
+                for kernel, held, k in zip(kernels.kernels, kernels.held, prog.kernels)]
     enqueue_nd = cl.enqueue_nd_range_kernel
     lock = kernels.lock
+    key_of = _arg_key
 
     def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+        global args_set
         first = last = None
         with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
-            for kernel, global_size, local_size in launches:
-                kernel.set_args(*args)
+            for kernel, held, global_size, local_size in launches:
+                for i, arg in enumerate(args):
+                    key = key_of(arg)
+                    if held[i] != key:
+                        held[i] = None  # not held if set_arg raises
+                        kernel.set_arg(i, arg)
+                        held[i] = key
+                        args_set += 1
                 last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
                 wait_for = []
                 if first is None:
                     first = last
         return first, last
     keep = (work.buffers, temps)
-    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
-                  rebind=set_values if prog.variables else None, device_key=prog.source)
+    return Runner(_blocking(enqueue, handle), args=tuple([(spec, 0) for spec in work.buffers[:prog.buffers]]),
+                  keep_alive=keep, enqueue=enqueue, rebind=set_values if prog.variables else None,
+                  device_key=prog.source, device_args=args)
 
 
 class _HostThread:

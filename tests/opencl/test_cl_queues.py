@@ -311,3 +311,35 @@ def test_the_host_waits_for_a_short_command_on_its_own_thread_and_not_for_a_long
     assert compute.poll(value)  # short: this thread waited for its event, then published it
     assert time.perf_counter() - start >= 0.04 and compute.host_waited == waited + 1
     assert compute.signal.value == value and compute.signal.stamp(value) is not None
+
+
+def test_a_jit_replay_on_cl_sets_only_the_kernel_arguments_whose_buffers_changed():
+    from atensor.engine import lower_cl
+    w_np = np.arange(16, dtype=np.float32)
+    w = Tensor(w_np, device="CL")
+    acc = Tensor(np.zeros(16, np.float32), device="CL")
+
+    @atensor.jit
+    def accumulate(x):  # every buffer the same on each call: the kept runner's arguments are set once
+        acc.assign(acc + x * w)
+        return acc
+
+    @atensor.jit
+    def scale(x):  # a new result buffer per call, the input changed or not
+        return x * w + 1
+    x_np = RNG.standard_normal(16).astype(np.float32)
+    x = Tensor(x_np, device="CL")
+    for k in range(5):
+        before = lower_cl.args_set
+        np.testing.assert_allclose(accumulate(x).numpy(), (k + 1) * x_np * w_np, rtol=1e-6)
+        if accumulate.stats["replays"]:
+            assert lower_cl.args_set == before, "a replay with unchanged buffers set kernel arguments"
+    assert accumulate.stats["replays"] >= 2
+    for k in range(6):
+        before = lower_cl.args_set
+        new = k >= 4  # the last calls pass another input: its argument is set, with the new result's
+        a = RNG.standard_normal(16).astype(np.float32) if new else x_np
+        np.testing.assert_allclose(scale(Tensor(a, device="CL") if new else x).numpy(), a * w_np + 1, rtol=1e-6)
+        if scale.stats["replays"]:
+            assert lower_cl.args_set - before == (2 if new else 1)
+    assert scale.stats["replays"] >= 2
