@@ -140,7 +140,7 @@ def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:
         marker.wait()
         after = time.perf_counter_ns()
         try:
-            device_ns = marker.profile.end
+            device_ns = marker.get_profiling_info(cl.profiling_info.END)
         except cl.Error:
             return 0  # no stamps on markers: spans fall back to the host's clock (offset 0)
         if best is None or after - before < best[0]:
