@@ -5,7 +5,10 @@ alone (`r_sum_1024x1024`), a matmul+relu+sum, the matmul itself on another devic
 looked alike. A name here is the kernel's main ops in the order they run, with the shape of its work:
 `matmul_relu_sum 32x8x16` (a matmul's reduce runs over M x N x K), `mul_add_exp 512x64` (an elementwise
 kernel's output shape), `max 32x16`. Patterns with a common name are named so: a sum of products of
-two views is `matmul` (`dot` when 1-D), `where(x <= 0, 0, x)` is `relu`. Casts and views are not named.
+two views is `matmul` (`dot` when 1-D), or `conv2d` (`conv1d`, `conv3d`, by the number of sliding axes)
+when an operand's view slides a window along the output (an output axis and a reduced axis step
+through the same memory: a convolution's input, or its gradient's), `where(x <= 0, 0, x)` is `relu`.
+Casts and views are not named.
 At most MAX_WORDS ops are named; `ops` lists them all.
 
 Invariant: the name is a function of the kernel's AST (the same kernel has the same name on every
@@ -52,6 +55,38 @@ def _is_matmul(node: Node) -> bool:
         and not any(_const_zero(s) or s.op is Ops.CONST for s in src.src)
 
 
+def _sliding_axes(reduce: Node) -> int:
+    """How many output axes of the sum of products `reduce` slide a window over an operand: axes o
+    (kept) and r (reduced) of an operand's view, both longer than 1, whose steps meet inside their
+    ranges (a * stride[r] == b * stride[o] for some 0 < a < size[r], 0 < b < size[o]), as a
+    convolution's input view has (output row o, kernel row r). A matmul's operands have none: a reduced
+    axis and a kept one there never step onto the same element. Symbolic sizes or strides count no axis."""
+    axes = set(reduce.arg[1])
+    most = 0
+    for operand in reduce.src[0].src if reduce.src[0].op is Ops.MUL else ():
+        while operand.op is Ops.CAST:
+            operand = operand.src[0]
+        if operand.op is not Ops.VIEW:
+            continue
+        view = operand.arg
+        dims = [(k, size, abs(stride)) for k, (size, stride) in enumerate(zip(view.shape, view.strides))
+                if isinstance(size, int) and isinstance(stride, int) and size > 1 and stride != 0]
+        sliding = {o for o, o_size, o_stride in dims if o not in axes
+                   for r, r_size, r_stride in dims if r in axes
+                   and o_stride // math.gcd(o_stride, r_stride) < r_size
+                   and r_stride // math.gcd(o_stride, r_stride) < o_size}
+        most = max(most, len(sliding))
+    return most
+
+
+def _matmul_word(reduce: Node) -> str:
+    """`matmul`, `dot` (1-D) or `convNd` for a sum of products (see `_sliding_axes`)."""
+    sliding = _sliding_axes(reduce)
+    if sliding:
+        return f"conv{sliding}d"
+    return "matmul" if len(reduce.src[0].shape) >= 2 else "dot"
+
+
 def _shape(shape: tuple) -> str:
     return "x".join(map(str, shape)) or "1"
 
@@ -80,7 +115,7 @@ def kernel_name(body: Node) -> tuple[str, str]:
         if n in named:
             continue
         if n.op is Ops.REDUCE:
-            word = ("matmul" if len(n.src[0].shape) >= 2 else "dot") if _is_matmul(n) else n.arg[0].name.lower()
+            word = _matmul_word(n) if _is_matmul(n) else n.arg[0].name.lower()
             ops.append(f"{word} over {_shape(n.src[0].shape)} -> {_shape(n.shape)}")
             if n.src[0].size > widest:
                 widest, work_shape = n.src[0].size, n.src[0].shape

@@ -204,6 +204,19 @@ def test_cl_commands_appear_on_their_device_tracks_with_device_stamps_on_the_hos
     assert any(set(s.deps) & {c.task_id for c in spans} for s in cpu)  # the arrow from CL to CPU work
 
 
+def test_a_convolution_on_cl_is_named_as_on_cpu():
+    img = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    names = {}
+    for device in ("CPU", "CL"):
+        x, k = Tensor(img, device=device), Tensor(w, device=device)
+        Tensor.realize(x, k).wait()
+        with atensor.profile() as prof:
+            x.conv2d(k, padding=1).realize().wait()
+        names[device] = [s.name for s in prof.spans if s.kind == "kernel"]
+    assert names["CL"] == names["CPU"] == ["conv2d 1x1x3x2x3x3x6x6"]
+
+
 def test_a_jit_replay_on_cl_rebinds_its_inputs_and_gives_each_calls_values():
     w = Tensor(RNG.standard_normal((16, 8)).astype(np.float32), device="CL")
 
