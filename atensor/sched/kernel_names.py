@@ -7,8 +7,9 @@ looked alike. A name here is the kernel's main ops in the order they run, with t
 kernel's output shape), `max 32x16`. Patterns with a common name are named so: a sum of products of
 two views is `matmul` (`dot` when 1-D), or `conv2d` (`conv1d`, `conv3d`, by the number of sliding axes)
 when an operand's view slides a window along the output (an output axis and a reduced axis step
-through the same memory: a convolution's input, or its gradient's), `where(x <= 0, 0, x)` is `relu`.
-Casts and views are not named.
+through the same memory: a convolution's input, or its weight gradient's), a sum of masked windows of
+one value (`fold`, PyTorch's name: col2im, which ends a convolution's input gradient) is one word and
+not a chain of `add`s, `where(x <= 0, 0, x)` is `relu`. Casts and views are not named.
 At most MAX_WORDS ops are named; `ops` lists them all.
 
 Invariant: the name is a function of the kernel's AST (the same kernel has the same name on every
@@ -87,6 +88,28 @@ def _matmul_word(reduce: Node) -> str:
     return "matmul" if len(reduce.src[0].shape) >= 2 else "dot"
 
 
+def _window_of(node: Node) -> Node | None:
+    """The value `node` is a masked window of (a chain of views, one with a mask), else None."""
+    masked = False
+    while node.op is Ops.VIEW:
+        masked = masked or node.arg.mask is not None
+        node = node.src[0]
+    return node if masked else None
+
+
+def _folds(nodes: list[Node]) -> dict[Node, tuple[Node, int]]:
+    """ADD node -> (the value it sums windows of, how many) for the ADDs whose operands are masked
+    windows of one value or such ADDs of it: a fold, the sum of shifted windows back onto a grid."""
+    found: dict[Node, tuple[Node, int]] = {}
+    for n in nodes:  # in topological order: an ADD's operands are seen first
+        if n.op is not Ops.ADD:
+            continue
+        parts = [found.get(src) or ((_window_of(src), 1) if _window_of(src) is not None else None) for src in n.src]
+        if all(p is not None for p in parts) and parts[0][0] is parts[1][0]:
+            found[n] = (parts[0][0], parts[0][1] + parts[1][1])
+    return found
+
+
 def _shape(shape: tuple) -> str:
     return "x".join(map(str, shape)) or "1"
 
@@ -101,6 +124,8 @@ def kernel_name(body: Node) -> tuple[str, str]:
         return name, f"{body.op.name.lower()} of {packed.format.name} weights {packed.rows}x{packed.cols}"
     nodes = toposort([body])
     named: set[Node] = set()  # nodes a pattern's name covers (the matmul's MUL, the relu's CMPLT)
+    folds = _folds(nodes)
+    named.update(src for n in folds for src in n.src if src in folds)  # a fold is named by its last ADD
     for n in nodes:
         if n.op is Ops.REDUCE and _is_matmul(n):
             named.add(n.src[0])
@@ -122,6 +147,9 @@ def kernel_name(body: Node) -> tuple[str, str]:
         elif n.op is Ops.WHERE and _is_relu(n):
             word = "relu"
             ops.append(f"relu {_shape(n.shape)}")
+        elif n in folds:
+            word = "fold"
+            ops.append(f"fold of {folds[n][1]} windows of {_shape(folds[n][0].shape)} -> {_shape(n.shape)}")
         elif n.op in ELEMENTWISE or n.op in (Ops.GATHER, Ops.SCATTER):
             word = n.op.name.lower()
             ops.append(f"{word} to {n.dtype.name} {_shape(n.shape)}" if n.op in _UNNAMED else f"{word} {_shape(n.shape)}")

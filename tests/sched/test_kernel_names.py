@@ -67,8 +67,12 @@ def test_a_convolution_is_named_by_its_sliding_axes_and_a_matmul_stays_a_matmul(
     xg = Tensor(x.numpy(), requires_grad=True)
     wg = Tensor(w.numpy(), requires_grad=True)
 
-    def weight_gradient():
-        (xg.conv2d(wg, padding=1) * up).sum().backward()
-        return wg.grad
-    # the weight's gradient sums the input's windows times the output's gradient: a convolution too
-    assert "conv2d 2x1x4x3x3x3x8x8" in _kernel_names(weight_gradient)
+    (xg.conv2d(wg, padding=1) * up).sum().backward()
+    # the weight's gradient sums the input's windows times the output's gradient: a convolution too;
+    # the input's is a matmul over the output channels, its windows summed back onto the padded grid
+    assert _kernel_names(lambda: wg.grad) == ["conv2d 2x1x4x3x3x3x8x8"]
+    with atensor.profile() as prof:
+        xg.grad.realize().wait()
+    [kernel] = [s for s in prof.spans if s.kind == "kernel"]
+    assert kernel.name == "matmul_fold 2x1x4x3x3x3x8x8"
+    assert prof.timeline().kernel_ops[kernel.name].endswith("fold of 9 windows of 2x1x1x3x3x3x8x8 -> 2x3x10x10")
