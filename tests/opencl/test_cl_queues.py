@@ -356,3 +356,47 @@ def test_a_jit_replay_on_cl_sets_only_the_kernel_arguments_whose_buffers_changed
         if scale.stats["replays"]:
             assert lower_cl.args_set - before == (2 if new else 1)
     assert scale.stats["replays"] >= 2
+
+
+def test_a_cl_replay_submitted_while_the_last_one_is_in_flight_gets_its_own_arguments(monkeypatch):
+    import pyopencl as cl
+    from atensor.engine import lower_cl
+    dev = Device.get("CL")
+    made = []
+    original = lower_cl.kernel_runner
+    monkeypatch.setattr(lower_cl, "kernel_runner", lambda *args: made.append(1) or original(*args))
+    w_np = RNG.standard_normal(16).astype(np.float32)
+    w = Tensor(w_np, device="CL")
+
+    @atensor.jit
+    async def scale(x):
+        return x * w + 1
+
+    async def main():
+        for _ in range(5):  # captured, verified, replayed twice: the kept runner is made and rebound
+            await scale(Tensor(w_np, device="CL"))
+        gate = cl.UserEvent(dev.cl.context)  # holds the compute queue: both replays queue behind it
+
+        def enqueue(queue, wait_for):
+            event = cl.enqueue_marker(queue, wait_for=[gate] + list(wait_for))
+            return event, event
+        value = dev.compute.reserve(1) + 1
+        dev.compute.submit([Command(value, (), Runner(lambda: None, enqueue=enqueue), "gate", "kernel", 0)])
+        inputs = [RNG.standard_normal(16).astype(np.float32) for _ in range(2)]
+        results = [None, None]
+        replays, built = scale.stats["replays"], lower_cl.args_set
+        made.clear()
+
+        async def call(k):
+            results[k] = await scale(Tensor(inputs[k], device="CL"))
+        async with trio.open_nursery() as nursery:
+            for k in range(2):
+                nursery.start_soon(call, k)
+            await trio.sleep(0.05)  # both submitted, neither can run
+            assert all(r is None for r in results)
+            gate.set_status(cl.command_execution_status.COMPLETE)
+        assert scale.stats["replays"] == replays + 2 and lower_cl.args_set > built
+        assert len(made) == 1  # the first replay rebound the kept runner; the second got a fresh one
+        for k in range(2):  # the second replay's runner was made afresh, the first's arguments untouched
+            np.testing.assert_allclose(results[k].numpy(), inputs[k] * w_np + 1, rtol=1e-6)
+    trio.run(main)
