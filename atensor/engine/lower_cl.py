@@ -3,9 +3,11 @@
 Why beside lower.py and not inside it: the same choice (what runs for a work) with different
 materials. A kernel is rendered by gpu_render.py from the same AST the C backend renders, in the
 OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), its
-kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments
-(buffers, temporaries it owns, bound Variables' values, which `Runner.rebind` refreshes before a jit
-replay's submission) and sets them as it enqueues. A copy is one OpenCL copy:
+kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments in
+one list, `Runner.device_args` (buffers, temporaries it owns, bound Variables' values, which
+`Runner.rebind` refreshes before a jit replay's submission; a replay's plan stores its buffers there,
+engine/patching.py), and as it enqueues sets those the shared kernel objects do not hold already
+(`_Kernels`: a replay with the same buffers sets none). A copy is one OpenCL copy:
 host to device (non-blocking: the runner holds the host array until the command is published, see
 cl_queue.py), device to device (the devices of one platform share a context), or device to host,
 which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
