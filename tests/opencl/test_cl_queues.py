@@ -302,6 +302,23 @@ def test_an_awaited_replay_of_a_short_kernel_is_published_by_the_awaiting_host_i
         assert compute.statistics()["pending_commands"] == 0
 
 
+@pytest.mark.default_settings  # as users run: small realizes planned inline, not proved by the race check
+def test_an_awaited_eager_realize_on_cl_is_published_by_the_awaiting_host():
+    async def main():
+        y = Tensor.zeros(16, device="CL").contiguous()
+        await y.realize()
+        for _ in range(20):
+            y = y + 1
+            await y.realize()  # its output's pending write is the queue's own value: the host polls it
+        return y
+    compute = Device.get("CL").compute
+    for run in (trio.run, asyncio.run):
+        before = compute.host_published
+        y = run(main) if run is trio.run else run(main())
+        np.testing.assert_array_equal(y.numpy(), np.full(16, 20, np.float32))
+        assert compute.host_published >= before + 10, compute.statistics()
+
+
 def test_the_host_waits_for_a_short_command_on_its_own_thread_and_not_for_a_long_or_cold_one():
     import pyopencl as cl
     from atensor.hcq import cl_queue
