@@ -63,7 +63,7 @@ class Runner:
     # for new buffers): its queue keeps the device time of the work's last run under it, to tell short
     # commands, which an awaiting host waits for on its own thread (hcq/cl_queue.py)
     device_key: Any = None
-    # a device command's argument list (OpenCL: its buffers' memory objects first, `args` naming whose
+    # a device command's argument list (OpenCL: its buffers' memories first, `args` naming whose
     # sits at each place, then what else it passes): its `enqueue` reads it at each enqueue, so a
     # replay points it at new buffers by storing into it (engine/patching.py), as into a native block
     device_args: Optional[list] = None

@@ -23,6 +23,7 @@ import collections
 import queue as queue_module
 from dataclasses import dataclass, field
 import threading
+import weakref
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -33,6 +34,7 @@ from atensor.backend.gpu_render import GPUProgram, render_gpu
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
+from atensor.dtype import dtypes
 from atensor.engine import cl_bounds
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
@@ -69,10 +71,12 @@ class _Kernels:
     runners of its source: a runner sets the arguments that differ from the ones the objects hold and
     enqueues under `lock` (OpenCL takes the arguments at enqueue time).
 
-    Invariant: `held[j][i]` is what argument i of `kernels[j]` was last set to (a buffer's cl_mem
-    handle as an int, a Variable's value), None before it is set: an argument whose handle is the one
-    held is not set again. An int handle, not the buffer object, so the objects keep no memory alive;
-    a handle equal to one held names the object the kernel will read, whatever freed the old one."""
+    Invariant: `held[j][i]` says what argument i of `kernels[j]` was last set to, None before it is
+    set: a weak reference to the CLMemory of a buffer argument, the value of a scalar one. An argument
+    is set again unless it is that same live CLMemory (or an equal value). Weak, so the kernel objects
+    keep no memory alive; to the CLMemory and not to its cl_mem handle, whose address a driver may hand
+    to a new buffer once the old one is freed, while a driver may have resolved the old buffer's device
+    address when the argument was set."""
     kernels: list
     held: list[list]
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -96,16 +100,11 @@ def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
     return found
 
 
-def _arg_key(arg: Any) -> Any:
-    """What `_Kernels.held` keeps of an argument: a buffer's int handle, a scalar's value."""
-    return arg if isinstance(arg, np.integer) else arg.int_ptr
-
-
 def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each).
 
-    Its arguments are one list, `Runner.device_args` (the work's buffers' cl_mem objects, in
-    `work.buffers`' order, then its temporaries, then its Variables' values): a jit replay's plan
+    Its arguments are one list, `Runner.device_args` (the CLMemory of the work's buffers, in
+    `work.buffers`' order, then of its temporaries, then its Variables' values): a jit replay's plan
     points the buffers at the replay's own in place (engine/patching.py) and the enqueue sets only
     the arguments the kernel objects do not hold already (`_Kernels`)."""
     import pyopencl as cl
@@ -114,19 +113,19 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     if prog is None:
         return host_kernel_runner(work, device, buffers)
     kernels = _kernels(handle, prog)
-    temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
+    temps = [cl_runtime.CLMemory(handle, size, dtypes.uint8) for size in prog.temp_bytes]
     var_vals = work.var_vals
-    args = [buffers[k].memory.mem for k in range(prog.buffers)] + temps
-    first_var = prog.buffers + len(temps)
+    args: list = [buffers[k].memory for k in range(prog.buffers)] + temps
+    memories = len(args)  # arguments before this are CLMemory, after it Variables' values
 
     def set_values() -> None:  # the bound Variables' values, as the kernels' last arguments
-        args[first_var:] = [np.int64(var_vals[v]) for v in prog.variables]
+        args[memories:] = [np.int64(var_vals[v]) for v in prog.variables]
     set_values()
     launches = [(kernel, held, (k.global_size,), (k.local_size,))
                 for kernel, held, k in zip(kernels.kernels, kernels.held, prog.kernels)]
     enqueue_nd = cl.enqueue_nd_range_kernel
     lock = kernels.lock
-    key_of = _arg_key
+    ref = weakref.ref
 
     def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
         global args_set
@@ -134,12 +133,20 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
         with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
             for kernel, held, global_size, local_size in launches:
                 for i, arg in enumerate(args):
-                    key = key_of(arg)
-                    if held[i] != key:
+                    was = held[i]
+                    if i < memories:
+                        if was is not None and was() is arg:
+                            continue
                         held[i] = None  # not held if set_arg raises
+                        kernel.set_arg(i, arg.mem)
+                        held[i] = ref(arg)
+                    else:
+                        if was is not None and was == arg:
+                            continue
+                        held[i] = None
                         kernel.set_arg(i, arg)
-                        held[i] = key
-                        args_set += 1
+                        held[i] = arg
+                    args_set += 1
                 last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
                 wait_for = []
                 if first is None:

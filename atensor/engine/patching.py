@@ -5,8 +5,8 @@ runner's argument block holds buffer addresses, and its `Runner.args` says whose
 each slot. The plan finds once, for each buffer a replay swaps, every (block, index, offset) where
 that buffer's address sits, and each replay stores the new addresses there: a few ctypes stores per
 swapped buffer, whatever the number of tasks that use it. A device runner (OpenCL) has a list of
-memory objects, `Runner.device_args`, in the same role: its slots are (list, index) and take the
-new buffer's memory object, which the runner's next enqueue passes to its kernel. This is the only
+memories, `Runner.device_args`, in the same role: its slots are (list, index) and take the new
+buffer's memory (a CLMemory), which the runner's next enqueue passes to its kernel. This is the only
 way a runner is rebound (a runner without slots, a numpy kernel, is made again from its work with
 the new buffers).
 
@@ -32,7 +32,7 @@ class AddressSlots:
                  device_slots: Optional[list[list[tuple[list, int]]]] = None):
         self.devices = [Device.get(spec.device) for spec in swapped]
         self.slots = slots
-        # per swapped buffer: (a device runner's `device_args`, index) where its memory object sits
+        # per swapped buffer: (a device runner's `device_args`, index) where its memory sits
         self.device_slots = device_slots if device_slots is not None else [[] for _ in swapped]
         self.bound: list[BufferSpec] = []  # what the blocks point into now: kept alive until the next bind
 
@@ -47,7 +47,7 @@ class AddressSlots:
         for run, ok in zip(runners, patchable):
             if not ok:
                 continue
-            if run.native is None:  # a device runner: its memory objects' list (offsets are 0 there)
+            if run.native is None:  # a device runner: its memories' list (offsets are 0 there)
                 for k, (spec, _) in enumerate(run.args):
                     j = index.get(spec)
                     if j is not None:
@@ -74,9 +74,9 @@ class AddressSlots:
             if buf is None or buf.memory is None:
                 buf = device.allocate(spec)
             if device_places:
-                mem = buf.memory.mem
+                memory = buf.memory
                 for args, k in device_places:
-                    args[k] = mem
+                    args[k] = memory
                 continue
             address = buf.address()
             for block, k, offset in places:

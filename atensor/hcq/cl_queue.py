@@ -277,21 +277,23 @@ class _Completer:
 
     def _work(self) -> None:
         lower_priority(settings.worker_nice)  # as CPU queues' workers: the loop's thread gets a core first
-        get = self.records.get
-        while True:
-            record = get()
-            if record.stamps is not None:  # a polling host completed it already
-                continue
+        get, complete = self.records.get, self._complete
+        while True:  # no record outlives its call: a blocked get() would keep the last command's memory
+            complete(get())
+
+    def _complete(self, record: _InFlight) -> None:
+        if record.stamps is not None:  # a polling host completed it already
+            return
+        try:
+            record.last.wait()
+            status = record.last.command_execution_status
+        except Exception:  # a failed event (clWaitForEvents reports it): its status says how
             try:
-                record.last.wait()
                 status = record.last.command_execution_status
-            except Exception:  # a failed event (clWaitForEvents reports it): its status says how
-                try:
-                    status = record.last.command_execution_status
-                except Exception:
-                    status = -1
-                status = status if status < 0 else -1
-            self.queue._completed(record, status)
+            except Exception:
+                status = -1
+            status = status if status < 0 else -1
+        self.queue._completed(record, status)
 
 
 class _UserWait:

@@ -149,8 +149,10 @@ def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:
 
 
 class CLMemory:
-    """A device buffer of `nbytes` (at least 1 byte: OpenCL has no empty buffers) holding `dtype`s."""
-    __slots__ = ("mem", "nbytes", "dtype", "device")
+    """A device buffer of `nbytes` (at least 1 byte: OpenCL has no empty buffers) holding `dtype`s.
+    Weakly referable: kernel objects remember by weak reference which one each argument holds
+    (engine/lower_cl.py)."""
+    __slots__ = ("mem", "nbytes", "dtype", "device", "__weakref__")
 
     def __init__(self, device: CLDevice, nbytes: int, dtype: DType):
         cl = _cl()

@@ -417,3 +417,23 @@ def test_a_cl_replay_submitted_while_the_last_one_is_in_flight_gets_its_own_argu
         for k in range(2):  # the second replay's runner was made afresh, the first's arguments untouched
             np.testing.assert_allclose(results[k].numpy(), inputs[k] * w_np + 1, rtol=1e-6)
     trio.run(main)
+
+
+def test_the_shared_kernel_objects_keep_no_buffer_alive_and_set_a_new_buffer_again():
+    import gc
+    import weakref
+    from atensor.engine import lower_cl
+    x_np = RNG.standard_normal(16).astype(np.float32)
+    x = Tensor(x_np, device="CL")
+    np.testing.assert_allclose((x * 3).numpy(), x_np * 3, rtol=1e-6)
+    memory = weakref.ref(x._stored_buffer().memory)
+    del x
+    deadline = time.monotonic() + 10  # the completion thread lets go of its last command as it takes it
+    while memory() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert memory() is None  # the kernel objects held its argument by a weak reference only
+    before = lower_cl.args_set
+    y = Tensor(x_np + 1, device="CL")  # the same program with a new input: its arguments are set again
+    np.testing.assert_allclose((y * 3).numpy(), (x_np + 1) * 3, rtol=1e-6)
+    assert lower_cl.args_set - before >= 2
