@@ -168,7 +168,8 @@ BREAKDOWN_STAGES = [
 
 def breakdown(calls: int) -> list[dict]:
     """Median us per stage of an awaited jit replay of `x + 1` on CL (bench/common.py's stage timers,
-    ~0.3 us each; stages nest), under trio and asyncio, with the whole call's median."""
+    ~0.3 us each; stages nest), under trio and asyncio, with the whole call's median and the process's
+    CPU time per call (all threads: steadier than wall time on a loaded machine)."""
     import collections
     from common import install_stage_timers
     times: dict[str, list[int]] = collections.defaultdict(list)
@@ -176,9 +177,11 @@ def breakdown(calls: int) -> list[dict]:
     rows = []
     for library in ("trio", "asyncio"):
         times.clear()
+        cpu = time.process_time()
         total = awaited_round_trip(calls, library, True)
+        cpu = (time.process_time() - cpu) / (calls + 50) * 1e6  # every thread's, pocl's included; per call
         counts = {label: len(times[label]) for label in labels}  # warm-up calls included: medians only
-        rows.append({"library": library, "call_us": total,
+        rows.append({"library": library, "call_us": total, "process_cpu_us": cpu,
                      "stages": {label: statistics.median(times[label]) / 1e3 for label in labels if counts[label]}})
     return rows
 
@@ -273,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(f"a jit replay's round trip on CL by stage, median of {args.calls} calls (us; stages nest)",
                     ["stage"] + [row["library"] for row in rows],
                     [["whole call (awaited)"] + [row["call_us"] for row in rows]]
+                    + [["process CPU per call (all threads, mean)"] + [row["process_cpu_us"] for row in rows]]
                     + [[label] + [row["stages"].get(label, float("nan")) for row in rows] for label in labels]))
         path = write_results(args.out + "_breakdown", {"device": device, "command": "python bench/opencl.py "
                                                        + " ".join(argv or sys.argv[1:]), "breakdown": rows})
