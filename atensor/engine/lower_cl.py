@@ -153,9 +153,12 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
                     first = last
         return first, last
     keep = (work.buffers, temps)
-    return Runner(_blocking(enqueue, handle), args=tuple([(spec, 0) for spec in work.buffers[:prog.buffers]]),
+    # rebound in place only when its arguments name every buffer of its work (a replay's plan then
+    # allocates each new one as it binds it); else made again per replay, from the work
+    every = prog.buffers == len(work.buffers)
+    return Runner(_blocking(enqueue, handle), args=tuple([(spec, 0) for spec in work.buffers]) if every else (),
                   keep_alive=keep, enqueue=enqueue, rebind=set_values if prog.variables else None,
-                  device_key=prog.source, device_args=args)
+                  device_key=prog.source, device_args=args if every else None)
 
 
 class _HostThread:
