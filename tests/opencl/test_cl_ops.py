@@ -65,6 +65,16 @@ def test_the_helpers_shared_with_the_c_prelude_give_numpys_values_on_cl():
         np.testing.assert_array_equal(got_max, np.maximum(a, b))
 
 
+def test_tanh_saturates_to_one_on_cl_as_libm_does_and_gelus_gradient_is_one_far_out():
+    x = np.array([0.5, -3.0, 10.0, 100.0, -1e4, np.inf, -np.inf, np.nan], np.float32)
+    got = Tensor(x, device="CL").tanh().numpy()
+    np.testing.assert_allclose(got[:2], np.tanh(x[:2]), rtol=1e-6)
+    np.testing.assert_array_equal(got[2:], [1, 1, -1, 1, -1, np.nan])  # exactly +-1 far out; pocl's: 1 - 2^-24
+    far = Tensor(np.full(8, 350.0, np.float32), device="CL", requires_grad=True)
+    far.gelu().sum().backward()  # 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, du/dx ~ 1.3e4 here
+    np.testing.assert_allclose(far.grad.numpy(), np.ones(8, np.float32))
+
+
 def test_reductions_short_rows_long_rows_and_every_axis_match_cpu():
     a = f32(6, 5, 4)
     for axis in (1, (0, 2)):  # inner and outer axes
