@@ -2,6 +2,7 @@
 pyopencl on the same device.
 
     python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
+    python bench/opencl.py --breakdown   # where a jit replay's round trip goes, stage by stage (us)
     python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
                                        # then 4 LLM tokens against transformers' (under 5 minutes warm;
@@ -152,6 +153,39 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
     return rows
 
 
+# (module, attribute path, label) of the stages `breakdown` times; a leading space: part of the row above
+BREAKDOWN_STAGES = [
+    ("atensor.engine.dispatch", "Dispatcher.run_inline", "plan and submit on the calling thread"),
+    ("atensor.engine.plan", "Plan.submit", "  Plan.submit"),
+    ("atensor.engine.plan", "Plan._runners", "    runners (rebound in place, or made again)"),
+    ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
+    ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),
+    ("pyopencl", "enqueue_nd_range_kernel", "        clEnqueueNDRangeKernel (pocl)"),
+    ("atensor.engine.handle", "RealizeHandle._polled", "the await: CLQueue.poll"),
+    ("atensor.hcq.cl_queue", "CLQueue._completed", "  completion (stamps, publish); any thread"),
+]
+
+
+def breakdown(calls: int) -> list[dict]:
+    """Median us per stage of an awaited jit replay of `x + 1` on CL (bench/common.py's stage timers,
+    ~0.3 us each; stages nest), under trio and asyncio, with the whole call's median and the process's
+    CPU time per call (all threads: steadier than wall time on a loaded machine)."""
+    import collections
+    from common import install_stage_timers
+    times: dict[str, list[int]] = collections.defaultdict(list)
+    labels = install_stage_timers(BREAKDOWN_STAGES, times)  # before any runner captures the enqueue
+    rows = []
+    for library in ("trio", "asyncio"):
+        times.clear()
+        cpu = time.process_time()
+        total = awaited_round_trip(calls, library, True)
+        cpu = (time.process_time() - cpu) / (calls + 50) * 1e6  # every thread's, pocl's included; per call
+        counts = {label: len(times[label]) for label in labels}  # warm-up calls included: medians only
+        rows.append({"library": library, "call_us": total, "process_cpu_us": cpu,
+                     "stages": {label: statistics.median(times[label]) / 1e3 for label in labels if counts[label]}})
+    return rows
+
+
 LLM_PROMPT = "The capital of France is"
 
 
@@ -215,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=1, help="problem size multiplier (2 on a GPU)")
     parser.add_argument("--check", action="store_true", help="run the CL tests, then a short bench")
     parser.add_argument("--round-trip", action="store_true", help="only the round trips (no compute cases)")
+    parser.add_argument("--breakdown", action="store_true", help="only a jit replay's round trip, stage by stage")
     parser.add_argument("--llm", type=int, default=0, metavar="TOKENS",
                         help="only SmolLM2's greedy TOKENS on CL against transformers' (exit 1 if they differ)")
     parser.add_argument("--out", default="opencl")
@@ -235,6 +270,18 @@ def main(argv: list[str] | None = None) -> int:
                                                  + " ".join(argv or sys.argv[1:]), "llm": row})
         print(f"\nwrote {path}")
         return 0 if row["equal"] else 1
+    if args.breakdown:
+        rows = breakdown(args.calls)
+        labels = list(dict.fromkeys(label for row in rows for label in row["stages"]))
+        print(table(f"a jit replay's round trip on CL by stage, median of {args.calls} calls (us; stages nest)",
+                    ["stage"] + [row["library"] for row in rows],
+                    [["whole call (awaited)"] + [row["call_us"] for row in rows]]
+                    + [["process CPU per call (all threads, mean)"] + [row["process_cpu_us"] for row in rows]]
+                    + [[label] + [row["stages"].get(label, float("nan")) for row in rows] for label in labels]))
+        path = write_results(args.out + "_breakdown", {"device": device, "command": "python bench/opencl.py "
+                                                       + " ".join(argv or sys.argv[1:]), "breakdown": rows})
+        print(f"\nwrote {path}")
+        return 0
     comp = [] if args.round_trip else compute(args.repeat, args.scale)
     if comp:
         print(table(f"compute, eager realize, median of {args.repeat} (ms)",

@@ -9,8 +9,10 @@
 - `atensor_copy`, a memcpy between buffers that a program can hold;
 - `at_sgemm_rows`, the product of 2..4 rows with a big matrix, reading the matrix once (c_blas.py);
 - the pointers to the packed-weight kernels (quant_c.py) that QMATMUL and DEQUANT kernels call.
-Changing it changes every library's cache key: everything is compiled again once.
+Changing it changes every library's cache key: everything is compiled again once. Its numpy-semantics
+helpers are c_helpers.py's, shared with the OpenCL prelude.
 """
+from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
 
 PRELUDE = r"""
 #define _GNU_SOURCE
@@ -239,31 +241,4 @@ void atensor_copy(void **b) { memcpy(b[0], b[1], (size_t)(uintptr_t)b[2]); }
 #else
 #define AT_NEGATIVE_STEPS
 #endif
-#define AT_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
-#define AT_IMAX(a, b) ((a) > (b) ? (a) : (b))
-static inline int64_t at_idiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  if (b == -1) return (int64_t)(0 - (uint64_t)a);
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
-  return q;
-}
-static inline int64_t at_imod(int64_t a, int64_t b) {
-  if (b == 0 || b == -1) return 0;
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-static inline uint64_t at_udiv(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
-static inline uint64_t at_umod(uint64_t a, uint64_t b) { return b == 0 ? 0 : a % b; }
-static inline float at_fmodf(float a, float b) {
-  float r = fmodf(a, b);
-  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysignf(0.0f, b);
-  return r;
-}
-static inline double at_fmod(double a, double b) {
-  double r = fmod(a, b);
-  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0, b);
-  return r;
-}
-"""
+""" + SEMANTIC_HELPERS.lstrip("\n") + DOUBLE_HELPERS.lstrip("\n")

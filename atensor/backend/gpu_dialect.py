@@ -8,11 +8,13 @@ Adding a language is adding a record, not a renderer.
 
 The helpers keep the semantics of the C backend (graph/semantics.py): NaN-propagating max, floor
 division and divisor-signed modulo for integers (0 when dividing by 0), float modulo with the divisor's
-sign. The C prelude (c_prelude.py) states the same rules for the host compiler.
+sign: the same text as the C prelude's (c_helpers.py), with OpenCL's names for the libm functions it calls.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
 
 
 @dataclass(frozen=True)
@@ -48,41 +50,18 @@ typedef ulong uint64_t;
 #define logf log
 #define sinf sin
 #define cosf cos
-#define tanhf tanh
 #define exp2f exp2
 #define log2f log2
 #define truncf trunc
 #define powf pow
-#define AT_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
-#define AT_IMAX(a, b) ((a) > (b) ? (a) : (b))
-static inline int64_t at_idiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  if (b == -1) return (int64_t)(0 - (uint64_t)a);
-  int64_t q = a / b;
-  if (q * b != a && ((a < 0) != (b < 0))) q -= 1;
-  return q;
-}
-static inline int64_t at_imod(int64_t a, int64_t b) {
-  if (b == 0 || b == -1) return 0;
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-static inline uint64_t at_udiv(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
-static inline uint64_t at_umod(uint64_t a, uint64_t b) { return b == 0 ? 0 : a % b; }
-static inline float at_fmodf(float a, float b) {
-  float r = fmod(a, b);
-  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0f, b);
-  return r;
-}
-#ifdef cl_khr_fp64
-static inline double at_fmod(double a, double b) {
-  double r = fmod(a, b);
-  if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else r = copysign(0.0, b);
-  return r;
-}
-#endif
-"""
+#define fmodf fmod
+#define copysignf copysign
+/* pocl's float tanh never reaches 1: tanh(10), even tanh(INFINITY), is 1 - 2^-24, so gelu's gradient
+   at x = 350 was 1.28 where PyTorch and the C backend give 1 (1 - tanh^2 times a huge slope). A float
+   rounds tanh(x) to +-1 from |x| = 9.0109 on: from there it is +-1, as libm's tanhf gives */
+static inline float at_tanhf(float x) { return fabs(x) >= 9.02f ? copysign(1.0f, x) : tanh(x); }
+#define tanhf at_tanhf
+""" + SEMANTIC_HELPERS.lstrip("\n") + "#ifdef cl_khr_fp64\n" + DOUBLE_HELPERS.lstrip("\n") + "#endif\n"
 
 OPENCL = Dialect(name="OpenCL C", kernel="__kernel void", global_space="__global", local_space="__local",
                  global_id="get_global_id(0)", group_id="get_group_id(0)", local_id="get_local_id(0)",

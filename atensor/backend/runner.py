@@ -5,7 +5,8 @@ more about a command than "call it": whether it is one foreign call that a nativ
 (`native`), where the buffer addresses sit in its argument block (`args`, so a replay rewrites them
 in place), how many BLAS threads it uses, what must stay alive while it may run, whether it gives
 the GIL back for its whole run (`gil_free`), what a doorbell posts to start it without the GIL
-(`ring_args`), how to refresh the Variable values its block holds (`rebind`), and how to start it
+(`ring_args`), how to refresh the Variable values its block holds (`rebind`), where a device
+command's arguments sit (`device_args`, rewritten in place as a native block is), and how to start it
 on the submitting thread (`here`), which timed choice sets its BLAS threads (`choice`), and how to
 put it on a device's own queue (`enqueue`, OpenCL). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
@@ -62,6 +63,10 @@ class Runner:
     # for new buffers): its queue keeps the device time of the work's last run under it, to tell short
     # commands, which an awaiting host waits for on its own thread (hcq/cl_queue.py)
     device_key: Any = None
+    # a device command's argument list (OpenCL: its buffers' memories first, `args` naming whose
+    # sits at each place, then what else it passes): its `enqueue` reads it at each enqueue, so a
+    # replay points it at new buffers by storing into it (engine/patching.py), as into a native block
+    device_args: Optional[list] = None
 
 
 __all__ = ["Runner"]

@@ -83,12 +83,19 @@ class RealizeHandle:
 
     def _polled(self) -> bool:
         """True when every queue of the submission has reached its final value, counting a native
-        program the queue's doorbell ring has finished as reached (Queue.poll publishes it), and the
-        job waits for nothing else."""
+        program the queue's doorbell ring has finished as reached (Queue.poll publishes it; a CL
+        queue, a short command it waits for), and the job waits for nothing else: its other waits
+        (an eager realize's pending writes to its outputs) are reached, or are values of the
+        submission's own queues at or before their final ones, which a queue publishes in order."""
         sub = self.job.submission
-        if sub is None or self.job.extra_waits:
+        if sub is None:
             return False
-        return all([queue.poll(value) for queue, value in sub.final.items()])
+        final = sub.final
+        for signal, value in self.job.extra_waits:
+            if signal.value < value and not any(queue.signal is signal and value <= last
+                                                for queue, last in final.items()):
+                return False
+        return all([queue.poll(value) for queue, value in final.items()])
 
     def _waits(self) -> list[tuple[Signal, int]]:
         sub = self.job.submission

@@ -3,9 +3,11 @@
 Why beside lower.py and not inside it: the same choice (what runs for a work) with different
 materials. A kernel is rendered by gpu_render.py from the same AST the C backend renders, in the
 OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), its
-kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments
-(buffers, temporaries it owns, bound Variables' values, which `Runner.rebind` refreshes before a jit
-replay's submission) and sets them as it enqueues. A copy is one OpenCL copy:
+kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments in
+one list, `Runner.device_args` (buffers, temporaries it owns, bound Variables' values, which
+`Runner.rebind` refreshes before a jit replay's submission; a replay's plan stores its buffers there,
+engine/patching.py), and as it enqueues sets those the shared kernel objects do not hold already
+(`_Kernels`: a replay with the same buffers sets none). A copy is one OpenCL copy:
 host to device (non-blocking: the runner holds the host array until the command is published, see
 cl_queue.py), device to device (the devices of one platform share a context), or device to host,
 which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
@@ -21,6 +23,7 @@ import collections
 import queue as queue_module
 from dataclasses import dataclass, field
 import threading
+import weakref
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -31,6 +34,7 @@ from atensor.backend.gpu_render import GPUProgram, render_gpu
 from atensor.backend.numpy_backend import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
+from atensor.dtype import dtypes
 from atensor.engine import cl_bounds
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
@@ -64,13 +68,24 @@ def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
 @dataclass
 class _Kernels:
     """A built program's kernel objects, made once (pyopencl makes each in ~0.5 ms) and shared by the
-    runners of its source: a runner sets its arguments and enqueues under `lock` (OpenCL takes the
-    arguments at enqueue time)."""
+    runners of its source: a runner sets the arguments that differ from the ones the objects hold and
+    enqueues under `lock` (OpenCL takes the arguments at enqueue time).
+
+    Invariant: `held[j][i]` says what argument i of `kernels[j]` was last set to, None before it is
+    set: a weak reference to the CLMemory of a buffer argument, the value of a scalar one. An argument
+    is set again unless it is that same live CLMemory (or an equal value). Weak, so the kernel objects
+    keep no memory alive; to the CLMemory and not to its cl_mem handle, whose address a driver may hand
+    to a new buffer once the old one is freed, while a driver may have resolved the old buffer's device
+    address when the argument was set."""
     kernels: list
+    held: list[list]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _kernel_objects: dict[tuple[int, str], _Kernels] = {}
+
+# counted for tests: kernel arguments set (`clSetKernelArg`); a replay with unchanged buffers sets none
+args_set = 0
 
 
 def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
@@ -79,42 +94,71 @@ def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
     if found is None:
         import pyopencl as cl
         built = cl_runtime.program(handle, prog.source)
-        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels]))
+        count = prog.buffers + len(prog.temp_bytes) + len(prog.variables)
+        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels],
+                                                         [[None] * count for _ in prog.kernels]))
     return found
 
 
 def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
-    """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each)."""
+    """The runner of a kernel on the CL device `device`; `buffers` hold its memory (CLMemory each).
+
+    Its arguments are one list, `Runner.device_args` (the CLMemory of the work's buffers, in
+    `work.buffers`' order, then of its temporaries, then its Variables' values): a jit replay's plan
+    points the buffers at the replay's own in place (engine/patching.py) and the enqueue sets only
+    the arguments the kernel objects do not hold already (`_Kernels`)."""
     import pyopencl as cl
     handle = device.cl
     prog = rendered(work, handle)
     if prog is None:
         return host_kernel_runner(work, device, buffers)
     kernels = _kernels(handle, prog)
-    temps = [cl.Buffer(handle.context, cl.mem_flags.READ_WRITE, max(size, 1)) for size in prog.temp_bytes]
+    temps = [cl_runtime.CLMemory(handle, size, dtypes.uint8) for size in prog.temp_bytes]
     var_vals = work.var_vals
-    args = [buffers[k].memory.mem for k in range(prog.buffers)] + temps
+    args: list = [buffers[k].memory for k in range(prog.buffers)] + temps
+    memories = len(args)  # arguments before this are CLMemory, after it Variables' values
 
     def set_values() -> None:  # the bound Variables' values, as the kernels' last arguments
-        args[prog.buffers + len(temps):] = [np.int64(var_vals[v]) for v in prog.variables]
+        args[memories:] = [np.int64(var_vals[v]) for v in prog.variables]
     set_values()
-    launches = [(kernel, (k.global_size,), (k.local_size,)) for kernel, k in zip(kernels.kernels, prog.kernels)]
+    launches = [(kernel, held, (k.global_size,), (k.local_size,))
+                for kernel, held, k in zip(kernels.kernels, kernels.held, prog.kernels)]
     enqueue_nd = cl.enqueue_nd_range_kernel
     lock = kernels.lock
+    ref = weakref.ref
 
     def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
+        global args_set
         first = last = None
         with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
-            for kernel, global_size, local_size in launches:
-                kernel.set_args(*args)
+            for kernel, held, global_size, local_size in launches:
+                for i, arg in enumerate(args):
+                    was = held[i]
+                    if i < memories:
+                        if was is not None and was() is arg:
+                            continue
+                        held[i] = None  # not held if set_arg raises
+                        kernel.set_arg(i, arg.mem)
+                        held[i] = ref(arg)
+                    else:
+                        if was is not None and was == arg:
+                            continue
+                        held[i] = None
+                        kernel.set_arg(i, arg)
+                        held[i] = arg
+                    args_set += 1
                 last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
                 wait_for = []
                 if first is None:
                     first = last
         return first, last
     keep = (work.buffers, temps)
-    return Runner(_blocking(enqueue, handle), keep_alive=keep, enqueue=enqueue,
-                  rebind=set_values if prog.variables else None, device_key=prog.source)
+    # rebound in place only when its arguments name every buffer of its work (a replay's plan then
+    # allocates each new one as it binds it); else made again per replay, from the work
+    every = prog.buffers == len(work.buffers)
+    return Runner(_blocking(enqueue, handle), args=tuple([(spec, 0) for spec in work.buffers]) if every else (),
+                  keep_alive=keep, enqueue=enqueue, rebind=set_values if prog.variables else None,
+                  device_key=prog.source, device_args=args if every else None)
 
 
 class _HostThread:

@@ -215,7 +215,8 @@ class Plan:
         self.all_native = all(r is not None and r.native is not None and (r.threads == 1 or threads_ok)
                               for r in kept)
         if self.swapped:
-            patchable = [t and r is not None and r.native is not None for t, r in zip(L.touched, kept)]
+            patchable = [t and r is not None and (r.native is not None or r.device_args is not None)
+                         for t, r in zip(L.touched, kept)]
             self.remake = [i for i, t in enumerate(L.touched) if t and not patchable[i]]
             self.slots = AddressSlots.find(kept, self.swapped, patchable)
 

@@ -140,7 +140,7 @@ def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:
         marker.wait()
         after = time.perf_counter_ns()
         try:
-            device_ns = marker.profile.end
+            device_ns = marker.get_profiling_info(cl.profiling_info.END)
         except cl.Error:
             return 0  # no stamps on markers: spans fall back to the host's clock (offset 0)
         if best is None or after - before < best[0]:
@@ -149,8 +149,10 @@ def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:
 
 
 class CLMemory:
-    """A device buffer of `nbytes` (at least 1 byte: OpenCL has no empty buffers) holding `dtype`s."""
-    __slots__ = ("mem", "nbytes", "dtype", "device")
+    """A device buffer of `nbytes` (at least 1 byte: OpenCL has no empty buffers) holding `dtype`s.
+    Weakly referable: kernel objects remember by weak reference which one each argument holds
+    (engine/lower_cl.py)."""
+    __slots__ = ("mem", "nbytes", "dtype", "device", "__weakref__")
 
     def __init__(self, device: CLDevice, nbytes: int, dtype: DType):
         cl = _cl()

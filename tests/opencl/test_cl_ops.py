@@ -41,6 +41,40 @@ def test_a_fused_elementwise_chain_with_broadcasts_and_casts_matches_cpu():
     both(lambda x, y: (x // y) * 3 + x % y - (x < y).cast("int32"), ints, divs, atol=0)
 
 
+def test_the_helpers_shared_with_the_c_prelude_give_numpys_values_on_cl():
+    from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
+    from atensor.backend.c_prelude import PRELUDE
+    assert SEMANTIC_HELPERS in PRELUDE and DOUBLE_HELPERS in PRELUDE  # one text, both preludes
+    assert SEMANTIC_HELPERS.lstrip("\n") in OPENCL.prelude and DOUBLE_HELPERS.lstrip("\n") in OPENCL.prelude
+    ints = np.array([-7, 7, -7, 7, 0, 5, -5, 9], np.int32)
+    divs = np.array([2, -2, -2, 0, 3, -1, -1, 0], np.int32)  # by 0: 0 (numpy's value, its warning aside)
+    x, y = Tensor(ints, device="CL"), Tensor(divs, device="CL")
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal((x // y).numpy(), np.floor_divide(ints, divs))
+        np.testing.assert_array_equal((x % y).numpy(), np.remainder(ints, divs))
+    for dtype in (np.float32, np.float64):  # the divisor's sign, a signed zero, nan by 0; nan-propagating max
+        a = np.array([5.5, -5.5, 5.5, -5.5, 4.0, -4.0, 1.0, np.nan], dtype)
+        b = np.array([2.0, 2.0, -2.0, -2.0, -2.0, 2.0, 0.0, 1.0], dtype)
+        got_mod = (Tensor(a, device="CL") % Tensor(b, device="CL")).numpy()
+        got_max = Tensor(a, device="CL").maximum(Tensor(b, device="CL")).numpy()
+        with np.errstate(invalid="ignore"):
+            want = np.remainder(a, b)
+        np.testing.assert_array_equal(got_mod, want)
+        signed = ~np.isnan(want)  # a zero's sign is the divisor's (a nan's sign means nothing)
+        np.testing.assert_array_equal(np.signbit(got_mod[signed]), np.signbit(want[signed]))
+        np.testing.assert_array_equal(got_max, np.maximum(a, b))
+
+
+def test_tanh_saturates_to_one_on_cl_as_libm_does_and_gelus_gradient_is_one_far_out():
+    x = np.array([0.5, -3.0, 10.0, 100.0, -1e4, np.inf, -np.inf, np.nan], np.float32)
+    got = Tensor(x, device="CL").tanh().numpy()
+    np.testing.assert_allclose(got[:2], np.tanh(x[:2]), rtol=1e-6)
+    np.testing.assert_array_equal(got[2:], [1, 1, -1, 1, -1, np.nan])  # exactly +-1 far out; pocl's: 1 - 2^-24
+    far = Tensor(np.full(8, 350.0, np.float32), device="CL", requires_grad=True)
+    far.gelu().sum().backward()  # 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, du/dx ~ 1.3e4 here
+    np.testing.assert_allclose(far.grad.numpy(), np.ones(8, np.float32))
+
+
 def test_reductions_short_rows_long_rows_and_every_axis_match_cpu():
     a = f32(6, 5, 4)
     for axis in (1, (0, 2)):  # inner and outer axes

@@ -204,6 +204,19 @@ def test_cl_commands_appear_on_their_device_tracks_with_device_stamps_on_the_hos
     assert any(set(s.deps) & {c.task_id for c in spans} for s in cpu)  # the arrow from CL to CPU work
 
 
+def test_a_convolution_on_cl_is_named_as_on_cpu():
+    img = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    names = {}
+    for device in ("CPU", "CL"):
+        x, k = Tensor(img, device=device), Tensor(w, device=device)
+        Tensor.realize(x, k).wait()
+        with atensor.profile() as prof:
+            x.conv2d(k, padding=1).realize().wait()
+        names[device] = [s.name for s in prof.spans if s.kind == "kernel"]
+    assert names["CL"] == names["CPU"] == ["conv2d 1x1x3x2x3x3x6x6"]
+
+
 def test_a_jit_replay_on_cl_rebinds_its_inputs_and_gives_each_calls_values():
     w = Tensor(RNG.standard_normal((16, 8)).astype(np.float32), device="CL")
 
@@ -289,6 +302,23 @@ def test_an_awaited_replay_of_a_short_kernel_is_published_by_the_awaiting_host_i
         assert compute.statistics()["pending_commands"] == 0
 
 
+@pytest.mark.default_settings  # as users run: small realizes planned inline, not proved by the race check
+def test_an_awaited_eager_realize_on_cl_is_published_by_the_awaiting_host():
+    async def main():
+        y = Tensor.zeros(16, device="CL").contiguous()
+        await y.realize()
+        for _ in range(20):
+            y = y + 1
+            await y.realize()  # its output's pending write is the queue's own value: the host polls it
+        return y
+    compute = Device.get("CL").compute
+    for run in (trio.run, asyncio.run):
+        before = compute.host_published
+        y = run(main) if run is trio.run else run(main())
+        np.testing.assert_array_equal(y.numpy(), np.full(16, 20, np.float32))
+        assert compute.host_published >= before + 10, compute.statistics()
+
+
 def test_the_host_waits_for_a_short_command_on_its_own_thread_and_not_for_a_long_or_cold_one():
     import pyopencl as cl
     from atensor.hcq import cl_queue
@@ -311,3 +341,99 @@ def test_the_host_waits_for_a_short_command_on_its_own_thread_and_not_for_a_long
     assert compute.poll(value)  # short: this thread waited for its event, then published it
     assert time.perf_counter() - start >= 0.04 and compute.host_waited == waited + 1
     assert compute.signal.value == value and compute.signal.stamp(value) is not None
+
+
+def test_a_jit_replay_on_cl_sets_only_the_kernel_arguments_whose_buffers_changed():
+    from atensor.engine import lower_cl
+    w_np = np.arange(16, dtype=np.float32)
+    w = Tensor(w_np, device="CL")
+    acc = Tensor(np.zeros(16, np.float32), device="CL")
+
+    @atensor.jit
+    def accumulate(x):  # every buffer the same on each call: the kept runner's arguments are set once
+        acc.assign(acc + x * w)
+        return acc
+
+    @atensor.jit
+    def scale(x):  # a new result buffer per call, the input changed or not
+        return x * w + 1
+    x_np = RNG.standard_normal(16).astype(np.float32)
+    x = Tensor(x_np, device="CL")
+    for k in range(5):
+        before = lower_cl.args_set
+        np.testing.assert_allclose(accumulate(x).numpy(), (k + 1) * x_np * w_np, rtol=1e-6)
+        if accumulate.stats["replays"]:
+            assert lower_cl.args_set == before, "a replay with unchanged buffers set kernel arguments"
+    assert accumulate.stats["replays"] >= 2
+    for k in range(6):
+        before = lower_cl.args_set
+        new = k >= 4  # the last calls pass another input: its argument is set, with the new result's
+        a = RNG.standard_normal(16).astype(np.float32) if new else x_np
+        np.testing.assert_allclose(scale(Tensor(a, device="CL") if new else x).numpy(), a * w_np + 1, rtol=1e-6)
+        if scale.stats["replays"]:
+            assert lower_cl.args_set - before == (2 if new else 1)
+    assert scale.stats["replays"] >= 2
+
+
+def test_a_cl_replay_submitted_while_the_last_one_is_in_flight_gets_its_own_arguments(monkeypatch):
+    import pyopencl as cl
+    from atensor.engine import lower_cl
+    dev = Device.get("CL")
+    made = []
+    original = lower_cl.kernel_runner
+    monkeypatch.setattr(lower_cl, "kernel_runner", lambda *args: made.append(1) or original(*args))
+    w_np = RNG.standard_normal(16).astype(np.float32)
+    w = Tensor(w_np, device="CL")
+
+    @atensor.jit
+    async def scale(x):
+        return x * w + 1
+
+    async def main():
+        for _ in range(5):  # captured, verified, replayed twice: the kept runner is made and rebound
+            await scale(Tensor(w_np, device="CL"))
+        gate = cl.UserEvent(dev.cl.context)  # holds the compute queue: both replays queue behind it
+
+        def enqueue(queue, wait_for):
+            event = cl.enqueue_marker(queue, wait_for=[gate] + list(wait_for))
+            return event, event
+        value = dev.compute.reserve(1) + 1
+        dev.compute.submit([Command(value, (), Runner(lambda: None, enqueue=enqueue), "gate", "kernel", 0)])
+        inputs = [RNG.standard_normal(16).astype(np.float32) for _ in range(2)]
+        results = [None, None]
+        replays, built = scale.stats["replays"], lower_cl.args_set
+        made.clear()
+
+        async def call(k):
+            results[k] = await scale(Tensor(inputs[k], device="CL"))
+        async with trio.open_nursery() as nursery:
+            for k in range(2):
+                nursery.start_soon(call, k)
+            await trio.sleep(0.05)  # both submitted, neither can run
+            assert all(r is None for r in results)
+            gate.set_status(cl.command_execution_status.COMPLETE)
+        assert scale.stats["replays"] == replays + 2 and lower_cl.args_set > built
+        assert len(made) == 1  # the first replay rebound the kept runner; the second got a fresh one
+        for k in range(2):  # the second replay's runner was made afresh, the first's arguments untouched
+            np.testing.assert_allclose(results[k].numpy(), inputs[k] * w_np + 1, rtol=1e-6)
+    trio.run(main)
+
+
+def test_the_shared_kernel_objects_keep_no_buffer_alive_and_set_a_new_buffer_again():
+    import gc
+    import weakref
+    from atensor.engine import lower_cl
+    x_np = RNG.standard_normal(16).astype(np.float32)
+    x = Tensor(x_np, device="CL")
+    np.testing.assert_allclose((x * 3).numpy(), x_np * 3, rtol=1e-6)
+    memory = weakref.ref(x._stored_buffer().memory)
+    del x
+    deadline = time.monotonic() + 10  # the completion thread lets go of its last command as it takes it
+    while memory() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert memory() is None  # the kernel objects held its argument by a weak reference only
+    before = lower_cl.args_set
+    y = Tensor(x_np + 1, device="CL")  # the same program with a new input: its arguments are set again
+    np.testing.assert_allclose((y * 3).numpy(), (x_np + 1) * 3, rtol=1e-6)
+    assert lower_cl.args_set - before >= 2
