@@ -129,9 +129,13 @@ async def _load(url: str, streams: int) -> dict:
             "server": server}
 
 
+STARTS: dict[str, dict] = {}  # script name -> seconds to /health and to the end of its background warm-up
+
+
 def _start_server(script: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    """Starts `script` (examples/serve_llm.py, or the thread design's copy) on a free port and waits for
-    /health."""
+    """Starts `script` (examples/serve_llm.py, or the thread design's copy) on a free port, waits for
+    /health and then for its background warm-up (/health's `warming` 0; the thread design has none), so
+    that measured rounds meet the programs captured; records both times in STARTS."""
     import httpx
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -140,14 +144,20 @@ def _start_server(script: Path, *flags: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), *flags], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+    start = time.perf_counter()
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"{script} exited")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
+                break
         except httpx.HTTPError:
             time.sleep(0.5)
+    ready = time.perf_counter() - start
+    while httpx.get(url + "/health", timeout=60).json().get("warming", 0):
+        time.sleep(0.5)
+    STARTS[" ".join([script.name, *flags])] = {"ready_s": ready, "warmed_s": time.perf_counter() - start}
+    return proc, url
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -279,6 +289,9 @@ def server_main(baseline_rev: str, warmup: bool = True, counts: tuple = (1, 4, 1
     serving_tables(served, rounds=rounds)
     prefix = bench_prefix_ttft(warmup=warmup) if prefix_ttft else None
     load = [round(max(a, b), 2) for a, b in zip(load, os.getloadavg())]
+    print(table("start-up: seconds until /health answers, and until the background warm-up is done",
+                ["server script", "ready s", "warmed s"],
+                [[name, t["ready_s"], t["warmed_s"]] for name, t in STARTS.items()]))
     print(f"load average (the higher of start and end): {load[0]} {load[1]} {load[2]}")
     if prefix is not None:
         print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
@@ -288,7 +301,7 @@ def server_main(baseline_rev: str, warmup: bool = True, counts: tuple = (1, 4, 1
                                                                 prefix["ratio"]]]))
     full = prefix is not None and tuple(counts) == (1, 4, 16)  # else a partial run: its own file
     path = write_results("llm_server" if full else "llm_server_partial", {"counts": list(counts), "baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
-                                        "warmup": warmup, "load_average": load,
+                                        "warmup": warmup, "load_average": load, "start_s": STARTS,
                                         "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")
 
