@@ -2,8 +2,11 @@
 
 Why warm up: the first call of each step shape (a prefill bucket, a batched prefill, a decode batch and
 attention window) captures its program and compiles its kernels to C, seconds each. A server that did
-this on its first requests would answer them seconds late; this one does it before /health answers,
-and prints each program as it goes (`Progress`), so a user sees a start-up of about a minute move.
+this on its first requests would answer them seconds late; this one captures the shapes the first
+requests meet before /health answers, and hands the rest (longer windows, buckets and prefixes) to the
+batcher, which captures them while it is idle (`warm_in_background`, `Batcher.warm_later`): /health
+answers in about half the time. It prints each program as it goes (`Progress`), so a user sees the
+start-up move.
 
 Also here: `favour_the_loop`, which lowers the priority of every thread but the event loop's once the
 server runs (the model's kernels run on atensor's worker threads and the BLAS library's).
@@ -74,8 +77,9 @@ def warmup_calls(engine: Any, filler: int, stage: str = "start") -> list[WarmupC
     (histories up to its length), and the extend (prefix cache) of the shortest bucket at the first
     window. In the background, what longer conversations and prompts meet later: the decode batches at
     every longer window, the batched prefills of the longer buckets, and the extends of every bucket at
-    every window. Warming them all before answering took about twice as long (examples/serve_llm.py
-    at 16 slots, context 256: 26 programs, 63 s on a quiet machine; now 14 of them first)."""
+    every window. Warming them all before answering took about twice as long (bench/llm.py's servers,
+    16 slots, context 256, at load 6: /health after 98 s with these 12 programs first, the other 17 done
+    at 249 s, against 154 s for the thread design's 26 programs before /health)."""
     from atensor.models.generation import batch_bucket, prefill_batches
     if stage not in ("start", "background"):
         raise ValueError(f"warm-up stage {stage!r}: use 'start' or 'background'")
