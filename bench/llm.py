@@ -24,7 +24,9 @@ transformers + torch, and serving.
   loop) against the thread design of `--baseline REV` (its examples/serve_llm.py from git, run on this
   tree's atensor), the two servers started side by side and measured in alternating rounds; then time
   to first token of a ~400-token prompt whose prefix a finished request left in a slot (prefix cache)
-  against a cold one, alternating. Writes bench/results/llm_server.json, with the load average.
+  against a cold one, alternating. Each server is measured once its background warm-up is done
+  (/health's `warming` 0); the start-up table gives the seconds to /health and to that. Writes
+  bench/results/llm_server.json (llm_server_partial.json for other stream counts), with the load average.
   `--no-warmup` starts the servers without their warm-up (minutes on a loaded machine); unmeasured
   rounds of the same loads capture the programs first.
 Timing on a shared 2-core machine is noisy: read the ratios measured in the same run.

@@ -168,11 +168,7 @@ class Batcher:
             self.waiting.clear()
 
     async def _gather(self) -> None:
-        """An idle batcher captures, one run at a time, the step programs the server warms in the background
-(`warm_later`: those of longer windows, buckets and prefixes, which the first requests do not need), so
-/health answers after half the warm-up; a request that arrives meanwhile waits for one run at most.
-
-An idle batcher woken by a request waits for the rest of its burst: until no request has
+        """An idle batcher woken by a request waits for the rest of its burst: until no request has
         arrived for `batch_wait` seconds (at most 4 of those in all), or every free slot has one."""
         if self.batch_wait <= 0:
             return
