@@ -190,9 +190,10 @@ def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
             for n in ([2] if warmup else stream_counts * 2):  # first requests after warm-up, or the capture
                 asyncio.run(_load(servers[name][1], n))
         rounds: dict[str, dict[int, list[dict]]] = {name: {n: [] for n in stream_counts} for name in scripts}
-        for _ in range(round_count):  # alternating: a slow spell of the machine hits every count and server
+        for i in range(round_count):  # alternating: a slow spell of the machine hits every count and server
+            order = list(servers.items())[::-1 if i % 2 else 1]  # ABBA: a load that drifts favours neither
             for n in stream_counts:
-                for name, (_, url) in servers.items():
+                for name, (_, url) in order:
                     run = asyncio.run(_load(url, n))
                     if run["tokens"] != n * STREAM_TOKENS:
                         raise RuntimeError(f"{name}: {run['tokens']} tokens for {n} streams of {STREAM_TOKENS}")
