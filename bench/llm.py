@@ -24,7 +24,9 @@ transformers + torch, and serving.
   loop) against the thread design of `--baseline REV` (its examples/serve_llm.py from git, run on this
   tree's atensor), the two servers started side by side and measured in alternating rounds; then time
   to first token of a ~400-token prompt whose prefix a finished request left in a slot (prefix cache)
-  against a cold one, alternating. Writes bench/results/llm_server.json, with the load average.
+  against a cold one, alternating. Each server is measured once its background warm-up is done
+  (/health's `warming` 0); the start-up table gives the seconds to /health and to that. Writes
+  bench/results/llm_server.json (llm_server_partial.json for other stream counts), with the load average.
   `--no-warmup` starts the servers without their warm-up (minutes on a loaded machine); unmeasured
   rounds of the same loads capture the programs first.
 Timing on a shared 2-core machine is noisy: read the ratios measured in the same run.
@@ -129,9 +131,13 @@ async def _load(url: str, streams: int) -> dict:
             "server": server}
 
 
+STARTS: dict[str, dict] = {}  # script name -> seconds to /health and to the end of its background warm-up
+
+
 def _start_server(script: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    """Starts `script` (examples/serve_llm.py, or the thread design's copy) on a free port and waits for
-    /health."""
+    """Starts `script` (examples/serve_llm.py, or the thread design's copy) on a free port, waits for
+    /health and then for its background warm-up (/health's `warming` 0; the thread design has none), so
+    that measured rounds meet the programs captured; records both times in STARTS."""
     import httpx
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -140,14 +146,20 @@ def _start_server(script: Path, *flags: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), *flags], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+    start = time.perf_counter()
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"{script} exited")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
+                break
         except httpx.HTTPError:
             time.sleep(0.5)
+    ready = time.perf_counter() - start
+    while httpx.get(url + "/health", timeout=60).json().get("warming", 0):
+        time.sleep(0.5)
+    STARTS[" ".join([script.name, *flags])] = {"ready_s": ready, "warmed_s": time.perf_counter() - start}
+    return proc, url
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -178,9 +190,10 @@ def bench_server(stream_counts: list[int], baseline: Optional[Path] = None,
             for n in ([2] if warmup else stream_counts * 2):  # first requests after warm-up, or the capture
                 asyncio.run(_load(servers[name][1], n))
         rounds: dict[str, dict[int, list[dict]]] = {name: {n: [] for n in stream_counts} for name in scripts}
-        for _ in range(round_count):  # alternating: a slow spell of the machine hits every count and server
+        for i in range(round_count):  # alternating: a slow spell of the machine hits every count and server
+            order = list(servers.items())[::-1 if i % 2 else 1]  # ABBA: a load that drifts favours neither
             for n in stream_counts:
-                for name, (_, url) in servers.items():
+                for name, (_, url) in order:
                     run = asyncio.run(_load(url, n))
                     if run["tokens"] != n * STREAM_TOKENS:
                         raise RuntimeError(f"{name}: {run['tokens']} tokens for {n} streams of {STREAM_TOKENS}")
@@ -279,6 +292,9 @@ def server_main(baseline_rev: str, warmup: bool = True, counts: tuple = (1, 4, 1
     serving_tables(served, rounds=rounds)
     prefix = bench_prefix_ttft(warmup=warmup) if prefix_ttft else None
     load = [round(max(a, b), 2) for a, b in zip(load, os.getloadavg())]
+    print(table("start-up: seconds until /health answers, and until the background warm-up is done",
+                ["server script", "ready s", "warmed s"],
+                [[name, t["ready_s"], t["warmed_s"]] for name, t in STARTS.items()]))
     print(f"load average (the higher of start and end): {load[0]} {load[1]} {load[2]}")
     if prefix is not None:
         print(table(f"time to first token, {prefix['prompt_tokens']}-token prompt, {prefix['shared_tokens']} of them "
@@ -288,7 +304,7 @@ def server_main(baseline_rev: str, warmup: bool = True, counts: tuple = (1, 4, 1
                                                                 prefix["ratio"]]]))
     full = prefix is not None and tuple(counts) == (1, 4, 16)  # else a partial run: its own file
     path = write_results("llm_server" if full else "llm_server_partial", {"counts": list(counts), "baseline_rev": baseline_rev, "server": served, "prefix_ttft": prefix,
-                                        "warmup": warmup, "load_average": load,
+                                        "warmup": warmup, "load_average": load, "start_s": STARTS,
                                         "note": "one run on a shared 2-core machine; other sessions were running"})
     print(f"wrote {path}")
 

@@ -23,6 +23,7 @@ from typing import Optional
 from atensor.serve import Batcher, ServerConfig, ServerMetrics, build_engine, favour_the_loop, make_app
 from atensor.serve.batcher import BATCH_WAIT
 from atensor.serve.slots import MIN_REUSE
+from atensor.serve.startup import warm_in_background
 
 WORKER_NICE = 10  # the model's threads' nice while serving (favour_the_loop)
 
@@ -36,6 +37,8 @@ def build_app(args: argparse.Namespace):
                       prefix_cache=not args.no_prefix_cache, min_reuse=args.prefix_min_tokens, metrics=metrics,
                       thread_nice=args.worker_nice)
     metrics.watch(batcher)
+    if not args.no_warmup:
+        warm_in_background(batcher, engine, tokenizer.eos_id)
 
     def on_start() -> None:
         atensor.settings.worker_nice = args.worker_nice  # atensor's workers started from now on

@@ -4,6 +4,7 @@
 
     engine, tokenizer = build_engine(slots=16, context=512)
     batcher = Batcher(engine, tokenizer, max_waiting=64, metrics=ServerMetrics())
+    warm_in_background(batcher, engine, tokenizer.eos_id)  # the longer shapes, once /health answers
     uvicorn.run(make_app(batcher, tokenizer))
 """
 from atensor.serve.app import ServerConfig, make_app
@@ -11,7 +12,7 @@ from atensor.serve.batcher import Batcher
 from atensor.serve.metrics import ServerMetrics
 from atensor.serve.requests import Generation, RequestError
 from atensor.serve.slots import SlotCache
-from atensor.serve.startup import build_engine, favour_the_loop
+from atensor.serve.startup import build_engine, favour_the_loop, warm_in_background
 
 __all__ = ["Batcher", "Generation", "RequestError", "ServerConfig", "ServerMetrics", "SlotCache", "build_engine",
-           "favour_the_loop", "make_app"]
+           "favour_the_loop", "make_app", "warm_in_background"]

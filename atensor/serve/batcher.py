@@ -16,6 +16,10 @@ sampling is an argmax per row (~30 us); a row that samples with temperature (a s
 ~3 ms a row) or reports log-probabilities is computed in a worker thread (`anyio.to_thread`; numpy's
 sort releases the GIL), so sixteen of them do not hold the loop for 50 ms.
 
+An idle batcher captures, one run at a time, the step programs the server warms in the background
+(`warm_later`: those of longer windows, buckets and prefixes, which the first requests do not need), so
+/health answers after half the warm-up; a request that arrives meanwhile waits for one run at most.
+
 An idle batcher woken by a request waits for the rest of its burst, until no request has arrived for
 `batch_wait` seconds (at most 4 times that in all), so that requests sent together are prefilled
 together (`_gather`); a busy one admits at the next token boundary.
@@ -29,9 +33,10 @@ import os
 import statistics
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import anyio
 import numpy as np
@@ -94,6 +99,8 @@ class Batcher:
         self.step_times: deque[tuple[int, float]] = deque(maxlen=STEP_TIMES)  # (rows, s) of recent decodes
         self.running = False
         self._wake: Optional[anyio.Event] = None
+        self.warmups: deque[tuple[Any, int]] = deque()  # (WarmupCall, runs left) to do while idle
+        self.on_warmed: Optional[Callable[[str], None]] = None
 
     # ---- the handlers' side ----------------------------------------------------------------------------
     def submit(self, *gens: Generation) -> None:
@@ -108,6 +115,15 @@ class Batcher:
             self.waiting.append(gen)
         self._poke()
 
+    def warm_later(self, calls: Sequence[Any], on_warmed: Optional[Callable[[str], None]] = None) -> None:
+        """Captures `calls` (startup.WarmupCall, stage "background") while no request is generating or
+        waiting: one run at a time (3 each: run, capture, verify), so a request that arrives waits for
+        one run at most. Each run writes scratch slots (`SlotCache.scratch`: empty ones first), whose
+        cached prefixes lose the cells it wrote. `on_warmed(name)` is called as each call is done."""
+        self.warmups.extend((call, 3) for call in calls)
+        self.on_warmed = on_warmed
+        self._poke()
+
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -119,6 +135,7 @@ class Batcher:
         for rows, took in list(self.step_times):
             by_rows.setdefault(rows, []).append(took)
         return {"active": len(self.active), "waiting": len(self.waiting), "free_slots": len(self.slots.free),
+                "warming": len(self.warmups),
                 "steps": self.steps, "prefills": self.prefills, "prefix_hits": self.slots.hits,
                 "step_ms": {rows: round(1000 * statistics.median(t), 2) for rows, t in sorted(by_rows.items())}}
 
@@ -129,6 +146,9 @@ class Batcher:
         try:
             while True:
                 while not self.active and not self.waiting:
+                    if self.warmups:
+                        await self._warm_once()
+                        continue
                     self._wake = anyio.Event()
                     await self._wake.wait()
                 if not self.active:
@@ -164,6 +184,28 @@ class Batcher:
             if len(self.waiting) == seen:
                 return  # quiet for batch_wait
             seen = len(self.waiting)
+
+    async def _warm_once(self) -> None:
+        """One run of the first background warm-up call, on scratch slots (the batcher is idle: every
+        slot is free), whose cached prefixes are then cut where the run wrote. A call that fails is
+        dropped with a warning: the program is captured on first use instead."""
+        call, left = self.warmups[0]  # left in the queue while it runs: `warming` counts it
+        slots = self.slots.scratch(call.rows)
+        try:
+            await call.run_async(slots)
+        except Exception as exc:  # noqa: BLE001 - a warm-up is an optimization; serving goes on
+            warnings.warn(f"background warm-up of {call.name} failed ({type(exc).__name__}: {exc}); "
+                          f"it will be captured on first use", RuntimeWarning, stacklevel=1)
+            self.warmups.popleft()
+            return
+        finally:
+            for slot in slots:
+                self.slots.overwritten(slot, call.first_cell)
+        self.warmups.popleft()
+        if left > 1:
+            self.warmups.appendleft((call, left - 1))
+        elif self.on_warmed is not None:
+            self.on_warmed(call.name)
 
     def _admit(self) -> list[Generation]:
         admitted = []

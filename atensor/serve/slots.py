@@ -77,6 +77,22 @@ class SlotCache:
             self.hit_tokens += reused
         return Lease(best, reused)
 
+    def scratch(self, count: int) -> list[int]:
+        """`count` free slots for work that writes cells of its own (a warm-up step), those holding the
+        fewest cached tokens first (empty ones, then the least recently used): the slots whose prefixes
+        it would cost least to lose. They stay free; the caller says what was written (`overwritten`)."""
+        if count > len(self.free):
+            raise RuntimeError(f"{count} scratch slots asked for, {len(self.free)} free: ask only for free ones")
+        order = {slot: i for i, slot in enumerate(self.free)}
+        return sorted(self.free, key=lambda slot: (len(self.free[slot]), order[slot]))[:count]
+
+    def overwritten(self, slot: int, first_cell: int) -> None:
+        """A free slot's cells from `first_cell` on were written by something else than its last request:
+        it keeps at most the tokens of cells [0, first_cell) (the invariant above)."""
+        if slot not in self.free:
+            raise ValueError(f"slot {slot} is in use: only a free slot's cells may be overwritten")
+        del self.free[slot][first_cell:]
+
     def release(self, slot: int, held: Sequence[int]) -> None:
         """Frees `slot`, whose cells [0, len(held)) hold `held` (empty: nothing reusable); it becomes the
         most recently used free slot."""

@@ -17,6 +17,7 @@ from atensor.models.generation import SamplingParams
 from atensor.serve.batcher import Batcher
 from atensor.serve.requests import Failure, Finish, Generation, Token, channel
 from atensor.serve.slots import SlotCache
+from atensor.serve.startup import WarmupCall
 
 VOCAB = 8
 
@@ -201,3 +202,42 @@ def test_cancelling_the_batcher_fails_the_requests_still_generating_and_frees_th
     last = _run(library, main)
     assert isinstance(last, Failure) and "shutting down" in last.message
     assert len(batcher.slots.free) == 4 and not batcher.active and not batcher.running
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_an_idle_batcher_warms_in_the_background_on_scratch_slots_and_a_request_goes_first(library):
+    """Background warm-up runs (3 a call) only while nothing generates or waits, on the free slots that
+    hold the fewest cached tokens, and cuts a cached prefix where a run wrote into its slot."""
+    engine = FakeEngine(step_seconds=0.005)
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.0, min_reuse=4)
+    lease = batcher.slots.acquire([7] * 40)
+    batcher.slots.release(lease.slot, [7] * 40)  # slot 0 holds a 40-token prefix; 1, 2, 3 are empty
+    runs: list[tuple[str, list[int], bool]] = []
+
+    def call(name: str, rows: int, first_cell: int) -> WarmupCall:
+        async def run_async(slots) -> None:
+            runs.append((name, list(slots), bool(batcher.active or batcher.waiting)))
+            await anyio.sleep(0.01)
+        return WarmupCall(name, rows, first_cell, lambda slots: None, run_async)
+    warmed: list[str] = []
+
+    async def main() -> list:
+        batcher.warm_later([call("two rows", 2, 10), call("every slot", 4, 30)], warmed.append)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(batcher.run)
+            await anyio.sleep(0.015)  # the first run is in flight
+            gen, receive = _generation(5)
+            batcher.submit(gen)
+            events = await _events(receive)
+            while batcher.warmups:
+                await anyio.sleep(0.005)
+            tasks.cancel_scope.cancel()
+        return events
+    events = _run(library, main)
+    assert isinstance(events[-1], Finish) and len(events) == 6  # the request was served meanwhile
+    assert [name for name, _, _ in runs] == ["two rows"] * 3 + ["every slot"] * 3
+    assert not any(busy for _, _, busy in runs)  # never while a request generated or waited
+    assert all(sorted(slots) == [1, 2] for name, slots, _ in runs[:1])  # empty slots first, not slot 0
+    assert warmed == ["two rows", "every slot"] and batcher.stats()["warming"] == 0
+    assert batcher.slots.free[0] == [7] * 30  # cut where "every slot" wrote; its first 30 cells kept
+    assert all(len(held) <= 10 for slot, held in batcher.slots.free.items() if slot != 0)

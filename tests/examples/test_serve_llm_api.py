@@ -6,6 +6,7 @@ same greedy text as a cold prefill."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -168,6 +169,9 @@ def test_a_prompt_sharing_a_cached_prefix_gives_the_cold_prefills_greedy_text(se
     from a slot holding all but its last token: the same greedy text, and one more prefix-cache hit."""
     system = "You are a terse assistant. Answer in one short sentence, and never use lists. " * 2
     prompt = system + "Question: what is the capital of Italy? Answer:"
+    deadline = time.monotonic() + 600  # the background warm-up done: its runs would cut cached prefixes
+    while httpx.get(server + "/health").json()["warming"] and time.monotonic() < deadline:
+        time.sleep(0.2)
 
     async def fill_every_slot():
         async with httpx.AsyncClient(timeout=300) as c:

@@ -360,3 +360,42 @@ def test_penalties_lower_logits_as_openai_defines_them_and_log_softmax_is_the_mo
     assert penalize(logits, [0], SamplingParams()) is logits
     expected = logits.astype(np.float64) - np.log(np.exp(logits.astype(np.float64)).sum())
     np.testing.assert_allclose(log_softmax(logits), expected, atol=1e-12)
+
+
+def test_a_background_warm_up_between_requests_keeps_cached_prefixes_true_and_greedy_text_the_same(engine,
+                                                                                                   tokenizer):
+    """The server's background warm-up runs on the batcher's idle slots: a run that writes past a cached
+    prefix keeps it (the next request reuses it), one that writes over it cuts it (the next request
+    prefills cold); either way the greedy text is the cold one's."""
+    import trio
+
+    from atensor.serve.batcher import Batcher
+    from atensor.serve.requests import Finish, Generation, Token, channel
+    from atensor.serve.startup import warmup_calls
+    batcher = Batcher(engine, tokenizer, max_waiting=4, batch_wait=0.0, min_reuse=4)
+    ids = tokenizer.encode("The capital of France is Paris. The capital of Italy is")
+    calls = {c.name: c for c in warmup_calls(engine, tokenizer.eos_id, "start")}  # programs the tests above
+    past, over = calls["decode batch 4 window 64 (every slot)"], calls["batched prefill 4 x 16"]  # captured
+    assert past.first_cell > len(ids) + 8 and over.first_cell == 0
+
+    async def main() -> list[str]:
+        texts = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batcher.run)
+            for warm in (None, past, over):
+                if warm is not None:
+                    batcher.warm_later([warm])
+                    while batcher.warmups:
+                        await trio.sleep(0.01)
+                send, receive = channel()
+                batcher.submit(Generation(list(ids), 8, SamplingParams(), send, ignore_eos=True))
+                events = [await receive.receive()]
+                while isinstance(events[-1], Token):
+                    events.append(await receive.receive())
+                assert isinstance(events[-1], Finish)
+                texts.append("".join(e.text for e in events if isinstance(e, Token)) + events[-1].text)
+            nursery.cancel_scope.cancel()
+        return texts
+    texts = trio.run(main)
+    assert texts[0] and texts == [texts[0]] * 3
+    assert batcher.slots.hits == 1  # the second request reused the first one's prefix; the third found it cut
