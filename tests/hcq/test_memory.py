@@ -23,11 +23,14 @@ def test_memory_is_accounted_released_and_reused():
     pooled = dev._pooled_bytes
     assert pooled == 3 * (1 << 20)  # the two computed buffers and the one the numpy data was copied into
     # the next buffers of the same size take the pooled memory (the data's copy, then the product's
-    # result), and compute correct values on it
-    z = Tensor(np.arange(1 << 18, dtype=np.float32), device="CPU:3") * 3
+    # result), and compute correct values on it. `a` is held: a temporary input's buffer may die (and
+    # go back to the pool) as soon as the product is realized, at a moment the test does not control
+    a = Tensor(np.arange(1 << 18, dtype=np.float32), device="CPU:3")
+    z = a * 3
     z.realize().wait()
     assert dev._pooled_bytes == pooled - 2 * (1 << 20)
     np.testing.assert_array_equal(z.numpy(), np.arange(1 << 18, dtype=np.float32) * 3)
+    del a
 
 
 def test_memory_of_a_buffer_in_use_by_queued_work_is_never_reused():
