@@ -37,7 +37,7 @@ def build_app(args: argparse.Namespace):
                       prefix_cache=not args.no_prefix_cache, min_reuse=args.prefix_min_tokens, metrics=metrics,
                       thread_nice=args.worker_nice)
     metrics.watch(batcher)
-    if not args.no_warmup:
+    if not (args.no_warmup or args.no_background_warmup):
         warm_in_background(batcher, engine, tokenizer.eos_id)
 
     def on_start() -> None:
@@ -64,6 +64,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--prefix-min-tokens", type=int, default=MIN_REUSE,
                         help="the shortest cached prefix worth reusing (default %(default)s)")
     parser.add_argument("--no-warmup", action="store_true", help="capture the steps on first use instead")
+    parser.add_argument("--no-background-warmup", action="store_true",
+                        help="warm only what the first requests need before /health; the longer shapes are "
+                             "captured on first use instead of while the server is idle")
     parser.add_argument("--worker-nice", type=int, default=WORKER_NICE,
                         help="the nice of every thread but the event loop's, once serving (default "
                              "%(default)s; 0: leave them as they are)")

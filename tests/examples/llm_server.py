@@ -32,7 +32,9 @@ def _reference_while_the_server_warms_up() -> None:
 
 
 def running_server():
-    """Starts the server, yields (its URL, its process), stops it. With ATENSOR_TEST_LLM_URL set (a
+    """Starts the server, yields (its URL, its process), stops it. Its background warm-up is off: it
+    would compete for the 2 cores with the tests' requests (~20 s of the suite), and the batcher's and
+    the model's tests cover it. With ATENSOR_TEST_LLM_URL set (a
     server already started with this module's flags, for working on the tests), yields (that URL, None)."""
     import httpx
     if os.environ.get("ATENSOR_TEST_LLM_URL"):
@@ -42,7 +44,8 @@ def running_server():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "serve_llm.py"), "--port", str(port),
                              "--slots", str(SLOTS), "--max-waiting", str(WAITING), "--context", str(CONTEXT),
-                             "--prefill-buckets", "16", "64"], env=env, stdout=subprocess.PIPE,
+                             "--prefill-buckets", "16", "64",
+                             "--no-background-warmup"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
