@@ -34,6 +34,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.backend.quant_pool_c import POOL_SOURCE
 from atensor.backend.quant_gemv_c import GEMV_SOURCE
+from atensor.backend.quant_gemm_c import GEMM_SOURCE
 from atensor.backend.quant_q8_c import Q8_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
@@ -414,6 +415,16 @@ static ATQ_AVX2 void atq_gemv_f32_avx2(int fmt, const float *x, const uint8_t *w
   int64_t rb = atq_row_bytes(fmt, cols);
   for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_avx2(fmt, w + r * rb, x, cols);
 }
+static ATQ_AVX2 int atq_gemm_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                                  int64_t rows, int64_t r0, int64_t r1);  /* quant_gemm_c.py */
+static ATQ_AVX2 int atq_blocked_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                                     int64_t rows, int64_t r0, int64_t r1) {
+  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1);
+}
+static ATQ_AVX512 int atq_blocked_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
+                                         int64_t cols, int64_t rows, int64_t r0, int64_t r1) {
+  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1);  /* AVX-512 runs the AVX2 blocked kernel */
+}
 static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
                                        int64_t r1) {
   int64_t rb = atq_row_bytes(fmt, cols);
@@ -421,11 +432,19 @@ static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_
 }
 #endif
 
+/* several rows of x: the blocked kernel where the path has one (quant_gemm_c.py); 0 = not taken here */
+static inline int atq_blocked_portable(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                                       int64_t rows, int64_t r0, int64_t r1) {
+  (void)fmt; (void)x; (void)w; (void)y; (void)m; (void)cols; (void)rows; (void)r0; (void)r1;
+  return 0;
+}
+
 #define ATQ_MATMUL(PATH, ATTR)                                                                          \
   static ATTR void atq_matmul_rows_##PATH(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,  \
                                           int64_t cols, int64_t rows, int64_t r0, int64_t r1) {         \
     int64_t rb = atq_row_bytes(fmt, cols);                                                              \
     if (m == 1) { atq_gemv_f32_##PATH(fmt, x, w, y, cols, r0, r1); return; }                                \
+    if (atq_blocked_##PATH(fmt, x, w, y, m, cols, rows, r0, r1)) return;                                  \
     if (cols > ATQ_SCRATCH) {                                                                           \
       for (int64_t i = 0; i < m; i++)                                                                   \
         for (int64_t r = r0; r < r1; r++) y[i * rows + r] = atq_dot_row_##PATH(fmt, w + r * rb, x + i * cols, cols); \
@@ -471,4 +490,5 @@ int atq_has_avx512(void) { return 0; }
 """
 SOURCE += Q8_SOURCE  # the optional Q8-activation kernels (llama.cpp's numerics)
 SOURCE += GEMV_SOURCE  # batch-1 AVX2 kernels, four weight rows per pass
+SOURCE += GEMM_SOURCE  # many rows of x on AVX2: the blocked kernel
 SOURCE += POOL_SOURCE  # the thread pool and the entry points (atq_matmul, atq_dequant, atq_matmul_run)
