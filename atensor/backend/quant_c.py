@@ -13,13 +13,14 @@ one compile holds all three on x86); quant_pool_c.py's entry points pick the bes
 The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`) through
 `atq_matmul_run`, on one thread and on two.
 
-Batched rows: `atq_matmul` with several rows of x decodes each weight row once into an L1-resident
-scratch row and multiplies it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on (a
-prefill, 16 decode streams) it decodes panels of weight rows (128 KiB, in L2) and multiplies each
-panel with all rows of x in BLAS's sgemm (set by native.py; called on one BLAS thread from each of the
-kernel's threads, quant_pool_c.py). Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
-takes the fused decode-and-dot in registers, where a scratch row's store and load would cost more
-than the decode.
+Batched rows: on AVX2 (and AVX-512) `atq_matmul` with two rows of x or more (a prefill, 16 decode
+streams) runs the blocked kernel of quant_gemm_c.py (`atq_blocked_<path>`; rows up to ATQ_GEMM_COLS
+columns). The portable path, and longer rows, decode each weight row once into an L1-resident scratch
+row and multiply it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on they decode
+panels of weight rows (128 KiB, in L2) and multiply each panel with all rows of x in BLAS's sgemm (set
+by native.py; called on one BLAS thread from each of the kernel's threads, quant_pool_c.py). Every way
+each weight block is read from memory once for all rows. One row of x (batch-1 decode) takes the fused
+decode-and-dot in registers, where a scratch row's store and load would cost more than the decode.
 
 `render_packed` is a QMATMUL or DEQUANT kernel's own C (c_render.py calls it): one call through the
 prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which native.py sets to this library's

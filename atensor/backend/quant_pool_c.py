@@ -12,7 +12,7 @@ How many threads: a kernel's BLAS thread count, the one mechanism atensor has fo
 one thread or two by the load of its first runs), and the kernel reads it back through
 `openblas_get_num_threads` (native.py hands both functions over). The work size then decides: no
 split under ATQ_MIN_ROWS_PER_THREAD weight rows a thread. While the pool's threads call sgemm (many
-rows, quant_c.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
+rows on the portable path, quant_c.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
 count is set back before the kernel returns.
 
 The split: rows of W (the output columns) in chunks of ATQ_CHUNKS_PER_THREAD per thread, a multiple of
