@@ -11,11 +11,16 @@ figure is its best round (the least disturbed on a shared machine). Times are wa
 the fastest of a few repeats; a call runs on `threads` threads (the packed kernels' pool, torch's
 intra-op threads), BLAS set to that count as a kernel's runner sets it (`blas.packed_threads`).
 
-Columns: GFLOPS (2 * rows * cols * m / time), the weight bytes read per second (the packed bytes for
-atensor, float32 for torch), and torch / atensor (above 1: atensor is faster). The "16-row decode
+Columns: GFLOPS (2 * rows * cols * m / time) of atensor's default kernels (float32 activations: the
+float32 model's values), of the baseline tree's and of torch, and of atensor's optional Q8 activations
+(`weights="q8act"`, llama.cpp's numerics; this tree's kernels); the packed weight bytes read per second
+by the default kernel; torch / atensor (above 1: atensor's default is faster). The "16-row decode
 step" table sums each shape's time times its count per step (a decode step of 16 streams multiplies
-each of these once). llama.cpp's batched numbers are not measured here (bench/quant_dot.py compares
-its per-block dot products at batch 1).
+each of these once). ggml: llama.cpp's batched Q4_1 product as its mul_mat runs it on x86 (x's rows
+quantized to Q8_1, then `ggml_vec_dot_q4_1_q8_1` per pair of rows, from llama-cpp-python's
+libggml-cpu), one thread, thread CPU time, for the Q4_1 shapes; its Q8_0 product goes through
+llamafile's sgemm, which needs ggml's thread pool and is not measured. Without llama-cpp-python the
+ggml column is empty.
 """
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ def _best(call, repeat: int) -> float:
 
 
 def _repeat(rows: int, cols: int, m: int) -> int:
-    return max(3, min(50, int(3e8 / (rows * cols * m + 1))))
+    return max(5, min(50, int(3e8 / (rows * cols * m + 1))))
 
 
 def worker_atensor() -> dict:
@@ -79,14 +84,15 @@ def worker_atensor() -> dict:
             data.setdefault((fmt.name, *stored.shape), (fmt, stored.data))
     out = {}
     for (fname, rows, cols), (fmt, packed) in data.items():
-        shape = PackedShape(fmt, rows, cols)
-        for m in ROWS:
-            x = np.random.default_rng(m).standard_normal((m, cols)).astype(np.float32)
-            for threads in THREADS:
-                blas.use(threads)
-                seconds = _best(lambda: quant_kernels.matmul(x, packed, shape, threads=threads),
-                                _repeat(rows, cols, m))
-                out[f"{fname} {rows}x{cols} {m} {threads}"] = seconds
+        for activations, suffix in (("float32", ""), ("q8_0", " q8act")):
+            shape = PackedShape(fmt, rows, cols, activations)
+            for m in ROWS:
+                x = np.random.default_rng(m).standard_normal((m, cols)).astype(np.float32)
+                for threads in THREADS:
+                    blas.use(threads)
+                    seconds = _best(lambda: quant_kernels.matmul(x, packed, shape, threads=threads),
+                                    _repeat(rows, cols, m))
+                    out[f"{fname} {rows}x{cols} {m} {threads}{suffix}"] = seconds
     return out
 
 
@@ -106,6 +112,90 @@ def worker_torch() -> dict:
     return out
 
 
+GGML_HARNESS = r"""
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+typedef void (*dot_t)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+typedef void (*quant_t)(const float *, void *, int64_t);
+static double cpu_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+/* y (m, rows) = x (m, cols) . W^T, W Q4_1, as ggml's mul_mat runs it on x86 (one thread): x's rows
+   quantized to Q8_1 once, then ggml_vec_dot_q4_1_q8_1 per (weight row, row of x), 16x16 blocks */
+int main(int argc, char **argv) {
+  int64_t rows = atoll(argv[1]), cols = atoll(argv[2]), m = atoll(argv[3]);
+  void *lib = dlopen(argv[4], RTLD_NOW);
+  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  ((void (*)(void))dlsym(lib, "ggml_cpu_init"))();
+  dot_t dot = (dot_t)dlsym(lib, "ggml_vec_dot_q4_1_q8_1");
+  quant_t quant = (quant_t)dlsym(lib, "quantize_row_q8_1");
+  int64_t rb = cols / 32 * 20, xb = cols / 32 * 36;
+  uint8_t *w = malloc(rows * rb), *xq = malloc(m * xb);
+  float *x = malloc(4 * m * cols), *y = malloc(4 * m * rows);
+  srand(1);
+  for (int64_t i = 0; i < rows * rb; i++) w[i] = (uint8_t)rand();
+  for (int64_t b = 0; b < rows * cols / 32; b++) {  /* d, m in [2^-7, 2^-6): finite halves */
+    uint16_t h = 0x2000 + (rand() & 0x3ff); memcpy(w + b * 20, &h, 2);
+    h = 0x2000 + (rand() & 0x3ff); memcpy(w + b * 20 + 2, &h, 2);
+  }
+  for (int64_t i = 0; i < m * cols; i++) x[i] = (rand() % 2001 - 1000) / 1000.0f;
+  double best = 1e30;
+  for (int round = 0; round < 7; round++) {
+    double start = cpu_ns();
+    for (int64_t j = 0; j < m; j++) quant(x + j * cols, xq + j * xb, cols);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+      for (int64_t j0 = 0; j0 < m; j0 += 16)
+        for (int64_t j = j0; j < j0 + 16 && j < m; j++)
+          for (int64_t r = r0; r < r0 + 16 && r < rows; r++)
+            dot((int)cols, y + j * rows + r, 0, w + r * rb, 0, xq + j * xb, 0, 1);
+    double ns = cpu_ns() - start;
+    if (ns < best) best = ns;
+  }
+  printf("%.0f\n", best);
+  return 0;
+}
+"""
+
+
+def ggml_library() -> str | None:
+    """libggml-cpu of llama-cpp-python (an optional bench dependency), when it is installed."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    path = Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"
+    return str(path) if path.exists() else None
+
+
+def worker_ggml(shapes: list[dict]) -> dict:
+    """ggml's Q4_1 batched matmul as its mul_mat runs on x86 (per-pair block dot products: llamafile's
+    sgemm, which llama.cpp uses for Q8_0 and Q4_0, has no Q4_1), one thread, thread CPU time: seconds
+    per config. Empty without llama-cpp-python."""
+    import tempfile
+    lib = ggml_library()
+    if lib is None:
+        return {}
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="quant-batched-") as tmp:
+        src, exe = Path(tmp) / "ggml.c", Path(tmp) / "ggml"
+        src.write_text(GGML_HARNESS)
+        subprocess.run(["cc", "-O2", "-o", str(exe), str(src), "-ldl"], check=True)
+        for s in shapes:
+            if s["format"] != "q4_1":
+                continue
+            for m in ROWS:
+                ns = subprocess.run([str(exe), str(s["rows"]), str(s["cols"]), str(m), lib], capture_output=True,
+                                    text=True, check=True).stdout
+                out[f"{s['format']} {s['rows']}x{s['cols']} {m} 1"] = float(ns) / 1e9
+    return out
+
+
 def run_worker(kind: str, tree: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run([sys.executable, __file__, "--worker", kind], env=env, capture_output=True, text=True,
@@ -114,6 +204,66 @@ def run_worker(kind: str, tree: Path) -> dict:
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"{kind} worker in {tree} failed:\n{proc.stderr[-3000:]}")
     return json.loads(line[len("RESULT "):])
+
+
+def collect(engines: dict[str, Path], rounds: int, shapes: list[dict]) -> dict[str, dict[str, float]]:
+    """The best seconds per config of each engine over `rounds` rounds, the engines alternating."""
+    best: dict[str, dict[str, float]] = {e: {} for e in list(engines) + ["ggml"]}
+    for _ in range(rounds):
+        for engine, tree in engines.items():
+            got = run_worker("torch" if engine == "torch" else "atensor", tree)
+            for key, seconds in got.items():
+                best[engine][key] = min(seconds, best[engine].get(key, float("inf")))
+        for key, seconds in worker_ggml(shapes).items():
+            best["ggml"][key] = min(seconds, best["ggml"].get(key, float("inf")))
+        print("round done", flush=True)
+    return best
+
+
+def report(best: dict[str, dict[str, float]], engines: list[str], shapes: list[dict], rounds: int) -> dict:
+    """Prints the tables; returns what bench/results/quant_batched.json holds."""
+    from atensor.graph.quant import FORMATS
+    results, lines = [], []
+    for s in shapes:
+        fmt = FORMATS[s["format"].lower()]
+        packed_bytes = s["rows"] * s["cols"] // fmt.block * fmt.block_bytes
+        for m in ROWS:
+            for threads in THREADS:
+                key = f"{s['format']} {s['rows']}x{s['cols']} {m} {threads}"
+                flops = 2 * s["rows"] * s["cols"] * m
+                entry = {**s, "m": m, "threads": threads}
+                for e in engines:
+                    entry.update({f"{e}_ms": 1000 * best[e][key], f"{e}_gflops": flops / best[e][key] / 1e9})
+                entry["q8act_gflops"] = flops / best["atensor"][key + " q8act"] / 1e9
+                entry["ggml_gflops"] = flops / best["ggml"][key] / 1e9 if key in best["ggml"] else None
+                entry["atensor_gbytes_s"] = packed_bytes / best["atensor"][key] / 1e9
+                entry["torch_over_atensor"] = best["torch"][key] / best["atensor"][key]
+                entry["ggml_over_atensor"] = best["ggml"][key] / best["atensor"][key] if key in best["ggml"] else None
+                if "baseline" in engines:
+                    entry["baseline_over_atensor"] = best["baseline"][key] / best["atensor"][key]
+                results.append(entry)
+                lines.append([key.rsplit(" ", 2)[0], m, threads] + [entry[f"{e}_gflops"] for e in engines] +
+                             [entry["q8act_gflops"], entry["ggml_gflops"] or "-", entry["atensor_gbytes_s"],
+                              entry["torch_over_atensor"], entry["ggml_over_atensor"] or "-"] +
+                             ([entry["baseline_over_atensor"]] if "baseline" in engines else []))
+    load = os.getloadavg()
+    heads = (["shape", "rows of x", "threads"] + [f"{e} GFLOPS" for e in engines] +
+             ["atensor q8act GFLOPS", "ggml GFLOPS", "atensor GB/s packed", "torch / atensor", "ggml / atensor"] +
+             (["baseline / atensor"] if "baseline" in engines else []))
+    print(table(f"packed matmul (float32 activations) against torch float32 and ggml (Q4_1, one thread), best "
+                f"of {rounds} alternating rounds; load average {load[0]:.1f}", heads, lines))
+    step_rows, step = [], {}
+    for m in ROWS:
+        for threads in THREADS:
+            per = {e: sum(1000 * best[e][f"{s['format']} {s['rows']}x{s['cols']} {m} {threads}"] * s["count"]
+                          for s in shapes) for e in engines}
+            step[f"{m} {threads}"] = per
+            step_rows.append([m, threads] + [per[e] for e in engines] + [per["torch"] / per["atensor"]] +
+                             ([per["baseline"] / per["atensor"]] if "baseline" in engines else []))
+    print(table("one decode step's matmuls (every shape times its count), ms",
+                ["rows of x", "threads"] + [f"{e} ms" for e in engines] + ["torch / atensor"] +
+                (["baseline / atensor"] if "baseline" in engines else []), step_rows))
+    return {"configs": results, "step_ms": step, "rounds": rounds, "load_average": load}
 
 
 def main() -> None:
@@ -125,58 +275,12 @@ def main() -> None:
     if args.worker:
         print("RESULT " + json.dumps(worker_atensor() if args.worker == "atensor" else worker_torch()))
         return
-    engines = {"atensor": ROOT, "torch": ROOT}
-    if args.baseline:
-        engines = {"atensor": ROOT, "baseline": args.baseline.resolve(), "torch": ROOT}
-    best: dict[str, dict[str, float]] = {e: {} for e in engines}
-    for _ in range(args.rounds):
-        for engine, tree in engines.items():
-            got = run_worker("torch" if engine == "torch" else "atensor", tree)
-            for key, seconds in got.items():
-                best[engine][key] = min(seconds, best[engine].get(key, float("inf")))
-            print(f"round done: {engine}", flush=True)
+    engines = {"atensor": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {}) | {"torch": ROOT}
     shapes = model_shapes()
-    from atensor.graph.quant import FORMATS
-    results, lines = [], []
-    for s in shapes:
-        fmt = FORMATS[s["format"].lower()]
-        packed_bytes = s["rows"] * s["cols"] // fmt.block * fmt.block_bytes
-        for m in ROWS:
-            for threads in THREADS:
-                key = f"{s['format']} {s['rows']}x{s['cols']} {m} {threads}"
-                flops = 2 * s["rows"] * s["cols"] * m
-                entry = {**s, "m": m, "threads": threads, **{f"{e}_ms": 1000 * best[e][key] for e in engines}}
-                entry.update({f"{e}_gflops": flops / best[e][key] / 1e9 for e in engines})
-                entry["atensor_gbytes_s"] = packed_bytes / best["atensor"][key] / 1e9
-                entry["torch_over_atensor"] = best["torch"][key] / best["atensor"][key]
-                if "baseline" in engines:
-                    entry["baseline_over_atensor"] = best["baseline"][key] / best["atensor"][key]
-                results.append(entry)
-                lines.append([key.rsplit(" ", 2)[0], m, threads] +
-                             [entry[f"{e}_gflops"] for e in engines] + [entry["atensor_gbytes_s"],
-                              entry["torch_over_atensor"]] +
-                             ([entry["baseline_over_atensor"]] if "baseline" in engines else []))
-    load = os.getloadavg()
-    heads = ["shape", "rows of x", "threads"] + [f"{e} GFLOPS" for e in engines] + ["atensor GB/s packed",
-                                                                                      "torch / atensor"]
-    heads += ["baseline / atensor"] if "baseline" in engines else []
-    print(table(f"packed matmul (float32 activations) against torch float32, best of {args.rounds} alternating "
-                f"rounds; load average {load[0]:.1f}", heads, lines))
-    step_rows = []
-    step = {}
-    for m in ROWS:
-        for threads in THREADS:
-            per = {e: sum(1000 * best[e][f"{s['format']} {s['rows']}x{s['cols']} {m} {threads}"] * s["count"]
-                          for s in shapes) for e in engines}
-            step[f"{m} {threads}"] = per
-            step_rows.append([m, threads] + [per[e] for e in engines] + [per["torch"] / per["atensor"]] +
-                             ([per["baseline"] / per["atensor"]] if "baseline" in engines else []))
-    print(table("one decode step's matmuls (every shape times its count), ms",
-                ["rows of x", "threads"] + [f"{e} ms" for e in engines] + ["torch / atensor"] +
-                (["baseline / atensor"] if "baseline" in engines else []), step_rows))
-    path = write_results("quant_batched", {"configs": results, "step_ms": step, "rounds": args.rounds,
-                                           "baseline": str(args.baseline) if args.baseline else None,
-                                           "load_average": load})
+    best = collect(engines, args.rounds, shapes)
+    data = report(best, list(engines), shapes, args.rounds)
+    path = write_results("quant_batched", {**data, "baseline": str(args.baseline) if args.baseline else None,
+                                           "ggml": ggml_library()})
     print(f"wrote {path}")
 
 
