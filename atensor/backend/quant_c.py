@@ -417,14 +417,14 @@ static ATQ_AVX2 void atq_gemv_f32_avx2(int fmt, const float *x, const uint8_t *w
   for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_avx2(fmt, w + r * rb, x, cols);
 }
 static ATQ_AVX2 int atq_gemm_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
-                                  int64_t rows, int64_t r0, int64_t r1);  /* quant_gemm_c.py */
+                                  int64_t rows, int64_t r0, int64_t r1, float *scratch);  /* quant_gemm_c.py */
 static ATQ_AVX2 int atq_blocked_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
-                                     int64_t rows, int64_t r0, int64_t r1) {
-  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1);
+                                     int64_t rows, int64_t r0, int64_t r1, float *scratch) {
+  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1, scratch);
 }
 static ATQ_AVX512 int atq_blocked_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
-                                         int64_t cols, int64_t rows, int64_t r0, int64_t r1) {
-  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1);  /* AVX-512 runs the AVX2 blocked kernel */
+                                         int64_t cols, int64_t rows, int64_t r0, int64_t r1, float *scratch) {
+  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1, scratch);  /* AVX-512 runs the AVX2 kernel */
 }
 static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
                                        int64_t r1) {
@@ -435,8 +435,8 @@ static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_
 
 /* several rows of x: the blocked kernel where the path has one (quant_gemm_c.py); 0 = not taken here */
 static inline int atq_blocked_portable(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
-                                       int64_t rows, int64_t r0, int64_t r1) {
-  (void)fmt; (void)x; (void)w; (void)y; (void)m; (void)cols; (void)rows; (void)r0; (void)r1;
+                                       int64_t rows, int64_t r0, int64_t r1, float *scratch) {
+  (void)fmt; (void)x; (void)w; (void)y; (void)m; (void)cols; (void)rows; (void)r0; (void)r1; (void)scratch;
   return 0;
 }
 
@@ -445,7 +445,8 @@ static inline int atq_blocked_portable(int fmt, const float *x, const uint8_t *w
                                           int64_t cols, int64_t rows, int64_t r0, int64_t r1) {         \
     int64_t rb = atq_row_bytes(fmt, cols);                                                              \
     if (m == 1) { atq_gemv_f32_##PATH(fmt, x, w, y, cols, r0, r1); return; }                                \
-    if (atq_blocked_##PATH(fmt, x, w, y, m, cols, rows, r0, r1)) return;                                  \
+    float scratch[ATQ_SCRATCH] __attribute__((aligned(64)));                                             \
+    if (atq_blocked_##PATH(fmt, x, w, y, m, cols, rows, r0, r1, scratch)) return;                         \
     if (cols > ATQ_SCRATCH) {                                                                           \
       for (int64_t i = 0; i < m; i++)                                                                   \
         for (int64_t r = r0; r < r1; r++) y[i * rows + r] = atq_dot_row_##PATH(fmt, w + r * rb, x + i * cols, cols); \
@@ -464,7 +465,6 @@ static inline int atq_blocked_portable(int fmt, const float *x, const uint8_t *w
         return;                                                                                         \
       }                                                                                                 \
     }                                                                                                   \
-    float scratch[ATQ_SCRATCH] __attribute__((aligned(64)));                                             \
     for (int64_t r = r0; r < r1; r++) {                                                                 \
       atq_decode_row_##PATH(fmt, w + r * rb, scratch, cols);                                            \
       int64_t i = 0;                                                                                    \

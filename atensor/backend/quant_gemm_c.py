@@ -115,12 +115,14 @@ ATQ_INLINE ATQ_AVX2 void atq_gemm_rows_avx2(const float *scratch, int64_t cols, 
 static uint64_t atq_gemm_runs;  /* calls of the blocked kernel (racy counts: the tests see that it ran) */
 uint64_t atq_gemm_count(void) { return __atomic_load_n(&atq_gemm_runs, __ATOMIC_RELAXED); }
 
-/* y (m, rows) = x (m, cols) . W^T for weight rows [r0, r1); false (nothing done) for a row it does not take */
+/* y (m, rows) = x (m, cols) . W^T for weight rows [r0, r1); false (nothing done) for a row it does not take;
+   `scratch`: ATQ_SCRATCH floats, 64-byte aligned (the caller's, quant_c.py's: one 64 KiB array on a
+   thread's stack, as before this kernel) */
+_Static_assert(ATQ_GEMM_W * ATQ_GEMM_COLS <= ATQ_SCRATCH, "the decoded weight rows fit the caller's scratch");
 static ATQ_AVX2 int atq_gemm_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
-                                  int64_t rows, int64_t r0, int64_t r1) {
+                                  int64_t rows, int64_t r0, int64_t r1, float *scratch) {
   if (cols % 32 != 0 || cols > ATQ_GEMM_COLS) return 0;
   __atomic_store_n(&atq_gemm_runs, atq_gemm_count() + 1, __ATOMIC_RELAXED);
-  float scratch[ATQ_GEMM_W * ATQ_GEMM_COLS] __attribute__((aligned(32)));
   int64_t rb = atq_row_bytes(fmt, cols), nb = cols / 32;
   int64_t pass = ATQ_GEMM_XBYTES / (cols * (int64_t)sizeof(float)) / ATQ_GEMM_X * ATQ_GEMM_X;
   if (pass < ATQ_GEMM_X) pass = ATQ_GEMM_X;
