@@ -48,7 +48,7 @@ def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_man
     data, expected = _packed(fmt, 40, 160, seed=1)
     shape = PackedShape(fmt, 40, 160)
     rng = np.random.default_rng(2)
-    for m in (1, 5, 16):  # one decode row, a few (four at a time, then one), sixteen streams (sgemm panels)
+    for m in (1, 5, 16):  # one decode row, a few, sixteen streams (blocked on AVX2; portable: sgemm panels)
         x = rng.standard_normal((m, 160)).astype(np.float32)
         exact = x.astype(np.float64) @ expected.T.astype(np.float64)
         results = {path: quant_kernels.matmul(x, data, shape, path) for path in quant_kernels.available_paths()}
@@ -67,7 +67,7 @@ def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
     data, expected = _packed(fmt, 320, 256, seed=7)
     shape = PackedShape(fmt, 320, 256)
     rng = np.random.default_rng(8)
-    for m in (1, 3, 16):  # one decode row, a few (scratch row), many (sgemm panels)
+    for m in (1, 3, 16):  # one decode row, a few, many (blocked on AVX2; portable: scratch row, sgemm)
         x = rng.standard_normal((m, 256)).astype(np.float32)
         exact = x.astype(np.float64) @ expected.T.astype(np.float64)
         for path in quant_kernels.available_paths():
