@@ -5,7 +5,7 @@ Why a kernel of its own: with 2 to 64 rows of x the work per weight is an FMA pe
 (one per weight, whatever the row count) must be paid once and the FMAs must run at the units' rate.
 Before this file the rows went through BLAS: panels of weight rows decoded to float32 and multiplied by
 sgemm. OpenBLAS packs both operands of every call again, and at 16 rows (16 decode streams of SmolLM2)
-that ran at ~30 GFLOPS a thread, under half of what two FMA units give (~78 at 2.45 GHz). Here:
+that ran at 27-49 GFLOPS a thread, well under what two FMA units give (~78 at 2.45 GHz). Here:
 
 - ATQ_GEMM_W (4) weight rows are decoded together into an L1 scratch (the exact float32 values of
   the numpy decode, as every path gives: quant_c.py), with the decode of quant_gemv_c.py (bytes
@@ -14,8 +14,10 @@ that ran at ~30 GFLOPS a thread, under half of what two FMA units give (~78 at 2
   vectors and one weight vector in registers: per 8 columns 6 loads feed 8 FMAs, so the FMA units,
   not the loads, set the pace, and 8 independent chains cover the FMA latency (4 cycles, 2 a cycle).
   Measured (one thread, thread CPU time, best of 40 calls, SmolLM2's Q4_1 1536x576, 16 rows): 79
-  GFLOPS, against 74 for a 4x3 tile (12 accumulators, a 1-row tile left over at 16 rows) and 42-57
-  for sgemm's panels (bench/quant_batched.py's wall time); a 4x2 tile also divides the row counts the engine uses (4, 8, 16, 64);
+  GFLOPS, against 74 for a 4x3 tile (12 accumulators, a 1-row tile left over at 16 rows); a 4x2 tile
+  also divides the row counts the engine uses (4, 8, 16, 64). Against sgemm's panels, both in one
+  process, calls interleaved, median (bench/quant_batched.py --baseline, load 6): 49-75 GFLOPS on
+  SmolLM2's shapes at 16 rows against 27-49, a 16-row decode step's matmuls 77 ms against 123;
 - the rows of x run in passes of at most ATQ_GEMM_XBYTES (L2-resident): a pass reads the rows of x
   from L2 once per 4 weight rows; with more rows than a pass holds (a long prefill on long rows) the
   weight rows are decoded once per pass.
