@@ -13,13 +13,14 @@ one compile holds all three on x86); quant_pool_c.py's entry points pick the bes
 The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`) through
 `atq_matmul_run`, on one thread and on two.
 
-Batched rows: `atq_matmul` with several rows of x decodes each weight row once into an L1-resident
-scratch row and multiplies it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on (a
-prefill, 16 decode streams) it decodes panels of weight rows (128 KiB, in L2) and multiplies each
-panel with all rows of x in BLAS's sgemm (set by native.py; called on one BLAS thread from each of the
-kernel's threads, quant_pool_c.py). Either way each weight block is read from memory once for all rows. One row of x (batch-1 decode)
-takes the fused decode-and-dot in registers, where a scratch row's store and load would cost more
-than the decode.
+Batched rows: on AVX2 (and AVX-512) `atq_matmul` with two rows of x or more (a prefill, 16 decode
+streams) runs the blocked kernel of quant_gemm_c.py (`atq_blocked_<path>`; rows up to ATQ_GEMM_COLS
+columns). The portable path, and longer rows, decode each weight row once into an L1-resident scratch
+row and multiply it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on they decode
+panels of weight rows (128 KiB, in L2) and multiply each panel with all rows of x in BLAS's sgemm (set
+by native.py; called on one BLAS thread from each of the kernel's threads, quant_pool_c.py). Every way
+each weight block is read from memory once for all rows. One row of x (batch-1 decode) takes the fused
+decode-and-dot in registers, where a scratch row's store and load would cost more than the decode.
 
 `render_packed` is a QMATMUL or DEQUANT kernel's own C (c_render.py calls it): one call through the
 prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which native.py sets to this library's
@@ -34,6 +35,7 @@ from atensor.graph.ops import Ops
 from atensor.graph.view import View
 from atensor.backend.quant_pool_c import POOL_SOURCE
 from atensor.backend.quant_gemv_c import GEMV_SOURCE
+from atensor.backend.quant_gemm_c import GEMM_SOURCE
 from atensor.backend.quant_q8_c import Q8_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
@@ -414,6 +416,16 @@ static ATQ_AVX2 void atq_gemv_f32_avx2(int fmt, const float *x, const uint8_t *w
   int64_t rb = atq_row_bytes(fmt, cols);
   for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_avx2(fmt, w + r * rb, x, cols);
 }
+static ATQ_AVX2 int atq_gemm_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                                  int64_t rows, int64_t r0, int64_t r1, float *scratch);  /* quant_gemm_c.py */
+static ATQ_AVX2 int atq_blocked_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                                     int64_t rows, int64_t r0, int64_t r1, float *scratch) {
+  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1, scratch);
+}
+static ATQ_AVX512 int atq_blocked_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
+                                         int64_t cols, int64_t rows, int64_t r0, int64_t r1, float *scratch) {
+  return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1, scratch);  /* AVX-512 runs the AVX2 kernel */
+}
 static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
                                        int64_t r1) {
   int64_t rb = atq_row_bytes(fmt, cols);
@@ -421,11 +433,20 @@ static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_
 }
 #endif
 
+/* several rows of x: the blocked kernel where the path has one (quant_gemm_c.py); 0 = not taken here */
+static inline int atq_blocked_portable(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                                       int64_t rows, int64_t r0, int64_t r1, float *scratch) {
+  (void)fmt; (void)x; (void)w; (void)y; (void)m; (void)cols; (void)rows; (void)r0; (void)r1; (void)scratch;
+  return 0;
+}
+
 #define ATQ_MATMUL(PATH, ATTR)                                                                          \
   static ATTR void atq_matmul_rows_##PATH(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,  \
                                           int64_t cols, int64_t rows, int64_t r0, int64_t r1) {         \
     int64_t rb = atq_row_bytes(fmt, cols);                                                              \
     if (m == 1) { atq_gemv_f32_##PATH(fmt, x, w, y, cols, r0, r1); return; }                                \
+    float scratch[ATQ_SCRATCH] __attribute__((aligned(64)));                                             \
+    if (atq_blocked_##PATH(fmt, x, w, y, m, cols, rows, r0, r1, scratch)) return;                         \
     if (cols > ATQ_SCRATCH) {                                                                           \
       for (int64_t i = 0; i < m; i++)                                                                   \
         for (int64_t r = r0; r < r1; r++) y[i * rows + r] = atq_dot_row_##PATH(fmt, w + r * rb, x + i * cols, cols); \
@@ -444,7 +465,6 @@ static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_
         return;                                                                                         \
       }                                                                                                 \
     }                                                                                                   \
-    float scratch[ATQ_SCRATCH] __attribute__((aligned(64)));                                             \
     for (int64_t r = r0; r < r1; r++) {                                                                 \
       atq_decode_row_##PATH(fmt, w + r * rb, scratch, cols);                                            \
       int64_t i = 0;                                                                                    \
@@ -471,4 +491,5 @@ int atq_has_avx512(void) { return 0; }
 """
 SOURCE += Q8_SOURCE  # the optional Q8-activation kernels (llama.cpp's numerics)
 SOURCE += GEMV_SOURCE  # batch-1 AVX2 kernels, four weight rows per pass
+SOURCE += GEMM_SOURCE  # many rows of x on AVX2: the blocked kernel
 SOURCE += POOL_SOURCE  # the thread pool and the entry points (atq_matmul, atq_dequant, atq_matmul_run)

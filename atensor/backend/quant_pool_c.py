@@ -12,7 +12,7 @@ How many threads: a kernel's BLAS thread count, the one mechanism atensor has fo
 one thread or two by the load of its first runs), and the kernel reads it back through
 `openblas_get_num_threads` (native.py hands both functions over). The work size then decides: no
 split under ATQ_MIN_ROWS_PER_THREAD weight rows a thread. While the pool's threads call sgemm (many
-rows, quant_c.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
+rows on the portable path, quant_c.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
 count is set back before the kernel returns.
 
 The split: rows of W (the output columns) in chunks of ATQ_CHUNKS_PER_THREAD per thread, a multiple of
@@ -196,6 +196,17 @@ static int atq_pool_run(const atq_job *job, int parts, int64_t chunks) {
   return 1;
 }
 
+/* whether `path`'s float32 kernel runs several rows of x through the blocked kernel (quant_gemm_c.py)
+   rather than sgemm's panels: the condition atq_gemm_avx2 checks */
+static int atq_takes_blocked(int path, int64_t cols) {
+#ifdef ATQ_X86
+  return (path < 0 ? ATQ_BEST_CODE : path) >= 1 && cols % 32 == 0 && cols <= ATQ_GEMM_COLS;
+#else
+  (void)path; (void)cols;
+  return 0;
+#endif
+}
+
 /* ---- the entry points ------------------------------------------------------------------------------
    y (m, rows) = x (m, cols) . W^T, W packed (rows, cols), through `path` on `threads` threads; `fmt` with
    ATQ_Q8ACT set: x's rows quantized to Q8_0 first (quant_q8_c.py) */
@@ -215,7 +226,7 @@ void atq_matmul_run(int path, int fmt, const float *x, const uint8_t *w, float *
     else { atq_quantize_x(x, (atq_xblock *)quantized, m, cols); x = (const float *)quantized; }
   }
   atq_rows_fn fn = atq_path_fn(path, q8);
-  atq_matmul_split(fn, fmt, x, w, y, m, cols, rows, threads, !q8);
+  atq_matmul_split(fn, fmt, x, w, y, m, cols, rows, threads, !q8 && !atq_takes_blocked(path, cols));
   free(quantized);
 }
 

@@ -48,7 +48,7 @@ def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_man
     data, expected = _packed(fmt, 40, 160, seed=1)
     shape = PackedShape(fmt, 40, 160)
     rng = np.random.default_rng(2)
-    for m in (1, 5, 16):  # one decode row, a few (four at a time, then one), sixteen streams (sgemm panels)
+    for m in (1, 5, 16):  # one decode row, a few, sixteen streams (blocked on AVX2; portable: sgemm panels)
         x = rng.standard_normal((m, 160)).astype(np.float32)
         exact = x.astype(np.float64) @ expected.T.astype(np.float64)
         results = {path: quant_kernels.matmul(x, data, shape, path) for path in quant_kernels.available_paths()}
@@ -67,7 +67,7 @@ def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
     data, expected = _packed(fmt, 320, 256, seed=7)
     shape = PackedShape(fmt, 320, 256)
     rng = np.random.default_rng(8)
-    for m in (1, 3, 16):  # one decode row, a few (scratch row), many (sgemm panels)
+    for m in (1, 3, 16):  # one decode row, a few, many (blocked on AVX2; portable: scratch row, sgemm)
         x = rng.standard_normal((m, 256)).astype(np.float32)
         exact = x.astype(np.float64) @ expected.T.astype(np.float64)
         for path in quant_kernels.available_paths():
@@ -310,3 +310,51 @@ def test_two_thread_jobs_back_to_back_give_one_threads_results():
     # thread of at least 32 rows, in whole 16s: 192 rows in 6 chunks, 576 in 8, 320 in 7, 1000 in 8
     chunks = (after.caller_chunks - before.caller_chunks) + (after.worker_chunks - before.worker_chunks)
     assert chunks == 300 * (6 + 8 + 7 + 8)
+
+
+@pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
+def test_the_blocked_kernel_runs_batched_rows_and_matches_the_decoded_matrix(fmt):
+    # backend/quant_gemm_c.py: 38 weight rows (groups of four, then two), odd row counts of x (tiles
+    # of two, then one), 4096 columns (12 rows of x a pass over L2: 29 rows take three passes); rows
+    # longer than 4096 columns stay on the scratch-row kernel
+    from atensor.backend import blas
+    blas.use(1)
+    lib = quant_kernels.library()
+    lib.atq_gemm_count.restype = ctypes.c_uint64
+    blocked = [p for p in quant_kernels.available_paths() if p != "portable"]
+    rng = np.random.default_rng(50)
+    for cols, taken in ((4096, True), (4128, False)):
+        data, expected = _packed(fmt, 38, cols, seed=51)
+        shape = PackedShape(fmt, 38, cols)
+        for m in (2, 7, 29):
+            x = rng.standard_normal((m, cols)).astype(np.float32)
+            exact = x.astype(np.float64) @ expected.T.astype(np.float64)
+            for path in blocked + ["portable"]:
+                before = lib.atq_gemm_count()
+                got = quant_kernels.matmul(x, data, shape, path, threads=1)
+                assert (lib.atq_gemm_count() > before) == (taken and path != "portable"), f"{path}, {cols} cols"
+                np.testing.assert_allclose(got, exact, atol=2e-4, rtol=0, err_msg=f"{path}, {m} rows, {cols} cols")
+
+
+@pytest.mark.parametrize("fmt", [Q4_1, Q8_0, F16], ids=lambda f: f.name)
+def test_a_batched_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads(fmt):
+    # the blocked kernel's invariant (backend/quant_gemm_c.py): one accumulator per (weight row, row of
+    # x) pair, whatever tile, pass or thread's chunk it ran in: a stream's row in a batch of 16 equals
+    # it in a batch of 2, 3 or 5, on one thread and on two (batch 1 is the gemv kernel: close, not equal;
+    # the portable path's sgemm panels from 8 rows on make no such promise)
+    from atensor.backend import blas
+    blas.use(1)
+    blocked = [p for p in quant_kernels.available_paths() if p != "portable"]
+    if not blocked:
+        pytest.skip("no AVX2 on this CPU: no blocked kernel")
+    data, _ = _packed(fmt, 200, 576, seed=60)
+    shape = PackedShape(fmt, 200, 576)
+    x = np.random.default_rng(61).standard_normal((16, 576)).astype(np.float32)
+    for path in blocked:
+        full = quant_kernels.matmul(x, data, shape, path, threads=1)
+        np.testing.assert_array_equal(quant_kernels.matmul(x, data, shape, path, threads=2), full, err_msg=path)
+        for lo, hi in ((3, 5), (0, 3), (9, 14)):
+            part = quant_kernels.matmul(x[lo:hi], data, shape, path, threads=2)
+            np.testing.assert_array_equal(part, full[lo:hi], err_msg=f"{path}, rows {lo}:{hi}")
+        alone = quant_kernels.matmul(x[4:5], data, shape, path, threads=1)
+        np.testing.assert_allclose(alone, full[4:5], atol=2e-5, rtol=0, err_msg=path)
