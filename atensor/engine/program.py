@@ -20,9 +20,11 @@ What differs is a lowering choice, recorded in `keep_runners`:
 
 A hot template (an eager graph realized `HOT_HITS` times with one structure: a loop's) gets a *twin*,
 a kept-runner program of the same tasks, so its later hits cost what a jit replay does (`for_fill`):
-- at the `HOT_HITS`-th hit, when every task is a kernel or copy on a CPU device without Variables and
-  the plan is light (layout.py), its kernels are compiled to C in the background (native.py; with
-  ATENSOR_NATIVE=0 or no compiler, never: the template keeps its runners-per-submission program);
+- at the `HOT_HITS`-th hit, its CPU kernels are compiled to C in the background (native.py; with
+  ATENSOR_NATIVE=0 or no compiler, never), whatever follows: the template's own program makes its
+  runners per hit, so its later hits run them compiled (a training step too heavy for a twin too);
+- a twin follows only when every task is a kernel or copy on a CPU device without Variables and the
+  plan is light (layout.py); otherwise the template keeps its runners-per-submission program;
 - once they are all compiled, the twin is made: the template's tasks with a placeholder buffer of
   its own in each slot (allocated once: at most layout.py's INLINE_MAX_BYTES, so it keeps no buffer
   of any realize alive), lowered with kept runners; a hit maps each placeholder to its own buffer;
@@ -157,19 +159,30 @@ class CapturedProgram:
             self.hits += 1
             if self.hits < HOT_HITS:
                 return
+            self._compile_hot_kernels()
             if not self._twin_may_record():
                 self.twin_state = "off"
                 return
             self.twin_kernels = [task.work.ast for task in self.tasks if type(task.work) is Kernel]
-            missing = [(task.work.ast, task.work.name) for task in self.tasks
-                       if type(task.work) is Kernel and native.lookup(task.work.ast) is None]
-            if missing:
-                native.prepare_in_background(missing)
             self.twin_state = "compiling"
         # compiling: a kernel the compiler refuses stays None here, and the template keeps its
         # program (a dictionary lookup per kernel and hit is all that costs)
         if all(native.lookup(ast) is not None for ast in self.twin_kernels):
             self._make_twin(fill)
+
+    def _compile_hot_kernels(self) -> None:
+        """Hands the hot template's CPU kernels not compiled yet to the background compiler, whether
+        or not a twin will follow: its per-hit runners (engine/lower.py `runner_for`) take a compiled
+        kernel as soon as it is there. Without it, a hot graph too heavy for a twin (the flagship's
+        eager training step: 18 kernels, matmuls over the layout's flops bound) ran numpy kernels
+        forever: 66 ms a step against 13 with C kernels (bench/train_step.py's eager row)."""
+        if settings.native == "0" or native.compiler() is None:
+            return
+        missing = [(task.work.ast, task.work.name) for task in self.tasks
+                   if type(task.work) is Kernel and native.lookup(task.work.ast) is None
+                   and Device.get(task.work.device).kind == "CPU"]
+        if missing:
+            native.prepare_in_background(missing)
 
     def _twin_may_record(self) -> bool:
         """Whether a twin could replay by record: kernels and copies on CPU devices, no Variables, a

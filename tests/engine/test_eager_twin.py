@@ -127,3 +127,36 @@ def test_a_profiled_hit_runs_the_templates_program_with_a_span_per_kernel(record
     assert recorded == []
     kernels = [s for s in prof.spans if s.kind == "kernel"]
     assert len(kernels) == 2, kernels  # one span per task, as an eager realize's
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_graph_too_heavy_for_a_twin_runs_its_kernels_compiled_to_c(library, recorded, monkeypatch):
+    """A matmul past the layout's flops bound gets no twin, but its hot template's kernels are still
+    compiled in the background and its later hits' runners are native (numpy before: the flagship's
+    eager step ran numpy kernels forever)."""
+    from atensor.engine import plan as plan_module
+    made: list[bool] = []
+    runner_for = plan_module.runner_for
+
+    def counting(work):
+        run = runner_for(work)
+        made.append(run is not None and run.native is not None)
+        return run
+    monkeypatch.setattr(plan_module, "runner_for", counting)
+    rng = np.random.default_rng(2)
+    w_np = rng.random((96, 96), dtype=np.float32)
+    w = Tensor(w_np)
+
+    async def main():
+        for k in range(8):
+            x_np = rng.random((64, 96), dtype=np.float32)
+            y = ((Tensor(x_np) @ w).relu() * 2).sum(axis=1)
+            await y.realize()
+            np.testing.assert_allclose(y.numpy(), (np.maximum(x_np @ w_np, 0) * 2).sum(axis=1), rtol=1e-4)
+            if k == 3:
+                native.wait_background()
+                made.clear()
+    trio.run(main) if library == "trio" else asyncio.run(main())
+    assert made, "no runner was made per hit"
+    assert all(made) if COMPILED else not any(made), made
+    assert recorded == []  # too heavy for a record: no twin ran it
