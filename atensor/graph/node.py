@@ -164,8 +164,9 @@ class Node:
             first = src[0]
             shape, device, dtype0 = first.shape, first.device, first.dtype
             for s in src:
-                if s.op is _MULTI or (s.shape is not shape and s.shape != shape) or s.device is not device \
-                        or (rule == 1 and s.dtype is not dtype0):
+                if s.op is _MULTI or (s.shape is not shape and s.shape != shape) \
+                        or (s.device is not device and s.device != device) \
+                        or (rule == 1 and s.dtype is not dtype0):  # (equal device names need not be one str)
                     rule = None
                     break
             if rule == 2 and dtype0 is not dtypes.bool:
