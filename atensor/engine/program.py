@@ -179,7 +179,7 @@ class CapturedProgram:
             if not self._twin_may_run(fill):
                 self.twin_state = "off"
                 return
-            self.twin_kernels = [task.work.ast for task in self.tasks if type(task.work) is Kernel]
+            self.twin_kernels = [task.work.ast for task in self.tasks if isinstance(task.work, Kernel)]
             self.twin_state = "compiling"
         # compiling: a kernel the compiler refuses stays None here, and the template keeps its
         # program (a dictionary lookup per kernel and hit is all that costs)
@@ -195,7 +195,7 @@ class CapturedProgram:
         if settings.native == "0" or native.compiler() is None:
             return
         missing = [(task.work.ast, task.work.name) for task in self.tasks
-                   if type(task.work) is Kernel and native.lookup(task.work.ast) is None
+                   if isinstance(task.work, Kernel) and native.lookup(task.work.ast) is None
                    and Device.get(task.work.device).kind == "CPU"]
         if missing:
             native.prepare_in_background(missing)
@@ -206,20 +206,20 @@ class CapturedProgram:
         of at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`: its twin keeps its runners only)."""
         if settings.native == "0" or native.compiler() is None:
             return False
-        if not self.plan().layout.light:
-            if sum(fill[index].nbytes for _, index in self.slot_fill) > HEAVY_TWIN_MAX_BYTES:
-                return False
-            self.twin_heavy = True
+        heavy = not self.plan().layout.light
+        if heavy and sum(fill[index].nbytes for _, index in self.slot_fill) > HEAVY_TWIN_MAX_BYTES:
+            return False
         for task in self.tasks:
-            work = task.work
-            if type(work) is Copy:
+            work = task.work  # (an allreduce's steps are Copy and Kernel subclasses)
+            if isinstance(work, Copy):
                 devices = (work.src.device, work.dst.device)
-            elif type(work) is Kernel and not work.var_vals:
+            elif isinstance(work, Kernel) and not work.var_vals:
                 devices = (work.device,)
             else:
                 return False
             if any(Device.get(device).kind != "CPU" for device in devices):
                 return False
+        self.twin_heavy = heavy
         return True
 
     def _make_twin(self, fill: Sequence[BufferSpec]) -> None:

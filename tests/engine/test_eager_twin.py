@@ -198,3 +198,33 @@ def test_a_hot_heavy_graph_submits_its_kept_runner_twin_with_each_hits_buffers(l
     else:
         assert not any(submitted)
     assert recorded == []
+
+
+def test_a_hot_two_device_graph_with_an_allreduce_submits_its_twin(recorded, monkeypatch):
+    """The twin of a data-parallel graph (x split over two devices, w on both, a sum over the split
+    axis: its allreduce's steps are Copy and Kernel subclasses) keeps its runners too, and each hit's
+    sum is right on both devices."""
+    from atensor.engine import plan as plan_module
+    submitted: list[bool] = []
+    submit = plan_module.Plan.submit
+
+    def counting(plan, mapping=None):
+        submitted.append(not plan.layout.from_slots)
+        return submit(plan, mapping)
+    monkeypatch.setattr(plan_module.Plan, "submit", counting)
+    devices = ("CPU:0", "CPU:1")
+    rng = np.random.default_rng(3)
+    w_np = rng.random((96, 96), dtype=np.float32)
+    w = Tensor(w_np).shard(devices)
+    for k in range(9):
+        x_np = rng.random((68, 96), dtype=np.float32)
+        y = (Tensor(x_np).shard(devices, axis=0) @ w).relu().sum(axis=0)
+        y.realize().wait()
+        np.testing.assert_allclose(y.numpy(), np.maximum(x_np @ w_np, 0).sum(axis=0), rtol=1e-4)
+        if k == 3:
+            native.wait_background()
+            submitted.clear()
+    if COMPILED:
+        assert submitted[1:] and all(submitted[1:]), submitted
+    else:
+        assert not any(submitted)
