@@ -20,17 +20,28 @@ What differs is a lowering choice, recorded in `keep_runners`:
 
 A hot template (an eager graph realized `HOT_HITS` times with one structure: a loop's) gets a *twin*,
 a kept-runner program of the same tasks, so its later hits cost what a jit replay does (`for_fill`):
-- at the `HOT_HITS`-th hit, when every task is a kernel or copy on a CPU device without Variables and
-  the plan is light (layout.py), its kernels are compiled to C in the background (native.py; with
-  ATENSOR_NATIVE=0 or no compiler, never: the template keeps its runners-per-submission program);
+- at the `HOT_HITS`-th hit, its CPU kernels are compiled to C in the background (native.py; with
+  ATENSOR_NATIVE=0 or no compiler, never), whatever follows: the template's own program makes its
+  runners per hit, so its later hits run them compiled (a training step too heavy for a twin too);
+- a twin follows only when every task is a kernel or copy on a CPU device without Variables and the
+  plan is light (layout.py); otherwise the template keeps its runners-per-submission program;
 - once they are all compiled, the twin is made: the template's tasks with a placeholder buffer of
-  its own in each slot (allocated once: at most layout.py's INLINE_MAX_BYTES, so it keeps no buffer
-  of any realize alive), lowered with kept runners; a hit maps each placeholder to its own buffer;
+  its own in each slot (allocated once: at most layout.py's INLINE_MAX_BYTES for a light plan, so it
+  keeps no buffer of any realize alive), lowered with kept runners; a hit maps each placeholder to
+  its own buffer;
 - a hit submits the twin only when every queue is idle, no profile is taken and DEBUG < 2: then, from
   its third submission on, its plan's `ReplayRecord` (engine/replay.py) binds and runs it in one
   foreign call. Otherwise the hit submits the template's own program, one command per task, as
-  before. A twin whose plan does not get a record (several queues, a runner not one-thread native)
-  is dropped and the template's program kept.
+  before. A light twin whose plan does not get a record (several queues, a runner not one-thread
+  native) is dropped and the template's program kept;
+- a plan too heavy for a record (a training step: matmuls past layout.py's flops bound) still gets a
+  twin when its placeholders hold at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`): every hit submits it,
+  idle queues or not, and `Plan.submit` points its kept runners at the hit's buffers (engine/patching.py,
+  as a jit replay does; fresh runners while the previous submission still runs) and may run each
+  queue's kernels as one native program. The last hit's buffers stay bound (alive) until the next
+  hit, as a jit program's last call's do (engine/patching.py). Measured on the flagship's eager step
+  (18 tasks, 3 alternating rounds of 60 steps at load 6.5, best blocks of 10): the dispatcher's CPU
+  per step 1.46-1.51 ms without the twin, 0.82-1.44 with it; the process's 9.5-9.9 ms, 7.4-9.1.
 What the hit commits (versions, realized values) is the realize's own (engine/realize.py), whichever
 program runs it; native kernels cannot fail, and a failed input is refused before anything runs.
 Measured on the loaded 2-core machine (`x = x + 1; await x.realize()` on 16 elements, main thread CPU
@@ -59,6 +70,9 @@ from atensor.sched.cache import Template
 # a template hit this many times is a loop's: its kernels are compiled to C in the background and its
 # later hits replay a kept-runner twin (module docstring); fewer hits are not worth a compiler call
 HOT_HITS = 8
+# the most placeholder memory a twin of a plan too heavy for a record may hold (one per hot template):
+# the flagship's eager training step needs about 2 MiB
+HEAVY_TWIN_MAX_BYTES = 16 << 20
 
 
 def _producer_layout() -> bool:
@@ -86,6 +100,7 @@ class CapturedProgram:
     twin_state: str = "cold"
     twin_kernels: list = field(default_factory=list)
     twin: Optional[CapturedProgram] = None
+    twin_heavy: bool = False  # the twin is of a plan too heavy for a record (module docstring)
     placeholders: list[BufferSpec] = field(default_factory=list)
 
     @staticmethod
@@ -143,10 +158,13 @@ class CapturedProgram:
         mapping: the twin (module docstring) when it is ready and may run its record now, else this
         program. Counts the hit and moves the twin's state on."""
         twin = self.twin
-        if twin is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
-            if twin.plan().record is not False:
+        if twin is not None and not collector.is_active() and current_settings().debug < 2:
+            if self.twin_heavy:  # kept runners, pointed at this hit's buffers (no record: any time)
                 return twin, dict(zip(self.placeholders, [fill[index] for _, index in self.slot_fill]))
-            self.twin, self.twin_state = None, "off"  # no record for it: the template's program stays
+            if all_idle():
+                if twin.plan().record is not False:
+                    return twin, dict(zip(self.placeholders, [fill[index] for _, index in self.slot_fill]))
+                self.twin, self.twin_state = None, "off"  # no record for it: the template's program stays
         elif self.twin_state != "ready" and self.twin_state != "off":
             self._warm(fill)
         return self, self.mapping_of_fill(fill)
@@ -157,35 +175,51 @@ class CapturedProgram:
             self.hits += 1
             if self.hits < HOT_HITS:
                 return
-            if not self._twin_may_record():
+            self._compile_hot_kernels()
+            if not self._twin_may_run(fill):
                 self.twin_state = "off"
                 return
-            self.twin_kernels = [task.work.ast for task in self.tasks if type(task.work) is Kernel]
-            missing = [(task.work.ast, task.work.name) for task in self.tasks
-                       if type(task.work) is Kernel and native.lookup(task.work.ast) is None]
-            if missing:
-                native.prepare_in_background(missing)
+            self.twin_kernels = [task.work.ast for task in self.tasks if isinstance(task.work, Kernel)]
             self.twin_state = "compiling"
         # compiling: a kernel the compiler refuses stays None here, and the template keeps its
         # program (a dictionary lookup per kernel and hit is all that costs)
         if all(native.lookup(ast) is not None for ast in self.twin_kernels):
             self._make_twin(fill)
 
-    def _twin_may_record(self) -> bool:
-        """Whether a twin could replay by record: kernels and copies on CPU devices, no Variables, a
-        light plan, native kernels allowed and a compiler present."""
-        if settings.native == "0" or native.compiler() is None or not self.plan().layout.light:
+    def _compile_hot_kernels(self) -> None:
+        """Hands the hot template's CPU kernels not compiled yet to the background compiler, whether
+        or not a twin will follow: its per-hit runners (engine/lower.py `runner_for`) take a compiled
+        kernel as soon as it is there. Without it, a hot graph too heavy for a twin (the flagship's
+        eager training step: 18 kernels, matmuls over the layout's flops bound) ran numpy kernels
+        forever: 66 ms a step against 13 with C kernels (bench/train_step.py's eager row)."""
+        if settings.native == "0" or native.compiler() is None:
+            return
+        missing = [(task.work.ast, task.work.name) for task in self.tasks
+                   if isinstance(task.work, Kernel) and native.lookup(task.work.ast) is None
+                   and Device.get(task.work.device).kind == "CPU"]
+        if missing:
+            native.prepare_in_background(missing)
+
+    def _twin_may_run(self, fill: Sequence[BufferSpec]) -> bool:
+        """Whether a twin may be made: kernels and copies on CPU devices, no Variables, native kernels
+        allowed and a compiler present, and a light plan (its twin replays by record) or placeholders
+        of at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`: its twin keeps its runners only)."""
+        if settings.native == "0" or native.compiler() is None:
+            return False
+        heavy = not self.plan().layout.light
+        if heavy and sum(fill[index].nbytes for _, index in self.slot_fill) > HEAVY_TWIN_MAX_BYTES:
             return False
         for task in self.tasks:
-            work = task.work
-            if type(work) is Copy:
+            work = task.work  # (an allreduce's steps are Copy and Kernel subclasses)
+            if isinstance(work, Copy):
                 devices = (work.src.device, work.dst.device)
-            elif type(work) is Kernel and not work.var_vals:
+            elif isinstance(work, Kernel) and not work.var_vals:
                 devices = (work.device,)
             else:
                 return False
             if any(Device.get(device).kind != "CPU" for device in devices):
                 return False
+        self.twin_heavy = heavy
         return True
 
     def _make_twin(self, fill: Sequence[BufferSpec]) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
-from atensor.graph.symbolic import SymbolicError, hi_of
-from atensor.graph.view import Shape, View, contiguous_view, max_size, reshape_segments, symbolic_shape
+from atensor.graph.symbolic import hi_of
+from atensor.graph.moveplan import ON_BASE, ON_SELF, SELF, MoveError, MovePlan, check_move, move_plan, view_plan
+from atensor.graph.view import Shape, View, contiguous_view, max_size, symbolic_shape
 
 
 _uid_lock = threading.Lock()
@@ -163,8 +164,9 @@ class Node:
             first = src[0]
             shape, device, dtype0 = first.shape, first.device, first.dtype
             for s in src:
-                if s.op is _MULTI or (s.shape is not shape and s.shape != shape) or s.device is not device \
-                        or (rule == 1 and s.dtype is not dtype0):
+                if s.op is _MULTI or (s.shape is not shape and s.shape != shape) \
+                        or (s.device is not device and s.device != device) \
+                        or (rule == 1 and s.dtype is not dtype0):  # (equal device names need not be one str)
                     rule = None
                     break
             if rule == 2 and dtype0 is not dtypes.bool:
@@ -201,6 +203,28 @@ class Node:
         node = object.__new__(_NewNode)
         node.op, node.dtype, node.src, node.arg = template.op, template.dtype, src, arg
         node.shape, node.device = template.shape, template.device
+        _set_class(node, "__class__", Node)
+        with _intern_lock:
+            ref = _interned.get(key)
+            found = ref() if ref is not None else None
+            if found is None:
+                found = node
+                _interned[key] = _ref(node, _partial(_forget, key))
+        return found
+
+    @staticmethod
+    def make_view(src: Node, view: View) -> Node:
+        """The interned VIEW node of `src` through `view`, which graph/moveplan.py has checked against
+        `src`'s shape (it reads inside it): made without `_infer`. `src` is never MULTI."""
+        key = (_VIEW, src.dtype, (src,), view)
+        ref = _interned.get(key)
+        if ref is not None:
+            found = ref()
+            if found is not None:
+                return found
+        node = object.__new__(_NewNode)
+        node.op, node.dtype, node.src, node.arg = _VIEW, src.dtype, (src,), view
+        node.shape, node.device = view.shape, src.device
         _set_class(node, "__class__", Node)
         with _intern_lock:
             ref = _interned.get(key)
@@ -251,75 +275,72 @@ class Node:
 
     def view(self, view: View) -> Node:
         """This node seen through `view`; folds into an existing view when one View can say both."""
-        if self.op is Ops.MULTI:
+        op = self.op
+        if op is Ops.MULTI:
             return multi_rules.view(self, view)
         if view.shape == self.shape and view is contiguous_view(self.shape):  # the identity: the common case
             return self
-        if self.op is Ops.VIEW:
-            merged = self.arg.compose(view)
-            if merged is not None:
-                base = self.src[0]
-                return base if merged.is_identity(base.size) and merged.shape == base.shape else \
-                    Node.make(Ops.VIEW, self.dtype, (base,), merged)
-        if view.is_identity(self.size) and view.shape == self.shape:
-            return self
-        return Node.make(Ops.VIEW, self.dtype, (self,), view)
+        own, base_shape = (self.arg, self.src[0].shape) if op is _VIEW else (None, None)
+        try:
+            plan = view_plan(own, self.shape, base_shape, view)
+        except MoveError as exc:
+            raise GraphError(str(exc)) from None
+        except TypeError:  # an unhashable part (a list in a view): decided without the cache
+            plan = view_plan.__wrapped__(own, self.shape, base_shape, view)
+        return self._planned(plan)
+
+    def _planned(self, plan: MovePlan) -> Node:
+        """The node `plan` (graph/moveplan.py) says a movement or view of this node gives."""
+        kind = plan.kind
+        if kind == ON_SELF:
+            return Node.make_view(self, plan.view)
+        if kind == ON_BASE:
+            return Node.make_view(self.src[0], plan.view)
+        return self if kind == SELF else self.src[0]
 
     def _movement(self, name: str, arg: Any) -> Node:
-        if self.op is Ops.MULTI:  # each shard moves; bounds follow (graph/multi.py)
+        """The movement op `name` with `arg` (a tuple), checked: graph/moveplan.py decides what it gives,
+        once per layout."""
+        op = self.op
+        if op is Ops.MULTI:  # each shard moves; bounds follow (graph/multi.py)
+            try:
+                if check_move(self.shape, name, arg):
+                    return self
+            except MoveError as exc:
+                raise GraphError(str(exc)) from None
             return multi_rules.movement(self, name, arg)
-        if self.op is Ops.VIEW:
-            moved = getattr(self.arg, name)(arg)
-            if moved is not None:
-                base = self.src[0]
-                if moved.is_identity(base.size) and moved.shape == base.shape:
-                    return base
-                return Node.make(Ops.VIEW, self.dtype, (base,), moved)
-        moved = getattr(View.create(self.shape), name)(arg)
-        return self.view(moved)
+        own, base_shape = (self.arg, self.src[0].shape) if op is _VIEW else (None, None)
+        try:
+            plan = move_plan(own, self.shape, base_shape, name, arg)
+        except MoveError as exc:
+            raise GraphError(str(exc)) from None
+        except TypeError:  # an unhashable argument (lists inside it): decided without the cache
+            try:
+                plan = move_plan.__wrapped__(own, self.shape, base_shape, name, arg)
+            except MoveError as exc:
+                raise GraphError(str(exc)) from None
+        return self._planned(plan)
 
     def reshape(self, shape: Shape) -> Node:
-        if symbolic_shape(shape) or symbolic_shape(self.shape):
-            reshape_segments(self.shape, tuple(shape))  # raises SymbolicError for what it cannot say
-        elif math.prod(shape) != self.size:
-            raise GraphError(f"reshape: cannot reshape {self.shape} ({self.size} elements) to {tuple(shape)}")
-        return self if tuple(shape) == self.shape else self._movement("reshape", tuple(shape))
+        return self._movement("reshape", tuple(shape))
 
     def permute(self, order: tuple[int, ...]) -> Node:
-        if sorted(order) != list(range(len(self.shape))):
-            raise GraphError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
-        return self if order == tuple(range(len(order))) else self._movement("permute", tuple(order))
+        return self._movement("permute", tuple(order))
 
     def expand(self, shape: Shape) -> Node:
-        shape = tuple(shape)
-        if len(shape) != len(self.shape) or any(s != n and s != 1 for s, n in zip(self.shape, shape)):
-            raise GraphError(f"expand: cannot expand shape {self.shape} to {shape} (only axes of size 1 expand)")
-        return self if shape == self.shape else self._movement("expand", shape)
+        return self._movement("expand", tuple(shape))
 
     def pad(self, arg: tuple[tuple[int, int], ...]) -> Node:
-        if len(arg) != len(self.shape) or any(b < 0 or a < 0 for b, a in arg):
-            raise GraphError(f"pad: padding {arg} does not fit shape {self.shape} (one non-negative pair per axis)")
-        return self if all(b == 0 and a == 0 for b, a in arg) else self._movement("pad", tuple(arg))
+        return self._movement("pad", tuple(arg))
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> Node:
-        try:
-            fits = len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape))
-        except SymbolicError:
-            raise SymbolicError(f"shrink: bounds {arg} fit shape {self.shape} for some values of their "
-                                f"variables only; give each Variable bounds (min, max) under which every "
-                                f"bound stays inside its axis") from None
-        if not fits:
-            raise GraphError(f"shrink: bounds {arg} do not fit shape {self.shape}")
-        return self if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)) else \
-            self._movement("shrink", tuple(arg))
+        return self._movement("shrink", tuple(arg))
 
     def stride(self, steps: tuple[int, ...]) -> Node:
-        if len(steps) != len(self.shape) or any(k < 1 for k in steps):
-            raise GraphError(f"stride: steps {steps} do not fit shape {self.shape} (one step >= 1 per axis)")
-        return self if all(k == 1 for k in steps) else self._movement("stride", tuple(steps))
+        return self._movement("stride", tuple(steps))
 
     def flip(self, axes: tuple[bool, ...]) -> Node:
-        return self if not any(axes) else self._movement("flip", tuple(axes))
+        return self._movement("flip", tuple(axes))
 
     # ---- traversal ------------------------------------------------------------------------------
     def toposort(self, stop: Any = None) -> list[Node]:
@@ -350,7 +371,7 @@ class _NewNode(Node):
 
 
 _set_class = object.__setattr__
-_MULTI = Ops.MULTI
+_MULTI, _VIEW = Ops.MULTI, Ops.VIEW
 # elementwise ops `Node.make` infers inline (`_infer`'s rules for them, the common case only): 0 no rule
 # on dtypes, 1 every source of the first's dtype (binary ops), 2 a bool first source (WHERE's condition)
 _SAME_SHAPE: dict[Ops, int] = {**{op: 0 for op in UNARY}, **{op: 1 for op in BINARY}, Ops.THREEFRY: 0,

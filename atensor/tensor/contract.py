@@ -10,7 +10,8 @@ from typing import Any, Self
 
 
 from atensor.dtype import least_upper_dtype
-from atensor.graph.node import GraphError
+from atensor.graph.node import GraphError, Node
+from atensor.graph.ops import Ops, ReduceOp
 from atensor.tensor.base import AnyTensor
 
 
@@ -35,6 +36,15 @@ class ContractOps:
             return (a * b).sum(-1)
         if a.ndim == 1:
             return (a.reshape(k, 1) * b).sum(-2)
+        if a.ndim == 2 and b.ndim == 2 and dt.kind == "f":
+            # a Linear layer's case: the nodes of the general lines below, made on the nodes (a third of
+            # their Python calls; under no_grad only the result is detached, not each step)
+            n, m = a.shape[0], b.shape[1]
+            full = (n, m, k)
+            rows = a.node.reshape((n, 1, k)).expand(full)
+            cols = b.node.permute((1, 0)).reshape((1, m, k)).expand(full)
+            product = Node.make(Ops.MUL, dt, (rows, cols))
+            return a._new(product.reduce(ReduceOp.SUM, (2,)).reshape((n, m)))
         a = a.reshape(*a.shape[:-1], 1, k)
         b = b.transpose(-1, -2).reshape(*b.shape[:-2], 1, b.shape[-1], k)
         return (a * b).sum(-1)

@@ -358,12 +358,19 @@ class ElementwiseOps:
         """`x` where this (bool) tensor is true, else `y`; all three broadcast."""
         cls = type(self)
         cond_node = self.node
-        if cond_node.dtype is _BOOL and type(x) is cls:  # the common case: nothing to cast or broadcast
-            value = x.node
-            if value.shape == cond_node.shape:
-                other = _same_shape_operand(value, y, cls)
-                if other is not None:
-                    return self._new(Node.make(Ops.WHERE, value.dtype, (cond_node, value, other)))
+        if cond_node.dtype is _BOOL:  # the common cases: nothing to cast or broadcast
+            if type(x) is cls:
+                value = x.node
+                if value.shape == cond_node.shape:
+                    other = _same_shape_operand(value, y, cls)
+                    if other is not None:
+                        return self._new(Node.make(Ops.WHERE, value.dtype, (cond_node, value, other)))
+            elif type(y) is cls:  # a scalar where true (relu's 0), a tensor else
+                value = y.node
+                if value.shape == cond_node.shape:
+                    other = _same_shape_operand(value, x, cls)
+                    if other is not None:
+                        return self._new(Node.make(Ops.WHERE, value.dtype, (cond_node, other, value)))
         cond = self.cast(dtypes.bool)
         if not isinstance(x, cls) and not isinstance(y, cls):
             dt = dtypes.from_py(x) if dtypes.from_py(x) == dtypes.from_py(y) else dtypes.default_float

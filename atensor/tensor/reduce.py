@@ -35,10 +35,9 @@ class ReduceOps:
     def _reduce(self, op: ReduceOp, axis: Any, keepdim: bool) -> Self:
         axes = self._reduce_axes(axis)
         node = self.node.reduce(op, axes) if self.ndim else self.node
-        out = self._new(node)
-        if not keepdim:
-            out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-        return out
+        if not keepdim:  # (the shape's dims are ints or Exprs already: no reshape argument to normalize)
+            node = node.reshape(tuple([s for i, s in enumerate(node.shape) if i not in axes]))
+        return self._new(node)
 
     def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Self:
         """Sum over `axis` (all when None); small ints and bools accumulate in int32 / uint32."""

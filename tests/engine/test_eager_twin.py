@@ -127,3 +127,104 @@ def test_a_profiled_hit_runs_the_templates_program_with_a_span_per_kernel(record
     assert recorded == []
     kernels = [s for s in prof.spans if s.kind == "kernel"]
     assert len(kernels) == 2, kernels  # one span per task, as an eager realize's
+
+
+def _heavy_steps(library: str, hits: int, check_at: int, on_check, rows: int) -> list:
+    """`hits` realizes of one graph too heavy for a record (a matmul past layout.py's flops bound), each
+    checked against numpy; `on_check()` runs after hit `check_at` (once its kernels may be compiled).
+    Each test gives its own `rows`: a template (and its twin's state) outlives a test, so a second
+    library's run of a test finds it hot already.
+    Returns each hit's (result tensor, expected values), for checking later that each kept its own."""
+    rng = np.random.default_rng(2)
+    w_np = rng.random((96, 96), dtype=np.float32)
+    w = Tensor(w_np)
+    kept = []
+
+    async def main():
+        for k in range(hits):
+            x_np = rng.random((rows, 96), dtype=np.float32)
+            y = ((Tensor(x_np) @ w).relu() * 2).sum(axis=1)
+            await y.realize()
+            expected = (np.maximum(x_np @ w_np, 0) * 2).sum(axis=1)
+            np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4)
+            kept.append((y, expected))
+            if k == check_at:
+                native.wait_background()
+                on_check()
+    trio.run(main) if library == "trio" else asyncio.run(main())
+    return kept
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_graph_too_heavy_for_a_twin_runs_its_kernels_compiled_to_c(library, recorded, monkeypatch):
+    """With no twin allowed, a hot template's kernels are still compiled in the background and its later
+    hits' runners (made per hit) are native (numpy before: the flagship's eager step ran numpy kernels
+    forever)."""
+    from atensor.engine import plan as plan_module
+    monkeypatch.setattr(program_module, "HEAVY_TWIN_MAX_BYTES", 0)
+    made: list[bool] = []
+    runner_for = plan_module.runner_for
+
+    def counting(work):
+        run = runner_for(work)
+        made.append(run is not None and run.native is not None)
+        return run
+    monkeypatch.setattr(plan_module, "runner_for", counting)
+    _heavy_steps(library, 8, 3, made.clear, rows=64)
+    assert made, "no runner was made per hit"
+    assert all(made) if COMPILED else not any(made), made
+    assert recorded == []  # too heavy for a record
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_heavy_graph_submits_its_kept_runner_twin_with_each_hits_buffers(library, recorded, monkeypatch):
+    """A hot graph too heavy for a record gets a kept-runner twin (`twin_heavy`): later hits submit the
+    twin's plan with their own buffers bound, no runner is made per hit, and every hit's result keeps
+    its own values."""
+    from atensor.engine import plan as plan_module
+    submitted: list[bool] = []
+    submit = plan_module.Plan.submit
+
+    def counting(plan, mapping=None):
+        submitted.append(not plan.layout.from_slots)  # kept runners (a twin), not made per hit
+        return submit(plan, mapping)
+    monkeypatch.setattr(plan_module.Plan, "submit", counting)
+    kept = _heavy_steps(library, 10, 3, submitted.clear, rows=66)
+    for y, expected in kept:  # each hit wrote buffers of its own
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4)
+    assert len(submitted) == 6
+    if COMPILED:
+        assert submitted[1:] == [True] * 5, submitted  # (the first hit after compiling makes the twin)
+    else:
+        assert not any(submitted)
+    assert recorded == []
+
+
+def test_a_hot_two_device_graph_with_an_allreduce_submits_its_twin(recorded, monkeypatch):
+    """The twin of a data-parallel graph (x split over two devices, w on both, a sum over the split
+    axis: its allreduce's steps are Copy and Kernel subclasses) keeps its runners too, and each hit's
+    sum is right on both devices."""
+    from atensor.engine import plan as plan_module
+    submitted: list[bool] = []
+    submit = plan_module.Plan.submit
+
+    def counting(plan, mapping=None):
+        submitted.append(not plan.layout.from_slots)
+        return submit(plan, mapping)
+    monkeypatch.setattr(plan_module.Plan, "submit", counting)
+    devices = ("CPU:0", "CPU:1")
+    rng = np.random.default_rng(3)
+    w_np = rng.random((96, 96), dtype=np.float32)
+    w = Tensor(w_np).shard(devices)
+    for k in range(9):
+        x_np = rng.random((68, 96), dtype=np.float32)
+        y = (Tensor(x_np).shard(devices, axis=0) @ w).relu().sum(axis=0)
+        y.realize().wait()
+        np.testing.assert_allclose(y.numpy(), np.maximum(x_np @ w_np, 0).sum(axis=0), rtol=1e-4)
+        if k == 3:
+            native.wait_background()
+            submitted.clear()
+    if COMPILED:
+        assert submitted[1:] and all(submitted[1:]), submitted
+    else:
+        assert not any(submitted)

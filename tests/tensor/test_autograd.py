@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from atensor import Tensor, dtypes
-from atensor.graph.gradient import _scatter_back, view_backward
+from atensor.graph.viewgrad import _scatter_back, view_backward
 from atensor.graph.node import Node
 from atensor.graph.view import View
 
