@@ -49,6 +49,9 @@ class CallProgram:
     var_vals: list[dict] = dataclasses_field(default_factory=list)  # the kernels' variable values
     var_index: Optional[dict[Variable, list[tuple[dict, Variable]]]] = None  # each variable's dicts (bind)
     last: Optional[RealizeHandle] = None      # the latest replay, while variables are rebound
+    # its jit/direct.py DirectReplay; False when it cannot have one; a CapturedProgram `_current` tuple
+    # when the plan of that tuple has no record (until it is re-lowered); None: not made yet
+    direct: Any = None
 
     def bind(self, values: dict[Variable, int]) -> None:
         """Sets the captured kernels' variable values in place (their runners read these dicts).
