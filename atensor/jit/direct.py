@@ -54,6 +54,12 @@ _VIEW, _BUFFER = Ops.VIEW, Ops.BUFFER
 _record_of = ledger.record_of
 
 
+def _runtime_of(spec: BufferSpec) -> Any:
+    """`spec`'s runtime buffer, or None when it has none yet (nothing ever ran on it)."""
+    record = _record_of(spec.uid)
+    return None if record is None else record.runtime
+
+
 @dataclass(eq=False)
 class ResultRecipe:
     """How one result tensor's node is made on a replay's buffers: the captured BUFFER node, the view
@@ -136,11 +142,20 @@ class DirectReplay:
         if current_settings().debug >= 2 or not all_idle():
             return None
         record = self.record
-        fresh = [BufferSpec(device, size, dtype) for device, size, dtype in self.fresh]
-        new_specs = [fresh[k] if is_fresh else inputs[k] for is_fresh, k in self.sources]
-        for buf, _ in record.reads_of(new_specs):
+        for buf, _ in record.reads_fixed:
             if buf.writes or buf.failure is not None:
                 return None  # the general path refuses the read, or waits for the write
+        for j, _ in record.reads_swapped:  # only an input can hold a failed task's contents
+            if not self.sources[j][0]:
+                buf = _runtime_of(inputs[self.sources[j][1]])
+                if buf is not None and (buf.writes or buf.failure is not None):
+                    return None
+        fresh = []
+        for device, size, dtype in self.fresh:
+            fresh.append(BufferSpec(device, size, dtype))
+        new_specs = []
+        for is_fresh, k in self.sources:
+            new_specs.append(fresh[k] if is_fresh else inputs[k])
         if not dispatcher.claim():
             return None
         try:

@@ -53,7 +53,6 @@ from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.symbolic import Variable
 from atensor.graph.ops import Ops
 from atensor.backend import native
-from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.program import CapturedProgram
 from atensor.jit.captured import CallProgram, program_of_call
@@ -443,8 +442,7 @@ class Jit:
                 or not dispatcher.run_inline(job):
             # queued behind other work: its buffers count as in flight until it is planned, so a
             # sync accessor does not read them meanwhile
-            for spec in program.written:
-                job.in_flight.hold(Buffer.of(mapping.get(spec, spec)))
+            job.in_flight.hold_all(program.written_buffers(mapping))
             dispatcher.submit(job)
         handle = RealizeHandle(job, None)
         if values:
