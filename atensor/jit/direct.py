@@ -1,36 +1,41 @@
-"""`DirectReplay`: a verified jit program's replay bound, run and published on the caller's thread in a
+"""`DirectReplay`: a verified jit program's replay bound and submitted from the caller's thread in a
 constant handful of Python calls, and `LastCall`: the previous call's key, checked by identity.
 
 Why: a one-kernel jitted awaited call cost ~175 Python calls (counted with sys.setprofile), of which
 the kernel's own foreign call is one. The general replay (jit/captured.py `CallProgram.replay`, a
 `Job` run by `Dispatcher.run_inline`, `run_records`, `CapturedProgram.submit`, `Plan.submit`, then a
-`RealizeHandle` awaited) builds per call what is the same on every call of one key: the mapping of
-captured buffers to this call's, the plan found for the record, the job and its handle. For the
-common program (one captured realize whose plan has a `ReplayRecord`, engine/replay.py: one queue,
-native one-thread kernels, a light plan; no random draws, no Variables, no assign into an input) this
-module fixes all of that once per program, so a call is:
+`RealizeHandle` awaited) builds per call what is the same on every call of one key: the key tuple,
+the mapping of captured buffers to this call's, the plan found for the program, the job. For the
+common program (one captured realize; no random draws, no Variables, no input passed twice) this
+module fixes all of that once, so a call is:
 
-1. the key: the arguments are compared with the previous call's (`LastCall.matches`): the same view
+1. the key: the arguments are compared with the previous call's (`LastCall.inputs_of`): the same view
    object (or an equal one), dtype, device and size per argument, training mode and no_grad alike,
-   nothing pending in the ledger. No key tuple is built or hashed;
-2. the swapped buffers of the record, in its order, taken straight from the inputs and this call's
-   fresh result specs (`sources`), and the record's one foreign call (`ReplayRecord.run`);
-3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views);
-4. the await: the work is done when the call returns, so it is one `hcq/loop.py` checkpoint, no
-   handle and no wake-up.
+   no lazy assign pending that the program touches. No key tuple is built or hashed;
+2. the plan's swapped buffers, in its order, taken straight from the inputs and this call's fresh
+   result specs (`sources`); then, a lowering choice made once per plan:
+   - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
+     plan): its one foreign call binds and runs the program here, and the await is one
+     `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
+   - otherwise (a collective's net command, a plan too big for a record, several queues), with at
+     most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here, as the general path's
+     inline job would, and a handle on the submission, awaited as any;
+3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views).
 
 What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
-or being planned, claimed as `run_inline` does, and every queue is idle, as `Plan.submit` requires
-for a record); failures (a read of a buffer whose contents come from a failed task, a stale version,
-a pending assign: it declines, and the general path raises or flushes); the ledger's versions (the
-program's `assigned` buffers advance exactly as `run_records` advances them); profiles and DEBUG=2
-(it declines while either is on, so the general path makes their spans and echoes); cancellation (the
+or being planned, claimed as `run_inline` does; a record only while every queue is idle, as
+`Plan.submit` requires); failures (a record declines on a read of a failed task's contents, a stale
+version or a pending assign, and the general path raises or flushes; `Plan.submit` raises what it
+raises on the general path); the ledger's versions (the program's `assigned` buffers advance exactly
+as `run_records` advances them); profiles and DEBUG=2 (a profile makes the jit skip this module; a
+record declines under DEBUG=2, so the general path makes their spans and echoes); cancellation (the
 checkpoint is the await's cancellation point, as it is for a handle found done). Whenever it
 declines, nothing has been changed and the call takes the general path.
 
 Invariant: a `DirectReplay` is valid for the plan it was made from (`current`, the program's
 `CapturedProgram._current` at the time); a re-lowered plan (newer kernels) or a profile makes it
-decline, and the jit makes it again from the new plan.
+decline, and the jit makes it again from the new plan. It is run by the thread that claimed the
+dispatcher (engine/dispatch.py `claim`), so the plan's state needs no lock.
 """
 from __future__ import annotations
 
@@ -40,7 +45,8 @@ from typing import Any, Optional
 from atensor import ledger
 from atensor.backend import native
 from atensor.config import current_settings
-from atensor.engine.dispatch import dispatcher
+from atensor.engine.dispatch import Job, dispatcher
+from atensor.engine.handle import RealizeHandle
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
 from atensor.graph.node import BufferSpec, Node
@@ -75,7 +81,7 @@ class DirectReplay:
     """One program's replay on the calling thread; see the module docstring."""
     owner: CapturedProgram                # the program's one captured realize
     current: tuple                        # owner._current when made: (epoch, profiling, plan)
-    record: ReplayRecord                  # the plan's one-call replay
+    record: Optional[ReplayRecord]        # the plan's one-call replay; None: Plan.submit it (module docstring)
     sources: list[tuple[bool, int]]       # per swapped buffer, in the record's order: (fresh?, index)
     fresh: list[tuple[str, int, Any]]     # (device, size, dtype) of each fresh result buffer
     # the buffers each replay advances a version of (`CapturedProgram.assigned`, as run_records maps
@@ -92,17 +98,20 @@ class DirectReplay:
 
     @staticmethod
     def of(records: list[CapturedProgram], inputs: list[BufferSpec], fresh: list[BufferSpec],
-           results: list[Node]) -> Optional[DirectReplay]:
-        """The direct replay of a captured call that is `possible`, or None when its plan has no record
-        (yet: the jit asks again on a later call) or its buffers are not all inputs, fresh results
-        and the program's own."""
+           results: list[Node], max_tasks: int) -> Optional[DirectReplay]:
+        """The direct replay of a captured call that is `possible`, or None when its plan has not
+        decided on a record yet (the jit asks again on a later call), has none and more than
+        `max_tasks` tasks (the dispatcher plans it, off the caller's thread), or its buffers are not
+        all inputs, fresh results and the program's own."""
         owner = records[0]
         if not owner.lowered():
             return None
         plan = owner.plan()
         record = plan.record
-        if not isinstance(record, ReplayRecord) or plan.swapped is None:
+        if plan.swapped is None or record is None or (record is False and len(owner.tasks) > max_tasks):
             return None
+        if not isinstance(record, ReplayRecord):
+            record = None  # the plan is submitted (Plan.submit) from the calling thread
         at_input = {spec: i for i, spec in enumerate(inputs)}
         at_fresh = {spec: k for k, spec in enumerate(fresh)}
         sources = []
@@ -135,21 +144,24 @@ class DirectReplay:
         current = self.owner._current
         return current is self.current and current[0] == native.epoch
 
-    def run(self, inputs: list[BufferSpec]) -> Optional[list[Tensor]]:
-        """Binds `inputs` and fresh result buffers, runs the program here and returns the result
-        tensors (realized); None, with nothing changed, when it cannot run now (the general path then
-        submits the call). Raises what the record's run raises (nothing of the replay is then kept)."""
-        if current_settings().debug >= 2 or not all_idle():
-            return None
+    def run(self, inputs: list[BufferSpec]) -> Optional[tuple[list[Tensor], Optional[RealizeHandle]]]:
+        """Binds `inputs` and fresh result buffers and submits the program from here: (the result
+        tensors, None) when the record ran it (the tensors are realized), (the result tensors, the
+        handle to await) when the plan was submitted; None, with nothing changed, when it cannot run
+        now (the general path then submits the call). Raises what the submission raises (a read of a
+        failed task's contents; nothing of the replay is then kept)."""
         record = self.record
-        for buf, _ in record.reads_fixed:
-            if buf.writes or buf.failure is not None:
-                return None  # the general path refuses the read, or waits for the write
-        for j, _ in record.reads_swapped:  # only an input can hold a failed task's contents
-            if not self.sources[j][0]:
-                buf = _runtime_of(inputs[self.sources[j][1]])
-                if buf is not None and (buf.writes or buf.failure is not None):
-                    return None
+        if record is not None:
+            if current_settings().debug >= 2 or not all_idle():
+                return None
+            for buf, _ in record.reads_fixed:
+                if buf.writes or buf.failure is not None:
+                    return None  # the general path refuses the read, or waits for the write
+            for j, _ in record.reads_swapped:  # only an input can hold a failed task's contents
+                if not self.sources[j][0]:
+                    buf = _runtime_of(inputs[self.sources[j][1]])
+                    if buf is not None and (buf.writes or buf.failure is not None):
+                        return None
         fresh = []
         for device, size, dtype in self.fresh:
             fresh.append(BufferSpec(device, size, dtype))
@@ -158,12 +170,19 @@ class DirectReplay:
             new_specs.append(fresh[k] if is_fresh else inputs[k])
         if not dispatcher.claim():
             return None
+        plan = self.current[2]
         try:
             if self.assigned:
                 versions.advance_versions([fresh[at] if kind == "fresh" else inputs[at] if kind == "input"
                                            else at for kind, at in self.assigned])
-            value = record.run(new_specs)
-            self.current[2].last_final = [(record.signal, value)]
+            if record is not None:
+                value = record.run(new_specs)
+                plan.last_final = [(record.signal, value)]
+                handle = None
+            else:  # what the general path's job would have planned (run_records of one record)
+                job = Job(None, [])
+                job.submission = plan.submit(dict(zip(plan.swapped, new_specs)))
+                handle = RealizeHandle(job, None)
         finally:
             dispatcher.unclaim()
         make_like = Node.make_like
@@ -175,7 +194,7 @@ class DirectReplay:
                 buffer = make_like(buffer, (), (spec, buffer.arg[1]))
             view = recipe.view
             tensors.append(Tensor(buffer if view is None else make_like(view, (buffer,), view.arg)))
-        return tensors
+        return tensors, handle
 
 
 @dataclass(eq=False)

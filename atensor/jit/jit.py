@@ -376,12 +376,12 @@ class Jit:
         if last is not None:
             inputs = last.inputs_of(args, Tensor.training)
             if inputs is not None and last.direct.valid():
-                tensors = last.direct.run(inputs)
-                if tensors is not None:
+                found = last.direct.run(inputs)
+                if found is not None:
                     stats = self.stats
                     stats["calls"] += 1
                     stats["replays"] += 1
-                    return None, last.program.result_shape, tensors
+                    return found[1], last.program.result_shape, found[0]
         for a in args:
             if type(a) is not Tensor:
                 return None
@@ -421,9 +421,9 @@ class Jit:
                 return None
             owner = program.records[0]
             direct = program.direct = DirectReplay.of(program.records, program.inputs, program.fresh,
-                                                      program.results)
+                                                      program.results, INLINE_MAX_REPLAY_TASKS)
             if direct is None:
-                if owner.lowered() and owner.plan().record is False:  # this plan never has a record
+                if owner.lowered() and owner.plan().record is False:  # and too big: never for this plan
                     program.direct = owner._current
                 return None
         return LastCall.of(key, program, direct, nodes, Tensor.training)

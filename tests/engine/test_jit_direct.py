@@ -19,15 +19,16 @@ pytestmark = pytest.mark.default_settings
 
 
 @pytest.fixture
-def direct_runs(monkeypatch) -> list[int]:
-    """One entry per call that the direct replay ran (not declined)."""
-    runs: list[int] = []
+def direct_runs(monkeypatch) -> list[str]:
+    """One entry per call that the direct replay ran (not declined): "record" when its one foreign
+    call ran the program, "submitted" when it submitted the plan and returned a handle."""
+    runs: list[str] = []
     original = DirectReplay.run
 
     def counting(self: DirectReplay, inputs: list) -> object:
         found = original(self, inputs)
         if found is not None:
-            runs.append(len(inputs))
+            runs.append("record" if found[1] is None else "submitted")
         return found
     monkeypatch.setattr(DirectReplay, "run", counting)
     return runs
@@ -167,3 +168,24 @@ def test_a_stray_lazy_assign_elsewhere_neither_stops_the_direct_replay_nor_is_re
     assert len(direct_runs) >= before + 5
     assert ledger.head(spec) is not None  # still lazy: the replays did not realize it
     np.testing.assert_allclose(other.numpy(), np.full(2, 5))
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_program_too_big_for_a_record_is_submitted_directly_and_its_handle_awaited(library, direct_runs):
+    n = 1 << 16  # 256 KiB: not a light plan, so no record; the queue's worker runs it
+
+    @atensor.jit
+    async def f(x: Tensor, y: Tensor) -> Tensor:
+        return x * 2 + y
+
+    async def main() -> None:
+        kept = []
+        for k in range(8):
+            x_np = np.full(n, k, dtype=np.float32)
+            got = await f(Tensor(x_np), Tensor(np.ones(n, dtype=np.float32)))
+            kept.append((got, x_np * 2 + 1))
+        for got, want in kept:
+            np.testing.assert_allclose(got.numpy(), want)
+
+    run_on(library, main)
+    assert direct_runs.count("submitted") >= 3 and "record" not in direct_runs, direct_runs
