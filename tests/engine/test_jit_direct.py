@@ -189,3 +189,31 @@ def test_a_program_too_big_for_a_record_is_submitted_directly_and_its_handle_awa
 
     run_on(library, main)
     assert direct_runs.count("submitted") >= 3 and "record" not in direct_runs, direct_runs
+
+
+def test_while_the_dispatcher_is_busy_a_call_waits_its_turn_behind_it_and_is_not_run_directly(direct_runs):
+    import threading
+    from atensor.engine.dispatch import dispatcher
+
+    @atensor.jit
+    def f(x: Tensor) -> Tensor:
+        return x * 5
+
+    for _ in range(6):
+        f(Tensor(np.ones(4, dtype=np.float32)))
+    before = len(direct_runs)
+    x = Tensor(np.full(4, 2, dtype=np.float32))
+    got: list = []
+    assert dispatcher.claim()  # another planner holds the dispatching role
+    try:
+        caller = threading.Thread(target=lambda: got.append(f(x).numpy()))
+        caller.start()
+        caller.join(0.3)
+        assert not got  # queued behind the planner, not run beside it
+    finally:
+        dispatcher.unclaim()
+    caller.join(10)
+    np.testing.assert_allclose(got[0], np.full(4, 10))
+    assert len(direct_runs) == before
+    np.testing.assert_allclose(f(x).numpy(), np.full(4, 10))
+    assert len(direct_runs) == before + 1  # the dispatcher idle again: direct
