@@ -233,9 +233,12 @@ class LastCall:
         return LastCall(key, program, direct, views, leaves, view_dtypes, training, grad_disabled())
 
     def inputs_of(self, args: tuple, training: bool) -> Optional[list[BufferSpec]]:
-        """The input buffers of a call of `args` when it has this call's key and nothing is pending
-        (no lazy assign anywhere, no stale version read), else None."""
+        """The input buffers of a call of `args` when it has this call's key, nothing it reads is
+        pending (no lazy assign it touches, no stale version read) and its direct replay is still
+        `valid`, else None."""
+        current = self.direct.current
         if len(args) != len(self.views) or training is not self.training or grad_disabled() is not self.no_grad \
+                or self.direct.owner._current is not current or current[0] != native.epoch \
                 or pending_for(self.program.accessed, self.program.written):
             return None
         specs = []

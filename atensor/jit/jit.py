@@ -240,7 +240,8 @@ class Jit:
                     await loop.checkpoint()
                 else:
                     await found[0]
-                return _unflatten(found[1], found[2])
+                shape = found[1]
+                return found[2][shape[1]] if shape[0] == "T" else _unflatten(shape, found[2])
         steps, value, error = self._steps(args, kwargs), None, None
         with collector.host_span(f"jit {self._name}", "call"):  # the call's host time, for the profiler
             while (step := _advance(steps, value, error))[0] is not _DONE:
@@ -374,8 +375,8 @@ class Jit:
         on this thread, without a key, a job or a handle."""
         last = self._last
         if last is not None:
-            inputs = last.inputs_of(args, Tensor.training)
-            if inputs is not None and last.direct.valid():
+            inputs = last.inputs_of(args, Tensor.training)  # (None too when the plan changed)
+            if inputs is not None:
                 found = last.direct.run(inputs)
                 if found is not None:
                     stats = self.stats
