@@ -5,8 +5,9 @@
 Times each stage of the replay by wrapping its function with a perf_counter_ns timer (medians per
 call, in microseconds), as bench/round_trip_breakdown.py does for an eager realize. Stages nest (an
 indented row is part of the row above it) and each wrapper adds about 0.3 us. "the rest" is the call
-minus the replay's mapping and its submission: the jit's generator and driver, the key, the handle
-and the await. The one foreign call of a record replay (engine/replay.py) is timed alone at the end.
+minus the top-level stages: the jit's driver, the key (of the general path), the handle and the await.
+A tree with jit/direct.py replays directly (the two "direct" rows; ReplayRecord.run is then part of
+the direct replay's row), an older one through the mapping and run_inline. The one foreign call of a record replay (engine/replay.py) is timed alone at the end.
 A stage a checkout does not have is left out, so the same command runs on an older commit
 (`PYTHONPATH=OTHER_CHECKOUT python bench/jit_replay_breakdown.py --json`) for before/after tables.
 Writes bench/results/jit_replay_breakdown.json.
@@ -32,6 +33,8 @@ from atensor import Tensor  # noqa: E402
 
 # (module, attribute path, label); a label's leading spaces show what it is part of
 STAGES = [
+    ("atensor.jit.direct", "LastCall.inputs_of", "  the key: the arguments against the last call's (direct)"),
+    ("atensor.jit.direct", "DirectReplay.run", "  direct replay: fresh buffers, the record, result tensors"),
     ("atensor.jit.jit", "_Program.replay", "  mapping, fresh result buffers, result tensors"),
     ("atensor.jit.captured", "CallProgram.replay", "  mapping, fresh result buffers, result tensors"),
     ("atensor.engine.dispatch", "Dispatcher.run_inline", "  run_inline: the submission on this thread"),

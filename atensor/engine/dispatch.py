@@ -136,6 +136,24 @@ class Dispatcher:
                     self._cond.notify()
         return True
 
+    def claim(self) -> bool:
+        """Takes the dispatching role for the calling thread, as `run_inline` does for a job, when
+        nothing is queued or being planned: for a caller that submits without a Job (a jit replay run
+        on its own thread, jit/direct.py). True when taken; the caller then calls `unclaim()` once it
+        has submitted, also when it raises."""
+        with self._lock:
+            if self._jobs or self._busy:
+                return False
+            self._busy = True
+            return True
+
+    def unclaim(self) -> None:
+        """Gives back the role `claim` took, waking the dispatcher for a job that came meanwhile."""
+        with self._lock:
+            self._busy = False
+            if self._jobs:
+                self._cond.notify()
+
     def _work(self) -> None:
         lower_priority(settings.worker_nice)
         while True:

@@ -122,9 +122,13 @@ class ReplayRecord:
             # hit's outputs go with their tensors; the addresses left in the blocks are never used)
         record = self.record
         start, end = record[10], record[11]
-        Buffer.all_overwritten(self.written)
+        if self.written:
+            Buffer.all_overwritten(self.written)
         if self.written_places is not None:  # every written swapped buffer was bound above
-            Buffer.all_overwritten([bound[k] for k in self.written_places])
+            for k in self.written_places:  # (a fresh result's has nothing to forget: no call for it)
+                buf = bound[k]
+                if buf.failure is not None or buf.writes:
+                    buf.overwritten()
         elif self.written_swapped:
             of = Buffer.of
             Buffer.all_overwritten([of(new_specs[j]) for j in self.written_swapped])

@@ -30,6 +30,9 @@ from atensor.hcq.signal import Signal
 _NOTHING: tuple[list, list] = ([], [])
 _failure_of = operator.attrgetter("failure")
 _writes_of = operator.attrgetter("writes")
+# guards every Buffer's `inflight` count (one lock for all: a realize that holds 400 buffers takes it
+# once, not once per buffer; the counts are only ever changed by `InFlight`, never read under a lock)
+_inflight_lock = threading.Lock()
 
 
 class Clock:
@@ -186,9 +189,9 @@ class Buffer:
 
     def hold(self, delta: int) -> None:
         """Counts realizes that will write this buffer: +1 when one is dispatched (or planned), -1 once
-        its writes are noted. Under the lock: the trio thread and the dispatcher both change it. Called
-        only through `InFlight`, which pairs every +1 with its -1."""
-        with self._lock:
+        its writes are noted. Under `_inflight_lock`: the trio thread and the dispatcher both change it.
+        Called only through `InFlight`, which pairs every +1 with its -1."""
+        with _inflight_lock:
             self.inflight += delta
 
     def ready(self) -> bool:
@@ -254,10 +257,20 @@ class InFlight:
         buf.hold(1)
         self.buffers.append(buf)
 
+    def hold_all(self, buffers: list[Buffer]) -> None:
+        """`hold` of each of `buffers`, under one acquisition of the lock: a jit replay handed to the
+        dispatcher holds every buffer it writes (an LLM decode step: ~430 of them, once per step)."""
+        with _inflight_lock:
+            for buf in buffers:
+                buf.inflight += 1
+        self.buffers.extend(buffers)
+
     def release(self) -> None:
         held, self.buffers = self.buffers, []
-        for buf in held:
-            buf.hold(-1)
+        if held:
+            with _inflight_lock:
+                for buf in held:
+                    buf.inflight -= 1
 
     def __enter__(self) -> InFlight:
         return self

@@ -20,6 +20,7 @@ from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.ops import Ops
 from atensor.graph.symbolic import Variable
 from atensor.graph.taskgraph import Task
+from atensor.hcq.buffer import Buffer
 from atensor.engine.dispatch import Job, Recording
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.plan import Submission
@@ -49,6 +50,11 @@ class CallProgram:
     var_vals: list[dict] = dataclasses_field(default_factory=list)  # the kernels' variable values
     var_index: Optional[dict[Variable, list[tuple[dict, Variable]]]] = None  # each variable's dicts (bind)
     last: Optional[RealizeHandle] = None      # the latest replay, while variables are rebound
+    # its jit/direct.py DirectReplay; False when it cannot have one; a CapturedProgram `_current` tuple
+    # when the plan of that tuple has no record (until it is re-lowered); None: not made yet
+    direct: Any = None
+    # the written buffers: (the program's own Buffers, the captured specs a replay's mapping replaces)
+    written_split: Optional[tuple[list[Buffer], list[BufferSpec]]] = None
 
     def bind(self, values: dict[Variable, int]) -> None:
         """Sets the captured kernels' variable values in place (their runners read these dicts).
@@ -64,6 +70,17 @@ class CallProgram:
         for var, new in values.items():
             for var_vals, key in index.get(var, ()):
                 var_vals[key] = new
+
+    def written_buffers(self, mapping: dict[BufferSpec, BufferSpec]) -> list[Buffer]:
+        """The runtime Buffers a replay with `mapping` writes: the program's own ones (found once: they
+        live as long as the program) and this replay's buffers for the mapped ones."""
+        split = self.written_split
+        if split is None:
+            own = [Buffer.of(spec) for spec in self.written if spec not in mapping]
+            split = self.written_split = (own, [spec for spec in self.written if spec in mapping])
+        own, mapped = split
+        of = Buffer.of
+        return own + [of(mapping[spec]) for spec in mapped]
 
     def replay(self, inputs: list[BufferSpec], values: Optional[dict[Variable, int]] = None
                ) -> tuple[Job, list[Tensor], dict[BufferSpec, BufferSpec]]:

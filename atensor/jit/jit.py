@@ -53,10 +53,10 @@ from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.symbolic import Variable
 from atensor.graph.ops import Ops
 from atensor.backend import native
-from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
 from atensor.engine.program import CapturedProgram
 from atensor.jit.captured import CallProgram, program_of_call
+from atensor.jit.direct import DirectReplay, LastCall, pending_for
 from atensor.jit.callkey import (_graph_of, _input_key, _is_stored, _leaves, difference,
                                  only_plain_values_differ, program_key)
 from atensor.hcq import loop
@@ -200,6 +200,7 @@ class Jit:
         self._capturing: set[tuple] = set()
         self.stats = {"calls": 0, "replays": 0, "captures": 0}
         self._warned_plain = False  # the "never replayed" JitWarning is said once
+        self._last: Optional[LastCall] = None  # the last call, when its program replays directly (direct.py)
         self._name = getattr(fn, "__name__", "the function")
         functools.update_wrapper(self, fn)
 
@@ -210,6 +211,7 @@ class Jit:
         """Forgets every captured program (the next calls capture again)."""
         self._programs.clear()
         self._calls.clear()
+        self._last = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.is_async:
@@ -234,8 +236,12 @@ class Jit:
         if not kwargs and not collector.is_active():  # the common replay, without the steps' generator
             found = self._replay_now(args)
             if found is not None:
-                await found[0]
-                return _unflatten(found[1], found[2])
+                if found[0] is None:  # replayed directly: done already, the await is a checkpoint
+                    await loop.checkpoint()
+                else:
+                    await found[0]
+                shape = found[1]
+                return found[2][shape[1]] if shape[0] == "T" else _unflatten(shape, found[2])
         steps, value, error = self._steps(args, kwargs), None, None
         with collector.host_span(f"jit {self._name}", "call"):  # the call's host time, for the profiler
             while (step := _advance(steps, value, error))[0] is not _DONE:
@@ -253,7 +259,8 @@ class Jit:
         if not kwargs and not collector.is_active():  # the common replay (as `_drive_async`)
             found = self._replay_now(args)
             if found is not None:
-                found[0].wait()
+                if found[0] is not None:  # else replayed directly: done already
+                    found[0].wait()
                 return _unflatten(found[1], found[2])
         steps, value, error = self._steps(args, kwargs), None, None
         while (step := _advance(steps, value, error))[0] is not _DONE:
@@ -359,11 +366,23 @@ class Jit:
             yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
 
-    def _replay_now(self, args: tuple) -> Optional[tuple[RealizeHandle, Any, list[Tensor]]]:
-        """A replay of a call of tensors only, submitted at once: (the handle to await, the result
-        shape, the result tensors); None when the call needs `_steps` (not a verified program's key,
-        an input still in flight, lazy assigns to realize first). What `_steps` does for such a call,
-        without its generator and driver (a few microseconds of a one-kernel replay's Python)."""
+    def _replay_now(self, args: tuple) -> Optional[tuple[Optional[RealizeHandle], Any, list[Tensor]]]:
+        """A replay of a call of tensors only, submitted at once: (the handle to await, or None when it
+        ran to completion here, the result shape, the result tensors); None when the call needs
+        `_steps` (not a verified program's key, an input still in flight, lazy assigns to realize
+        first). What `_steps` does for such a call, without its generator and driver. A call shaped like
+        the previous one whose program replays directly (jit/direct.py) is checked against it and run
+        on this thread, without a key, a job or a handle."""
+        last = self._last
+        if last is not None:
+            inputs = last.inputs_of(args, Tensor.training)  # (None too when the plan changed)
+            if inputs is not None:
+                found = last.direct.run(inputs)
+                if found is not None:
+                    stats = self.stats
+                    stats["calls"] += 1
+                    stats["replays"] += 1
+                    return found[1], last.program.result_shape, found[0]
         for a in args:
             if type(a) is not Tensor:
                 return None
@@ -376,13 +395,39 @@ class Jit:
         key = (_tensors_only(len(args)), tuple([_input_key(g) for g in graphs]), Tensor.training,
                grad_disabled())
         program = self._programs.get(key)
-        if program is None or not program.verified or versions.pending_heads():
-            return None
+        if program is None or not program.verified or pending_for(program.accessed, program.written):
+            return None  # (`_steps` realizes those assigns first)
         self.stats["calls"] += 1
         leaves = [leaf for g in graphs for leaf in g if leaf.op is Ops.BUFFER]
         versions.check_versions(leaves)
         handle, results = self._submit_replay(key, program, leaves, {})
+        self._last = self._last_call(key, program, nodes)
         return handle, program.result_shape, results
+
+    @staticmethod
+    def _last_call(key: tuple, program: CallProgram, nodes: list[Node]) -> Optional[LastCall]:
+        """The `LastCall` of a call of `nodes` that replayed `program` by the general path, when the
+        program replays directly (made once its plan has its record; kept with the program)."""
+        direct = program.direct
+        if direct is False:
+            return None
+        if type(direct) is tuple:  # declined for the plan of that `_current`: until it is re-lowered
+            if direct is program.records[0]._current:
+                return None
+            direct = None
+        if direct is None or not direct.valid():
+            if not DirectReplay.possible(program.records, program.inputs, bool(program.draws),
+                                         bool(program.var_vals)):
+                program.direct = False
+                return None
+            owner = program.records[0]
+            direct = program.direct = DirectReplay.of(program.records, program.inputs, program.fresh,
+                                                      program.results, INLINE_MAX_REPLAY_TASKS)
+            if direct is None:
+                if owner.lowered() and owner.plan().record is False:  # and too big: never for this plan
+                    program.direct = owner._current
+                return None
+        return LastCall.of(key, program, direct, nodes, Tensor.training)
 
     def _submit_replay(self, key: tuple, program: CallProgram, leaves: list[Node], values: dict[Variable, int]
                        ) -> tuple[RealizeHandle, list[Tensor]]:
@@ -398,8 +443,7 @@ class Jit:
                 or not dispatcher.run_inline(job):
             # queued behind other work: its buffers count as in flight until it is planned, so a
             # sync accessor does not read them meanwhile
-            for spec in program.written:
-                job.in_flight.hold(Buffer.of(mapping.get(spec, spec)))
+            job.in_flight.hold_all(program.written_buffers(mapping))
             dispatcher.submit(job)
         handle = RealizeHandle(job, None)
         if values:

@@ -94,8 +94,12 @@ def advance_versions(specs: Iterable[BufferSpec]) -> None:
     """Counts one more realized assign into each of `specs`: what a replayed graph's commit does
     (jit/jit.py), under the same lock as `Schedule.commit`."""
     with ledger.lock:
-        for spec in specs:
-            ledger.advance_locked(spec)
+        for spec in specs:  # a buffer with a record already (state: a KV cache) without a call
+            record = _record_of(spec.uid)
+            if record is None:
+                ledger.advance_locked(spec)  # makes the record
+            else:
+                record.version += 1
 
 
 def _version_key(node: Node) -> Node:

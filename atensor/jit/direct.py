@@ -1,0 +1,277 @@
+"""`DirectReplay`: a verified jit program's replay bound and submitted from the caller's thread in a
+constant handful of Python calls, and `LastCall`: the previous call's key, checked by identity.
+
+Why: a one-kernel jitted awaited call cost ~175 Python calls (counted with sys.setprofile), of which
+the kernel's own foreign call is one. The general replay (jit/captured.py `CallProgram.replay`, a
+`Job` run by `Dispatcher.run_inline`, `run_records`, `CapturedProgram.submit`, `Plan.submit`, then a
+`RealizeHandle` awaited) builds per call what is the same on every call of one key: the key tuple,
+the mapping of captured buffers to this call's, the plan found for the program, the job. For the
+common program (one captured realize; no random draws, no Variables, no input passed twice) this
+module fixes all of that once, so a call is:
+
+1. the key: the arguments are compared with the previous call's (`LastCall.inputs_of`): the same view
+   object (or an equal one), dtype, device and size per argument, training mode and no_grad alike,
+   no lazy assign pending that the program touches. No key tuple is built or hashed;
+2. the plan's swapped buffers, in its order, taken straight from the inputs and this call's fresh
+   result specs (`sources`); then, a lowering choice made once per plan:
+   - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
+     plan): its one foreign call binds and runs the program here, and the await is one
+     `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
+   - otherwise (a collective's net command, a plan too big for a record, several queues), with at
+     most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here, as the general path's
+     inline job would, and a handle on the submission, awaited as any;
+3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views).
+
+What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
+or being planned, claimed as `run_inline` does; a record only while every queue is idle, as
+`Plan.submit` requires); failures (a record declines on a read of a failed task's contents, a stale
+version or a pending assign, and the general path raises or flushes; `Plan.submit` raises what it
+raises on the general path); the ledger's versions (the program's `assigned` buffers advance exactly
+as `run_records` advances them); profiles and DEBUG=2 (a profile makes the jit skip this module; a
+record declines under DEBUG=2, so the general path makes their spans and echoes); cancellation (the
+checkpoint is the await's cancellation point, as it is for a handle found done). Whenever it
+declines, nothing has been changed and the call takes the general path.
+
+Invariant: a `DirectReplay` is valid for the plan it was made from (`current`, the program's
+`CapturedProgram._current` at the time); a re-lowered plan (newer kernels) or a profile makes it
+decline, and the jit makes it again from the new plan. It is run by the thread that claimed the
+dispatcher (engine/dispatch.py `claim`), so the plan's state needs no lock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from atensor import ledger
+from atensor.backend import native
+from atensor.config import current_settings
+from atensor.engine.dispatch import Job, dispatcher
+from atensor.engine.handle import RealizeHandle
+from atensor.engine.program import CapturedProgram
+from atensor.engine.replay import ReplayRecord
+from atensor.graph.node import BufferSpec, Node
+from atensor.graph.ops import Ops
+from atensor.hcq.device import all_idle
+from atensor.ledger import versions
+from atensor.tensor.autograd import grad_disabled
+from atensor.tensor.tensor import Tensor
+
+_VIEW, _BUFFER = Ops.VIEW, Ops.BUFFER
+_record_of = ledger.record_of
+
+
+def _runtime_of(spec: BufferSpec) -> Any:
+    """`spec`'s runtime buffer, or None when it has none yet (nothing ever ran on it)."""
+    record = _record_of(spec.uid)
+    return None if record is None else record.runtime
+
+
+@dataclass(eq=False)
+class ResultRecipe:
+    """How one result tensor's node is made on a replay's buffers: the captured BUFFER node, the view
+    over it (None when the result is the buffer itself), and where its buffer comes from: ("fresh",
+    k), ("input", i) or ("fixed", 0) (a buffer of the program's own: the captured node as it is)."""
+    buffer: Node
+    view: Optional[Node]
+    source: tuple[str, int]
+
+
+@dataclass(eq=False)
+class DirectReplay:
+    """One program's replay on the calling thread; see the module docstring."""
+    owner: CapturedProgram                # the program's one captured realize
+    current: tuple                        # owner._current when made: (epoch, profiling, plan)
+    record: Optional[ReplayRecord]        # the plan's one-call replay; None: Plan.submit it (module docstring)
+    sources: list[tuple[bool, int]]       # per swapped buffer, in the record's order: (fresh?, index)
+    fresh: list[tuple[str, int, Any]]     # (device, size, dtype) of each fresh result buffer
+    # the buffers each replay advances a version of (`CapturedProgram.assigned`, as run_records maps
+    # them): ("fresh", k), ("input", i) or ("fixed", the program's own spec)
+    assigned: list[tuple[str, Any]]
+    results: list[ResultRecipe]
+
+    @staticmethod
+    def possible(records: list[CapturedProgram], inputs: list[BufferSpec], has_draws: bool,
+                 has_variables: bool) -> bool:
+        """Whether a captured call is of the kind a direct replay may run (module docstring): one
+        realize, no random draws, no Variables, no input passed twice."""
+        return len(records) == 1 and not has_draws and not has_variables and len(set(inputs)) == len(inputs)
+
+    @staticmethod
+    def of(records: list[CapturedProgram], inputs: list[BufferSpec], fresh: list[BufferSpec],
+           results: list[Node], max_tasks: int) -> Optional[DirectReplay]:
+        """The direct replay of a captured call that is `possible`, or None when its plan has not
+        decided on a record yet (the jit asks again on a later call), has none and more than
+        `max_tasks` tasks (the dispatcher plans it, off the caller's thread), or its buffers are not
+        all inputs, fresh results and the program's own."""
+        owner = records[0]
+        if not owner.lowered():
+            return None
+        plan = owner.plan()
+        record = plan.record
+        if plan.swapped is None or record is None or (record is False and len(owner.tasks) > max_tasks):
+            return None
+        if not isinstance(record, ReplayRecord):
+            record = None  # the plan is submitted (Plan.submit) from the calling thread
+        at_input = {spec: i for i, spec in enumerate(inputs)}
+        at_fresh = {spec: k for k, spec in enumerate(fresh)}
+        sources = []
+        for spec in plan.swapped:
+            if spec in at_fresh:
+                sources.append((True, at_fresh[spec]))
+            elif spec in at_input:
+                sources.append((False, at_input[spec]))
+            else:
+                return None  # a random draw's counter, say: the general path maps it
+        assigned = [("fresh", at_fresh[spec]) if spec in at_fresh else
+                    ("input", at_input[spec]) if spec in at_input else ("fixed", spec)
+                    for spec in owner.assigned]
+        recipes = []
+        for node in results:
+            view = None
+            if node.op is _VIEW and len(node.src) == 1:
+                view, node = node, node.src[0]
+            if node.op is not _BUFFER:
+                return None
+            spec = node.arg[0]
+            source = ("fresh", at_fresh[spec]) if spec in at_fresh else \
+                ("input", at_input[spec]) if spec in at_input else ("fixed", 0)
+            recipes.append(ResultRecipe(node, view, source))
+        return DirectReplay(owner, owner._current, record, sources,
+                            [(spec.device, spec.size, spec.dtype) for spec in fresh], assigned, recipes)
+
+    def valid(self) -> bool:
+        """False once the program's plan is not the one this was made from (re-lowered, or a profile)."""
+        current = self.owner._current
+        return current is self.current and current[0] == native.epoch
+
+    def run(self, inputs: list[BufferSpec]) -> Optional[tuple[list[Tensor], Optional[RealizeHandle]]]:
+        """Binds `inputs` and fresh result buffers and submits the program from here: (the result
+        tensors, None) when the record ran it (the tensors are realized), (the result tensors, the
+        handle to await) when the plan was submitted; None, with nothing changed, when it cannot run
+        now (the general path then submits the call). Raises what the submission raises (a read of a
+        failed task's contents; nothing of the replay is then kept)."""
+        record = self.record
+        if record is not None:
+            if current_settings().debug >= 2 or not all_idle():
+                return None
+            for buf, _ in record.reads_fixed:
+                if buf.writes or buf.failure is not None:
+                    return None  # the general path refuses the read, or waits for the write
+            for j, _ in record.reads_swapped:  # only an input can hold a failed task's contents
+                if not self.sources[j][0]:
+                    buf = _runtime_of(inputs[self.sources[j][1]])
+                    if buf is not None and (buf.writes or buf.failure is not None):
+                        return None
+        fresh = []
+        for device, size, dtype in self.fresh:
+            fresh.append(BufferSpec(device, size, dtype))
+        new_specs = []
+        for is_fresh, k in self.sources:
+            new_specs.append(fresh[k] if is_fresh else inputs[k])
+        if not dispatcher.claim():
+            return None
+        plan = self.current[2]
+        try:
+            if self.assigned:
+                versions.advance_versions([fresh[at] if kind == "fresh" else inputs[at] if kind == "input"
+                                           else at for kind, at in self.assigned])
+            if record is not None:
+                value = record.run(new_specs)
+                plan.last_final = [(record.signal, value)]
+                handle = None
+            else:  # what the general path's job would have planned (run_records of one record)
+                job = Job(None, [])
+                job.submission = plan.submit(dict(zip(plan.swapped, new_specs)))
+                handle = RealizeHandle(job, None)
+        finally:
+            dispatcher.unclaim()
+        make_like = Node.make_like
+        tensors = []
+        for recipe in self.results:
+            buffer, kind = recipe.buffer, recipe.source[0]
+            if kind != "fixed":
+                spec = fresh[recipe.source[1]] if kind == "fresh" else inputs[recipe.source[1]]
+                buffer = make_like(buffer, (), (spec, buffer.arg[1]))
+            view = recipe.view
+            tensors.append(Tensor(buffer if view is None else make_like(view, (buffer,), view.arg)))
+        return tensors, handle
+
+
+@dataclass(eq=False)
+class LastCall:
+    """The previous tensors-only call of a jitted function whose program replays directly: what its
+    arguments looked like (per argument: the view over its buffer, or None for a bare buffer, and the
+    buffer's dtype, device and size) and the modes it ran in. A call whose arguments look the same
+    has the same key (jit/callkey.py `_input_key` reads exactly these), so it needs no key."""
+    key: tuple
+    program: Any                    # the CallProgram of `key`
+    direct: DirectReplay
+    views: list[Any]                # per argument: the view's arg (a View), or None for a bare buffer
+    leaves: list[tuple[Any, str, int]]  # per argument: its buffer's (dtype, device, size)
+    view_dtypes: list[Any]
+    training: bool
+    no_grad: bool
+
+    @staticmethod
+    def of(key: tuple, program: Any, direct: DirectReplay, nodes: list[Node], training: bool) -> Optional[LastCall]:
+        """The description of a call of `nodes` (the arguments' nodes), or None when some argument is not
+        a buffer or a single view of one."""
+        views, leaves, view_dtypes = [], [], []
+        for node in nodes:
+            view_dtype = None
+            if node.op is _VIEW:
+                views.append(node.arg)
+                view_dtype = node.dtype
+                node = node.src[0]
+            else:
+                views.append(None)
+            if node.op is not _BUFFER:
+                return None
+            spec = node.arg[0]
+            leaves.append((node.dtype, spec.device, spec.size))
+            view_dtypes.append(view_dtype)
+        return LastCall(key, program, direct, views, leaves, view_dtypes, training, grad_disabled())
+
+    def inputs_of(self, args: tuple, training: bool) -> Optional[list[BufferSpec]]:
+        """The input buffers of a call of `args` when it has this call's key, nothing it reads is
+        pending (no lazy assign it touches, no stale version read) and its direct replay is still
+        `valid`, else None."""
+        current = self.direct.current
+        if len(args) != len(self.views) or training is not self.training or grad_disabled() is not self.no_grad \
+                or self.direct.owner._current is not current or current[0] != native.epoch \
+                or pending_for(self.program.accessed, self.program.written):
+            return None
+        specs = []
+        for arg, view, leaf, view_dtype in zip(args, self.views, self.leaves, self.view_dtypes):
+            if type(arg) is not Tensor:
+                return None
+            node = arg.node
+            if view is not None:
+                if node.op is not _VIEW or node.dtype is not view_dtype or \
+                        (node.arg is not view and node.arg != view):
+                    return None
+                node = node.src[0]
+            if node.op is not _BUFFER:
+                return None
+            spec, version = node.arg
+            if node.dtype is not leaf[0] or spec.size != leaf[2] or spec.device != leaf[1]:
+                return None
+            record = _record_of(spec.uid)
+            if record is not None and (version < record.version or record.head is not None):
+                return None  # a stale read (the general path raises StaleReadError), or an assign pending
+            specs.append(spec)
+        return specs
+
+
+def pending_for(accessed: frozenset[BufferSpec], written: frozenset[BufferSpec]) -> bool:
+    """True when a lazy assign is pending that a replay touching `accessed` and writing `written` must
+    wait for (jit/jit.py `_flush_pending` realizes exactly these first): one into an accessed buffer,
+    or one reading a written buffer. Others (a stray assign elsewhere) do not concern the replay."""
+    heads = versions.pending_heads()
+    if not heads:
+        return False
+    storage_of, specs_read = versions.storage_of, versions.specs_read
+    return any(storage_of(head) in accessed or not written.isdisjoint(specs_read(head)) for head in heads)
+
+
+__all__ = ["DirectReplay", "LastCall", "ResultRecipe", "pending_for"]
