@@ -115,6 +115,8 @@ def small_plan(m: int, k: int, n: int, la: tuple[int, int], lb: tuple[int, int],
         return None
     if la[0] != CBLAS_NO_TRANS:
         return None
+    if n == 1 and lb == (CBLAS_NO_TRANS, 1):  # a contiguous column (RMSNorm's x . x): one W row of k
+        return "at_sgemm_rows", la[1], k
     return ("at_sgemm_rows" if lb[0] == CBLAS_TRANS else "at_sgemm_rows_nn"), la[1], lb[1]
 
 

@@ -112,3 +112,12 @@ def test_a_matrix_too_big_for_cache_stays_a_blas_call(compiled):
     np.testing.assert_allclose((Tensor(x) @ Tensor(w)).numpy(), x @ w, rtol=1e-4, atol=1e-4)
     sources = compiled.sources()
     assert not any("at_sgemm_rows" in s for s in sources) and any("at_sgemv(" in s for s in sources)
+
+
+def test_a_row_dot_a_contiguous_column_is_the_lane_wise_row_kernel(compiled):
+    """RMSNorm's sum of squares at decode, x (1 x k) . x^T: the dot form (8 lanes, then their sum), not
+    the column form's one scalar chain."""
+    x = np.random.default_rng(4).standard_normal((1, 579)).astype(np.float32)
+    t = Tensor(x)
+    np.testing.assert_allclose((t @ t.T).numpy(), x @ x.T, rtol=1e-5)
+    assert any("at_sgemm_rows(1, 1, 579," in s for s in compiled.sources())
