@@ -85,6 +85,11 @@ def vector_math(cc: str) -> bool:
         return proc.returncode == 0
 
 
-def link_options(cc: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(defines, libraries) every kernel library of `cc` is compiled with for the vector math."""
-    return (MVEC_DEFINES, MVEC_LIBS) if vector_math(cc) else ((), ())
+def defines(cc: str) -> tuple[str, ...]:
+    """The -D options for the vector math every kernel library of `cc` is compiled with."""
+    return MVEC_DEFINES if vector_math(cc) else ()
+
+
+def libraries(defines: tuple[str, ...]) -> tuple[str, ...]:
+    """The libraries a kernel library compiled with `defines` links (libmvec under AT_MVEC, then libm)."""
+    return (*(MVEC_LIBS if MVEC_DEFINES[0] in defines else ()), "-lm")

@@ -37,7 +37,8 @@ from typing import Iterable, Mapping, Optional
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
 from atensor.backend import blas
-from atensor.backend.c_flags import FLAGS, LARGE_FLAGS, LARGE_SOURCE, MVEC_DEFINES, MVEC_LIBS, link_options
+from atensor.backend import c_flags
+from atensor.backend.c_flags import FLAGS, LARGE_FLAGS, LARGE_SOURCE
 from atensor.backend.c_prelude import PRELUDE
 from atensor.backend.c_render import Unsupported, render_c, variable_slots
 from atensor.backend.quant_c import PACKED_CALL, SOURCE as QUANT_SOURCE
@@ -390,7 +391,7 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
             epoch += 1  # new kernels, as a loaded library's
     if not todo:
         return bound
-    defines = (("-DATENSOR_ILP64",) if blas is not None and blas[2] else ()) + link_options(cc)[0]
+    defines = (("-DATENSOR_ILP64",) if blas is not None and blas[2] else ()) + c_flags.defines(cc)
     groups = [(FLAGS, {a: v for a, v in todo.items() if len(v[1]) <= LARGE_SOURCE}),
               (LARGE_FLAGS, {a: v for a, v in todo.items() if len(v[1]) > LARGE_SOURCE})]
     groups = [(flags, group) for flags, group in groups if group]
@@ -556,7 +557,7 @@ def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...], flags: 
         c_file = Path(tmp) / "kernels.c"
         c_file.write_text(source)
         out = Path(tmp) / "kernels.so"
-        libs = (*(MVEC_LIBS if MVEC_DEFINES[0] in defines else ()), "-lm")  # c_flags.vector_math
+        libs = c_flags.libraries(defines)
         proc = subprocess.run([cc, *flags, *defines, "-o", str(out), str(c_file), *libs],
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0 and "-march=native" in flags:  # a compiler that does not know it (arm64 clang)
