@@ -96,6 +96,30 @@ def rows_plan(m: int, k: int, la: tuple[int, int], lb: tuple[int, int], itemsize
     return la[1], lb[1]
 
 
+# A float32 product of 1..SMALL_ROWS rows whose other operand (k x n) is at most SMALL_MATRIX_BYTES (in
+# L2) is c_prelude's at_sgemm_rows (W^T stored n x k) or at_sgemm_rows_nn (B stored k x n), not BLAS:
+# attention's scores and its probabilities-times-values at decode, a head's few query rows against its
+# key and value blocks. Measured (SmolLM2's decode attention, 3 query rows per key head, a 128-position
+# window of 64-wide heads, one thread): the kernel took 15.3 us with a gemv per row (OpenBLAS: 18 calls,
+# 60% of the kernel) and 11.1-12.0 us with these (/tmp per-kernel timer, the kernels called directly).
+SMALL_ROWS = 4
+SMALL_MATRIX_BYTES = 256 << 10
+
+
+def small_plan(m: int, k: int, n: int, la: tuple[int, int], lb: tuple[int, int],
+               itemsize: int) -> tuple[str, int, int] | None:
+    """(the prelude function, lda, ldb) when an (m x k) . (k x n) product is a few float32 rows of A with
+    k contiguous against a matrix small enough for cache: `at_sgemm_rows` when B is W^T with W's rows of
+    k contiguous (`lb` transposed), `at_sgemm_rows_nn` when B's rows of n are contiguous; else None."""
+    if itemsize != 4 or not 1 <= m <= SMALL_ROWS or k * n * itemsize > SMALL_MATRIX_BYTES:
+        return None
+    if la[0] != CBLAS_NO_TRANS:
+        return None
+    if n == 1 and lb == (CBLAS_NO_TRANS, 1):  # a contiguous column (RMSNorm's x . x): one W row of k
+        return "at_sgemm_rows", la[1], k
+    return ("at_sgemm_rows" if lb[0] == CBLAS_TRANS else "at_sgemm_rows_nn"), la[1], lb[1]
+
+
 def blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int] | None:
     """(transpose flag, leading dimension) for a rows x cols matrix at these strides, or None."""
     if s_row < 0 or s_col < 0:
@@ -110,4 +134,5 @@ def blas_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int]
 
 
 __all__ = ["CBLAS_NO_TRANS", "CBLAS_ROW_MAJOR", "CBLAS_TRANS", "GEMV_MATRIX_BYTES", "GEMV_ROWS", "GemvPlan",
-           "ROWS_BYTES", "ROWS_MAX", "blas_layout", "gemv_plan", "merged_stride", "rows_plan"]
+           "ROWS_BYTES", "ROWS_MAX", "SMALL_MATRIX_BYTES", "SMALL_ROWS", "blas_layout", "gemv_plan",
+           "merged_stride", "rows_plan", "small_plan"]

@@ -16,7 +16,8 @@ from atensor.graph.node import Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.symbolic import hi_of
 from atensor.graph.view import strides_for, symbolic_shape
-from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan
+from atensor.backend.c_blas import (CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan,
+                                    small_plan)
 from atensor.backend.conv_c import looped_gemm
 from atensor.backend.c_types import Unsupported, ctype as _ctype
 from atensor.backend.gemm_axes import contraction_groups
@@ -84,8 +85,13 @@ def render_gemm(cr: Any, n: Node) -> bool:
                         if shape[i] != 1] or ["0"])
     f = "s" if n.dtype == dtypes.float32 else "d"
     a_at, b_at, c_at = f"{ptr(a)} + ({off_a})", f"{ptr(b)} + ({off_b})", f"{out} + ({off_c})"
-    gemv = gemv_plan(m, k, nn, la, lb, (sa_m, sa_k, sb_k, sb_n), n.dtype.itemsize)
-    if gemv is not None:
+    small = small_plan(m, k, nn, la, lb, n.dtype.itemsize)
+    gemv = gemv_plan(m, k, nn, la, lb, (sa_m, sa_k, sb_k, sb_n), n.dtype.itemsize) if small is None else None
+    if small is not None:
+        # a few rows against a matrix in cache (attention at decode): no BLAS call per row (c_blas.py)
+        fn, lda, ldb = small
+        call = f"{fn}({m}, {nn}, {k}, {a_at}, {lda}, {b_at}, {ldb}, {c_at}, {int(nn)});"
+    elif gemv is not None:
         # a few rows or columns: matrix-vector products, which read the matrix without packing it
         # (OpenBLAS's gemm with m = 1 packs the whole matrix first: 3x slower at batch-1 decode,
         # measured; c_blas.py has the figures for a few rows)

@@ -7,11 +7,15 @@
   publishes on C timelines (a value and a futex word per queue), so queues hand work to each other
   without the GIL or a Python wake-up;
 - `atensor_copy`, a memcpy between buffers that a program can hold;
-- `at_sgemm_rows`, the product of 2..4 rows with a big matrix, reading the matrix once (c_blas.py);
-- the pointers to the packed-weight kernels (quant_c.py) that QMATMUL and DEQUANT kernels call.
+- `at_sgemm_rows`, the product of 1..4 rows with a matrix (W^T), reading the matrix once, and
+  `at_sgemm_rows_nn`, the same with B (k x n) for a matrix in cache (c_blas.py);
+- the pointers to the packed-weight kernels (quant_c.py) that QMATMUL and DEQUANT kernels call;
+- under AT_MVEC (c_flags.vector_math), libm's expf, logf, sinf, cosf (and double versions) declared
+  `omp declare simd`, so a vectorized loop calls libmvec's 8-lane versions.
 Changing it changes every library's cache key: everything is compiled again once. Its numpy-semantics
 helpers are c_helpers.py's, shared with the OpenCL prelude.
 """
+from atensor.backend.c_flags import MVEC_DECLARATIONS
 from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
 
 PRELUDE = r"""
@@ -20,6 +24,8 @@ PRELUDE = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#ifdef AT_MVEC
+""" + MVEC_DECLARATIONS + r"""#endif
 #include <stdatomic.h>
 #include <sched.h>
 #include <time.h>
@@ -79,14 +85,57 @@ static inline float at_hsum8(at_v8 v) {
       }                                                                                           \
     }                                                                                             \
   }
+AT_ROWS_KERNEL(1)
 AT_ROWS_KERNEL(2)
 AT_ROWS_KERNEL(3)
 AT_ROWS_KERNEL(4)
 static inline void at_sgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                  const float *w, int64_t ldw, float *c, int64_t ldc) {
-  if (m == 2) at_sgemm_rows2(n, k, a, lda, w, ldw, c, ldc);
+  if (m == 1) at_sgemm_rows1(n, k, a, lda, w, ldw, c, ldc);
+  else if (m == 2) at_sgemm_rows2(n, k, a, lda, w, ldw, c, ldc);
   else if (m == 3) at_sgemm_rows3(n, k, a, lda, w, ldw, c, ldc);
   else at_sgemm_rows4(n, k, a, lda, w, ldw, c, ldc);
+}
+/* C = A . B for 1..4 rows of A (m x k, k contiguous) and B (k x n, n contiguous) small enough for
+   cache: attention's probabilities times its values block at decode (c_blas.small_plan). OpenBLAS
+   costs a call per row there (a few microseconds per head, measured); this keeps 16 columns of each
+   row of C in registers while it walks k, each output summed in the order p = 0, 1, ..., k-1. */
+#define AT_ROWS_NN_KERNEL(M)                                                                      \
+  static void at_sgemm_rows_nn##M(int64_t n, int64_t k, const float *a, int64_t lda,              \
+                                  const float *b, int64_t ldb, float *c, int64_t ldc) {           \
+    int64_t j = 0;                                                                                \
+    for (; j + 16 <= n; j += 16) {                                                                \
+      at_v8 lo[M], hi[M];                                                                         \
+      for (int i = 0; i < M; i++) lo[i] = hi[i] = (at_v8){0};                                     \
+      for (int64_t p = 0; p < k; p++) {                                                           \
+        at_v8 b0 = at_load8(b + p * ldb + j), b1 = at_load8(b + p * ldb + j + 8);                 \
+        for (int i = 0; i < M; i++) {                                                             \
+          lo[i] += a[i * lda + p] * b0;                                                           \
+          hi[i] += a[i * lda + p] * b1;                                                           \
+        }                                                                                         \
+      }                                                                                           \
+      for (int i = 0; i < M; i++) {                                                               \
+        memcpy(c + i * ldc + j, &lo[i], sizeof lo[i]);                                            \
+        memcpy(c + i * ldc + j + 8, &hi[i], sizeof hi[i]);                                        \
+      }                                                                                           \
+    }                                                                                             \
+    for (; j < n; j++)                                                                            \
+      for (int i = 0; i < M; i++) {                                                               \
+        float s = 0;                                                                              \
+        for (int64_t p = 0; p < k; p++) s += a[i * lda + p] * b[p * ldb + j];                     \
+        c[i * ldc + j] = s;                                                                       \
+      }                                                                                           \
+  }
+AT_ROWS_NN_KERNEL(1)
+AT_ROWS_NN_KERNEL(2)
+AT_ROWS_NN_KERNEL(3)
+AT_ROWS_NN_KERNEL(4)
+static inline void at_sgemm_rows_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                    const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (m == 1) at_sgemm_rows_nn1(n, k, a, lda, b, ldb, c, ldc);
+  else if (m == 2) at_sgemm_rows_nn2(n, k, a, lda, b, ldb, c, ldc);
+  else if (m == 3) at_sgemm_rows_nn3(n, k, a, lda, b, ldb, c, ldc);
+  else at_sgemm_rows_nn4(n, k, a, lda, b, ldb, c, ldc);
 }
 /* the packed-weight kernels (quant_c.py), in a helper library: native.py sets these when it loads a
    library whose kernels call them (a QMATMUL or DEQUANT kernel, c_render.py) */

@@ -173,6 +173,9 @@ class CRenderer:
         self.params: dict[Node, str] = {}
         self.var_base, variables = variable_slots(ast)
         self.vars: dict[Variable, str] = {v: f"var{j}" for j, v in enumerate(variables)}
+        # a negative stride anywhere (a flip) selects the flags known to be correct (c_prelude.py), and
+        # no `omp simd` loop (which GCC would vectorize despite them)
+        self.negative = any(n.op is Ops.VIEW and any(st < 0 for st in n.arg.strides) for n in self.order)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -399,9 +402,22 @@ class CRenderer:
             inner, d2 = self._loops(shape, reduced, index, depth)
             nest = _Nest(self, index)
             v = nest.value(src)
+            simd = _simd_reduction(op, kind, acc) if inner and not self.negative else None
+            if simd is not None:
+                # the innermost loop's partial results may be kept in vector lanes (c_flags.py), the
+                # same reassociation in every path that runs this kernel (jit, eager, any thread count)
+                pragma, update, nan = simd
+                if nan:
+                    self.lines.append("  " * depth + f"uint8_t {nan} = 0;")
+                inner.insert(len(inner) - 1, "  " * (d2 - 1) + pragma)
+                body = update(v)
+            else:
+                nan, body = None, [combine(acc, v)]
             self.lines.extend(inner)
-            self.lines.extend("  " * d2 + s for s in nest.stmts + [combine(acc, v)])
+            self.lines.extend("  " * d2 + s for s in nest.stmts + body)
             self.lines.extend("  " * d + "}" for d in range(d2 - 1, depth - 1, -1))
+            if nan:
+                self.lines.append("  " * depth + f"if ({nan}) {acc} = NAN;")
             self.lines.append("  " * depth + f"{out_name}[{out_index()}] = ({ct}){acc};")
             self.lines.extend("  " * d + "}" for d in range(depth - 1, 0, -1))
         else:
@@ -437,9 +453,7 @@ class CRenderer:
                 return render_packed(self.ast, self.name, [(p.arg[0], _ctype(p.dtype)) for p in params])
             except NotPacked as why:
                 raise Unsupported(str(why)) from None
-        # a negative stride anywhere (a flip) selects the flags known to be correct (c_prelude.py)
-        negative = any(n.op is Ops.VIEW and any(st < 0 for st in n.arg.strides) for n in self.order)
-        header = [f"{'AT_NEGATIVE_STEPS ' if negative else ''}void {self.name}(void **bufs) {{"]
+        header = [f"{'AT_NEGATIVE_STEPS ' if self.negative else ''}void {self.name}(void **bufs) {{"]
         header += [f"  {_ctype(p.dtype)} *restrict b{p.arg[0]} = ({_ctype(p.dtype)} *)bufs[{p.arg[0]}];"
                    for p in params]
         # a bound Variable's value sits in the slots after the buffers, as an int64 (variable_slots)
@@ -493,6 +507,31 @@ class CRenderer:
                 v = self._cast(v, value.dtype, param.dtype)
             return [f"{buf}[{self.offset(view.offset, view.strides, view.shape, nest.index)}] = ({ct}){v};"]
         self._emit_nest(value.shape, body)
+
+
+SimdReduction = tuple[str, Callable[[str], list[str]], "str | None"]
+
+
+def _simd_reduction(op: ReduceOp, kind: str, acc: str) -> SimdReduction | None:
+    """(the `omp simd` pragma, the loop body's update of `acc` by a value, the NaN flag's name or None)
+    that vectorizes an inner reduce loop. A float max keeps NaN apart: `AT_FMAX`'s NaN test does not
+    vectorize as a reduction (GCC 12 turned it into a wrong one under `reduction(max)`: -inf for rows
+    holding a NaN), so the lanes take a plain max and a flag ORs `v != v`; the flag, set, makes the
+    result NaN, as numpy's max is. None for a reduce the pragma does not cover."""
+    if op is ReduceOp.MAX and kind == "f":
+        nan = acc + "_nan"
+        return (f"#pragma omp simd reduction(max:{acc}) reduction(|:{nan})",
+                lambda v: [f"{nan} |= (uint8_t)({v} != {v});", f"{acc} = {acc} > {v} ? {acc} : {v};"], nan)
+    if kind == "b":
+        sym = "|" if op in (ReduceOp.SUM, ReduceOp.MAX) else "&"
+        return f"#pragma omp simd reduction({sym}:{acc})", lambda v: [f"{acc} = {acc} {sym} {v};"], None
+    if op is ReduceOp.MAX:
+        return f"#pragma omp simd reduction(max:{acc})", lambda v: [f"{acc} = AT_IMAX({acc}, {v});"], None
+    if op in (ReduceOp.SUM, ReduceOp.PROD):
+        sym = "+" if op is ReduceOp.SUM else "*"
+        return (f"#pragma omp simd reduction({sym}:{acc})",
+                lambda v: [f"{acc} {sym}= ({'double' if kind == 'f' else 'uint64_t'}){v};"], None)
+    return None
 
 
 def _readable_anywhere(n: Node) -> bool:

@@ -37,6 +37,8 @@ from typing import Iterable, Mapping, Optional
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
 from atensor.backend import blas
+from atensor.backend import c_flags
+from atensor.backend.c_flags import FLAGS, LARGE_FLAGS, LARGE_SOURCE
 from atensor.backend.c_prelude import PRELUDE
 from atensor.backend.c_render import Unsupported, render_c, variable_slots
 from atensor.backend.quant_c import PACKED_CALL, SOURCE as QUANT_SOURCE
@@ -44,19 +46,6 @@ from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.backend.runner import Runner
 
-# -fno-tree-slp-vectorize: GCC 12.2's SLP vectorizer miscompiles a max-reduction of `!x` over a fully
-# unrolled 2x2 (or 2x8) uint8 nest: bool min() gave 254 (the mask byte 0xFF, then `^ 1`) instead of 0.
-# The loops themselves keep the loop vectorizer (see AT_NEGATIVE_STEPS in c_prelude.py for the one
-# pattern where it is wrong too); tests/backend/test_native.py holds both repros.
-FLAGS = ("-O3", "-march=native", "-fno-tree-slp-vectorize", "-fPIC", "-shared", "-fno-math-errno",
-         "-ffp-contract=off", "-std=c11")
-# a kernel whose C source is longer than LARGE_SOURCE characters (a fused backward with dozens of loops)
-# is compiled with -O2, in its own compiler call beside the others': GCC 12's -O3 (its loop vectorizer
-# above all) took 11.4 s on the CNN flagship's 56 KB fused backward, -O2 2.0 s (which vectorizes too,
-# with the cheap cost model), and 60 training steps took the same time either way (1.59-1.80 s -O3,
-# 1.74-1.84 s -O2, 2 devices)
-LARGE_SOURCE = 16_000
-LARGE_FLAGS = ("-O2",) + FLAGS[1:]
 _lock = threading.Lock()
 _kernels: dict[Node, "NativeKernel"] = {}
 _refused: dict[Node, str] = {}
@@ -402,7 +391,7 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
             epoch += 1  # new kernels, as a loaded library's
     if not todo:
         return bound
-    defines = ("-DATENSOR_ILP64",) if blas is not None and blas[2] else ()
+    defines = (("-DATENSOR_ILP64",) if blas is not None and blas[2] else ()) + c_flags.defines(cc)
     groups = [(FLAGS, {a: v for a, v in todo.items() if len(v[1]) <= LARGE_SOURCE}),
               (LARGE_FLAGS, {a: v for a, v in todo.items() if len(v[1]) > LARGE_SOURCE})]
     groups = [(flags, group) for flags, group in groups if group]
@@ -568,11 +557,12 @@ def _compile(cc: str, source: str, path: Path, defines: tuple[str, ...], flags: 
         c_file = Path(tmp) / "kernels.c"
         c_file.write_text(source)
         out = Path(tmp) / "kernels.so"
-        proc = subprocess.run([cc, *flags, *defines, "-o", str(out), str(c_file), "-lm"],
+        libs = c_flags.libraries(defines)
+        proc = subprocess.run([cc, *flags, *defines, "-o", str(out), str(c_file), *libs],
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0 and "-march=native" in flags:  # a compiler that does not know it (arm64 clang)
             portable = tuple(f for f in flags if f != "-march=native")
-            proc = subprocess.run([cc, *portable, *defines, "-o", str(out), str(c_file), "-lm"],
+            proc = subprocess.run([cc, *portable, *defines, "-o", str(out), str(c_file), *libs],
                                   capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise subprocess.SubprocessError(proc.stderr.strip()[-2000:])

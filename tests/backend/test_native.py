@@ -607,10 +607,11 @@ def test_a_negative_variable_value_reaches_the_kernel_as_a_signed_int():
 
 def test_matrix_vector_products_are_gemv_calls_matching_numpy(every_kernel_native):
     """A product with one row or one column (batch-1 decode's every matmul) is a BLAS gemv, for each
-    layout of the matrix and a strided vector, in float32 and float64."""
+    layout of the matrix and a strided vector, in float32 and float64 (the float32 matrix above
+    c_blas.SMALL_MATRIX_BYTES: a smaller one is the prelude's row kernels, test_native_vectorized.py)."""
     rng = np.random.default_rng(11)
     for dtype in (np.float32, np.float64):
-        k, n = 37, 29
+        k, n = 373, 229
         x, w = rng.standard_normal((1, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
         wt = np.ascontiguousarray(w.T)
         col = rng.standard_normal((k, 1)).astype(dtype)
@@ -647,11 +648,12 @@ def test_a_few_rows_times_a_big_weight_read_it_once_matching_numpy(every_kernel_
     assert sum("at_sgemm(" in src for src in sources) >= 2  # the 5 rows and the long ones
 
 
-def test_a_decode_steps_attention_contractions_are_gemvs_per_query_row_matching_numpy(every_kernel_native):
+def test_a_decode_steps_attention_contractions_are_row_kernels_matching_numpy(every_kernel_native):
     """Grouped-query attention of a decode step (one token per row, a group of 3 query heads per kv
     head, keys and values read from a KV cache behind an additive mask): both contractions, q . K^T and
-    weights . V, are a few rows against a small key block, run as one BLAS gemv per query row (a gemm
-    would pack the block first, c_blas.py), and the result is numpy's."""
+    weights . V, are a few rows against a small key block, run by the prelude's row kernels (no BLAS
+    call per query row, and no gemm, which would pack the block first: c_blas.py), and the result is
+    numpy's."""
     rng = np.random.default_rng(3)
     b, heads, kv, source, dim = 2, 6, 2, 32, 16
     cache_np = rng.standard_normal((b, 2, kv, source, dim)).astype(np.float32)
@@ -670,9 +672,9 @@ def test_a_decode_steps_attention_contractions_are_gemvs_per_query_row_matching_
     want = (weights / weights.sum(-1, keepdims=True)) @ v_np
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     sources = [native._kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
-    attention = [src for src in sources if src.count("at_sgemv(") == 2]
-    assert attention and "at_sgemm(" not in attention[0], sources
-    assert attention[0].count("< 3; r") == 2, attention[0]  # one gemv per query row of the group of 3
+    attention = [src for src in sources if "at_sgemm_rows(3, 32, 16," in src]
+    assert attention and "at_sgemm(" not in attention[0] and "at_sgemv(" not in attention[0], sources
+    assert "at_sgemm_rows_nn(3, 16, 32," in attention[0], attention[0]  # the group of 3 rows at once
 
 
 def test_the_kernels_call_numpys_blas_whatever_order_threadpoolctl_lists_the_libraries(monkeypatch):
