@@ -71,6 +71,7 @@ class _InFlight:
     user_events: list[Any] = field(default_factory=list)  # set by the host (kept until published)
     error: Optional[BaseException] = None
     stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
+    keep: Any = None  # what its launches use that nothing else holds (a lean replay's bound buffers)
 
 
 class CLQueue(Queue):
@@ -101,6 +102,36 @@ class CLQueue(Queue):
         records = [self._enqueue(command) for command in commands]
         self.cl.flush()  # a GPU driver may hold enqueued commands until a flush
         self._completer.watch(records)
+
+    def submit_sequence(self, command: Command, enqueues: list, keep: Any) -> None:
+        """Enqueues `enqueues` (each `Runner.enqueue`) in order as ONE command: no wait list (the caller
+        checked that nothing is pending anywhere, and the queue is in order), its value published once
+        the last launch completes: one record for the completion thread and one for `poll`, whatever
+        the launches (a jit replay's lean path, engine/cl_replay.py). `keep` stays referenced until
+        the value is published. An enqueue that raises publishes KernelError, as `submit` does."""
+        if self._completer is None:
+            self._completer = _Completer(self)
+        record = _InFlight(command, keep=keep)
+        with self._lock:
+            self._inflight[command.value] = record
+        queue = self.cl
+        first = last = None
+        try:
+            for enqueue in enqueues:
+                start, last = enqueue(queue, ())
+                if first is None:
+                    first = start
+        except Exception as exc:
+            import pyopencl as cl
+            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) could not be enqueued "
+                                f"on {self.device}/{self.kind}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            record.error = error
+            last = cl.enqueue_marker(queue)  # after what was enqueued: the value still comes in order
+            first = first or last
+        record.first, record.last = first, last
+        queue.flush()
+        self._completer.records.put(record)
 
     def run_here(self, commands: list[Command]) -> None:
         """A device queue runs nothing on the host: the commands are enqueued (`submit`)."""
