@@ -27,6 +27,8 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   profile: its `ReplayRecord` (engine/replay.py) binds the swapped buffers and runs the whole program
   on this thread in ONE foreign call (backend/replay_c.py), then publishes; without a C compiler (or
   for any other plan) the choices below, in Python, with the same semantics;
+- a replay of a kept-runner plan on ONE OpenCL queue, with every queue idle and no profile: its `CLReplay`
+  (engine/cl_replay.py) enqueues every task's launches as one command of that queue;
 - a tiny plan (at most layout.py's INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
   a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
   thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
