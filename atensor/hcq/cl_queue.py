@@ -24,6 +24,10 @@ command on this machine, more than the tiny kernel itself) and that thread then 
 Values are published in order (an in-order queue completes in order; `_publish_ready` keeps it so for
 `poll` too), so a waiter that finds a value reached finds every failure up to it.
 
+A jit replay's lean path (engine/cl_replay.py) hands over its launches as ONE command
+(`submit_sequence`): no waits (every queue was idle when it was planned), one record, one value,
+its stamps the first launch's start and the last one's end.
+
 The short-command path (`poll`): a host about to park on a value whose command is the oldest in
 flight, waits on nothing unfinished, and took at most SHORT_NS of device time at its last run (a jit
 replay's kernel: the same runner), waits for its event on its own thread, the GIL released, and
