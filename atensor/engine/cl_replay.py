@@ -44,6 +44,7 @@ from atensor.graph.taskgraph import Task
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.cl_queue import CLQueue
 from atensor.hcq.device import Device
+from atensor.hcq.loop import in_running_loop
 from atensor.hcq.queue import Command
 from atensor.hcq.signal import Signal
 
@@ -115,7 +116,7 @@ class CLReplay:
         value = base + count
         command = Command(value, (), self.runner, self.name, "kernel", self.first.id, self.nbytes, self.flops,
                           (), count)
-        queue.submit_sequence(command, self.enqueues, buffers)
+        queue.submit_sequence(command, self.enqueues, buffers, in_running_loop())
         for buf, entries in self.notes_fixed:
             buf.note_all([(signal, base + offset, write) for offset, write in entries])
         of = Buffer.of

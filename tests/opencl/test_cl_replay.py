@@ -191,3 +191,77 @@ def test_a_cancelled_asyncio_task_of_a_replay_leaves_it_running_to_completion(le
         np.testing.assert_array_equal(y.numpy(), np.full(16, 7, np.float32))
         assert Device.get("CL").compute.statistics()["pending_commands"] == 0
     run_on("asyncio", main)
+
+
+def _to_thread(library: str):
+    """The running loop's way to run a blocking function on a worker thread."""
+    if library == "trio":
+        return trio.to_thread.run_sync
+    import asyncio
+    return asyncio.to_thread
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_deferred_replay_is_published_for_a_thread_that_waits_for_it(library, lean):
+    """A replay submitted on the loop's thread is deferred (its awaiting task publishes it); a thread
+    that waits for its value instead (a CPU queue's worker would) gets it published all the same,
+    whether it started waiting after the replay was submitted or before."""
+    import threading
+    compute = Device.get("CL").compute
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x * 2
+
+    async def main() -> None:
+        to_thread = _to_thread(library)
+        for k in range(6):
+            got = await step(Tensor(np.full(4, k, np.float32), device="CL"))
+        np.testing.assert_array_equal(got.numpy(), np.full(4, 10, np.float32))
+        assert lean
+        # after: the replay is submitted and deferred; the thread's wait hands it over
+        handle, _, results = step._replay_now((Tensor(np.full(4, 3, np.float32), device="CL"),))
+        value = handle.job.submission.final[compute]
+        assert compute.statistics()["deferred"] == 1
+        await to_thread(lambda: compute.signal.wait_blocking(value, timeout=20))
+        await handle
+        np.testing.assert_array_equal(results[0].numpy(), np.full(4, 6, np.float32))
+        # before: a thread blocks on the next value first; the replay sees it waiting as it defers
+        waited = threading.Event()
+        target = compute._reserved + 1
+
+        def wait_next() -> None:
+            compute.signal.wait_blocking(target, timeout=20)
+            waited.set()
+        thread = threading.Thread(target=wait_next)
+        thread.start()
+        while not compute.signal.has_waiters():
+            await to_thread(lambda: waited.wait(0.01))
+        handle, _, results = step._replay_now((Tensor(np.full(4, 4, np.float32), device="CL"),))
+        await to_thread(lambda: waited.wait(20))
+        assert waited.is_set() and compute.statistics()["deferred"] == 0
+        thread.join()
+        await handle
+        np.testing.assert_array_equal(results[0].numpy(), np.full(4, 8, np.float32))
+    run_on(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_awaited_replays_leave_at_most_one_deferred_record_and_none_once_awaited(library, lean):
+    compute = Device.get("CL").compute
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x + 1
+
+    async def main() -> None:
+        y = Tensor.zeros(16, device="CL").contiguous()
+        await y.realize()
+        for _ in range(30):
+            y = await step(y)
+            assert compute.statistics()["deferred"] <= 1
+        np.testing.assert_array_equal(y.numpy(), np.full(16, 30, np.float32))
+        stats = compute.statistics()
+        assert stats["pending_commands"] == 0 and stats["signal"] == stats["reserved"], stats
+        assert len(lean) >= 20
+    run_on(library, main)
