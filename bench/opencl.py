@@ -3,6 +3,7 @@ pyopencl on the same device.
 
     python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
     python bench/opencl.py --breakdown   # where a jit replay's round trip goes, stage by stage (us)
+    python bench/opencl.py --python-calls  # Python calls per awaited jit replay: in Plan.submit, in all
     python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
                                        # then 4 LLM tokens against transformers' (under 5 minutes warm;
@@ -157,6 +158,8 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
 BREAKDOWN_STAGES = [
     ("atensor.engine.dispatch", "Dispatcher.run_inline", "plan and submit on the calling thread"),
     ("atensor.engine.plan", "Plan.submit", "  Plan.submit"),
+    ("atensor.engine.cl_replay", "CLReplay.submit", "    the lean replay (engine/cl_replay.py)"),
+    ("atensor.hcq.cl_queue", "CLQueue.submit_sequence", "      its launches, one command"),
     ("atensor.engine.plan", "Plan._runners", "    runners (rebound in place, or made again)"),
     ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
     ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),
@@ -184,6 +187,53 @@ def breakdown(calls: int) -> list[dict]:
         rows.append({"library": library, "call_us": total, "process_cpu_us": cpu,
                      "stages": {label: statistics.median(times[label]) / 1e3 for label in labels if counts[label]}})
     return rows
+
+
+def python_calls(calls: int) -> dict:
+    """Python function calls (C functions called from Python included) per awaited jit replay of `x + 1`
+    on CL under trio, counted with sys.setprofile: inside Plan.submit, and in the whole call. Counts,
+    not times: the same on a loaded machine as on a quiet one, so an A/B of two trees needs no rounds."""
+    import trio
+    from atensor.engine import plan
+    counts = {"Plan.submit": 0, "whole call": 0}
+    depth = [0]
+
+    def profile(frame, event, arg) -> None:
+        if event == "call" or event == "c_call":
+            counts["whole call"] += 1
+            if depth[0]:
+                counts["Plan.submit"] += 1
+    original = plan.Plan.submit
+
+    def submit(self, mapping=None):
+        depth[0] += 1
+        try:
+            return original(self, mapping)
+        finally:
+            depth[0] -= 1
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x + 1
+
+    async def run() -> None:
+        y = Tensor.zeros(16, device="CL").contiguous()
+        await y.realize()
+        for _ in range(20):  # run, capture, verify, replays that make the plan's records
+            y = await step(y)
+        sys.setprofile(profile)
+        try:
+            for _ in range(calls):
+                y = await step(y)
+        finally:
+            sys.setprofile(None)
+        assert float(y.numpy()[0]) == calls + 20
+    plan.Plan.submit = submit
+    try:
+        trio.run(run)
+    finally:
+        plan.Plan.submit = original
+    return {name: count / calls for name, count in counts.items()}
 
 
 LLM_PROMPT = "The capital of France is"
@@ -250,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="run the CL tests, then a short bench")
     parser.add_argument("--round-trip", action="store_true", help="only the round trips (no compute cases)")
     parser.add_argument("--breakdown", action="store_true", help="only a jit replay's round trip, stage by stage")
+    parser.add_argument("--python-calls", action="store_true",
+                        help="only the Python calls per awaited jit replay (in Plan.submit, in the whole call)")
     parser.add_argument("--llm", type=int, default=0, metavar="TOKENS",
                         help="only SmolLM2's greedy TOKENS on CL against transformers' (exit 1 if they differ)")
     parser.add_argument("--out", default="opencl")
@@ -270,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
                                                  + " ".join(argv or sys.argv[1:]), "llm": row})
         print(f"\nwrote {path}")
         return 0 if row["equal"] else 1
+    if args.python_calls:
+        row = python_calls(args.calls)
+        print(table(f"Python calls per awaited jit replay of x + 1 on CL (trio), mean of {args.calls}",
+                    ["where", "calls"], [[name, count] for name, count in row.items()]))
+        path = write_results(args.out + "_python_calls", {"device": device, "command": "python bench/opencl.py "
+                                                          + " ".join(argv or sys.argv[1:]), "calls": row})
+        print(f"\nwrote {path}")
+        return 0
     if args.breakdown:
         rows = breakdown(args.calls)
         labels = list(dict.fromkeys(label for row in rows for label in row["stages"]))

@@ -27,6 +27,8 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   profile: its `ReplayRecord` (engine/replay.py) binds the swapped buffers and runs the whole program
   on this thread in ONE foreign call (backend/replay_c.py), then publishes; without a C compiler (or
   for any other plan) the choices below, in Python, with the same semantics;
+- a replay of a kept-runner plan on ONE OpenCL queue, with every queue idle and no profile: its `CLReplay`
+  (engine/cl_replay.py) enqueues every task's launches as one command of that queue;
 - a tiny plan (at most layout.py's INLINE_MAX_TASKS kernels and copies, bytes and flops bounded, no Variables in
   a replay's) whose queues are idle and whose buffers have nothing pending runs on the planning
   thread itself (`Queue.run_here`), in task order (one command per task; a replay on one queue
@@ -71,7 +73,7 @@ from atensor.backend import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task, TaskGraph
-from atensor.engine import lower_cl
+from atensor.engine import cl_replay, lower_cl
 from atensor.engine.layout import Layout
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
@@ -196,6 +198,8 @@ class Plan:
         # the one-call replay of a light one-queue plan (engine/replay.py): None until the runners are
         # made, then the record or False when the plan does not qualify (or the helper did not load)
         self.record: Optional[ReplayRecord] | bool | None = None
+        # the lean replay of a plan on one OpenCL queue (engine/cl_replay.py), made with `record`
+        self.lean: Optional[cl_replay.CLReplay] = None
 
     # ---- runners ---------------------------------------------------------------------------------
     def _lower_runners(self) -> None:
@@ -266,6 +270,10 @@ class Plan:
                                [j for j, bi in enumerate(self.swapped_index) if bi in written],
                                self._program_summary(0), reads)
         self.record = found if found is not None else False
+        if found is None and not L.once and self.kept is not None:
+            self.lean = cl_replay.lean_for(L.queues, self.kept, self.remake, self.slots, self.swapped,
+                                           self.fixed_bufs, L.notes, self.swapped_index, L.read_first,
+                                           self._program_summary(0), L.tasks[0])
         return self.record
 
     # ---- submission ------------------------------------------------------------------------------
@@ -284,6 +292,16 @@ class Plan:
             value = record.run(new_specs)
             self.last_final = [(record.signal, value)]
             return Submission({record.queue: value}, [])
+        lean = self.lean
+        if lean is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
+            # a replay on one idle OpenCL queue: its launches as one command (engine/cl_replay.py)
+            new_specs = [mapping[s] for s in self.swapped]
+            for buf, name in lean.reads_of(new_specs):
+                if buf.writes or buf.failure is not None:
+                    _refuse_failed_read(buf, name)
+            value, placed = lean.submit(new_specs)
+            self.last_final = [(lean.signal, value)]
+            return Submission({lean.queue: value}, placed)
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]

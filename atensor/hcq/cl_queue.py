@@ -24,6 +24,17 @@ command on this machine, more than the tiny kernel itself) and that thread then 
 Values are published in order (an in-order queue completes in order; `_publish_ready` keeps it so for
 `poll` too), so a waiter that finds a value reached finds every failure up to it.
 
+A jit replay's lean path (engine/cl_replay.py) hands over its launches as ONE command
+(`submit_sequence`): no waits (every queue was idle when it was planned), one record, one value,
+its stamps the first launch's start and the last one's end. Submitted on a thread that runs an
+event loop (an inline replay, whose awaiting task polls it before it can be cancelled), its record
+is deferred: not handed to the completion thread, whose wake-up and GIL traffic cost more than the
+kernel (whole-process CPU of 8000 awaited one-kernel replays 14% lower deferred, farm-bench A/B,
+5 pairs). It is handed over when the awaiting host's `poll` cannot publish it, when anyone else
+waits for the signal (`Signal.on_wait`, which every wait calls once registered; the submitter
+checks `Signal.has_waiters` after deferring), or when the queue gets its next command: so at most
+one record per queue is deferred, and every value someone waits for is published.
+
 The short-command path (`poll`): a host about to park on a value whose command is the oldest in
 flight, waits on nothing unfinished, and took at most SHORT_NS of device time at its last run (a jit
 replay's kernel: the same runner), waits for its event on its own thread, the GIL released, and
@@ -71,6 +82,7 @@ class _InFlight:
     user_events: list[Any] = field(default_factory=list)  # set by the host (kept until published)
     error: Optional[BaseException] = None
     stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
+    keep: Any = None  # what its launches use that nothing else holds (a lean replay's bound buffers)
 
 
 class CLQueue(Queue):
@@ -83,6 +95,11 @@ class CLQueue(Queue):
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()  # one thread publishes at a time, in order
         self._completer: Optional[_Completer] = None  # started with the first submission
+        # lean commands not handed to the completer yet (at most one left behind by each submission;
+        # see the module docstring), under `_defer_lock`, which is never held while taking another lock
+        self._deferred: list[_InFlight] = []
+        self._defer_lock = threading.Lock()
+        self.signal.on_wait = self._hand_over
         self.host_published = 0  # commands an awaiting host published (`poll`): found done, or short
         self.host_waited = 0     # of those, the short ones it waited for
         # a runner's `device_key` -> its work's device time at its last run (`poll`'s short commands)
@@ -98,15 +115,77 @@ class CLQueue(Queue):
         """Enqueues every command on the OpenCL queue, in order, without waiting for any."""
         if self._completer is None:
             self._completer = _Completer(self)
+        if self._deferred:  # the completer takes them in submission order, before these
+            self._hand_over()
         records = [self._enqueue(command) for command in commands]
         self.cl.flush()  # a GPU driver may hold enqueued commands until a flush
         self._completer.watch(records)
+
+    def submit_sequence(self, command: Command, enqueues: list, keep: Any, defer: bool = False) -> None:
+        """Enqueues `enqueues` (each `Runner.enqueue`) in order as ONE command: no wait list (the caller
+        checked that nothing is pending anywhere, and the queue is in order), its value published once
+        the last launch completes: one record for the completion thread and one for `poll`, whatever
+        the launches (a jit replay's lean path, engine/cl_replay.py). `keep` stays referenced until
+        the value is published. An enqueue that raises publishes KernelError, as `submit` does.
+        `defer`: the submitting thread will poll the value next (see the module docstring)."""
+        if self._completer is None:
+            self._completer = _Completer(self)
+        if self._deferred:
+            self._hand_over()
+        record = _InFlight(command, keep=keep)
+        with self._lock:
+            self._inflight[command.value] = record
+        queue = self.cl
+        first = last = None
+        try:
+            for enqueue in enqueues:
+                start, last = enqueue(queue, ())
+                if first is None:
+                    first = start
+        except Exception as exc:
+            import pyopencl as cl
+            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) could not be enqueued "
+                                f"on {self.device}/{self.kind}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            record.error = error
+            last = cl.enqueue_marker(queue)  # after what was enqueued: the value still comes in order
+            first = first or last
+        record.first, record.last = first, last
+        queue.flush()
+        if not defer:
+            self._completer.records.put(record)
+            return
+        with self._defer_lock:
+            self._deferred.append(record)
+        if self.signal.has_waiters():  # it waited before the record was deferred: hand it over now
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Hands the deferred records still in flight to the completion thread (`Signal.on_wait`, and
+        whenever the awaiting host will not publish them itself)."""
+        if not self._deferred:
+            return
+        with self._defer_lock:
+            records, self._deferred = self._deferred, []
+        put = self._completer.records.put
+        for record in records:
+            if record.stamps is None:  # else the awaiting host published it already
+                put(record)
 
     def run_here(self, commands: list[Command]) -> None:
         """A device queue runs nothing on the host: the commands are enqueued (`submit`)."""
         self.submit(commands)
 
     def poll(self, value: int) -> bool:
+        """True when `value` is reached, published here when it can be (`_poll`). When not, the caller
+        is about to park on it: the deferred records are handed to the completion thread first."""
+        if self._poll(value):
+            return True
+        if self._deferred:
+            self._hand_over()
+        return False
+
+    def _poll(self, value: int) -> bool:
         """True when `value` is reached. When the command that publishes it is the oldest in flight and
         nothing made it fail, publishes it first (its stamps come with it): if its last event has
         completed (its status, read once: no loop), or if it is short (`_short`: the caller's thread
@@ -149,7 +228,8 @@ class CLQueue(Queue):
     def statistics(self) -> dict:
         with self._lock:
             pending = len(self._inflight)
-        return {"pending_commands": pending, "signal": self.signal.value, "reserved": self._reserved,
+        return {"pending_commands": pending, "deferred": len(self._deferred), "signal": self.signal.value,
+                "reserved": self._reserved,
                 "commands_run": self.commands_run, "host_published": self.host_published,
                 "host_waited": self.host_waited}
 
@@ -249,6 +329,7 @@ class CLQueue(Queue):
             handle = self.handle
             for value, record in ready:
                 command, (start, end) = record.command, record.stamps
+                record.keep = None  # done with: a deferred record may outlive its publication a while
                 self.commands_run += 1
                 self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error)
                 if collector.is_active():

@@ -18,13 +18,19 @@ failed stays, the locals of the failing command (its arrays, its closure's tenso
 Waiting from an event loop: `await signal.wait(v)` parks the task; the thread that publishes `v`
 wakes it through the event-loop seam (hcq/loop.py: trio or asyncio). Cancelling the wait only stops
 waiting; the work goes on.
+
+A queue that publishes some values only when asked (hcq/cl_queue.py: a lean replay's command is
+published by the task that awaits it, and handed to the completion thread only when someone else
+waits) sets `on_wait`: every wait calls it, under the signal's lock, after registering itself, so
+the queue either sees the waiter (it checks `has_waiters` after deferring a value) or the waiter's
+call sees the deferred value. Nobody polls either way.
 """
 from __future__ import annotations
 
 import collections
 import inspect
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 from atensor.hcq import loop
 
@@ -106,6 +112,8 @@ async def wait_all(targets: list[tuple[Signal, int]]) -> None:
                 if not reached:
                     sig._waiters.append(member)
                     members.append((sig, member))
+                    if sig.on_wait is not None:
+                        sig.on_wait()
             if reached:
                 group.arrive()
         while not all(sig.value >= value for sig, value in pending):
@@ -157,6 +165,9 @@ class Signal:
         self._stamps: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
         self._failures: dict[int, BaseException] = {}
         self._waiters: list[_Waiter | _GroupMember | _Callback] = []  # tasks on an event loop, callbacks
+        # called, under the lock, by every wait on a value not reached yet, once the waiter is
+        # registered (see the module docstring); short, and it must not take this signal's lock
+        self.on_wait: Optional[Callable[[], None]] = None
 
     def __repr__(self) -> str:
         return f"Signal({self.name}={self.value})"
@@ -231,6 +242,8 @@ class Signal:
         with self._cond:
             if self.value < value:
                 self._waiters.append(_Callback(value, fn))
+                if self.on_wait is not None:
+                    self.on_wait()
                 return
         fn()
 
@@ -254,6 +267,8 @@ class Signal:
         `check` and that value failed."""
         if self.value < value:
             with self._cond:
+                if self.on_wait is not None and self.value < value:  # registered by wait_for's wait,
+                    self.on_wait()  # before it releases the lock: `has_waiters` sees it from then on
                 if not self._cond.wait_for(lambda: self.value >= value, timeout):
                     raise TimeoutError(f"{self.name} did not reach {value} within {timeout}s")
         if check:
@@ -272,6 +287,8 @@ class Signal:
                         if self.value >= value:
                             break
                         self._waiters.append(waiter)
+                        if self.on_wait is not None:
+                            self.on_wait()
                     try:
                         await wakeup.wait()  # may wake spuriously: the value is checked again
                     finally:
@@ -281,6 +298,12 @@ class Signal:
                 wakeup.close()
         if check:
             self._raise_if_failed(value)
+
+    def has_waiters(self) -> bool:
+        """True when a task, a thread or a callback waits for some value of this signal (read under the
+        lock: a wait registers itself and calls `on_wait` under it)."""
+        with self._lock:
+            return bool(self._waiters or self._cond._waiters)  # type: ignore[attr-defined]
 
     def _raise_if_failed(self, value: int) -> None:
         error = self._failures.get(value)

@@ -1,0 +1,146 @@
+"""`CLReplay`: a jit replay of a plan on one OpenCL queue, enqueued as ONE command with no bookkeeping
+per task.
+
+Why: the general `Plan.submit` makes, on every submission, a Command per task with its wait tuple,
+notes every buffer through the layout, and hands the list to `CLQueue.submit`, which walks each
+command's waits and hands each command to the completion thread: ~60-80 us of Python for a one-kernel
+replay whose kernel pocl enqueues in ~10-20 us (bench/opencl.py --breakdown). For a kept-runner plan
+whose tasks are all device commands of one CL queue, everything but the buffers and the Variables'
+values is the same on every replay, so the plan builds this record once (`lean_for`) and a replay is:
+
+1. the swapped buffers' memories stored into the runners' argument lists (`Runner.device_args`;
+   fresh result buffers get their memory here) and the bound Variables' values refreshed
+   (`Runner.rebind`): each kernel's enqueue sets only the arguments that changed (lower_cl.py);
+2. the queue's values reserved as one block, as the general path does;
+3. each task's `enqueue`, in task order, with no wait list, as ONE command whose value is the block's
+   last (`CLQueue.submit_sequence`): one record for the completion thread, one `poll` by the awaiting
+   host, whatever the task count;
+4. the buffers told that value (`Buffer.note_all`, as `Plan._note`).
+
+What it keeps from the general path (tests/opencl/test_cl_replay.py checks each):
+- order: it is used only while every queue is idle (`all_idle`), so the graph waits for nothing
+  outside itself, and the in-order queue runs its tasks in task (topological) order;
+- failures: a read of a buffer whose contents come from a failed task is refused before anything is
+  enqueued (the plan checks `reads_of`); an enqueue that raises, or a launch whose event fails,
+  publishes KernelError for the one command, and the submission lists it, so the await raises it;
+- memory: the buffers it binds stay referenced by the command until its value is published
+  (cl_queue.py's invariant), so no memory a launch uses is freed early;
+- counters: the queue's `commands_run` counts one command, as a batch's does.
+Not this path (`Plan.submit`'s general one): a profile or DEBUG=2 (a span per task), a plan on more than one
+queue, a task whose runner has a host part (`failed`: a host kernel), starts on the host (`here`), or
+is made again per replay (a copy that touches a swapped buffer).
+
+Invariant: `submit` is called by the dispatching thread only, while every queue is idle.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from atensor import ledger
+from atensor.backend.runner import Runner
+from atensor.engine.patching import AddressSlots
+from atensor.graph.node import BufferSpec
+from atensor.graph.taskgraph import Task
+from atensor.hcq.buffer import Buffer
+from atensor.hcq.cl_queue import CLQueue
+from atensor.hcq.device import Device
+from atensor.hcq.loop import in_running_loop
+from atensor.hcq.queue import Command
+from atensor.hcq.signal import Signal
+
+
+def _host_never_runs() -> None:
+    raise RuntimeError("a lean CL replay's command runs on its OpenCL queue only (CLQueue.submit_sequence); "
+                       "nothing runs it from the host")
+
+
+class CLReplay:
+    """The fixed part of a one-CL-queue replay (see the module docstring): the kept runners' enqueues in
+    task order, where the swapped buffers sit in their argument lists, what each buffer is told."""
+
+    def __init__(self, queue: CLQueue, runs: Sequence[Runner], slots: Optional[AddressSlots],
+                 swapped: Sequence[BufferSpec], fixed: Sequence[Buffer], notes: Sequence[tuple[int, tuple]],
+                 swapped_index: Sequence[int], reads: Sequence[tuple[int, str]], summary: tuple[str, int, int],
+                 first: Task):
+        self.queue, self.signal = queue, queue.signal
+        self.count = len(runs)
+        self.enqueues = [run.enqueue for run in runs]
+        self.rebinds = [run.rebind for run in runs if run.rebind is not None]
+        places = slots.device_slots if slots is not None else [[] for _ in swapped]
+        # (place in `swapped`, its device, (argument list, index) of each runner that passes it)
+        self.bound = [(j, Device.get(spec.device), entries)
+                      for j, (spec, entries) in enumerate(zip(swapped, places)) if entries]
+        place = {bi: j for j, bi in enumerate(swapped_index)}
+        # each buffer's notes as (write, offset from the block's base) pairs: a fixed Buffer's, or a
+        # swapped one's by its place in `swapped` (every queue is this one)
+        self.notes_fixed = [(fixed[bi], [(offset, write) for _, offset, write in entries])
+                            for bi, entries in notes if bi not in place]
+        self.notes_swapped = [(place[bi], [(offset, write) for _, offset, write in entries])
+                              for bi, entries in notes if bi in place]
+        self.reads_fixed = [(fixed[bi], name) for bi, name in reads if bi not in place]
+        self.reads_swapped = [(place[bi], name) for bi, name in reads if bi in place]
+        self.name, self.nbytes, self.flops = summary
+        # names the replay's work for the queue's short-command test (CLQueue.poll): its device time
+        # at the last replay; one record, one key
+        self.slots = slots
+        self.runner = Runner(_host_never_runs, device_key=("cl replay", id(self)))
+        self.first = first  # the task a failure is reported against (`Submission.placed`)
+
+    def reads_of(self, new_specs: list[BufferSpec]) -> list[tuple[Buffer, str]]:
+        """The buffers the replay with `new_specs` reads before writing them, each with its reader."""
+        if not self.reads_swapped:
+            return self.reads_fixed
+        of = Buffer.of
+        return self.reads_fixed + [(of(new_specs[j]), name) for j, name in self.reads_swapped]
+
+    def submit(self, new_specs: list[BufferSpec]) -> tuple[int, list[tuple[Signal, int, Task]]]:
+        """Binds `new_specs` (the swapped buffers' replacements) and enqueues the whole replay as one
+        command; returns its value and the submission's `placed` list (one entry: the command)."""
+        runtime = ledger.runtime
+        buffers: list[Optional[Buffer]] = [None] * len(new_specs)
+        for j, device, entries in self.bound:
+            spec = new_specs[j]
+            buf = runtime(spec)
+            if buf is None or buf.memory is None:
+                buf = device.allocate(spec)
+            memory = buf.memory
+            for args, k in entries:
+                args[k] = memory
+            buffers[j] = buf
+        if self.slots is not None:  # what the lists point into is the command's to keep alive now
+            self.slots.bound = []
+        for rebind in self.rebinds:
+            rebind()
+        queue, signal, count = self.queue, self.signal, self.count
+        base = queue.reserve(count)
+        value = base + count
+        command = Command(value, (), self.runner, self.name, "kernel", self.first.id, self.nbytes, self.flops,
+                          (), count)
+        queue.submit_sequence(command, self.enqueues, buffers, in_running_loop())
+        for buf, entries in self.notes_fixed:
+            buf.note_all([(signal, base + offset, write) for offset, write in entries])
+        of = Buffer.of
+        for j, entries in self.notes_swapped:
+            buf = buffers[j]
+            if buf is None:
+                buf = of(new_specs[j])
+            buf.note_all([(signal, base + offset, write) for offset, write in entries])
+        return value, [(signal, value, self.first)]
+
+
+def lean_for(queues: Sequence, runs: Sequence[Optional[Runner]], remake: Sequence[int],
+             slots: Optional[AddressSlots], swapped: Sequence[BufferSpec], fixed: Sequence[Buffer],
+             notes: Sequence[tuple[int, tuple]], swapped_index: Sequence[int], reads: Sequence[tuple[int, str]],
+             summary: tuple[str, int, int], first: Task) -> Optional[CLReplay]:
+    """The lean record of a kept-runner plan (the arguments are the plan's, engine/plan.py) when its tasks
+    are all device commands of ONE OpenCL queue that run on the device alone, none made again per
+    replay; else None (the plan keeps the general path)."""
+    if len(queues) != 1 or not isinstance(queues[0], CLQueue) or remake or not runs:
+        return None
+    for run in runs:
+        if run is None or run.enqueue is None or run.failed is not None or run.here is not None:
+            return None
+    return CLReplay(queues[0], runs, slots, swapped, fixed, notes, swapped_index, reads, summary, first)
+
+
+__all__ = ["CLReplay", "lean_for"]
