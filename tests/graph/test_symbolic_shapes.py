@@ -155,9 +155,10 @@ def test_the_bounds_proof_rejects_a_symbolic_length_past_the_end_for_some_value(
                            (Node.make(Ops.VIEW, dtypes.float32, (out,), View.create((ok + 1,))), read)), "in bounds")
 
 
-def test_a_contraction_over_a_symbolic_dim_is_a_blas_call_sized_at_run_time():
-    """scores = q . keys[:n]^T: one gemv whose length is the variable's slot, not a loop nest; the result
-    is laid out at the maximum (its leading dimension an int)."""
+def test_a_contraction_over_a_symbolic_dim_is_a_gemm_call_sized_at_run_time():
+    """scores = q . keys[:n]^T: one row routine call (a small matrix: the prelude's at_sgemm_rows, which
+    reads keys' rows contiguously) whose length is the variable's slot, not a loop nest; the result is
+    laid out at the maximum (its leading dimension an int)."""
     keys = Tensor(RNG.standard_normal((10, 64)).astype(np.float32))
     q = Tensor(RNG.standard_normal((1, 64)).astype(np.float32))
     out = q @ keys.shrink(((0, N.bind(4)), None)).T
@@ -166,7 +167,9 @@ def test_a_contraction_over_a_symbolic_dim_is_a_blas_call_sized_at_run_time():
     root = Node.make(Ops.ASSIGN, n.dtype, (spec.node(0), n), View.create((n.size,)).reshape(n.shape))
     [kernel] = [t.work for t in schedule([root]).graph.tasks if hasattr(t.work, "ast")]
     source = render_c(kernel.ast, "k")
-    assert re.search(r"at_sgemv\(101, \d+, \(var0\), 64,", source), source
+    assert re.search(r"at_sgemm_rows\(1, \(var0\), 64, b\d \+ \(0\), 64, b\d \+ \(0\), 64, t\d \+ \(0\), 10\);",
+                     source), source
+    assert "for (int64_t" not in source.split("at_sgemm_rows")[0]  # no loop nest around the call
 
 
 def test_writes_and_reads_of_symbolic_ranges_in_one_step_are_ordered():
