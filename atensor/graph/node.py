@@ -132,6 +132,33 @@ def _forget(key: tuple, ref: weakref.ref) -> None:
         del _interned[key]
 
 
+def _publish(key: tuple, node: Any) -> Node:
+    """`node` (a filled _NewNode) made a Node and interned under `key`, or the node another thread (the
+    dispatcher, a model builder) interned under it meanwhile: one node per key stays the invariant."""
+    _set_class(node, "__class__", Node)
+    with _intern_lock:
+        ref = _interned.get(key)
+        found = ref() if ref is not None else None
+        if found is None:
+            found = node
+            _interned[key] = _ref(node, _partial(_forget, key))
+    return found
+
+
+def _known(key: tuple, shape: Shape, device: str) -> Node:
+    """The interned node of `key` = (op, dtype, src, arg), made with a shape and device the caller knows
+    (no `_infer`) when none lives."""
+    ref = _interned.get(key)
+    if ref is not None:
+        found = ref()
+        if found is not None:
+            return found
+    node = object.__new__(_NewNode)
+    node.op, node.dtype, node.src, node.arg = key
+    node.shape, node.device = shape, device
+    return _publish(key, node)
+
+
 class Node:
     """An immutable graph vertex. Build with `Node.make`; never mutate.
 
@@ -180,59 +207,20 @@ class Node:
                 _interned[key] = _ref(found, _partial(_forget, key))
                 return found
             node.shape, node.device = _infer(op, dtype, src, arg)
-        _set_class(node, "__class__", Node)
-        with _intern_lock:  # another thread (the dispatcher, a model builder) may have made it meanwhile
-            ref = _interned.get(key)
-            found = ref() if ref is not None else None
-            if found is None:
-                found = node
-                _interned[key] = _ref(node, _partial(_forget, key))
-        return found
+        return _publish(key, node)
 
     @staticmethod
     def make_like(template: Node, src: tuple[Node, ...], arg: Any) -> Node:
         """The interned node of `template`'s op and dtype on `src` with `arg`, taking the template's
         shape and device instead of inferring them: for rebuilding a graph whose sources have the
         same shapes and devices as the template's (jit replays: other buffers, same layout)."""
-        key = (template.op, template.dtype, src, arg)
-        ref = _interned.get(key)
-        if ref is not None:
-            found = ref()
-            if found is not None:
-                return found
-        node = object.__new__(_NewNode)
-        node.op, node.dtype, node.src, node.arg = template.op, template.dtype, src, arg
-        node.shape, node.device = template.shape, template.device
-        _set_class(node, "__class__", Node)
-        with _intern_lock:
-            ref = _interned.get(key)
-            found = ref() if ref is not None else None
-            if found is None:
-                found = node
-                _interned[key] = _ref(node, _partial(_forget, key))
-        return found
+        return _known((template.op, template.dtype, src, arg), template.shape, template.device)
 
     @staticmethod
     def make_view(src: Node, view: View) -> Node:
         """The interned VIEW node of `src` through `view`, which graph/moveplan.py has checked against
         `src`'s shape (it reads inside it): made without `_infer`. `src` is never MULTI."""
-        key = (_VIEW, src.dtype, (src,), view)
-        ref = _interned.get(key)
-        if ref is not None:
-            found = ref()
-            if found is not None:
-                return found
-        node = object.__new__(_NewNode)
-        node.op, node.dtype, node.src, node.arg = _VIEW, src.dtype, (src,), view
-        node.shape, node.device = view.shape, src.device
-        _set_class(node, "__class__", Node)
-        with _intern_lock:
-            ref = _interned.get(key)
-            found = ref() if ref is not None else None
-            if found is None:
-                found = node
-                _interned[key] = _ref(node, _partial(_forget, key))
-        return found
+        return _known((_VIEW, src.dtype, (src,), view), view.shape, src.device)
 
     __setattr__ = _frozen
     __delattr__ = _frozen
