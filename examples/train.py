@@ -176,7 +176,11 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
         raise ValueError(f"--batch ({batch_size}) must be a multiple of --devices ({devices}) times the "
                          f"processes ({world.size})")
     Tensor.manual_seed(seed)
-    net = MODELS[model]()
+    made_on, atensor.settings.default_device = atensor.settings.default_device, names[0]
+    try:  # the weights are made on the first device (CL:0 for --device CL), then replicated on the rest
+        net = MODELS[model]()
+    finally:
+        atensor.settings.default_device = made_on
     params = nn.get_parameters(net)
     # once, one collective: every process builds the same model with the same settings
     world.check_same(parameters=[(tuple(p.shape), p.dtype.name) for p in params],
