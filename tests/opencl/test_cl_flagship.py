@@ -1,26 +1,15 @@
 """The flagship (examples/train.py) on OpenCL: the same seed trains to the CPU backend's losses and
 held-out accuracy on CL:0 (data parallel over CL:0 and CL:1, its allreduce, is docs/opencl.md's
-measured run; the sharding tests here cover the mechanism). A few steps, not 12 epochs: each new kernel is a pocl compile (about a second, once, then the disk cache), and the
-steps' arithmetic is what differs between the backends, not their number."""
+measured run; the sharding tests here cover the mechanism). A few steps, not 12 epochs: each new
+kernel is a pocl compile (about a second, once, then the disk cache), and the steps' arithmetic is
+what differs between the backends, not their number."""
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn", reason="the flagship trains on scikit-learn's bundled digits: "
-                                      "pip install scikit-learn")
+from tests.examples.test_train import DATA, train  # the example's module and digits (skips without sklearn)
 
-_PATH = Path(__file__).resolve().parents[2] / "examples" / "train.py"
-_spec = importlib.util.spec_from_file_location("atensor_example_train_cl", _PATH)
-train = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = train
-_spec.loader.exec_module(train)
-
-DATA = train.load_digits(0)
 STEPS, BATCH = 6, 64
 
 
