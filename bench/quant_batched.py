@@ -40,6 +40,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import table, write_results  # noqa: E402
+from bench.quant_dot import ggml_library  # noqa: E402
 
 ROWS = (1, 4, 8, 16, 64)
 THREADS = (1, 2)
@@ -212,16 +213,6 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
-
-
-def ggml_library() -> str | None:
-    """libggml-cpu of llama-cpp-python (an optional bench dependency), when it is installed."""
-    try:
-        import llama_cpp
-    except ImportError:
-        return None
-    path = Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"
-    return str(path) if path.exists() else None
 
 
 def worker_ggml(shapes: list[dict]) -> dict:
