@@ -6,9 +6,15 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+try:  # imported as bench.common, or as common by a script run as `python bench/x.py`
+    from . import machine as _machine
+except ImportError:
+    import machine as _machine  # type: ignore[no-redef]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,6 +47,20 @@ def memcpy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
     for _ in range(repeat):
         start = time.perf_counter()
         np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best
+
+
+def read_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
+    """Bytes per second of summing a warm float32 array of `nbytes` (a read-only stream, as a batch-1 matmul
+    reads its weights), the best of `repeat`: the bound for a call that must read every weight once."""
+    import numpy as np
+    a = np.ones(nbytes // 4, np.float32)
+    a.sum()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        a.sum()
         best = min(best, time.perf_counter() - start)
     return nbytes / best
 
@@ -92,12 +112,12 @@ def _numeric(text: str) -> bool:
 
 
 def write_results(name: str, data: dict) -> Path:
-    """Writes `data` with the machine's description to bench/results/<name>.json."""
+    """Writes `data` with the machine's record (bench/machine.py: CPU model, flags, cores, load average at
+    the script's start, git revision, versions) and the command line to bench/results/<name>.json."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                              "platform": platform.platform()},
-               "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+    payload = {"benchmark": name, "machine": _machine.as_dict(_machine.record()),
+               "command": " ".join(["python", *sys.argv]), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
     path.write_text(json.dumps(_json_safe(payload), indent=2, allow_nan=False))
     return path
 
