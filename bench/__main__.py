@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                                                            "alternating rounds; writes bench/results/ab_<name>.json")
     parser.add_argument("--rounds", type=int, default=3, help="--baseline: alternating rounds (default 3)")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds one benchmark may run before it is stopped (default 300 quick, 1800 full)")
+                        help="seconds one benchmark may run before it is stopped (default 600 quick, 1800 full)")
     args = parser.parse_args(argv)
     if args.list:
         _list()
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [known[n] for n in args.only]
     else:
         chosen = [b for b in BENCHMARKS if b.core or args.all]
-    timeout = args.timeout or (300.0 if args.quick else 1800.0)
+    timeout = args.timeout or (600.0 if args.quick else 1800.0)
     if args.baseline:
         for bench in chosen:
             print("wrote", suite.compare(bench, args.baseline, args.rounds, args.quick, timeout))

@@ -54,8 +54,8 @@ from common import best_of, table, time_steps, write_results  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from atensor import Tensor  # noqa: E402
-from atensor.backend.gemm import blas
-from atensor.backend import native  # noqa: E402
+from atensor.backend.gemm import blas  # noqa: E402
+from atensor.backend.c import native  # noqa: E402
 from atensor.config import settings  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tinygrad's device
