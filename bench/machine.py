@@ -1,7 +1,7 @@
 """The machine a benchmark ran on, recorded beside its figures: a speed claim counts only on the machine
 where it was measured (issue 47), so every bench/results/*.json carries this record (common.write_results).
 
-What is recorded: the CPU model and the flags that choose kernel paths here (AVX2, AVX-512 F/BW/VL, the two
+What is recorded: the CPU model (its name, and vendor, family and model numbers) and the flags that choose kernel paths here (AVX2, AVX-512 F/BW/VL, the two
 VNNI forms, AVX512-BF16, AMX; "hypervisor" where the kernel reports one, since AMX and timings differ under
 KVM), the core count the process may use, the load average when the benchmark started, the git revision of
 the tree (and whether it had uncommitted changes), and the versions of python, numpy and torch.
@@ -38,6 +38,7 @@ class Machine:
     """One benchmark run's machine. `flags` is the subset of FLAGS the CPU reports; `cores` the CPUs this
     process may run on; `load_start`/`load_end` the 1, 5 and 15 minute load averages."""
     cpu: str
+    cpu_id: str
     flags: tuple[str, ...]
     cores: int
     load_start: list[float] | None
@@ -50,21 +51,27 @@ class Machine:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu() -> tuple[str, tuple[str, ...]]:
-    """(model name, the FLAGS it has) from /proc/cpuinfo; elsewhere what `platform` says, with no flags."""
+def cpu() -> tuple[str, str, tuple[str, ...]]:
+    """(model name, "vendor family F model M", the FLAGS it has) from /proc/cpuinfo's first CPU; elsewhere
+    what `platform` says, with no flags. The family and model tell CPUs apart whose name a hypervisor
+    shortens (a KVM guest's "AMD EPYC" is Zen 3 at family 25 model 1, Zen 4 at model 17)."""
     model, flags = platform.processor() or platform.machine(), set()
+    ident: dict[str, str] = {}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return model, ()
-    for line in text.splitlines():
+        return model, "", ()
+    for line in text.split("\n\n")[0].splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key in ("model name", "Model") and value.strip():
-            model = value.strip()
-        elif key in ("flags", "Features") and not flags:
+        key, value = key.strip(), value.strip()
+        if key in ("model name", "Model") and value:
+            model = value
+        elif key in ("flags", "Features"):
             flags = set(value.split())
-    return model, tuple(f for f in FLAGS if f in flags)
+        elif key in ("vendor_id", "cpu family", "model", "CPU implementer", "CPU part"):
+            ident[key] = value
+    cpu_id = " ".join(f"{k.replace('cpu ', '')} {v}" if k != "vendor_id" else v for k, v in ident.items())
+    return model, cpu_id, tuple(f for f in FLAGS if f in flags)
 
 
 def _version(package: str) -> str | None:
@@ -88,9 +95,9 @@ def git_revision(root: Path = ROOT) -> str:
 
 def record() -> Machine:
     """This machine now: the record a results file carries (the load at start is START_LOAD)."""
-    model, flags = cpu()
+    model, cpu_id, flags = cpu()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return Machine(cpu=model, flags=flags, cores=cores, load_start=START_LOAD, load_end=_load(),
+    return Machine(cpu=model, cpu_id=cpu_id, flags=flags, cores=cores, load_start=START_LOAD, load_end=_load(),
                    git=git_revision(), python=platform.python_version(), numpy=_version("numpy"),
                    torch=_version("torch"), platform=platform.platform())
 
@@ -107,5 +114,6 @@ def describe(data: dict) -> str:
         return "machine not recorded (written before bench/machine.py; rerun the benchmark)"
     load = data.get("load_start")
     load_text = f", load {load[0]:.1f} at start" if load else ""
-    return f"{data['cpu']} ({' '.join(data.get('flags') or []) or 'no listed flags'}), {data.get('cores')} " \
+    ident = f", {data['cpu_id']}" if data.get("cpu_id") else ""
+    return f"{data['cpu']}{ident} ({' '.join(data.get('flags') or []) or 'no listed flags'}), {data.get('cores')} " \
            f"cores{load_text}, git {data.get('git')}"

@@ -96,3 +96,34 @@ def test_list_runs_and_names_each_benchmark():
                          timeout=60, check=True).stdout
     for bench in BENCHMARKS:
         assert bench.name in out
+
+
+def test_numbers_flattens_a_results_file_and_headline_picks_by_pattern():
+    from bench.registry import Benchmark
+    from bench.suite import headline, numbers
+    data = {"machine": {"cores": 2}, "time": "t", "rows": [{"name": "a", "us": 3.0, "ok": True}, {"us": 4}],
+            "total": 7}
+    assert numbers(data) == {"rows.0.us": 3.0, "rows.1.us": 4.0, "total": 7.0}
+    probe = Benchmark("probe", "probe.py", "other", "m", (), None, ("probe",), figures=("rows.*.us",))
+    assert headline(probe, numbers(data)) == {"rows.0.us": 3.0, "rows.1.us": 4.0}
+
+
+def test_a_benchmark_past_its_timeout_is_stopped_with_its_children(tmp_path):
+    """The suite kills the whole session of a script that overruns (a server it started, too)."""
+    import time
+
+    from bench.suite import _stream
+    child = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
+              f"time.sleep(60)']); open({str(child)!r}, 'w').write(str(p.pid)); print('started', flush=True); "
+              "time.sleep(60)")
+    start = time.monotonic()
+    rc, output = _stream([sys.executable, "-c", script], tmp_path, 3.0, dict(__import__("os").environ))
+    assert rc is None and "started" in output and time.monotonic() - start < 30
+    pid = int(child.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower():
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the script's child {pid} outlived the timeout")
