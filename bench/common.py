@@ -117,9 +117,17 @@ def write_results(name: str, data: dict) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {"benchmark": name, "machine": _machine.as_dict(_machine.record()),
-               "command": " ".join(["python", *sys.argv]), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+               "command": _command(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
     path.write_text(json.dumps(_json_safe(payload), indent=2, allow_nan=False))
     return path
+
+
+def _command() -> str:
+    """This process's command line, its script named relative to the repository when it is inside it."""
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    root = RESULTS.parents[1]
+    shown = str(script.relative_to(root)) if script and script.is_relative_to(root) else (sys.argv[0] if sys.argv else "")
+    return " ".join(["python", shown, *sys.argv[1:]])
 
 
 def _json_safe(value: Any) -> Any:

@@ -3,8 +3,9 @@ the machine it was measured on, and how to run the suite.
 
 Why generated: figures pasted by hand drift from the files they came from and lose their machine. The page
 shows, per benchmark, its record (peers, limit), then per results file the machine line (bench/machine.py),
-when and how it ran, its headline figures (the registry's `figures` patterns) and the tables the script
-printed in the suite's run. A file written before the machine record says so instead of guessing a machine.
+when and how it ran, the tables the script printed in the suite's run (or, for a file written by the script
+run alone, its headline figures: the registry's `figures` patterns). A file written before the machine
+record says so instead of guessing a machine.
 """
 from __future__ import annotations
 
@@ -63,12 +64,12 @@ def _section(bench: Benchmark, results: Path) -> list[str]:
         kind = " (quick run)" if suite.get("quick") else ""
         lines += [f"`{name}.json`, {data.get('time', 'time unknown')}{kind}: `{how}`", "",
                   f"Machine: {machine.describe(data.get('machine') or {})}.", ""]
-        figures = headline(bench, numbers(data)) if bench.figures else {}
+        printed = suite.get("printed")
+        figures = headline(bench, numbers(data)) if bench.figures and not printed else {}
         if figures:
             lines += ["| figure | value |", "|---|---|"]
             lines += [f"| {k} | {v:.4g} |" for k, v in list(figures.items())[:40]]
             lines.append("")
-        printed = suite.get("printed")
         if printed:
             lines += ["```", printed.strip("\n"), "```", ""]
         elif not figures:
