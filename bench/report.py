@@ -88,9 +88,12 @@ def render(results: Path = RESULTS) -> str:
         data = json.loads(suite.read_text())
         lines += [f"## The last suite run ({'quick' if data.get('quick') else 'full'}, {data.get('time')})", "",
                   f"Machine: {machine.describe(data.get('machine') or {})}.", "",
-                  "| benchmark | status | seconds |", "|---|---|---|"]
-        lines += [f"| {o['name']} | {o['status']} | {o['seconds']:.0f} |" for o in data.get("outcomes", [])]
-        lines += [f"| total | | {data.get('total_seconds', 0):.0f} |", ""]
+                  "| benchmark | status | seconds | CPU seconds |", "|---|---|---|---|"]
+        lines += [f"| {o['name']} | {o['status']} | {o['seconds']:.0f} | {o.get('cpu_seconds', 0):.0f} |"
+                  for o in data.get("outcomes", [])]
+        lines += [f"| total | | {data.get('total_seconds', 0):.0f} | {data.get('total_cpu_seconds', 0):.0f} |", "",
+                  "CPU seconds: the benchmark's processes' CPU time. On a loaded machine the wall time stretches; "
+                  "on idle cores a run takes about its CPU seconds / cores, or more where it waits.", ""]
     for area in AREAS:
         benches = [b for b in BENCHMARKS if b.area == area and (b.path.exists() or not b.optional)]
         if benches:

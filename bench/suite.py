@@ -14,6 +14,7 @@ import fnmatch
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -35,10 +36,13 @@ PRINTED_LIMIT = 12_000  # characters of a run's printed output kept in its resul
 
 @dataclass
 class Outcome:
-    """One benchmark's run: `status` is "ok", "failed (rc N)", "timed out", "skipped: why" or "absent"."""
+    """One benchmark's run: `status` is "ok", "failed (rc N)", "timed out", "skipped: why" or "absent";
+    `cpu_seconds` the CPU time of its processes (user + system, every child the script waited for): on a
+    loaded machine, what the run would take on a quiet one is about cpu_seconds / cores or more."""
     name: str
     status: str
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     written: list[str] = field(default_factory=list)
 
 
@@ -72,6 +76,11 @@ def _stream(command: list[str], cwd: Path, timeout: float, env: dict[str, str]) 
     return rc, "".join(lines)
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_script(bench: Benchmark, quick: bool, tree: Path = ROOT, timeout: float = 900.0,
                extra: tuple[str, ...] = ()) -> tuple[int | None, str, float]:
     """Runs `bench`'s script of `tree` with its quick or full options (and `extra`); (rc, output, seconds)."""
@@ -92,14 +101,16 @@ def run(bench: Benchmark, quick: bool, timeout: float) -> Outcome:
     missing = missing_needs(bench)
     if missing:
         return Outcome(bench.name, f"skipped: needs {', '.join(missing)}")
-    started = time.time()
+    started, cpu = time.time(), _children_cpu()
     rc, output, seconds = run_script(bench, quick, timeout=timeout)
-    outcome = Outcome(bench.name, "ok" if rc == 0 else "timed out" if rc is None else f"failed (rc {rc})", seconds)
+    outcome = Outcome(bench.name, "ok" if rc == 0 else "timed out" if rc is None else f"failed (rc {rc})", seconds,
+                      round(_children_cpu() - cpu, 1))
     for name in bench.results:
         path = RESULTS / f"{name}.json"
         if path.exists() and path.stat().st_mtime >= started - 1:
             data = json.loads(path.read_text())
-            data["suite"] = {"quick": quick, "seconds": round(seconds, 1), "status": outcome.status,
+            data["suite"] = {"quick": quick, "seconds": round(seconds, 1), "cpu_seconds": outcome.cpu_seconds,
+                             "status": outcome.status,
                              "command": " ".join(["python", f"bench/{bench.script}", *bench.options(quick)]),
                              "printed": output[-PRINTED_LIMIT:]}
             path.write_text(json.dumps(data, indent=2))
@@ -113,11 +124,13 @@ def run_all(benches: list[Benchmark], quick: bool, timeout: float) -> list[Outco
     """Runs each benchmark in turn; prints and writes (bench/results/suite.json) what each did."""
     outcomes = [run(b, quick, timeout) for b in benches]
     print()
-    print(table(f"bench suite ({'quick' if quick else 'full'})", ["benchmark", "status", "seconds", "wrote"],
-                [[o.name, o.status, round(o.seconds, 1), " ".join(o.written)] for o in outcomes]))
-    total = sum(o.seconds for o in outcomes)
-    print(f"total {total:.0f} s")
-    write_results("suite", {"quick": quick, "total_seconds": round(total, 1),
+    print(table(f"bench suite ({'quick' if quick else 'full'})", ["benchmark", "status", "seconds", "CPU s", "wrote"],
+                [[o.name, o.status, round(o.seconds, 1), o.cpu_seconds, " ".join(o.written)] for o in outcomes]))
+    total, cpu = sum(o.seconds for o in outcomes), sum(o.cpu_seconds for o in outcomes)
+    cores = os.cpu_count() or 1
+    print(f"total {total:.0f} s; CPU {cpu:.0f} s, which on {cores} idle cores would take at least {cpu / cores:.0f} s; "
+          f"load average now {os.getloadavg()[0]:.1f}")
+    write_results("suite", {"quick": quick, "total_seconds": round(total, 1), "total_cpu_seconds": round(cpu, 1),
                             "outcomes": [vars(o) for o in outcomes]})
     return outcomes
 
