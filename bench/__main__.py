@@ -15,7 +15,7 @@ def _list() -> None:
             state += ", absent" if bench.optional else ", MISSING"
         print(f"{bench.name:22} {bench.area:9} [{state}] bench/{bench.script}: {bench.measures}")
         print(f"{'':33}peers: {', '.join(bench.peers) or '-'}; limit: {bench.limit or '-'}")
-        print(f"{'':33}full: {' '.join(bench.args) or '(no options)'}; quick: {' '.join(bench.quick) or '(no options)'}"
+        print(f"{'':33}full: {bench.command()}; quick: {bench.command(quick=True)}"
               f"{'; needs ' + ', '.join(bench.needs) if bench.needs else ''}")
 
 

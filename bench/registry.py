@@ -55,6 +55,10 @@ class Benchmark:
         """The script's options for a quick or a full run."""
         return self.quick if quick else self.args
 
+    def command(self, quick: bool = False) -> str:
+        """The command line the suite runs, from the repository's root."""
+        return " ".join(["python", f"bench/{self.script}", *self.options(quick)])
+
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     # ---- host path: what a tiny kernel costs on the host, eagerly and replayed

@@ -111,7 +111,7 @@ def run(bench: Benchmark, quick: bool, timeout: float) -> Outcome:
             data = json.loads(path.read_text())
             data["suite"] = {"quick": quick, "seconds": round(seconds, 1), "cpu_seconds": outcome.cpu_seconds,
                              "status": outcome.status,
-                             "command": " ".join(["python", f"bench/{bench.script}", *bench.options(quick)]),
+                             "command": bench.command(quick),
                              "printed": output[-PRINTED_LIMIT:]}
             path.write_text(json.dumps(data, indent=2))
             outcome.written.append(path.name)
