@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         for bench in chosen:
             print("wrote", suite.compare(bench, args.baseline, args.rounds, args.quick, timeout))
         return 0
-    outcomes = suite.run_all(chosen, args.quick, timeout)
+    outcomes = suite.run_all(chosen, args.quick, timeout, record=not args.only)
     bad = [o for o in outcomes if o.status.startswith(("failed", "timed out"))]
     return 1 if bad else 0
 

@@ -120,8 +120,9 @@ def run(bench: Benchmark, quick: bool, timeout: float) -> Outcome:
     return outcome
 
 
-def run_all(benches: list[Benchmark], quick: bool, timeout: float) -> list[Outcome]:
-    """Runs each benchmark in turn; prints and writes (bench/results/suite.json) what each did."""
+def run_all(benches: list[Benchmark], quick: bool, timeout: float, record: bool = True) -> list[Outcome]:
+    """Runs each benchmark in turn; prints what each did, and with `record` (a run of the whole suite, not
+    of some benchmarks) writes it to bench/results/suite.json."""
     outcomes = [run(b, quick, timeout) for b in benches]
     print()
     print(table(f"bench suite ({'quick' if quick else 'full'})", ["benchmark", "status", "seconds", "CPU s", "wrote"],
@@ -130,8 +131,9 @@ def run_all(benches: list[Benchmark], quick: bool, timeout: float) -> list[Outco
     cores = os.cpu_count() or 1
     print(f"total {total:.0f} s; CPU {cpu:.0f} s, which on {cores} idle cores would take at least {cpu / cores:.0f} s; "
           f"load average now {os.getloadavg()[0]:.1f}")
-    write_results("suite", {"quick": quick, "total_seconds": round(total, 1), "total_cpu_seconds": round(cpu, 1),
-                            "outcomes": [vars(o) for o in outcomes]})
+    if record:
+        write_results("suite", {"quick": quick, "total_seconds": round(total, 1), "total_cpu_seconds": round(cpu, 1),
+                                "outcomes": [vars(o) for o in outcomes]})
     return outcomes
 
 
