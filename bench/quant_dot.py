@@ -6,7 +6,7 @@ same blocks, one thread and two.
 Why: bench/llm.py compares whole decode steps, where threads, the other kernels and the host all
 count; this isolates the per-32 block dot product and says which variant wins on this CPU. For each
 of SmolLM2-135M's matrix shapes it times, in one C program, y = W x for one row of x:
-- every variant this CPU runs of the gemv_f32 family (float32 activations: the default numerics) and
+- every variant this CPU runs (but the portable ones) of the gemv_f32 family (float32 activations: the default numerics) and
   of the gemv_q8 family (x quantized to Q8 blocks, `weights="q8act"`): backend/quant/variants_c.py's
   table, each called by its index through `atq_matmul_run`;
 - ggml: `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q8_0_q8_0` of llama-cpp-python's libggml-cpu (the
@@ -69,7 +69,8 @@ int main(int argc, char **argv) {
   int engines[64], q8[64], n = 0;
   for (int v = 0; v < atq_variant_count() && n < 63; v++) {
     int family = atq_variants[v].family;
-    if ((family == ATQ_GEMV_F32 || family == ATQ_GEMV_Q8) && atq_variant_supported(v)) {
+    /* the portable variants (10-80x slower: the reference, not a contender) would take minutes here */
+    if ((family == ATQ_GEMV_F32 || family == ATQ_GEMV_Q8) && atq_variant_supported(v) && atq_variants[v].rank != 0) {
       engines[n] = v; q8[n++] = family == ATQ_GEMV_Q8;
     }
   }
