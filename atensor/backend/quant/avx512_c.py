@@ -16,6 +16,8 @@ Kernels (each with its layout and why):
   NR interleaved row streams defeat the hardware prefetcher). Sums: lanes of elements 0-15 in one
   accumulator, 16-31 in another, then across lanes: a row's result does not depend on its group (the
   row count a constant of one always-inlined function), so threads and regroupings change no bit.
+- `atq_gemv_vl_*` (gemv_f32 "avx2vl_r4", "avx2vl_r8"): AVX2's batch-1 kernel with the EVEX encoding's
+  32 registers, 4 or 8 Q4 rows a pass (Q8_0 one, as on AVX2).
 - `atq_gemm_avx512` (rows_f32 "avx512_blocked"): backend/quant/gemm_c.py's blocked kernel with 16-lane
   vectors and a 4 x 4 tile (16 accumulators, 4 x vectors and one weight vector: 21 of the 32
   registers): per 16 columns 8 loads feed 16 FMAs, where AVX2's 4 x 2 tile takes 6 loads for 8. The
@@ -111,6 +113,29 @@ ATQ_GEMV512(1)
 ATQ_GEMV512(2)
 ATQ_GEMV512(4)
 ATQ_GEMV512(8)
+
+/* AVX2's batch-1 kernel (backend/quant/gemv_c.py: 8 lanes, its decode and sums, bit for bit) compiled for
+   AVX-512VL, whose EVEX encoding has 32 vector registers: NR rows a pass without spills up to 8 (AVX2's 16
+   registers hold four rows' accumulators); on Zen 4 the 512-bit variants above lost to AVX2's 256 bits */
+#define ATQ_GEMV_VL_FORMAT(FMT, NR)                                                                     \
+  static ATQ_AVX512 void atq_gemv_vl_##NR##_##FMT(const uint8_t *w, const float *x, float *y, int64_t cols,   \
+                                                 int64_t r0, int64_t r1) {                            \
+    int64_t rb = atq_row_bytes(FMT, cols), nb = cols / 32, r = r0;                                     \
+    for (; r + NR <= r1; r += NR) atq_rows_f32_avx2(FMT, w + r * rb, rb, x, nb, y + r, NR);            \
+    for (; r < r1; r++) atq_rows_f32_avx2(FMT, w + r * rb, rb, x, nb, y + r, 1);                       \
+  }
+ATQ_GEMV_VL_FORMAT(ATQ_Q8_0, 1)  /* Q8_0 one row a pass, as on AVX2 (its 30 MB output projection streams) */
+#define ATQ_GEMV_VL(NR)                                                                                 \
+  ATQ_GEMV_VL_FORMAT(ATQ_Q4_0, NR) ATQ_GEMV_VL_FORMAT(ATQ_Q4_1, NR)                                   \
+  static ATQ_AVX512 void atq_gemv_f32_avx2vl_r##NR(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, \
+                                                   int64_t cols, int64_t rows, int64_t r0, int64_t r1) { \
+    if (m != 1 || fmt > ATQ_Q8_0) { atq_matmul_rows_avx512(fmt, x, w, y, m, cols, rows, r0, r1); return; } \
+    if (fmt == ATQ_Q4_0) atq_gemv_vl_##NR##_ATQ_Q4_0(w, x, y, cols, r0, r1);                            \
+    else if (fmt == ATQ_Q4_1) atq_gemv_vl_##NR##_ATQ_Q4_1(w, x, y, cols, r0, r1);                       \
+    else atq_gemv_vl_1_ATQ_Q8_0(w, x, y, cols, r0, r1);                                                \
+  }
+ATQ_GEMV_VL(4)
+ATQ_GEMV_VL(8)
 
 /* ---- float32 activations, batched rows: the blocked kernel, 4 x 4 tiles of 16 lanes ------------------ */
 #define ATQ_GEMM512_W 4  /* weight rows decoded together */

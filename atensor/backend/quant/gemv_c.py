@@ -47,7 +47,7 @@ ATQ_INLINE ATQ_AVX2 __m256i atq_nibbles_avx2(const uint8_t *qs) {
 /* NR weight rows (rb bytes apart) . one float32 row x: y[0..NR) */
 ATQ_INLINE ATQ_AVX2 void atq_rows_f32_avx2(int fmt, const uint8_t *w, int64_t rb, const float *x, int64_t nb,
                                            float *y, const int NR) {
-  __m256 acc0[4], acc1[4];
+  __m256 acc0[8], acc1[8];  /* NR <= 8 (backend/quant/avx512_c.py runs 8 with its 32 registers) */
   for (int r = 0; r < NR; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
   int64_t bytes = atq_row_bytes(fmt, 32);
   const __m256i nib = _mm256_set1_epi32(0x0F);
