@@ -50,6 +50,7 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"key {here.digest()}")
     print(f"cache: {cache.path()}; trials {'on' if settings.tune else 'off'} "
           f"(budget {settings.tune_budget_s:g} s); forced: {settings.kernels or 'nothing'}")
+    _quant_tuning.families()
     tune.check_forced()
     stored = cache.entries()
     for fam in tune.families().values():

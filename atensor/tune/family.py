@@ -17,15 +17,25 @@ ran at 0.38x llama.cpp on a Xeon. So every family with alternatives is chosen he
 4. safe: the family's `safe` alternative (the portable one), when trials are off or their time is
    spent. A path is never the default on a CPU where it was not measured.
 
+The clock is the calling thread's CPU time (`time.thread_time`), and an alternative runs on that thread
+alone: on a shared machine (load 10 on 2 cores, as measured while this was written) a wall-clock trial
+times the other processes' slices of the core, and chose a kernel 19x slower than the fastest once;
+CPU time does not count the slices it waits. Which kernel of a family is fastest is a property of one
+core's work; how many threads run it is the thread split, a choice of its own.
+
 The trial (after tinygrad's BEAM search, `time_linearizer`: the minimum of several runs, and an early
 stop of candidates far slower than the best; ours picks among hand-written kernels, per machine, once,
 and keeps the answer): every alternative is warmed up once (a first call pays page faults and cold
 caches), then timed in rounds that visit the alternatives in turn, so a change of the machine's load
-falls on all of them alike. An alternative slower than 3x the best after two rounds is dropped. The
+falls on all of them alike. An alternative slower than 27x the fastest on one run of the first shape
+alone (a probe, before the warm-up on all shapes), or than 3x the best after two rounds, is dropped,
+with why in `skipped`. The
 winner must beat the safe alternative by `MARGIN` (a few percent), else the safe one is kept: a tie
 within the noise is not a reason to leave the known path. Round count and length come from the share
 of the budget a choice may take (`Family.trial_s`, default 0.25 s), so a model with a handful of
-shape classes stays within about 2 s in all. A progress line goes to stderr when a trial starts
+shape classes stays within about 2 s in all. The budget counts CPU seconds too: on a loaded machine a
+wall-clock budget ran out before the second of four families (load 10 on 2 cores), leaving the rest
+on their slow safe paths, uncached, to be tried again at every start. A progress line goes to stderr when a trial starts
 (once per process) and when the trials so far have taken more than a moment.
 
 Invariants: a choice is made once per (family, shape class) in a process and then read from memory
@@ -58,8 +68,9 @@ Prepare = Callable[[Sequence[Any]], Callable[[], Any]]
 @dataclass(frozen=True)
 class Alternative:
     """One way to run a family's work: `needs` the CPU features (/proc/cpuinfo flag names) it runs on,
-    `prepare(shapes)` a function that runs it once on those shapes (inputs made beforehand, so only the
-    kernel is timed), `note` what it is, in a few words."""
+    `prepare(shapes)` a function that runs it once on those shapes on the calling thread (inputs made
+    beforehand, so only the kernel is timed; its CPU time is the measure), `note` what it is, in a few
+    words."""
     name: str
     needs: tuple[str, ...]
     prepare: Prepare
@@ -116,7 +127,7 @@ def version_of(*sources: str) -> str:
 _families: dict[str, Family] = {}
 _made: dict[tuple[str, str], Choice] = {}
 _lock = threading.RLock()
-_spent_s = 0.0          # trial time this process has spent
+_spent_s = 0.0          # trial time this process has spent (CPU seconds of the trials' thread)
 _announced = False
 
 
@@ -232,48 +243,74 @@ def trial(family: Family, alternatives: Sequence[Alternative], shapes: Sequence[
     """Times each of `alternatives` on `shapes` within about `budget_s`: (best round's seconds by
     alternative, alternatives that failed or were dropped and why)."""
     global _spent_s, _announced
-    start = time.perf_counter()
+    start = time.thread_time()
     if not _announced or _spent_s > _MOMENT_S:
         print(f"atensor: measuring kernel family {family.name} ({len(alternatives)} alternatives) on this CPU "
               f"(once; cached in {cache.path()})", file=sys.stderr, flush=True)
         _announced = True
     runners: dict[str, Callable[[], Any]] = {}
     failed: dict[str, str] = {}
-    first: dict[str, float] = {}
+    best: dict[str, float] = {}
     try:
+        probe = _probe(alternatives, shapes, failed)  # the first shape alone: drops the hopeless cheaply
+        quickest = min(probe.values(), default=0.0)
+        first: dict[str, float] = {}
         for alt in alternatives:
+            if alt.name not in probe:
+                continue
+            if len(probe) > 1 and probe[alt.name] > DROP_FACTOR ** 3 * quickest:
+                failed[alt.name] = f"dropped after a first run on {shapes[0]}: {probe[alt.name] / quickest:.0f}x the fastest"
+                continue
             try:
                 run = alt.prepare(shapes)
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 run()  # the warm-up call
-                first[alt.name] = time.perf_counter() - t0
+                first[alt.name] = time.thread_time() - t0
                 runners[alt.name] = run
             except Exception as exc:  # noqa: BLE001 - an alternative that cannot run here is not chosen
                 failed[alt.name] = f"failed: {type(exc).__name__}: {exc}"
-        best: dict[str, float] = {}
         if not runners:
             return best, failed
-        warm = time.perf_counter() - start
-        per_round = max(sum(first.values()), 1e-6)
+        warm = time.thread_time() - start
+        per_round = max(sum(first[n] for n in runners), 1e-6)
         left = max(budget_s - warm, 0.0)
         rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, left / per_round)))
         calls = max(1, int(left / rounds / per_round)) if left > per_round * rounds else 1
         for index in range(rounds):
             for name, run in list(runners.items()):
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 for _ in range(calls):
                     run()
-                took = (time.perf_counter() - t0) / calls
+                took = (time.thread_time() - t0) / calls
                 best[name] = min(best.get(name, took), took)
             if index == 1:
                 fastest = min(best.values())
-                for name in [n for n, t in best.items() if t > DROP_FACTOR * fastest]:
+                for name in [n for n in runners if best[n] > DROP_FACTOR * fastest]:
                     runners.pop(name)
-            if time.perf_counter() - start > 2 * budget_s and index + 1 >= MIN_ROUNDS:
+                    failed[name] = f"dropped after two rounds: {best[name] / fastest:.1f}x the fastest"
+            if time.thread_time() - start > 2 * budget_s and index + 1 >= MIN_ROUNDS:
                 break
         return best, failed
     finally:
-        _spent_s += time.perf_counter() - start
+        _spent_s += time.thread_time() - start
+
+
+def _probe(alternatives: Sequence[Alternative], shapes: Sequence[Any], failed: dict[str, str]) -> dict[str, float]:
+    """Each alternative's CPU time for one run on the first shape alone (several shapes: else the warm-up
+    is the probe); records those that fail in `failed`."""
+    times: dict[str, float] = {}
+    for alt in alternatives:
+        try:
+            if len(shapes) > 1:
+                run = alt.prepare(shapes[:1])
+                t0 = time.thread_time()
+                run()
+                times[alt.name] = time.thread_time() - t0
+            else:
+                times[alt.name] = 0.0
+        except Exception as exc:  # noqa: BLE001 - an alternative that cannot run here is not chosen
+            failed[alt.name] = f"failed: {type(exc).__name__}: {exc}"
+    return times
 
 
 def reset_for_tests() -> None:

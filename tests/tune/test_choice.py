@@ -2,8 +2,9 @@
 runs, the choice is cached under a key of CPU, flags, version and shape class, a forced alternative
 wins, and without a measurement the safe alternative runs.
 
-The families here are made up: alternatives whose "kernels" sleep for known times, so which one a
-trial must pick is known beforehand, and the trials take milliseconds."""
+The families here are made up: alternatives whose "kernels" spin for known CPU times (the trial's
+clock is the thread's CPU time), so which one a trial must pick is known beforehand, and the trials
+take milliseconds."""
 from __future__ import annotations
 
 import time
@@ -28,8 +29,15 @@ def isolated(tmp_path, monkeypatch):
     tune.reset_for_tests()
 
 
+def spin(seconds: float) -> None:
+    """Uses `seconds` of this thread's CPU time."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
 class Sleeper:
-    """Alternatives that take `seconds[name]` a run, counting their preparations and runs."""
+    """Alternatives that take `seconds[name]` of CPU a run, counting their preparations and runs."""
 
     def __init__(self, seconds: dict[str, float]):
         self.seconds, self.prepared, self.runs = seconds, [], []
@@ -40,9 +48,9 @@ class Sleeper:
 
             def run():
                 self.runs.append(name)
-                time.sleep(self.seconds[name])
+                spin(self.seconds[name])
             return run
-        return tune.Alternative(name, needs, prepare, f"sleeps {self.seconds[name] * 1e3:g} ms")
+        return tune.Alternative(name, needs, prepare, f"spins {self.seconds[name] * 1e3:g} ms")
 
 
 def make_family(sleeper: Sleeper, needs: dict[str, tuple[str, ...]] = {}, version: str = "v1",
@@ -164,7 +172,7 @@ def test_without_trials_the_safe_alternative_runs_and_nothing_is_timed():
 
 
 def test_once_the_budget_is_spent_the_safe_alternative_runs_uncached():
-    with atensor.Context(tune_budget_s=0.03):
+    with atensor.Context(tune_budget_s=0.012):
         first = tune.choose(make_family(Sleeper({"portable": 0.004, "fast": 0.001}), name="a"), "m1", [1])
         second = tune.choose(make_family(Sleeper({"portable": 0.004, "fast": 0.001}), name="b"), "m1", [1])
     assert first.reason == "measured"

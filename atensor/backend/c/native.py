@@ -328,6 +328,9 @@ def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
     are longer than LARGE_SOURCE); returns how many were added (compiled, or bound to a loaded kernel
     of the same code). Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
     worker thread, not the event loop. While profiling, the time is a "compile" host span naming them."""
+    kernels = list(kernels)
+    from atensor.backend.quant import tuning  # imports this module  # noqa: PLC0415
+    tuning.prepare_kernels(ast for ast, _ in kernels)  # the packed kernels' variants chosen (atensor/tune/)
     if not collector.is_active():
         return _prepare(kernels)
     todo = [(ast, name) for ast, name in kernels if ast not in _kernels and ast not in _refused]

@@ -27,6 +27,7 @@ Every variant computes the values of the portable path up to the order of its fl
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -128,15 +129,28 @@ def selected(family: str) -> Variant:
     return next(v for v in variants(family) if v.index == index)
 
 
-def select(family: str, name: Optional[str]) -> Variant:
+def select(family: str, name: Optional[str], held: bool = True) -> Variant:
     """Makes `name` the variant every call of `family` runs from now on (None: back to the default), in
-    every compiled kernel; returns the selection. RuntimeError for a variant this CPU cannot run."""
+    every compiled kernel; returns the selection. RuntimeError for a variant this CPU cannot run.
+    A caller's selection is `held`: atensor/tune/ (backend/quant/tuning.py, which selects with
+    held=False) leaves it as it is, until `select(family, None)`."""
     lib = _library_or_raise()
     if name is None:
         lib.atq_select(ctypes.c_int(-1 - _family_index(family)))
+        _held.discard(family)
     elif not lib.atq_select(ctypes.c_int(_supported(family, name).index)):
         raise RuntimeError(f"the library refused {family} variant {name!r}")
+    elif held:
+        _held.add(family)
     return selected(family)
+
+
+_held: set[str] = set()  # families a caller selected by name: the tuning does not change them
+
+
+def is_held(family: str) -> bool:
+    """Whether a caller's `select` fixed `family`'s variant (the tuning then leaves it)."""
+    return family in _held
 
 
 def calls(family: str, name: str) -> int:
@@ -223,6 +237,8 @@ def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.nda
     numpy's decode (backend/quant/numpy_kernels.py). Decoding the whole matrix in numpy would make a 113 MB float32
     temporary of SmolLM2's embedding for each prefill's logits."""
     if settings.native != "0" and library() is not None:
+        from atensor.backend.quant import tuning  # imports this module  # noqa: PLC0415
+        tuning.prepare_call(shape, math.prod(x.shape[:-1]))  # the family's variant chosen (atensor/tune/)
         return matmul(x, packed, shape).reshape(x.shape[:-1] + (shape.rows,))
     return quant_numpy.qmatmul(x, packed, shape)
 

@@ -19,13 +19,16 @@ like those it was measured on.
 """
 from __future__ import annotations
 
-import hashlib
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 from atensor.backend.quant import kernels, source
+from atensor.config import settings
+from atensor.graph.node import Node, toposort
+from atensor.graph.ops import Ops
 from atensor.graph.quant import FORMATS, PackedShape
 from atensor.tune import family as tune
 
@@ -49,49 +52,40 @@ class Call:
     @property
     def family(self) -> str:
         """The C table's family of this call (backend/quant/variants_c.py's atq_family_of)."""
-        return ("gemv_" if self.m == 1 else "rows_") + ("q8" if self.shape.q8act else "f32")
+        return kernels.family_of(self.shape, self.m)
 
 
-def random_packed(shape: PackedShape, rng: np.random.Generator) -> np.ndarray:
-    """Bytes of a valid packed matrix of `shape` (random weights, every block scale 1/16): a trial's data."""
-    raw = rng.integers(0, 256, shape.nbytes, dtype=np.uint8)
-    fmt = shape.format
-    if fmt.block == 1:  # F16 / BF16: small random values
-        values = rng.standard_normal(shape.rows * shape.cols).astype(np.float32)
-        halves = values.astype(np.float16).view(np.uint16) if fmt.name == "f16" else (values.view(np.uint32) >> 16).astype(np.uint16)
-        return halves.view(np.uint8)
-    blocks = raw.reshape(-1, fmt.block_bytes)
-    scales = 2 if fmt.name == "q4_1" else 1  # Q4_1 has d and m
-    blocks[:, : 2 * scales] = np.tile(np.array([0x00, 0x2C], np.uint8), scales)  # fp16 0.0625
-    return raw
-
-
-def _variants(family: str) -> list:
-    return [v for v in kernels.variants() if v.family == family]
-
-
-def _alternative(family: str, variant) -> tune.Alternative:
+def _alternative(variant: kernels.Variant) -> tune.Alternative:
+    """The tune Alternative of one C variant: timed by running it on sample weights of every call's shape,
+    one call each, on one thread (the trial's clock is the thread's CPU time)."""
     needs = tuple(_CPUINFO.get(n, n) for n in variant.needs)
 
     def prepare(calls: Sequence[Call]) -> Callable[[], None]:
         rng = np.random.default_rng(0)
-        operands = [(rng.standard_normal((c.m, c.shape.cols)).astype(np.float32), random_packed(c.shape, rng), c.shape)
+        operands = [(rng.standard_normal((c.m, c.shape.cols)).astype(np.float32), _weights(c.shape), c.shape)
                     for c in calls]
-        threads = _threads()
-
         def run() -> None:
             for x, w, shape in operands:
-                kernels.matmul(x, w, shape, path=variant.name, threads=threads)
+                kernels.matmul(x, w, shape, variant=variant.name, threads=1)
         return run
-    return tune.Alternative(variant.name, needs, prepare, variant.note)
+    return tune.Alternative(variant.name, needs, prepare, f"rank {variant.rank} in the C table")
 
 
-def _threads() -> int:
-    from atensor.backend.gemm import blas  # the packed kernels' thread count  # noqa: PLC0415
-    return blas.packed_threads()
+_samples: dict[PackedShape, np.ndarray] = {}  # a trial's weights, shared by its alternatives; freed after
+
+
+def _weights(shape: PackedShape) -> np.ndarray:
+    if shape not in _samples:
+        _samples[shape] = kernels.sample_weights(shape)
+    return _samples[shape]
 
 
 _built: dict[str, tune.Family] = {}
+
+
+def families() -> list[tune.Family]:
+    """Every matmul family's tune Family (registering them); [] without the compiled kernels."""
+    return [f for f in map(family, _MATMUL_FAMILIES) if f is not None]
 
 
 def family(name: str) -> Optional[tune.Family]:
@@ -100,10 +94,8 @@ def family(name: str) -> Optional[tune.Family]:
         return _built[name]
     if kernels.library() is None:
         return None
-    variants = _variants(name)
-    version = hashlib.sha256(source.SOURCE.encode()).hexdigest()[:16]
-    fam = tune.register(tune.Family(f"quant.{name}", tuple(_alternative(name, v) for v in variants), "portable",
-                                    version, _FAMILY_NOTES.get(name, "")))
+    fam = tune.register(tune.Family(f"quant.{name}", tuple(_alternative(v) for v in kernels.variants(name)),
+                                    "portable", tune.version_of(source.SOURCE), _FAMILY_NOTES.get(name, "")))
     _built[name] = fam
     return fam
 
@@ -120,9 +112,15 @@ def _distinct(calls: Iterable[Call]) -> list[Call]:
     return list(dict.fromkeys(calls))
 
 
+_selected: dict[str, tune.Choice] = {}
+_MATMUL_FAMILIES = ("gemv_f32", "gemv_q8", "rows_f32", "rows_q8")
+
+
 def prepare(calls: Iterable[Call]) -> list[tune.Choice]:
     """Chooses (once per process) and selects the variant of each family these calls need; returns the
     choices made now. Cheap once every family has its choice."""
+    if len(_selected) == len(_MATMUL_FAMILIES) or kernels.library() is None:
+        return []
     by_family: dict[str, list[Call]] = {}
     for call in calls:
         by_family.setdefault(call.family, []).append(call)
@@ -130,41 +128,69 @@ def prepare(calls: Iterable[Call]) -> list[tune.Choice]:
     for name, group in by_family.items():
         if name in _selected:
             continue
-        fam = family(name)
-        if fam is None:
-            return made
+        if kernels.is_held(name):  # a caller selected a variant by name: it stays
+            continue
         group = _distinct(group)
-        choice = tune.choose(fam, shape_class(group), group)
-        kernels.select(name, choice.alternative)
+        try:
+            choice = tune.choose(family(name), shape_class(group), group)
+        finally:
+            _samples.clear()
+        kernels.select(name, choice.alternative, held=False)
         _selected[name] = choice
         made.append(choice)
     return made
 
 
-_selected: dict[str, tune.Choice] = {}
+def prepare_call(shape: PackedShape, rows_of_x: int) -> None:
+    """`prepare` for one QMATMUL about to run eagerly (kernels.run_qmatmul): a set lookup once its family
+    is chosen."""
+    if (shape.q8act, rows_of_x == 1) not in _eager_done:
+        prepare([Call(shape, rows_of_x)])
+        _eager_done.add((shape.q8act, rows_of_x == 1))
 
 
-def prepare_model(shapes: Sequence[PackedShape], prefill_rows: int = PREFILL_ROWS) -> list[tune.Choice]:
-    """Chooses every family a model of these packed weight shapes runs: decode (one row) and prefill
-    (`prefill_rows` rows)."""
-    return prepare([Call(s, 1) for s in shapes] + [Call(s, prefill_rows) for s in shapes])
+_eager_done: set[tuple[bool, bool]] = set()
+
+
+def prepare_kernels(asts: Iterable[Node]) -> None:
+    """`prepare` for the QMATMUL nodes of kernels about to be compiled (backend/c/native.py's prepare):
+    a decode step's program holds every projection of the model, so its family is chosen on all of them."""
+    if len(_selected) == len(_MATMUL_FAMILIES):
+        return
+    calls = [Call(n.arg, math.prod(n.shape[:-1])) for n in toposort(list(asts)) if n.op is Ops.QMATMUL]
+    if calls:
+        prepare(calls)
+
+
+def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape] = (),
+                  prefill_rows: int = PREFILL_ROWS) -> list[tune.Choice]:
+    """Chooses every family a model of these packed weight shapes runs: its decode (one row of x through
+    each of `shapes` and `last_only`) and its prefill (`prefill_rows` rows through `shapes`; `last_only`,
+    the output projection, sees a prefill's last row only). Nothing when the kernels run on numpy."""
+    if settings.native == "0":
+        return []
+    return prepare([Call(s, 1) for s in (*shapes, *last_only)] + [Call(s, prefill_rows) for s in shapes])
 
 
 # SmolLM2-135M's packed products (the shipped GGUF: q8_0 weights; rows x cols), the example shapes of
 # `python -m atensor.tune --measure`
 EXAMPLE_SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536))
+OUTPUT_SHAPE = (49152, 576)
 
 
 def measure_examples() -> list[tune.Choice]:
     """The choices of every family on SmolLM2's shapes, q8_0 weights, float32 and Q8 activations."""
-    shapes = [PackedShape(FORMATS["q8_0"], r, c, act) for act in ("float32", "q8_0") for r, c in EXAMPLE_SHAPES]
-    prepare_model(shapes)
+    for activations in ("float32", "q8_0"):
+        prepare_model([PackedShape(FORMATS["q8_0"], r, c, activations) for r, c in EXAMPLE_SHAPES],
+                      [PackedShape(FORMATS["q8_0"], *OUTPUT_SHAPE, activations)])
     return [c for c in tune.made() if c.family.startswith("quant.")]
 
 
 def forget_for_tests() -> None:
     """Forgets this process's selections (tests); the C selection is put back on each family's default."""
     for name in list(_selected):
-        kernels.select(name, None)
+        if not kernels.is_held(name):
+            kernels.select(name, None)
     _selected.clear()
     _built.clear()
+    _eager_done.clear()
