@@ -92,7 +92,12 @@ def run_atensor(weights: str, ids: list[int]) -> dict:
     start = time.perf_counter()
     tokens = [first] + list(gen)
     decode = (len(tokens) - 1) / (time.perf_counter() - start)
-    return {"ttft_ms": 1000 * statistics.median(ttfts), "decode_tps": decode, "load_s": load_s, "tokens": tokens}
+    from atensor.tune import made
+    choices = [f"{c.family} [{c.shape_class}]: {c.alternative} ({c.reason}"
+               + (", " + ", ".join(f"{n} {t * 1e6:.0f} us" for n, t in sorted(c.times_s.items(), key=lambda kv: kv[1]))
+                  if c.times_s else "") + ")" for c in made()]
+    return {"ttft_ms": 1000 * statistics.median(ttfts), "decode_tps": decode, "load_s": load_s, "tokens": tokens,
+            "kernel_choices": choices}
 
 
 def run_transformers(ids: list[int]) -> dict:

@@ -59,8 +59,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
         "shares the table of reduce ops with Tensor.allreduce (_REDUCE_OPS)",
     ("atensor.tune.__main__", "atensor.backend.quant.tuning"):
         "the command imports the modules that declare the packed kernels' families, to list and measure them",
-    ("atensor.tune.__main__", "atensor.backend.gemm.tuning"):
-        "the command imports the module that declares the dense matmul family, to list and measure it",
     ("atensor.dist.processes", "atensor"):
         "check_same compares atensor.__version__ across processes (a lazy import)",
 }

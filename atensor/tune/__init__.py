@@ -3,7 +3,7 @@ the choice cached on disk, an override, and `python -m atensor.tune` to say what
 
 atensor/tune/family.py holds the mechanism (its header says the order: forced, cached, measured,
 safe), cache.py the file and its key, machine.py the CPU record. The families themselves are declared
-beside the kernels they choose among (backend/quant/tuning.py, backend/gemm/tuning.py), which import
+beside the kernels they choose among (backend/quant/tuning.py), which imports
 this package; it imports nothing above config.
 """
 from __future__ import annotations

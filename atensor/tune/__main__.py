@@ -6,7 +6,7 @@
     python -m atensor.tune --clear      forget every cached choice (the next use measures again)
 
 The families are declared beside their kernels; importing those modules registers them (the only
-imports of this package that point up the layers, tests/test_layering.py).
+import of this package that points up the layers, tests/test_layering.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import argparse
 import sys
 from typing import Optional
 
-from atensor.backend.gemm import tuning as _dense_tuning  # noqa: F401 - registers the dense family
 from atensor.backend.quant import tuning as _quant_tuning  # noqa: F401 - registers the packed families
 from atensor.config import settings
 from atensor.tune import cache, family as tune, machine as machines
@@ -67,7 +66,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"  cached [{shape_class}]: {record.alternative}; measured: {_times(record.times_s)}")
     if args.measure:
         print("\nchoices now:")
-        for choice in _quant_tuning.measure_examples() + _dense_tuning.measure_examples():
+        for choice in _quant_tuning.measure_examples():
             _print_choice(choice)
     elif tune.made():
         print("\nchoices made in this process:")

@@ -121,7 +121,7 @@ def test_the_command_lists_the_families_and_prints_the_cached_choices(tmp_path):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert machines.current().model in out and str(file) in out
-    for name in ("quant.gemv_f32", "quant.gemv_q8", "quant.rows_f32", "quant.rows_q8", "dense.matmul"):
+    for name in ("quant.gemv_f32", "quant.gemv_q8", "quant.rows_f32", "quant.rows_q8"):
         assert f"\n{name}: " in out, out
     assert "cached [q8_0 m1]: portable; measured: portable 2000.0 us (1.00x), avx2 3000.0 us (1.50x)" in out
     assert "portable: rank 0 in the C table [safe path]" in out
