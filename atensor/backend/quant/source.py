@@ -40,6 +40,7 @@ from atensor.backend.quant.gemv_c import GEMV_SOURCE
 from atensor.backend.quant.gemm_c import GEMM_SOURCE
 from atensor.backend.quant.q8_c import Q8_SOURCE
 from atensor.backend.quant.variants_c import VARIANTS_SOURCE
+from atensor.backend.quant.avx512_c import AVX512_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
 
@@ -491,5 +492,6 @@ ATQ_MATMUL(avx512, ATQ_AVX512)
 SOURCE += Q8_SOURCE  # the optional Q8-activation kernels (llama.cpp's numerics)
 SOURCE += GEMV_SOURCE  # batch-1 AVX2 kernels, four weight rows per pass
 SOURCE += GEMM_SOURCE  # many rows of x on AVX2: the blocked kernel
+SOURCE += AVX512_SOURCE  # AVX-512 and VNNI variants: rows per pass, blocked 4x4, vpdpbusd, vdpbf16ps
 SOURCE += VARIANTS_SOURCE  # the table of variants by family, the CPU's features, the selection
 SOURCE += POOL_SOURCE  # the thread pool and the entry points (atq_matmul, atq_dequant, atq_matmul_run)

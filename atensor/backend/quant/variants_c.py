@@ -43,6 +43,9 @@ typedef struct {
 #ifdef ATQ_X86
 #define ATQ_NEEDS_AVX2 "avx2 fma f16c"
 #define ATQ_NEEDS_AVX512 "avx512f avx512bw avx512vl avx2 fma f16c"
+#define ATQ_NEEDS_VNNI512 "avx512vnni " ATQ_NEEDS_AVX512
+#define ATQ_NEEDS_VNNI256 "avxvnni " ATQ_NEEDS_AVX2
+#define ATQ_NEEDS_BF16 "avx512bf16 " ATQ_NEEDS_AVX512
 #endif
 static const atq_variant atq_variants[] = {
   {ATQ_GEMV_F32, "portable", "", 0, 0, atq_matmul_rows_portable, NULL},
@@ -59,6 +62,15 @@ static const atq_variant atq_variants[] = {
   {ATQ_ROWS_Q8, "avx2", ATQ_NEEDS_AVX2, 1, 0, atq_q8_rows_avx2, NULL},
   {ATQ_DEQUANT, "avx2", ATQ_NEEDS_AVX2, 1, 0, NULL, atq_dequant_avx2},
   {ATQ_DEQUANT, "avx512", ATQ_NEEDS_AVX512, 2, 0, NULL, atq_dequant_avx512},
+  /* backend/quant/avx512_c.py's: rank -1 until measured */
+  {ATQ_GEMV_F32, "avx512_r1", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r1, NULL},
+  {ATQ_GEMV_F32, "avx512_r2", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r2, NULL},
+  {ATQ_GEMV_F32, "avx512_r4", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r4, NULL},
+  {ATQ_GEMV_F32, "avx512_r8", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r8, NULL},
+  {ATQ_GEMV_F32, "avx512bf16", ATQ_NEEDS_BF16, -1, 0, atq_gemv_f32_avx512bf16, NULL},
+  {ATQ_GEMV_Q8, "avx512vnni", ATQ_NEEDS_VNNI512, -1, 0, atq_gemv_q8_avx512vnni, NULL},
+  {ATQ_GEMV_Q8, "avxvnni", ATQ_NEEDS_VNNI256, -1, 0, atq_gemv_q8_avxvnni, NULL},
+  {ATQ_ROWS_F32, "avx512_blocked", ATQ_NEEDS_AVX512, -1, ATQ_GEMM_COLS, atq_rows_f32_avx512_blocked, NULL},
 #endif
 };
 #define ATQ_VARIANTS ((int)(sizeof(atq_variants) / sizeof(atq_variants[0])))
