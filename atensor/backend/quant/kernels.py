@@ -27,7 +27,6 @@ Every variant computes the values of the portable path up to the order of its fl
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import threading
 from dataclasses import dataclass
@@ -237,8 +236,6 @@ def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.nda
     numpy's decode (backend/quant/numpy_kernels.py). Decoding the whole matrix in numpy would make a 113 MB float32
     temporary of SmolLM2's embedding for each prefill's logits."""
     if settings.native != "0" and library() is not None:
-        from atensor.backend.quant import tuning  # imports this module  # noqa: PLC0415
-        tuning.prepare_call(shape, math.prod(x.shape[:-1]))  # the family's variant chosen (atensor/tune/)
         return matmul(x, packed, shape).reshape(x.shape[:-1] + (shape.rows,))
     return quant_numpy.qmatmul(x, packed, shape)
 

@@ -10,8 +10,10 @@ dot products), each with the CPU features it needs, and selects one per family a
 or eager, runs it from then on. Without a measurement (trials off, their time spent) the family's
 portable variant runs: the C's own default is never what a family runs by its name.
 
-When: `prepare(calls)` with the QMATMUL calls about to run (a program's kernels, before they are
-compiled: backend/c/native.py; one eager QMATMUL: kernels.run_qmatmul). Each family is chosen once per
+When: `prepare(calls)` with the QMATMUL calls about to run: a model's projections at its load
+(models/llama.py, `prepare_model`), a batch of kernels before they compile (backend/c/native.py's
+`prepare` calls `prepare_kernels`, registered with `native.before_prepare`), one eager QMATMUL
+(`run_qmatmul`, the numpy backend's). Each family is chosen once per
 process, on every call of that family in the first batch that holds one (a decode step's products of
 every weight matrix of the model: its real shapes, summed). The shape class names the formats and
 the number of x rows (one; or a prefill's few or many), so a cached choice is reused only for calls
@@ -25,6 +27,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from atensor.backend.c import native
 from atensor.backend.quant import kernels, source
 from atensor.config import settings
 from atensor.graph.node import Node, toposort
@@ -48,6 +51,9 @@ class Call:
     """One QMATMUL about to run: its packed weights' shape and its rows of x."""
     shape: PackedShape
     m: int
+
+    def __str__(self) -> str:
+        return f"{self.shape.format.name} {self.shape.rows}x{self.shape.cols} m{self.m}"
 
     @property
     def family(self) -> str:
@@ -141,25 +147,31 @@ def prepare(calls: Iterable[Call]) -> list[tune.Choice]:
     return made
 
 
-def prepare_call(shape: PackedShape, rows_of_x: int) -> None:
-    """`prepare` for one QMATMUL about to run eagerly (kernels.run_qmatmul): a set lookup once its family
-    is chosen."""
-    if (shape.q8act, rows_of_x == 1) not in _eager_done:
-        prepare([Call(shape, rows_of_x)])
-        _eager_done.add((shape.q8act, rows_of_x == 1))
+def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.ndarray:
+    """A QMATMUL kernel of the numpy backend (backend/numpy/render.py): `kernels.run_qmatmul`, its family's
+    variant chosen first (on this call's shape, when nothing chose it before; then a set lookup)."""
+    key = (shape.q8act, math.prod(x.shape[:-1]) == 1)
+    if key not in _eager_done and settings.native != "0":
+        prepare([Call(shape, math.prod(x.shape[:-1]))])
+        _eager_done.add(key)
+    return kernels.run_qmatmul(x, packed, shape)
 
 
 _eager_done: set[tuple[bool, bool]] = set()
 
 
-def prepare_kernels(asts: Iterable[Node]) -> None:
-    """`prepare` for the QMATMUL nodes of kernels about to be compiled (backend/c/native.py's prepare):
-    a decode step's program holds every projection of the model, so its family is chosen on all of them."""
+def prepare_kernels(asts: list[Node]) -> None:
+    """`prepare` for the QMATMUL nodes of kernels about to be compiled (backend/c/native.py's prepare
+    calls it: `before_prepare`): a decode step's program holds every projection of the model, so its
+    family is chosen on all of them."""
     if len(_selected) == len(_MATMUL_FAMILIES):
         return
-    calls = [Call(n.arg, math.prod(n.shape[:-1])) for n in toposort(list(asts)) if n.op is Ops.QMATMUL]
+    calls = [Call(n.arg, math.prod(n.shape[:-1])) for n in toposort(asts) if n.op is Ops.QMATMUL]
     if calls:
         prepare(calls)
+
+
+native.before_prepare(prepare_kernels)
 
 
 def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape] = (),
