@@ -184,17 +184,19 @@ def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape
     return prepare([Call(s, 1) for s in (*shapes, *last_only)] + [Call(s, prefill_rows) for s in shapes])
 
 
-# SmolLM2-135M's packed products (the shipped GGUF: q8_0 weights; rows x cols), the example shapes of
-# `python -m atensor.tune --measure`
-EXAMPLE_SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536))
-OUTPUT_SHAPE = (49152, 576)
+# SmolLM2-135M's packed products as the shipped GGUF holds them (rows x cols: a layer's q, k and v, o,
+# gate and up, down in Q4_1; the tied embedding, the output projection, in Q8_0): the example shapes of
+# `python -m atensor.tune --measure`, whose choices are then those the model's load finds cached
+EXAMPLE_FORMAT, EXAMPLE_SHAPES = "q4_1", ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576),
+                                          (576, 1536))
+OUTPUT_FORMAT, OUTPUT_SHAPE = "q8_0", (49152, 576)
 
 
 def measure_examples() -> list[tune.Choice]:
-    """The choices of every family on SmolLM2's shapes, q8_0 weights, float32 and Q8 activations."""
+    """The choices of every family on SmolLM2's shapes, float32 and Q8 activations."""
     for activations in ("float32", "q8_0"):
-        prepare_model([PackedShape(FORMATS["q8_0"], r, c, activations) for r, c in EXAMPLE_SHAPES],
-                      [PackedShape(FORMATS["q8_0"], *OUTPUT_SHAPE, activations)])
+        prepare_model([PackedShape(FORMATS[EXAMPLE_FORMAT], r, c, activations) for r, c in EXAMPLE_SHAPES],
+                      [PackedShape(FORMATS[OUTPUT_FORMAT], *OUTPUT_SHAPE, activations)])
     return [c for c in tune.made() if c.family.startswith("quant.")]
 
 
