@@ -21,6 +21,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | debug | ATENSOR_DEBUG | 0 | 2 or more: print each command (kernel, copy) as it finishes, with its time, bytes and flops (profiler/counters.py); read when a realize is submitted |
 | tune | ATENSOR_TUNE | 1 | kernel families with alternatives (atensor/tune/) are chosen by a short timed trial at their first use on this CPU, cached on disk; `0`: no trials (a choice cached by an earlier run is still used, else each family's safe path) |
 | tune_budget_s | ATENSOR_TUNE_BUDGET | 2 | seconds of trials a process spends in all; a family met after that takes its safe path (not cached) |
+| (cache file) | ATENSOR_TUNE_CACHE | ~/.cache/atensor/tune/choices.json | where the measured kernel choices are kept (`tune_cache_file()`, read at each use); under `$ATENSOR_CACHE` or `$XDG_CACHE_HOME/atensor` when those are set |
 | kernels | ATENSOR_KERNELS | (unset) | forces alternatives, `family=alternative[,family=alternative...]` (e.g. `quant.gemv_f32=avx2,dense.matmul=blas`); `python -m atensor.tune` lists the families and their alternatives; an unknown name is an error when its family is first used |
 | mnist_dir | ATENSOR_MNIST_DIR | (unset) | a folder holding MNIST's four idx files (`train-images-idx3-ubyte[.gz]`...), which `nn.datasets.mnist()` then loads instead of its local digits |
 
@@ -80,6 +81,13 @@ def cache_root() -> Path:
     (compiled libraries live in its `native/`, measured kernel choices in its `tune/`)."""
     return Path(os.environ.get("ATENSOR_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "atensor"))
+
+
+def tune_cache_file() -> Path:
+    """The file of measured kernel choices (atensor/tune/cache.py): `$ATENSOR_TUNE_CACHE` (read at each
+    call: the test suite points it at a file of its own run), else `tune/choices.json` in `cache_root()`."""
+    forced = os.environ.get("ATENSOR_TUNE_CACHE")
+    return Path(forced) if forced else cache_root() / "tune" / "choices.json"
 
 
 def parse_kernels(text: str, name: str = "ATENSOR_KERNELS") -> dict[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from atensor.config import cache_root
+from atensor.config import tune_cache_file
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,8 @@ class Record:
 
 
 def path() -> Path:
-    """The cache file."""
-    forced = os.environ.get("ATENSOR_TUNE_CACHE")
-    return Path(forced) if forced else cache_root() / "tune" / "choices.json"
+    """The cache file (config.tune_cache_file)."""
+    return tune_cache_file()
 
 
 _lock = threading.Lock()
