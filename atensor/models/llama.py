@@ -190,7 +190,7 @@ class Llama:
         layer = [p.shape for proj in (self.layers[0].qkv, self.layers[0].wo, self.layers[0].gate_up,
                                       self.layers[0].down) for p in proj.packed or ()] if self.layers else []
         output = [p.shape for p in self.output.packed or ()]
-        quant_tuning.prepare_model(layer, output)
+        quant_tuning.prepare_model(layer, output, layers=cfg.n_layers)
 
     @staticmethod
     def from_gguf(path: Optional[str] = None, slots: int = 1, context: int = 512, device: str = "CPU",

@@ -48,12 +48,15 @@ PREFILL_ROWS = 32  # x rows a rows_* trial runs with when the calls seen are all
 
 @dataclass(frozen=True)
 class Call:
-    """One QMATMUL about to run: its packed weights' shape and its rows of x."""
+    """One QMATMUL about to run: its packed weights' shape, its rows of x, and how many times a step runs
+    it (`count`: a trial runs it that often, so each shape weighs in the time as it does in the model's)."""
     shape: PackedShape
     m: int
+    count: int = 1
 
     def __str__(self) -> str:
-        return f"{self.shape.format.name} {self.shape.rows}x{self.shape.cols} m{self.m}"
+        return f"{self.shape.format.name} {self.shape.rows}x{self.shape.cols} m{self.m}" + (
+            f" x{self.count}" if self.count > 1 else "")
 
     @property
     def family(self) -> str:
@@ -68,11 +71,13 @@ def _alternative(variant: kernels.Variant) -> tune.Alternative:
 
     def prepare(calls: Sequence[Call]) -> Callable[[], None]:
         rng = np.random.default_rng(0)
-        operands = [(rng.standard_normal((c.m, c.shape.cols)).astype(np.float32), _weights(c.shape), c.shape)
-                    for c in calls]
+        operands = [(rng.standard_normal((c.m, c.shape.cols)).astype(np.float32), _weights(c.shape), c.shape,
+                     c.count) for c in calls]
+
         def run() -> None:
-            for x, w, shape in operands:
-                kernels.matmul(x, w, shape, variant=variant.name, threads=1)
+            for x, w, shape, count in operands:
+                for _ in range(count):
+                    kernels.matmul(x, w, shape, variant=variant.name, threads=1)
         return run
     return tune.Alternative(variant.name, needs, prepare, f"rank {variant.rank} in the C table")
 
@@ -107,7 +112,12 @@ def family(name: str) -> Optional[tune.Family]:
 
 
 def shape_class(calls: Sequence[Call]) -> str:
-    """The class of a family's calls: their formats and activations, and the rows of x (1, 2-7, 8-63, 64+)."""
+    """The class of a family's calls (the family fixes the activations): their weight formats and the rows
+    of x (1, 2-7, 8-63, 64+).
+
+    >>> shape_class([Call(PackedShape(FORMATS["q4_1"], 576, 576), 32), Call(PackedShape(FORMATS["q8_0"], 8, 576), 1)])
+    'q4_1+q8_0 m8-63'
+    """
     formats = sorted({c.shape.format.name for c in calls})
     m = max(c.m for c in calls)
     rows = "m1" if m == 1 else "m2-7" if m < 8 else "m8-63" if m < 64 else "m64+"
@@ -115,7 +125,11 @@ def shape_class(calls: Sequence[Call]) -> str:
 
 
 def _distinct(calls: Iterable[Call]) -> list[Call]:
-    return list(dict.fromkeys(calls))
+    """One Call per (shape, rows of x), their counts summed, in first-seen order."""
+    counts: dict[tuple[PackedShape, int], int] = {}
+    for c in calls:
+        counts[(c.shape, c.m)] = counts.get((c.shape, c.m), 0) + c.count
+    return [Call(shape, m, count) for (shape, m), count in counts.items()]
 
 
 _selected: dict[str, tune.Choice] = {}
@@ -174,14 +188,17 @@ def prepare_kernels(asts: list[Node]) -> None:
 native.before_prepare(prepare_kernels)
 
 
-def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape] = (),
+def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape] = (), layers: int = 1,
                   prefill_rows: int = PREFILL_ROWS) -> list[tune.Choice]:
-    """Chooses every family a model of these packed weight shapes runs: its decode (one row of x through
-    each of `shapes` and `last_only`) and its prefill (`prefill_rows` rows through `shapes`; `last_only`,
-    the output projection, sees a prefill's last row only). Nothing when the kernels run on numpy."""
+    """Chooses every family a model runs: `shapes` are one layer's packed projections (run `layers` times
+    a step), `last_only` the output projection's (once a step; a prefill runs it on its last row only).
+    Its decode is one row of x through each, weighted so (a decode step's mix: SmolLM2's 30 layers read
+    4x the bytes of its output projection, which alone would choose a kernel for a 30 MB stream); its
+    prefill `prefill_rows` rows through a layer's. Nothing when the kernels run on numpy."""
     if settings.native == "0":
         return []
-    return prepare([Call(s, 1) for s in (*shapes, *last_only)] + [Call(s, prefill_rows) for s in shapes])
+    return prepare([Call(s, 1, layers) for s in shapes] + [Call(s, 1) for s in last_only]
+                   + [Call(s, prefill_rows) for s in shapes])
 
 
 # SmolLM2-135M's packed products as the shipped GGUF holds them (rows x cols: a layer's q, k and v, o,
@@ -190,13 +207,14 @@ def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape
 EXAMPLE_FORMAT, EXAMPLE_SHAPES = "q4_1", ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576),
                                           (576, 1536))
 OUTPUT_FORMAT, OUTPUT_SHAPE = "q8_0", (49152, 576)
+EXAMPLE_LAYERS = 30
 
 
 def measure_examples() -> list[tune.Choice]:
     """The choices of every family on SmolLM2's shapes, float32 and Q8 activations."""
     for activations in ("float32", "q8_0"):
         prepare_model([PackedShape(FORMATS[EXAMPLE_FORMAT], r, c, activations) for r, c in EXAMPLE_SHAPES],
-                      [PackedShape(FORMATS[OUTPUT_FORMAT], *OUTPUT_SHAPE, activations)])
+                      [PackedShape(FORMATS[OUTPUT_FORMAT], *OUTPUT_SHAPE, activations)], EXAMPLE_LAYERS)
     return [c for c in tune.made() if c.family.startswith("quant.")]
 
 
