@@ -132,3 +132,13 @@ def test_the_command_refuses_an_unknown_family_in_the_override():
     done = subprocess.run([sys.executable, "-m", "atensor.tune"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "ATENSOR_KERNELS": "quant.gemm=avx2"})
     assert done.returncode != 0 and "unknown kernel families ['quant.gemm']" in done.stderr
+
+
+def test_a_trial_runs_each_shape_as_often_as_a_step_does():
+    layer, output = PackedShape(Q8_0, 128, 96), PackedShape(Q8_0, 64, 128)
+    calls = tuning._distinct([tuning.Call(layer, 1, 3), tuning.Call(output, 1), tuning.Call(layer, 1, 3)])
+    assert calls == [tuning.Call(layer, 1, 6), tuning.Call(output, 1, 1)]
+    run = tuning._alternative(kernels.variant("gemv_f32", "portable")).prepare(calls)
+    before = kernels.calls("gemv_f32", "portable")
+    run()
+    assert kernels.calls("gemv_f32", "portable") == before + 7
