@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
@@ -106,9 +107,15 @@ def family(name: str) -> Optional[tune.Family]:
     if kernels.library() is None:
         return None
     fam = tune.register(tune.Family(f"quant.{name}", tuple(_alternative(v) for v in kernels.variants(name)),
-                                    "portable", tune.version_of(source.SOURCE), _FAMILY_NOTES.get(name, "")))
+                                    "portable", _version(), _FAMILY_NOTES.get(name, "")))
     _built[name] = fam
     return fam
+
+
+def _version() -> str:
+    """The families' version: the kernels' C source, and this module's and the trial's own code (how the
+    shapes are weighed and timed: a choice measured another way is measured again)."""
+    return tune.version_of(source.SOURCE, Path(__file__).read_text(), Path(tune.__file__).read_text())
 
 
 def shape_class(calls: Sequence[Call]) -> str:
