@@ -141,3 +141,19 @@ def test_the_portable_only_build_of_a_cpu_without_x86_vectors_compiles_and_multi
                        data.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(3),
                        ctypes.c_int64(96), ctypes.c_int64(64), ctypes.c_int(1))
     np.testing.assert_allclose(y, x @ expected.T, atol=3e-5, rtol=0)
+
+
+@pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
+def test_a_vnni_q8_rows_result_equals_its_batch_one_result_bit_for_bit(fmt):
+    # backend/quant/avx512_c.py: the rows_q8 tile takes each row's products and sums in the gemv's order
+    names = [n for n in quant_kernels.runnable("rows_q8") if "vnni" in n]
+    if not names:
+        pytest.skip("this CPU has neither AVX512-VNNI nor AVX-VNNI")
+    data, _ = _packed(fmt, 203, 576, seed=76)
+    shape = PackedShape(fmt, 203, 576, "q8_0")
+    x = np.random.default_rng(77).standard_normal((6, 576)).astype(np.float32)
+    for name in names:
+        batched = quant_kernels.matmul(x, data, shape, name, threads=1)
+        for i in range(6):
+            np.testing.assert_array_equal(quant_kernels.matmul(x[i:i + 1], data, shape, name, threads=1), batched[i:i + 1],
+                                          err_msg=f"{name}, row {i}")

@@ -21,7 +21,9 @@ Kernels (each with its layout and why):
   registers): per 16 columns 8 loads feed 16 FMAs, where AVX2's 4 x 2 tile takes 6 loads for 8. The
   same invariant: one accumulator per (weight row, row of x), fed columns in order, so a row's result
   does not depend on the rows beside it, the pass or the thread.
-- `atq_rows_q8_<vnni>` (gemv_q8 "avx512vnni" and "avxvnni"): backend/quant/gemv_c.py's Q8 kernel with
+- `atq_rows_q8_<vnni>` and `atq_q8_tile_<vnni>` (gemv_q8 and rows_q8 "avx512vnni", "avxvnni"):
+  backend/quant/gemv_c.py's Q8 kernel (NR weight rows by one row of x) and a tile of one weight row by
+  four rows of x (batched rows: the block unpacked once for the four), with
   `vpdpbusd`, one instruction for a block's 32 products into 8 int32 lanes (AVX2 takes `maddubs` and
   `madd`, and for signed weights two `sign`s). dpbusd multiplies unsigned bytes by signed ones; the x
   side is signed (Q8), so the weight side must be unsigned: Q4 nibbles are (0..15); Q8_0's signed
@@ -31,8 +33,9 @@ Kernels (each with its layout and why):
   path (backend/quant/q8_c.py). Q4_1's m term stays the float m_w * d_x * s_x of the other paths.
   256-bit vectors: a block is 32 bytes, so one block per instruction needs no lane shuffles; the
   EVEX form needs AVX512-VNNI + VL, the VEX form AVX-VNNI (Alder Lake, Sapphire Rapids: this Zen 4
-  lacks it, so that variant compiles here and its tests skip).
-- `atq_rows_bf16_avx512` (gemv_f32 "avx512bf16"): BF16 weights by float32 x with `vdpbf16ps`, which
+  lacks it, so that variant compiles here and its tests skip). A row's sums are the same in the tile
+  as in the gemv: a stream's logits do not depend on the batch it decodes in.
+- `atq_split_bf16`, `atq_dot_bf16_split` (gemv_f32 "avx512bf16"): BF16 weights by float32 x with `vdpbf16ps`, which
   multiplies BF16 pairs exactly into float32 sums. To keep float32 activations' results (the exact
   path), x is split once per call into three BF16 parts, x = hi + mid + lo to within 2^-24 of x (each
   part the rounded rest of the previous), and each weight pair is dotted with all three: three
@@ -43,33 +46,41 @@ from __future__ import annotations
 
 AVX512_SOURCE = r"""
 #ifdef ATQ_X86
+/* the 32 weights of the Q4_0/Q4_1/Q8_0 block at p as 16-lane vectors of elements 0-15 and 16-31: bytes
+   widened to 32 bits from memory (one shuffle), Q4's nibbles split by a mask and a shift; the values of
+   every path's decode (d*q exact, Q4_1's + m one rounding) */
+ATQ_INLINE ATQ_AVX512 void atq_block512(int fmt, const uint8_t *p, __m512 *v0, __m512 *v1) {
+  __m512 d = _mm512_set1_ps(_cvtsh_ss(atq_u16(p)));
+  if (fmt == ATQ_Q8_0) {
+    *v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)))));
+    *v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 18)))));
+    return;
+  }
+  __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + (fmt == ATQ_Q4_1 ? 4 : 2))));
+  __m512i nib = _mm512_set1_epi32(0x0F);
+  __m512 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(q, nib)), q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
+  if (fmt == ATQ_Q4_1) {
+    __m512 m = _mm512_set1_ps(_cvtsh_ss(atq_u16(p + 2)));
+    *v0 = _mm512_fmadd_ps(d, q0, m); *v1 = _mm512_fmadd_ps(d, q1, m);
+  } else {
+    __m512 eight = _mm512_set1_ps(8.0f);
+    *v0 = _mm512_mul_ps(d, _mm512_sub_ps(q0, eight)); *v1 = _mm512_mul_ps(d, _mm512_sub_ps(q1, eight));
+  }
+}
+
 /* ---- float32 activations, batch 1: NR rows a pass ------------------------------------------------- */
 ATQ_INLINE ATQ_AVX512 void atq_rows_f32_avx512(int fmt, const uint8_t *w, int64_t rb, const float *x, int64_t nb,
                                                float *y, const int NR) {
   __m512 acc0[8], acc1[8];
   for (int r = 0; r < NR; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
   int64_t bytes = atq_row_bytes(fmt, 32);
-  const __m512i nib = _mm512_set1_epi32(0x0F);
   for (int64_t b = 0; b < nb; b++) {
     __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
     for (int r = 0; r < NR; r++) {
       const uint8_t *p = w + r * rb + b * bytes;
       _mm_prefetch((const char *)p + ATQ_PREFETCH_GROUPS * NR * rb, _MM_HINT_T0);  /* never faults */
-      __m512 d = _mm512_set1_ps(_cvtsh_ss(atq_u16(p))), v0, v1;
-      if (fmt == ATQ_Q8_0) {
-        v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)))));
-        v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 18)))));
-      } else {
-        __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + (fmt == ATQ_Q4_1 ? 4 : 2))));
-        __m512 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(q, nib)), q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
-        if (fmt == ATQ_Q4_1) {  /* d*q exact, + m one rounding: the numpy decode's value */
-          __m512 m = _mm512_set1_ps(_cvtsh_ss(atq_u16(p + 2)));
-          v0 = _mm512_fmadd_ps(d, q0, m); v1 = _mm512_fmadd_ps(d, q1, m);
-        } else {
-          __m512 eight = _mm512_set1_ps(8.0f);
-          v0 = _mm512_mul_ps(d, _mm512_sub_ps(q0, eight)); v1 = _mm512_mul_ps(d, _mm512_sub_ps(q1, eight));
-        }
-      }
+      __m512 v0, v1;
+      atq_block512(fmt, p, &v0, &v1);
       acc0[r] = _mm512_fmadd_ps(v0, x0, acc0[r]);
       acc1[r] = _mm512_fmadd_ps(v1, x1, acc1[r]);
     }
@@ -108,25 +119,11 @@ ATQ_GEMV512(8)
 
 /* one row of nb blocks decoded to float32, the values of every path's decode */
 ATQ_INLINE ATQ_AVX512 void atq_gemm_decode_avx512(int fmt, const uint8_t *w, float *out, int64_t nb) {
-  const __m512i nib = _mm512_set1_epi32(0x0F);
   int64_t bytes = atq_row_bytes(fmt, 32);
   for (int64_t b = 0; b < nb; b++, out += 32) {
     const uint8_t *p = w + b * bytes;
-    __m512 d = _mm512_set1_ps(_cvtsh_ss(atq_u16(p))), v0, v1;
-    if (fmt == ATQ_Q8_0) {
-      v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)))));
-      v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 18)))));
-    } else {
-      __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + (fmt == ATQ_Q4_1 ? 4 : 2))));
-      __m512 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(q, nib)), q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
-      if (fmt == ATQ_Q4_1) {
-        __m512 m = _mm512_set1_ps(_cvtsh_ss(atq_u16(p + 2)));
-        v0 = _mm512_fmadd_ps(d, q0, m); v1 = _mm512_fmadd_ps(d, q1, m);
-      } else {
-        __m512 eight = _mm512_set1_ps(8.0f);
-        v0 = _mm512_mul_ps(d, _mm512_sub_ps(q0, eight)); v1 = _mm512_mul_ps(d, _mm512_sub_ps(q1, eight));
-      }
-    }
+    __m512 v0, v1;
+    atq_block512(fmt, p, &v0, &v1);
     _mm512_store_ps(out, v0); _mm512_store_ps(out + 16, v1);
   }
 }
@@ -269,11 +266,45 @@ static ATQ_BF16_ATTR void atq_gemv_f32_avx512bf16(int fmt, const float *x, const
   }                                                                                                    \
   ATQ_Q8_VNNI_FORMAT(NAME, ATTR, ATQ_Q4_0) ATQ_Q8_VNNI_FORMAT(NAME, ATTR, ATQ_Q4_1)                    \
   ATQ_Q8_VNNI_FORMAT(NAME, ATTR, ATQ_Q8_0)                                                             \
-  /* the gemv_q8 variant: one row of x (its Q8 blocks); several rows run the AVX2 Q8 kernel */         \
-  static ATTR void atq_gemv_q8_##NAME(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,     \
+  /* one weight row . NX rows of x (ld blocks apart): each block unpacked once for the NX rows, each    \
+     row's products and sums those of the gemv above (a row alone and batched agree bit for bit) */    \
+  ATQ_INLINE ATTR void atq_q8_tile_##NAME(int fmt, const uint8_t *w, const atq_xblock *xb, int64_t ld, int64_t nb, \
+                                          float *out, int64_t ldo, const int NX) {                     \
+    __m256 acc[4];                                                                                     \
+    float extra[4];                                                                                    \
+    for (int j = 0; j < NX; j++) { acc[j] = _mm256_setzero_ps(); extra[j] = 0.0f; }                    \
+    const int offset = fmt == ATQ_Q8_0 ? 128 : fmt == ATQ_Q4_0 ? 8 : 0;                                \
+    const __m256i flip = _mm256_set1_epi8((char)0x80);                                                 \
+    int64_t bytes = atq_row_bytes(fmt, 32);                                                            \
+    for (int64_t b = 0; b < nb; b++) {                                                                 \
+      const uint8_t *p = w + b * bytes;                                                                \
+      float dw = _cvtsh_ss(atq_u16(p)), m = fmt == ATQ_Q4_1 ? _cvtsh_ss(atq_u16(p + 2)) : 0.0f;         \
+      __m256i u = fmt == ATQ_Q8_0 ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), flip) \
+                                  : atq_nibbles_avx2(p + (fmt == ATQ_Q4_1 ? 4 : 2));                  \
+      for (int j = 0; j < NX; j++) {                                                                   \
+        const atq_xblock *x = xb + j * ld + b;                                                         \
+        __m256i start = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-offset * x->s));                     \
+        __m256 sums = _mm256_cvtepi32_ps(DPBUSD(start, u, _mm256_loadu_si256((const __m256i *)x->q))); \
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), sums, acc[j]);                             \
+        if (fmt == ATQ_Q4_1) extra[j] = fmaf(m, x->d * (float)x->s, extra[j]);                          \
+      }                                                                                                \
+    }                                                                                                  \
+    for (int j = 0; j < NX; j++) out[j * ldo] = atq_hsum256(acc[j]) + extra[j];                        \
+  }                                                                                                    \
+  /* the gemv_q8 and rows_q8 variant: one row of x (its Q8 blocks) NR weight rows a pass; several rows  \
+     of x four at a time against each weight row */                                                   \
+  static ATTR void atq_q8_##NAME(int fmt, const float *x, const uint8_t *w, float *y, int64_t m,     \
                                       int64_t cols, int64_t rows, int64_t r0, int64_t r1) {             \
-    if (m != 1) { atq_q8_rows_avx2(fmt, x, w, y, m, cols, rows, r0, r1); return; }                     \
     const atq_xblock *xq = (const atq_xblock *)(const void *)x;                                        \
+    if (m != 1) {                                                                                      \
+      int64_t nb = cols / 32, rb = atq_row_bytes(fmt, cols);                                           \
+      for (int64_t r = r0; r < r1; r++) {                                                              \
+        int64_t i = 0;                                                                                 \
+        for (; i + 4 <= m; i += 4) atq_q8_tile_##NAME(fmt, w + r * rb, xq + i * nb, nb, nb, y + i * rows + r, rows, 4); \
+        for (; i < m; i++) atq_q8_tile_##NAME(fmt, w + r * rb, xq + i * nb, nb, nb, y + i * rows + r, rows, 1); \
+      }                                                                                                \
+      return;                                                                                          \
+    }                                                                                                  \
     if (fmt == ATQ_Q4_0) atq_gemv_q8_##NAME##_ATQ_Q4_0(w, xq, y, cols, r0, r1);                         \
     else if (fmt == ATQ_Q4_1) atq_gemv_q8_##NAME##_ATQ_Q4_1(w, xq, y, cols, r0, r1);                    \
     else atq_gemv_q8_##NAME##_ATQ_Q8_0(w, xq, y, cols, r0, r1);                                        \

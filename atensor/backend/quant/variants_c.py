@@ -68,8 +68,10 @@ static const atq_variant atq_variants[] = {
   {ATQ_GEMV_F32, "avx512_r4", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r4, NULL},
   {ATQ_GEMV_F32, "avx512_r8", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r8, NULL},
   {ATQ_GEMV_F32, "avx512bf16", ATQ_NEEDS_BF16, -1, 0, atq_gemv_f32_avx512bf16, NULL},
-  {ATQ_GEMV_Q8, "avx512vnni", ATQ_NEEDS_VNNI512, -1, 0, atq_gemv_q8_avx512vnni, NULL},
-  {ATQ_GEMV_Q8, "avxvnni", ATQ_NEEDS_VNNI256, -1, 0, atq_gemv_q8_avxvnni, NULL},
+  {ATQ_GEMV_Q8, "avx512vnni", ATQ_NEEDS_VNNI512, -1, 0, atq_q8_avx512vnni, NULL},
+  {ATQ_GEMV_Q8, "avxvnni", ATQ_NEEDS_VNNI256, -1, 0, atq_q8_avxvnni, NULL},
+  {ATQ_ROWS_Q8, "avx512vnni", ATQ_NEEDS_VNNI512, -1, 0, atq_q8_avx512vnni, NULL},
+  {ATQ_ROWS_Q8, "avxvnni", ATQ_NEEDS_VNNI256, -1, 0, atq_q8_avxvnni, NULL},
   {ATQ_ROWS_F32, "avx512_blocked", ATQ_NEEDS_AVX512, -1, ATQ_GEMM_COLS, atq_rows_f32_avx512_blocked, NULL},
 #endif
 };
