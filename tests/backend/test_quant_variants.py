@@ -124,10 +124,11 @@ def test_the_portable_only_build_of_a_cpu_without_x86_vectors_compiles_and_multi
     # ATQ_PORTABLE_ONLY compiles what an ARM machine gets: the table holds the portable variants alone
     import ctypes
     import subprocess
-    from atensor.backend.c import native
+    from atensor.backend.c import compiler
+    from atensor.backend.c.flags import FLAGS
     from atensor.backend.quant.source import SOURCE
     (tmp_path / "q.c").write_text(SOURCE)
-    subprocess.run([native.compiler(), *native.FLAGS, "-DATQ_PORTABLE_ONLY", "-o", str(tmp_path / "q.so"),
+    subprocess.run([compiler.path(), *FLAGS, "-DATQ_PORTABLE_ONLY", "-o", str(tmp_path / "q.so"),
                     str(tmp_path / "q.c"), "-lm", "-lpthread"], check=True)
     lib = ctypes.CDLL(str(tmp_path / "q.so"))
     lib.atq_variant_name.restype = ctypes.c_char_p

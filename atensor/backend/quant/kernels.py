@@ -4,8 +4,8 @@ and the run-time choice among their variants.
 Why a helper library of their own rather than a kernel's rendered body: the block decodes and their
 paths are a few hundred lines of intrinsics, the same for every QMATMUL; rendered into each kernel
 library they would be compiled again with each jit capture. A QMATMUL kernel's C (backend/c/render.py)
-is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which backend/c/native.py
-sets to the helper's `atq_matmul` when it loads a library (native.quant_library compiles the helper).
+is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which backend/c/registry.py sets
+to the helper's `atq_matmul` (`point`) when it loads a library; `library()` compiles and loads the helper.
 
 The variants (backend/quant/variants_c.py's table), the interface atensor/tune/ chooses through:
 - a *family* is one kind of call, fixed by its operands: `FAMILIES`, and `family_of(shape, rows_of_x)`
@@ -28,21 +28,37 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from atensor.backend.c import native
-
+from atensor.backend.c.library import load_helper
+from atensor.backend.c.programs import program_threads
+from atensor.backend.gemm import openblas
 from atensor.backend.quant import numpy_kernels as quant_numpy
+from atensor.backend.quant.source import SOURCE
 from atensor.config import settings
 from atensor.graph.quant import F16, PackedShape, Q4_1
 
 FAMILIES = ("gemv_f32", "gemv_q8", "rows_f32", "rows_q8", "dequant")  # backend/quant/variants_c.py's order
-_lock = threading.Lock()
-_library: Optional[ctypes.CDLL] = None
+
+
+@dataclass
+class Helper:
+    """The helper library, compiled and loaded on the first `library()` call, its functions typed; or
+    why it could not be (`failure`: no compiler, or a compile error; then QMATMUL stays on numpy).
+
+    Lock: `lock`, held while loading (its own, not the registry's: backend/c/registry.py asks for the
+    helper while holding that). Lifetime: the process; a failure is not retried."""
+    lib: Optional[ctypes.CDLL] = None
+    failure: Optional[str] = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+HELPER = Helper()
 
 
 @dataclass(frozen=True)
@@ -59,30 +75,50 @@ class Variant:
 
 
 def library() -> Optional[ctypes.CDLL]:
-    """The loaded helper library (native.quant_library: compiled on first use), its functions typed;
+    """The packed-weight kernels (backend/quant/source.py) as a helper library, compiled on first use
+    (once per machine), its functions typed and numpy's sgemm and BLAS thread functions handed to it;
     None (and `failure()` says why) without a compiler or when it does not compile."""
-    global _library
-    if _library is not None:
-        return _library
-    lib = native.quant_library()
-    if lib is None:
-        return None
-    with _lock:
-        lib.atq_matmul_run.restype = lib.atq_dequant_run.restype = None
-        lib.atq_time_variant.restype = ctypes.c_double
-        lib.atq_variant_calls.restype = ctypes.c_uint64
-        for name in ("atq_threads", "atq_variant_count", "atq_variant_supported", "atq_variant_rank",
-                     "atq_selection", "atq_select", "atq_call_family"):
-            getattr(lib, name).restype = ctypes.c_int
-        for name in ("atq_variant_family", "atq_variant_name", "atq_variant_needs"):
-            getattr(lib, name).restype = ctypes.c_char_p
-        _library = lib
-    return _library
+    helper = HELPER
+    if helper.lib is not None or helper.failure is not None:
+        return helper.lib
+    with helper.lock:
+        if helper.lib is None and helper.failure is None:
+            try:
+                lib = load_helper("atensor-quant", SOURCE)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                helper.failure = f"{type(exc).__name__}: {exc}"
+                return None
+            blas = openblas.functions()
+            if blas is not None:  # many rows of x: decoded panels through sgemm (backend/quant/source.py)
+                lib.atq_set_sgemm(ctypes.c_void_p(blas.sgemm), ctypes.c_int(int(blas.ilp64)))
+                if blas.set_threads and blas.get_threads:  # threads: the kernel's BLAS count (pool_c.py)
+                    lib.atq_set_blas_threads(ctypes.c_void_p(blas.get_threads), ctypes.c_void_p(blas.set_threads))
+            lib.atq_matmul_run.restype = lib.atq_dequant_run.restype = None
+            lib.atq_time_variant.restype = ctypes.c_double
+            lib.atq_variant_calls.restype = ctypes.c_uint64
+            for name in ("atq_threads", "atq_variant_count", "atq_variant_supported", "atq_variant_rank",
+                         "atq_selection", "atq_select", "atq_call_family"):
+                getattr(lib, name).restype = ctypes.c_int
+            for name in ("atq_variant_family", "atq_variant_name", "atq_variant_needs"):
+                getattr(lib, name).restype = ctypes.c_char_p
+            helper.lib = lib
+    return helper.lib
+
+
+def point(libraries: list[ctypes.CDLL]) -> None:
+    """Points each kernel library's `at_packed_qmatmul` / `at_packed_dequant` (backend/c/prelude.py) at
+    the helper's kernels (called by backend/c/registry.py when it loads libraries with packed kernels)."""
+    helper = library()
+    if helper is None:
+        return
+    address = lambda fn: ctypes.c_void_p(ctypes.cast(fn, ctypes.c_void_p).value)  # noqa: E731
+    for lib in libraries:
+        lib.atensor_set_quant(address(helper.atq_matmul), address(helper.atq_dequant))
 
 
 def failure() -> Optional[str]:
     """Why the helper library could not be loaded, if it could not."""
-    return native.quant_failure
+    return HELPER.failure
 
 
 def _library_or_raise() -> ctypes.CDLL:
@@ -208,7 +244,8 @@ def time_variant(family: str, name: str, shape: PackedShape, rows_of_x: int = 1,
 def threads_follow_blas() -> bool:
     """Whether a kernel's run reads its thread count from BLAS (OpenBLAS's get and set functions were
     found, backend/quant/pool_c.py); else every packed kernel runs on one thread."""
-    return library() is not None and bool(native._blas_get_threads) and native.program_threads()
+    blas = openblas.BINDING.found
+    return library() is not None and blas is not None and bool(blas.get_threads) and program_threads()
 
 
 @dataclass(frozen=True)

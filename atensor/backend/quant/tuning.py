@@ -11,8 +11,8 @@ or eager, runs it from then on. Without a measurement (trials off, their time sp
 portable variant runs: the C's own default is never what a family runs by its name.
 
 When: `prepare(calls)` with the QMATMUL calls about to run: a model's projections at its load
-(models/llama.py, `prepare_model`), a batch of kernels before they compile (backend/c/native.py's
-`prepare` calls `prepare_kernels`, registered with `native.before_prepare`), one eager QMATMUL
+(models/llama.py, `prepare_model`), a batch of kernels before they compile (backend/c/registry.py's
+`prepare` calls `prepare_kernels`, registered with `registry.before_prepare`), one eager QMATMUL
 (`run_qmatmul`, the numpy backend's). Each family is chosen once per
 process, on every call of that family in the first batch that holds one (a decode step's products of
 every weight matrix of the model: its real shapes, summed). The shape class names the formats and
@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from atensor.backend.c import native
+from atensor.backend.c import registry
 from atensor.backend.quant import kernels, source
 from atensor.config import settings
 from atensor.graph.node import Node, toposort
@@ -182,7 +182,7 @@ _eager_done: set[tuple[bool, bool]] = set()
 
 
 def prepare_kernels(asts: list[Node]) -> None:
-    """`prepare` for the QMATMUL nodes of kernels about to be compiled (backend/c/native.py's prepare
+    """`prepare` for the QMATMUL nodes of kernels about to be compiled (backend/c/registry.py's prepare
     calls it: `before_prepare`): a decode step's program holds every projection of the model, so its
     family is chosen on all of them."""
     if len(_selected) == len(_MATMUL_FAMILIES):
@@ -192,7 +192,7 @@ def prepare_kernels(asts: list[Node]) -> None:
         prepare(calls)
 
 
-native.before_prepare(prepare_kernels)
+registry.before_prepare(prepare_kernels)
 
 
 def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape] = (), layers: int = 1,
