@@ -54,15 +54,19 @@ static const atq_variant atq_variants[] = {
   {ATQ_ROWS_Q8, "portable", "", 0, 0, atq_q8_rows_portable, NULL},
   {ATQ_DEQUANT, "portable", "", 0, 0, NULL, atq_dequant_portable},
 #ifdef ATQ_X86
-  {ATQ_GEMV_F32, "avx2", ATQ_NEEDS_AVX2, 1, 0, atq_matmul_rows_avx2, NULL},            /* four rows a pass */
+  /* four rows a pass; rank 3: the fastest measured on Zen 3 (AVX2 only) and on Zen 4, where it beat the
+     AVX-512 variants (one decode step's matmuls, thread CPU time: 16.9 ms a token against 17.3-19.6, "avx512"
+     18.1; bench/quant_step.py --variants, load 8.5) */
+  {ATQ_GEMV_F32, "avx2", ATQ_NEEDS_AVX2, 3, 0, atq_matmul_rows_avx2, NULL},
   {ATQ_GEMV_F32, "avx512", ATQ_NEEDS_AVX512, 2, 0, atq_matmul_rows_avx512, NULL},      /* one row a pass */
-  {ATQ_GEMV_Q8, "avx2", ATQ_NEEDS_AVX2, 1, 0, atq_q8_rows_avx2, NULL},
+  {ATQ_GEMV_Q8, "avx2", ATQ_NEEDS_AVX2, 1, 0, atq_q8_rows_avx2, NULL},  /* Zen 4: 13.9 ms a token, VNNI's 14.8 */
   {ATQ_ROWS_F32, "avx2", ATQ_NEEDS_AVX2, 1, ATQ_GEMM_COLS, atq_matmul_rows_avx2, NULL},
   {ATQ_ROWS_F32, "avx512", ATQ_NEEDS_AVX512, 2, ATQ_GEMM_COLS, atq_matmul_rows_avx512, NULL},  /* AVX2's blocked kernel */
   {ATQ_ROWS_Q8, "avx2", ATQ_NEEDS_AVX2, 1, 0, atq_q8_rows_avx2, NULL},
   {ATQ_DEQUANT, "avx2", ATQ_NEEDS_AVX2, 1, 0, NULL, atq_dequant_avx2},
   {ATQ_DEQUANT, "avx512", ATQ_NEEDS_AVX512, 2, 0, NULL, atq_dequant_avx512},
-  /* backend/quant/avx512_c.py's: rank -1 until measured */
+  /* backend/quant/avx512_c.py's: rank -1, none the fastest where measured (Zen 4: bench/quant_dot.py,
+     bench/quant_step.py --variants, bench/quant_batched.py); atensor/tune/ times them on each CPU */
   {ATQ_GEMV_F32, "avx512_r1", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r1, NULL},
   {ATQ_GEMV_F32, "avx512_r2", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r2, NULL},
   {ATQ_GEMV_F32, "avx512_r4", ATQ_NEEDS_AVX512, -1, 0, atq_gemv_f32_avx512_r4, NULL},
