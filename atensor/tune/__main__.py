@@ -23,7 +23,8 @@ def _times(times: dict[str, float]) -> str:
     if not times:
         return ""
     fastest = min(times.values())
-    return ", ".join(f"{name} {t * 1e6:.1f} us ({t / fastest:.2f}x)" for name, t in sorted(times.items(), key=lambda kv: kv[1]))
+    ordered = sorted(times.items(), key=lambda kv: kv[1])
+    return ", ".join(f"{name} {t * 1e6:.1f} us ({t / fastest:.2f}x)" for name, t in ordered)
 
 
 def _print_choice(choice: tune.Choice) -> None:

@@ -92,7 +92,8 @@ class Family:
     def __post_init__(self) -> None:
         names = [a.name for a in self.alternatives]
         if self.safe not in names or len(set(names)) != len(names):
-            raise ValueError(f"family {self.name}: alternatives {names} must be distinct and hold the safe one {self.safe!r}")
+            raise ValueError(f"family {self.name}: alternatives {names} must be distinct and hold the safe "
+                             f"one {self.safe!r}")
 
     def alternative(self, name: str) -> Alternative:
         """The alternative called `name`; a ValueError naming the family's alternatives otherwise."""
@@ -259,7 +260,8 @@ def trial(family: Family, alternatives: Sequence[Alternative], shapes: Sequence[
             if alt.name not in probe:
                 continue
             if len(probe) > 1 and probe[alt.name] > DROP_FACTOR ** 3 * quickest:
-                failed[alt.name] = f"dropped after a first run on {shapes[0]}: {probe[alt.name] / quickest:.0f}x the fastest"
+                failed[alt.name] = (f"dropped after a first run on {shapes[0]}: "
+                                    f"{probe[alt.name] / quickest:.0f}x the fastest")
                 continue
             try:
                 run = alt.prepare(shapes)
