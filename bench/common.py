@@ -17,6 +17,8 @@ except ImportError:
     import machine as _machine  # type: ignore[no-redef]
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# the load average when the bench started (imported this module): bench/machine.py's, recorded in every result
+LOAD_AT_START = tuple(_machine.START_LOAD or (0.0, 0.0, 0.0))
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:

@@ -1,17 +1,15 @@
-"""Dense float32 matmuls and an MLP forward through atensor against numpy and PyTorch CPU, in one run.
+"""Dense float32 matmuls through atensor against numpy and PyTorch CPU, in one run.
 
     python bench/dense.py [--rounds 5] [--quick]      # writes bench/results/dense.json
 
-Three workloads, each an `atensor.jit` function replayed (as an inference loop runs it), checked equal to
-numpy first:
+Two workloads, each an `atensor.jit` function replayed (as an inference loop runs it), checked equal to
+numpy first (bench/mlp_forward.py times MLP forwards at batch 256, issue 47's dense target):
 - rows: x @ W.T for 1 and 8 rows of x over 48 nn.Linear-style weights of 1536x576 (SmolLM2-135M's MLP
   shape, 170 MB, 16 of them with --quick: several times the last-level cache). Every call reads every
   weight once, so its time is at least weight bytes / read bandwidth (a numpy sum's over 256 MiB, measured
   in the run): that bound is the "limit" column.
 - gemm: a square 1024^3 product; numpy's BLAS (OpenBLAS) is the anchor: the same library at the same
   threads is what a dense GEMM of ours competes with.
-- mlp: a 784-1024-1024-10 ReLU MLP forward at batch 256 (issue 47's dense target: at most 1.1x numpy), and
-  examples/train.py's 64-256-128-10 MLP at batch 256, where per-call overhead is most of the time.
 Rounds alternate the peers (atensor, numpy, torch, then reversed), each figure the best of 5 calls per
 round, the median over rounds reported; "vs numpy" and "vs torch" are their time / atensor's (above 1:
 atensor is faster). torch runs with as many threads as atensor's BLAS (`ATENSOR_BLAS_THREADS`, else the
@@ -85,11 +83,6 @@ def _torch(threads: int):
     return torch
 
 
-def _mlp_weights(rng: np.random.Generator, sizes: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
-    return [((rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32), rng.standard_normal(o).astype(np.float32))
-            for i, o in zip(sizes, sizes[1:])]
-
-
 def workloads(quick: bool, torch) -> list[Workload]:
     """The workloads, built and checked against numpy (atensor captured and replaying)."""
     import atensor
@@ -137,43 +130,6 @@ def workloads(quick: bool, torch) -> list[Workload]:
         peers["torch"] = lambda: a_t @ b_t
     out.append(Workload(f"gemm {n}^3", peers, 2.0 * n ** 3, 0))
 
-    for sizes in ((784, 1024, 1024, 10), (64, 256, 128, 10)):
-        layers = _mlp_weights(rng, sizes)
-        x_np = rng.standard_normal((256, sizes[0])).astype(np.float32)
-        at_layers = [(Tensor(w), Tensor(bias)) for w, bias in layers]
-        Tensor.realize(*[t for pair in at_layers for t in pair]).wait()
-        x = Tensor(x_np)
-
-        def np_forward(h: np.ndarray, layers=layers) -> np.ndarray:
-            for i, (w, bias) in enumerate(layers):
-                h = h @ w.T + bias
-                if i < len(layers) - 1:
-                    h = np.maximum(h, 0)
-            return h
-
-        @atensor.jit
-        def at_forward(h: Tensor, at_layers=at_layers) -> Tensor:
-            for i, (w, bias) in enumerate(at_layers):
-                h = h @ w.T + bias
-                if i < len(at_layers) - 1:
-                    h = h.relu()
-            return h
-
-        check(f"mlp {sizes}", lambda: at_forward(x).numpy(), np_forward(x_np))
-        peers = {"atensor": lambda x=x, f=at_forward: f(x).numpy(), "numpy": lambda x_np=x_np, f=np_forward: f(x_np)}
-        if torch:
-            t_layers = [(torch.from_numpy(w), torch.from_numpy(bias)) for w, bias in layers]
-
-            def t_forward(h, t_layers=t_layers):
-                for i, (w, bias) in enumerate(t_layers):
-                    h = torch.addmm(bias, h, w.T)
-                    if i < len(t_layers) - 1:
-                        h = torch.relu(h)
-                return h
-            x_t = torch.from_numpy(x_np)
-            peers["torch"] = lambda x_t=x_t, f=t_forward: f(x_t)
-        flops = sum(2.0 * 256 * w.shape[0] * w.shape[1] for w, _ in layers)
-        out.append(Workload(f"mlp {'-'.join(map(str, sizes))} batch 256", peers, flops, 0))
     return out
 
 

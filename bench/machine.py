@@ -4,7 +4,9 @@ where it was measured (issue 47), so every bench/results/*.json carries this rec
 What is recorded: the CPU model (its name, and vendor, family and model numbers) and the flags that choose kernel paths here (AVX2, AVX-512 F/BW/VL, the two
 VNNI forms, AVX512-BF16, AMX; "hypervisor" where the kernel reports one, since AMX and timings differ under
 KVM), the core count the process may use, the load average when the benchmark started, the git revision of
-the tree (and whether it had uncommitted changes), and the versions of python, numpy and torch.
+the tree (and whether it had uncommitted changes), and the versions of python, numpy and torch. The model,
+flags and cores are atensor/tune/machine.py's (the record the kernel choice keys its cache by), so a
+result and a cached choice name the same CPU the same way.
 
 "At start": `START_LOAD` is read when this module is first imported, which is when a bench script starts
 (it imports bench/common.py at its top); the record made at the end reports that, and the load at the end
@@ -21,9 +23,10 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# flags that select a kernel path in atensor/backend (quant/, c/flags.py) or explain a timing
-FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
-         "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd", "hypervisor")
+# the CPU flags a result depends on (the kernels' paths, llama.cpp's build), recorded with every result
+FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
+         "avx512_vnni", "avx512_bf16", "avx512vbmi", "avx512_vbmi2", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+         "hypervisor", "neon", "asimd")
 
 
 def _load() -> list[float] | None:
@@ -52,26 +55,23 @@ class Machine:
 
 @functools.lru_cache(maxsize=1)
 def cpu() -> tuple[str, str, tuple[str, ...]]:
-    """(model name, "vendor family F model M", the FLAGS it has) from /proc/cpuinfo's first CPU; elsewhere
-    what `platform` says, with no flags. The family and model tell CPUs apart whose name a hypervisor
-    shortens (a KVM guest's "AMD EPYC" is Zen 3 at family 25 model 1, Zen 4 at model 17)."""
-    model, flags = platform.processor() or platform.machine(), set()
+    """(model name, "vendor family F model M", the FLAGS it has): the model and flags as the kernel choice
+    sees them (atensor/tune/machine.py), the vendor, family and model numbers from /proc/cpuinfo's first CPU
+    (empty elsewhere). The numbers tell CPUs apart whose name a hypervisor shortens (a KVM guest's "AMD
+    EPYC" is Zen 3 at family 25 model 1, Zen 4 at model 17)."""
+    from atensor.tune.machine import current
+    here = current()
     ident: dict[str, str] = {}
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
     except OSError:
-        return model, "", ()
-    for line in text.split("\n\n")[0].splitlines():
+        first = ""
+    for line in first.splitlines():
         key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key in ("model name", "Model") and value:
-            model = value
-        elif key in ("flags", "Features"):
-            flags = set(value.split())
-        elif key in ("vendor_id", "cpu family", "model", "CPU implementer", "CPU part"):
-            ident[key] = value
+        if key.strip() in ("vendor_id", "cpu family", "model", "CPU implementer", "CPU part"):
+            ident[key.strip()] = value.strip()
     cpu_id = " ".join(f"{k.replace('cpu ', '')} {v}" if k != "vendor_id" else v for k, v in ident.items())
-    return model, cpu_id, tuple(f for f in FLAGS if f in flags)
+    return here.model, cpu_id, tuple(f for f in FLAGS if f in here.flags)
 
 
 def _version(package: str) -> str | None:
@@ -95,8 +95,9 @@ def git_revision(root: Path = ROOT) -> str:
 
 def record() -> Machine:
     """This machine now: the record a results file carries (the load at start is START_LOAD)."""
+    from atensor.tune.machine import current
     model, cpu_id, flags = cpu()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = current().cores
     return Machine(cpu=model, cpu_id=cpu_id, flags=flags, cores=cores, load_start=START_LOAD, load_end=_load(),
                    git=git_revision(), python=platform.python_version(), numpy=_version("numpy"),
                    torch=_version("torch"), platform=platform.platform())
