@@ -42,6 +42,7 @@ import anyio
 import numpy as np
 
 from atensor.models.generation import log_softmax, penalize, request_uniforms, sample
+from atensor.serve import grammar
 from atensor.serve.requests import Failure, Finish, Generation, RequestError, Token, TokenLogprobs
 from atensor.serve.slots import MIN_REUSE, SlotCache
 
@@ -56,9 +57,11 @@ class Choice:
     logprobs: Optional[TokenLogprobs] = None
 
 
-def choose(gen: Generation, logits: np.ndarray) -> Choice:
-    """Samples `gen`'s next token from its row's logits (penalties, then its sampling parameters)."""
-    scores = penalize(logits, gen.tokens, gen.params)
+def choose(gen: Generation, logits: np.ndarray, allowed: Optional[np.ndarray] = None) -> Choice:
+    """Samples `gen`'s next token from its row's logits (penalties, then its sampling parameters), or
+    from `allowed`, the same logits with what its grammar forbids at -inf; the log-probabilities are
+    the model's own (the unmasked logits)."""
+    scores = penalize(logits if allowed is None else allowed, gen.tokens, gen.params)
     i = len(gen.tokens)
     token = sample(scores, gen.params, 0.0 if gen.uniforms is None else float(gen.uniforms[i]))
     if gen.logprobs is None:
@@ -69,7 +72,22 @@ def choose(gen: Generation, logits: np.ndarray) -> Choice:
 
 
 def _heavy(gen: Generation) -> bool:
-    return gen.params.temperature > 0 or gen.logprobs is not None
+    return gen.params.temperature > 0 or gen.logprobs is not None or gen.constraint is not None
+
+
+def masked(rows: list[tuple[Generation, np.ndarray]]) -> list[tuple[Generation, np.ndarray]]:
+    """`rows` with each constrained row's logits masked by its grammar: the masks of all of them filled
+    at once into one (rows, words) array, applied to their logits stacked (grammar.fill, grammar.apply).
+    A row's logits stay unmasked for its reported log-probabilities (`choose` is given both)."""
+    picked = [i for i, (gen, _) in enumerate(rows) if gen.constraint is not None]
+    if not picked:
+        return rows
+    masks = grammar.fill([rows[i][0].constraint for i in picked])
+    scores = grammar.apply(np.stack([rows[i][1] for i in picked]), masks)
+    out = list(rows)
+    for k, i in enumerate(picked):
+        out[i] = (rows[i][0], scores[k])
+    return out
 
 
 class Batcher:
@@ -95,6 +113,7 @@ class Batcher:
         self.waiting: deque[Generation] = deque()
         self.active: dict[int, Generation] = {}
         self.steps = 0
+        self.mask_seconds, self.masked_tokens = 0.0, 0  # grammar masks: their time, the tokens they chose
         self.prefills = 0  # token boundaries that admitted requests
         self.step_times: deque[tuple[int, float]] = deque(maxlen=STEP_TIMES)  # (rows, s) of recent decodes
         self.running = False
@@ -104,16 +123,26 @@ class Batcher:
 
     # ---- the handlers' side ----------------------------------------------------------------------------
     def submit(self, *gens: Generation) -> None:
-        """Queues a request's choices; a full queue raises a 503 RequestError (nothing is queued)."""
+        """Queues a request's choices; a full queue raises a 429 RequestError with Retry-After (nothing
+        is queued)."""
         if len(self.active) + len(self.waiting) + len(gens) > self.slots.slots + self.max_waiting:
-            raise RequestError(503, f"the server is at capacity ({len(self.active)} generating, "
-                                    f"{len(self.waiting)} waiting); retry later", code="server_busy",
-                               kind="server_error")
+            raise RequestError(429, f"the server is at capacity ({len(self.active)} generating, "
+                                    f"{len(self.waiting)} waiting); retry after {self.retry_after()} s",
+                               code="server_busy", kind="rate_limit_exceeded",
+                               headers={"Retry-After": str(self.retry_after())})
         now = time.perf_counter()
         for gen in gens:
             gen.submitted = now
             self.waiting.append(gen)
         self._poke()
+
+    def retry_after(self) -> int:
+        """Whole seconds until a queued request is likely to have a slot: the waiting requests' turns
+        at the recent decode step time, one second at least."""
+        recent = [took for _, took in list(self.step_times)[-8:]]
+        step = statistics.median(recent) if recent else 0.05
+        turns = (len(self.waiting) + 1) / max(1, self.slots.slots)
+        return max(1, int(turns * 32 * step + 0.999))
 
     def warm_later(self, calls: Sequence[Any], on_warmed: Optional[Callable[[str], None]] = None) -> None:
         """Captures `calls` (startup.WarmupCall, stage "background") while no request is generating or
@@ -137,6 +166,8 @@ class Batcher:
         return {"active": len(self.active), "waiting": len(self.waiting), "free_slots": len(self.slots.free),
                 "warming": len(self.warmups),
                 "steps": self.steps, "prefills": self.prefills, "prefix_hits": self.slots.hits,
+                "masked_tokens": self.masked_tokens,
+                "mask_us_per_token": round(1e6 * self.mask_seconds / max(1, self.masked_tokens), 1),
                 "step_ms": {rows: round(1000 * statistics.median(t), 2) for rows, t in sorted(by_rows.items())}}
 
     # ---- the loop's task -------------------------------------------------------------------------------
@@ -266,7 +297,15 @@ class Batcher:
             if gen.cancelled:
                 self._release(gen)
         if any(_heavy(gen) for gen, _ in live):
-            choices = await self._in_thread(lambda: [choose(g, lg) for g, lg in live])
+            def pick() -> list[Choice]:
+                start = time.perf_counter()
+                allowed = masked(live)
+                constrained = sum(gen.constraint is not None for gen, _ in live)
+                if constrained:
+                    self.mask_seconds += time.perf_counter() - start
+                    self.masked_tokens += constrained
+                return [choose(g, lg, a if a is not lg else None) for (g, lg), (_, a) in zip(live, allowed)]
+            choices = await self._in_thread(pick)
         else:
             choices = [choose(g, lg) for g, lg in live]
         for (gen, _), choice in zip(live, choices):
@@ -299,6 +338,8 @@ class Batcher:
         token = choice.token
         if token in self.tokenizer.end_ids and not gen.ignore_eos:
             return self._finish(gen, "stop")
+        if gen.constraint is not None:
+            gen.constraint.advance(token)
         gen.tokens.append(token)
         text = self.tokenizer.decode(gen.tokens)
         hit = min((text.find(s) for s in gen.stop if s in text), default=-1)
@@ -316,6 +357,10 @@ class Batcher:
         if text.endswith("\ufffd"):
             safe = min(safe, len(text) - 1)
         safe = max(safe, len(gen.text))
+        if gen.constraint is not None and gen.constraint.done:  # the grammar allows nothing more
+            gen.emit(Token(gen.index, token, text[len(gen.text):], choice.logprobs))
+            gen.text = text
+            return self._finish(gen, "stop")
         gen.emit(Token(gen.index, token, text[len(gen.text):safe], choice.logprobs))  # one event per token
         gen.text = text[:safe]
         if len(gen.tokens) >= gen.max_tokens or gen.position + 1 >= self.engine.context:
