@@ -30,7 +30,7 @@ CASES = [("mlp", 1), ("mlp", 2), ("cnn", 1), ("cnn", 2)]
 _WORKER = r"""
 import importlib.util, json, sys, time
 import trio
-import atensor.backend.native as native
+import atensor.backend.c.native as native
 calls = []
 real = native._compile
 def timed(*args, **kwargs):

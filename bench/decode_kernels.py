@@ -37,7 +37,8 @@ def kernel_times(rows: int) -> dict[str, dict[str, float]]:
     """{kernel name: {"us": CPU time per call, "per_step": calls per step}} of the `rows`-row decode step."""
     import numpy as np
     import atensor
-    from atensor.backend import blas, native
+    from atensor.backend.gemm import blas
+    from atensor.backend.c import native
     from atensor.graph.node import toposort
     from atensor.graph.ops import Ops
     from atensor.models.generation import LlamaEngine

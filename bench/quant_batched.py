@@ -86,12 +86,12 @@ def _calls_per_block(rows: int, cols: int, m: int) -> int:
 
 
 def baseline_library(tree: Path):
-    """The packed kernels of another tree (its backend/quant_c.py SOURCE), compiled as native.py compiles
+    """The packed kernels of another tree (its backend/quant/source.py SOURCE), compiled as backend/c/native.py compiles
     this tree's and bound to the same BLAS (sgemm, thread count), so that both run in one process."""
     import ctypes
     import tempfile
-    from atensor.backend import native
-    source = subprocess.run([sys.executable, "-c", "from atensor.backend.quant_c import SOURCE; print(SOURCE)"],
+    from atensor.backend.c import native
+    source = subprocess.run([sys.executable, "-c", "from atensor.backend.quant.source import SOURCE; print(SOURCE)"],
                             env=dict(os.environ, PYTHONPATH=str(tree)), cwd=str(tree), capture_output=True,
                             text=True, check=True).stdout
     tmp = Path(tempfile.mkdtemp(prefix="quant-batched-base-"))
@@ -113,7 +113,8 @@ def worker_atensor(baseline: Optional[Path]) -> dict:
     float32-activation kernels interleaved with them in this process: median seconds per config."""
     import ctypes
     import numpy as np
-    from atensor.backend import blas, quant_kernels
+    from atensor.backend.gemm import blas
+    from atensor.backend.quant import kernels as quant_kernels
     from atensor.graph.quant import FORMATS, PackedShape
     from atensor.models.gguf import load_gguf
     gguf = load_gguf()

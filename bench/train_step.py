@@ -153,7 +153,7 @@ def run_kernel_pair(steps: int) -> dict:
     import threading
     import trio
     from atensor import Tensor
-    from atensor.backend import native
+    from atensor.backend.c import native
     step, params, names, x_np, y_np = flagship_step(2, 512)
 
     async def warm() -> None:

@@ -63,7 +63,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import atensor
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.hcq.queue import lower_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_tools.py lies beside this file

@@ -10,7 +10,7 @@ command's arguments sit (`device_args`, rewritten in place as a native block is)
 on the submitting thread (`here`), which timed choice sets its BLAS threads (`choice`), and how to
 put it on a device's own queue (`enqueue`, OpenCL). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
-with a default, set where the runner is made (engine/lower.py, backend/native.py).
+with a default, set where the runner is made (engine/lower.py, backend/c/native.py).
 
 Invariant: while a command holding a runner may still run, the memory its `native` block points
 into is kept alive by `keep_alive` (or by whoever rewrote the block, engine/patching.py).

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.backend.runner import Runner
 
 # the argument block: one 64-bit slot each

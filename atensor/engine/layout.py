@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Collection, NamedTuple
 
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.graph.taskgraph import Copy, Kernel, Task

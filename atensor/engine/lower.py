@@ -1,7 +1,7 @@
 """Lowering one task's work to the `Runner` a queue runs, and copying a work with its buffers swapped.
 
 Why a module of its own: the plan (plan.py) decides where and when each task runs; what runs is
-decided here, once per work: a compiled C kernel when backend/native.py has one (one foreign call,
+decided here, once per work: a compiled C kernel when backend/c/native.py has one (one foreign call,
 the GIL released for the whole kernel; bound Variables' values sit in its argument block, rewritten
 by `Runner.rebind` before each submission), else the numpy kernel; a memcpy in C for a copy when a
 native library is loaded, else numpy's copyto; nothing on NULL devices; on an OpenCL device, an
@@ -19,8 +19,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from atensor.backend import blas, native
-from atensor.backend.numpy_backend import compile_kernel
+from atensor.backend.gemm import blas
+
+from atensor.backend.c import native
+from atensor.backend.numpy.render import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
 from atensor.ledger import record_of
@@ -59,7 +61,7 @@ def _plain_call(call: Callable, block: Any, threads: int) -> Callable[[], None]:
 
 
 def _measured_call(call: Callable, block: Any, choice: blas.MeasuredThreads) -> Callable[[], None]:
-    """A big C kernel's call with the BLAS threads its own timed runs found faster (blas.py)."""
+    """A big C kernel's call with the BLAS threads its own timed runs found faster (backend/gemm/blas.py)."""
     use_threads, clock = blas.use, time.perf_counter_ns
 
     def run_native() -> None:

@@ -25,7 +25,7 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
 - a replay of a light plan (layout.py's bytes and flops bounds, at most replay.py's RECORD_MAX_TASKS
   tasks) on one queue whose runners are all one-thread native ones, with every queue idle and no
   profile: its `ReplayRecord` (engine/replay.py) binds the swapped buffers and runs the whole program
-  on this thread in ONE foreign call (backend/replay_c.py), then publishes; without a C compiler (or
+  on this thread in ONE foreign call (backend/c/replay.py), then publishes; without a C compiler (or
   for any other plan) the choices below, in Python, with the same semantics;
 - a replay of a kept-runner plan on ONE OpenCL queue, with every queue idle and no profile: its `CLReplay`
   (engine/cl_replay.py) enqueues every task's launches as one command of that queue;
@@ -35,7 +35,7 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   batches its native kernels into one): eager or replayed, the await then finds it done;
 - when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy
   copies), each queue gets ONE command, a native program: its waits on other queues and the values
-  other queues wait for go through C timelines (backend/native.py `Program`), so a multi-device step
+  other queues wait for go through C timelines (backend/c/native.py `Program`), so a multi-device step
   runs without the GIL or a Python wake-up between its tasks; jit replays then use the producer
   layout, where a copy between CPU devices runs on the queue that made its data;
 - otherwise native kernels that follow each other on a queue are one command (`native.batch`); a run
@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional
 
 from atensor.config import current_settings, settings
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task, TaskGraph

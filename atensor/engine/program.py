@@ -20,7 +20,7 @@ What differs is a lowering choice, recorded in `keep_runners`:
 
 A hot template (an eager graph realized `HOT_HITS` times with one structure: a loop's) gets a *twin*,
 a kept-runner program of the same tasks, so its later hits cost what a jit replay does (`for_fill`):
-- at the `HOT_HITS`-th hit, its CPU kernels are compiled to C in the background (native.py; with
+- at the `HOT_HITS`-th hit, its CPU kernels are compiled to C in the background (backend/c/native.py; with
   ATENSOR_NATIVE=0 or no compiler, never), whatever follows: the template's own program makes its
   runners per hit, so its later hits run them compiled (a training step too heavy for a twin too);
 - a twin follows only when every task is a kernel or copy on a CPU device without Variables and the
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Optional, Sequence
 
 from atensor.config import current_settings, settings
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Access, Copy, Kernel, Task
 from atensor.engine.lower import fill_slots

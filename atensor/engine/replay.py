@@ -8,7 +8,7 @@ this record once and a replay is:
 
 1. the swapped buffers' addresses (fresh result buffers get memory from their device here),
 2. the queue's next value reserved,
-3. ONE call, `at_replay(record)` (backend/replay_c.py): the addresses are written into the kept
+3. ONE call, `at_replay(record)` (backend/c/replay.py): the addresses are written into the kept
    argument blocks and the queue's native program runs on this thread with the GIL released,
 4. the value published with the call's stamps, the buffers it wrote told that they were overwritten.
 
@@ -34,7 +34,9 @@ import ctypes
 from typing import Callable, Optional, Sequence
 
 from atensor import ledger
-from atensor.backend import blas, native, replay_c
+from atensor.backend.gemm import blas
+from atensor.backend.c import native
+from atensor.backend.c import replay as replay_c
 from atensor.backend.runner import Runner
 from atensor.engine.patching import AddressSlots
 from atensor.graph.node import BufferSpec

@@ -5,7 +5,7 @@ native program's foreign call; the event loop's thread holds the GIL until it pa
 replay's kernels started only once the host had finished its bookkeeping and gone to sleep
 (measured: 150-250 us after the submission). A GPU queue is rung instead: the host writes the
 command into memory the queue reads and rings a doorbell. Here the memory is a ring in C
-(c_prelude.py): `post` counts each command list the host hands over and, for a list that is one
+(backend/c/prelude.py): `post` counts each command list the host hands over and, for a list that is one
 native program, stores the program's arguments; the worker's `next` sleeps on a futex until a list
 is posted, runs a stored program at once, stamps it, and only then returns to Python.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Optional
 
-from atensor.backend import native
+from atensor.backend.c import native
 
 
 def available() -> bool:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from atensor import ledger
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.config import current_settings
 from atensor.engine.dispatch import Job, dispatcher
 from atensor.engine.handle import RealizeHandle

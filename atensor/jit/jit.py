@@ -52,7 +52,7 @@ from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.symbolic import Variable
 from atensor.graph.ops import Ops
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.hcq.device import Device
 from atensor.engine.program import CapturedProgram
 from atensor.jit.captured import CallProgram, program_of_call
@@ -362,7 +362,7 @@ class Jit:
         kernels = _native_candidates(program.records)
         if kernels and self.compile == "background":
             native.prepare_in_background(kernels)
-        elif kernels:  # replays run these compiled (backend/native.py); the compiler runs off the loop
+        elif kernels:  # replays run these compiled (backend/c/native.py); the compiler runs off the loop
             yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
         return result
 

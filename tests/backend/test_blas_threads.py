@@ -1,4 +1,4 @@
-"""BLAS threads per kernel (backend/blas.py): a kernel below `blas_parallel_flops` runs its products on
+"""BLAS threads per kernel (backend/gemm/blas.py): a kernel below `blas_parallel_flops` runs its products on
 one thread, a bigger one on `blas_threads`; OpenBLAS itself reports the count the kernel set."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from atensor import Context, Tensor
-from atensor.backend import blas, native
+from atensor.backend.gemm import blas
+from atensor.backend.c import native
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 

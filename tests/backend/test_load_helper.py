@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from atensor.backend import native
+from atensor.backend.c import native
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler (cc, gcc or clang)")
 

@@ -1,4 +1,4 @@
-"""The native tier (backend/native.py, backend/c_render.py): kernels compiled to C give numpy's values.
+"""The native tier (backend/c/native.py, backend/c/render.py): kernels compiled to C give numpy's values.
 
 Each test runs with `native="all"`, so every kernel it realizes is rendered to C and compiled. The
 autouse fixture holds each test to that: every kernel the executor looked up must have been a
@@ -19,7 +19,7 @@ from hypothesis import given, strategies as st
 import atensor
 from atensor import Tensor, dtypes, nn
 from atensor.nn import optim
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
 
@@ -568,7 +568,7 @@ def test_a_jitted_kernel_with_a_variable_runs_in_c_and_matches_numpy_at_each_bou
     assert step.stats["replays"] >= 5
     kernels = _variable_kernels(every_kernel_native)
     assert kernels, "no kernel with a Variable was compiled"
-    # the 4-row window is a BLAS call (gemvs per row: a few rows, c_blas.py) at the Variable offset
+    # the 4-row window is a BLAS call (gemvs per row: a few rows, backend/gemm/c_blas.py) at the Variable offset
     assert any(("at_sgemm" in k.source or "at_sgemv" in k.source) and "var0" in k.source
                for k in kernels), [k.source for k in kernels]
     assert all(k.variables == (Variable("pos", 0, 12),) for k in kernels)
@@ -652,7 +652,7 @@ def test_a_decode_steps_attention_contractions_are_row_kernels_matching_numpy(ev
     """Grouped-query attention of a decode step (one token per row, a group of 3 query heads per kv
     head, keys and values read from a KV cache behind an additive mask): both contractions, q . K^T and
     weights . V, are a few rows against a small key block, run by the prelude's row kernels (no BLAS
-    call per query row, and no gemm, which would pack the block first: c_blas.py), and the result is
+    call per query row, and no gemm, which would pack the block first: backend/gemm/c_blas.py), and the result is
     numpy's."""
     rng = np.random.default_rng(3)
     b, heads, kv, source, dim = 2, 6, 2, 32, 16

@@ -1,4 +1,4 @@
-"""Native programs (backend/native.py `Program`, engine/plan.py): a jit replay whose tasks are all native
+"""Native programs (backend/c/native.py `Program`, engine/plan.py): a jit replay whose tasks are all native
 runs as one command per queue, the queues handing work to each other through C timelines; runners of
 swapped buffers are rewritten in place between replays."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import trio
 
 import atensor
 from atensor import Tensor, ledger, nn
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.hcq.device import Device
 from atensor.nn import optim
 

@@ -1,4 +1,4 @@
-"""The C renderer's vectorized loops (backend/c_render.py, c_flags.py): an inner reduce loop is marked
+"""The C renderer's vectorized loops (backend/c/render.py, backend/c/flags.py): an inner reduce loop is marked
 `omp simd reduction(...)`, transcendental calls go to libmvec's vector versions, and a few rows against
 a matrix in cache are the prelude's at_sgemm_rows / at_sgemm_rows_nn. Each against numpy, at sizes that
 leave a vector tail, with NaN and infinities where a reduction could lose them."""
@@ -9,7 +9,8 @@ import pytest
 
 import atensor
 from atensor import Tensor
-from atensor.backend import c_flags, native
+from atensor.backend.c import flags as c_flags
+from atensor.backend.c import native
 from atensor.graph.node import Node
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler ($CC, cc, gcc or clang) "
@@ -83,7 +84,7 @@ def test_transcendentals_in_vectorized_loops_stay_within_a_few_ulp_of_numpy(comp
     small = np.linspace(-50, 50, 4099, dtype=np.float32)
     for got, want in ((Tensor(x).exp(), np.exp(x)), (Tensor(pos).log(), np.log(pos)),
                       (Tensor(small).sin(), np.sin(small)), (Tensor(small).cos(), np.cos(small))):
-        # 4 ulp of float32: libmvec's bound (c_flags.py measured 3 for expf); the sin/cos atol is for
+        # 4 ulp of float32: libmvec's bound (backend/c/flags.py measured 3 for expf); the sin/cos atol is for
         # results near 0, whose ulp is tiny
         np.testing.assert_allclose(got.numpy(), want, rtol=5e-7, atol=3e-7)
     assert any("expf(" in s for s in compiled.sources())

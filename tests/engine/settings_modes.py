@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 import atensor
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.engine.dispatch import dispatcher
 
 MODES = ["default", "racecheck", "no_schedule_cache", "dispatcher", "native_all"]

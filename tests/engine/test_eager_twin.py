@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.engine import program as program_module
 from tests.engine.loops import count_record_runs
 

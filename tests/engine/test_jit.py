@@ -350,7 +350,7 @@ def test_replays_of_random_op_chains_match_numpy(shape, ops, reduce_axis, seed):
 async def test_background_compile_returns_at_once_and_replays_switch_to_c(monkeypatch, tmp_path):
     """compile="background": the third call does not wait for the compiler; replays run the numpy
     kernels until the C ones are loaded, then the C ones, with the same values throughout."""
-    from atensor.backend import native
+    from atensor.backend.c import native
     if native.compiler() is None:
         pytest.skip("no C compiler here: every kernel stays on numpy")
     real, started = native._compile, []
@@ -394,7 +394,7 @@ async def test_plans_are_lowered_on_the_dispatcher_thread_not_the_event_loop(mon
     import threading
 
     from atensor.engine import plan
-    from atensor.backend import native
+    from atensor.backend.c import native
     lowered_on: list[str] = []
     original = plan.Plan.__init__
 

@@ -220,7 +220,7 @@ def test_while_the_dispatcher_is_busy_a_call_waits_its_turn_behind_it_and_is_not
 
 
 def test_a_plan_lowered_again_for_newer_kernels_is_not_replayed_by_the_old_direct_replay(direct_runs, monkeypatch):
-    from atensor.backend import native
+    from atensor.backend.c import native
 
     @atensor.jit
     def f(x: Tensor) -> Tensor:

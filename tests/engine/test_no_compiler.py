@@ -1,5 +1,5 @@
 """Without a C compiler atensor keeps the same semantics in Python: kernels stay on numpy, jit replays
-take `Plan.submit`'s Python path (no ReplayRecord, backend/replay_c.py does not load). The jit and
+take `Plan.submit`'s Python path (no ReplayRecord, backend/c/replay.py does not load). The jit and
 engine tests below run in a subprocess with the compiler hidden (ATENSOR_CC=none, native.compiler),
 as on a machine without one; about 20 s, most of it the subprocess's imports."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ import trio
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native, replay_c
+from atensor.backend.c import native
+from atensor.backend.c import replay as replay_c
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = os.environ.get("ATENSOR_CC", "").strip().lower() == "none"

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.engine.program import CapturedProgram
 from atensor.sched import cache
 

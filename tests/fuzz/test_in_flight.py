@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.graph.symbolic import Variable
 from atensor.engine.dispatch import Job, dispatcher
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.sched.schedule import StaleReadError
 
 from tests.fuzz.programs import DTYPES, assert_same, examples, make_input

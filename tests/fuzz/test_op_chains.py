@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import native
 
 from tests.fuzz.programs import AT, NP, Program, assert_same, examples, fresh_inputs, programs, run
 

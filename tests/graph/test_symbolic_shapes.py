@@ -14,8 +14,8 @@ import trio
 
 import atensor
 from atensor import Tensor, TinyJit, Variable
-from atensor.backend import native
-from atensor.backend.c_render import render_c
+from atensor.backend.c import native
+from atensor.backend.c.render import render_c
 from atensor.dtype import dtypes
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops

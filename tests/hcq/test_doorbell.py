@@ -12,7 +12,7 @@ import pytest
 import atensor
 from atensor import Tensor
 from atensor.hcq import doorbell
-from atensor.backend import native
+from atensor.backend.c import native
 from atensor.backend.runner import Runner
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Command, Queue

@@ -20,7 +20,7 @@ from atensor.profiler.summary import host_coverage
 def _needs_compiler(monkeypatch):
     """backend.native, with the default policy (ATENSOR_NATIVE=jit: only jitted kernels compile,
     when the function is captured), whatever the environment runs the suite with."""
-    from atensor.backend import native
+    from atensor.backend.c import native
     from atensor.config import settings
     if native.compiler() is None:
         pytest.skip("no C compiler here: every kernel stays on numpy")

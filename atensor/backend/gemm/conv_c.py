@@ -2,16 +2,16 @@
 
 Why: a convolution's forward and weight gradient are REDUCEs of a product of two views where one is
 the overlapping window view of the input (im2col without the copy), whose axes never merge into a
-matrix; c_render.py's `_gemm` needs each operand as one matrix, so these kernels stayed on numpy
-(contraction.py, window_gemm.py): a kernel of their own, with the bias and activation after them a
+matrix; backend/c/render.py's `_gemm` needs each operand as one matrix, so these kernels stayed on numpy
+(backend/gemm/contraction.py, backend/gemm/window.py): a kernel of their own, with the bias and activation after them a
 second kernel, run by Python in a jit replay. Lowered here they are part of the native kernel: the
 epilogue fuses, the jit's native programs hold them, and the scheduler, profiler and bounds checks see
 one kernel like any other. Measured (beautiful_mnist's step at batch 128, one thread, process CPU time
 per kernel on a loaded 2-core machine): the 32->32 5x5 layer's weight gradient 84 -> 49 ms (numpy's
-im2col chunks against taps), its forward 47-53 -> 49-54 ms (the same algorithm as window_gemm.py).
+im2col chunks against taps), its forward 47-53 -> 49-54 ms (the same algorithm as backend/gemm/window.py).
 
 Two lowerings, tried in order:
-- `taps` (window_gemm.py's idea, generalised and in C): an operand whose axes t and p, in different
+- `taps` (backend/gemm/window.py's idea, generalised and in C): an operand whose axes t and p, in different
   groups (one reduced, one the operand's own), step through its source at strides st_t = m * st_p is
   gathered, once per iteration of the loop axes (the batch axes and those of p's group before p), into
   a dense scratch Y without t whose p axis is grown to (n_t - 1) * m + n_p rows; the product over t is
@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from atensor.backend.c_blas import CBLAS_ROW_MAJOR, blas_layout, merged_stride
+from atensor.backend.gemm.c_blas import CBLAS_ROW_MAJOR, blas_layout, merged_stride
 from atensor.graph.ops import Ops
 from atensor.graph.view import View, strides_for
 

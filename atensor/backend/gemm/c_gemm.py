@@ -1,8 +1,8 @@
 """The C renderer's BLAS lowering: a REDUCE(SUM) over a product of two broadcast views (a matmul in
-disguise) as one gemm or a few gemvs per batch element (c_blas.py decides the calls), into a temporary
+disguise) as one gemm or a few gemvs per batch element (backend/gemm/c_blas.py decides the calls), into a temporary
 laid out [batch, rows, cols] and read back through strides.
 
-Why apart from c_render.py: it is the one place that turns sizes into BLAS arguments, including sizes
+Why apart from backend/c/render.py: it is the one place that turns sizes into BLAS arguments, including sizes
 that depend on a variable (a symbolic-length contraction, graph/view.py): `_SymSize` plans them at their
 maximum and prints the variable's expression into the call.
 """
@@ -16,11 +16,11 @@ from atensor.graph.node import Node
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.symbolic import hi_of
 from atensor.graph.view import strides_for, symbolic_shape
-from atensor.backend.c_blas import (CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan,
+from atensor.backend.gemm.c_blas import (CBLAS_ROW_MAJOR, blas_layout, gemv_plan, merged_stride, rows_plan,
                                     small_plan)
-from atensor.backend.conv_c import looped_gemm
-from atensor.backend.c_types import Unsupported, ctype as _ctype
-from atensor.backend.gemm_axes import contraction_groups
+from atensor.backend.gemm.conv_c import looped_gemm
+from atensor.backend.c.types import Unsupported, ctype as _ctype
+from atensor.backend.gemm.axes import contraction_groups
 
 NUMPY_CONTRACTION_FLOPS = 1 << 20  # a contraction this large that cannot be a gemm here stays on numpy
 
@@ -59,10 +59,10 @@ def render_gemm(cr: Any, n: Node) -> bool:
     lb = blas_layout(k, nn, sb_k, sb_n) if None not in (sb_k, sb_n) else None
     if la is None or lb is None:
         if not symbolic and looped_gemm(cr, n, (batch, rows, inner, cols)):
-            return True  # groups that do not merge, or a window operand: loops of gemms (conv_c.py)
+            return True  # groups that do not merge, or a window operand: loops of gemms (backend/gemm/conv_c.py)
         if not symbolic and math.prod(shape[i] for i in batch) * m * k * nn >= NUMPY_CONTRACTION_FLOPS:
             # an operand BLAS cannot read in place (a convolution's window view): numpy's chunked
-            # contraction (backend/contraction.py) copies it chunk by chunk; a loop nest here would
+            # contraction (backend/gemm/contraction.py) copies it chunk by chunk; a loop nest here would
             # run the product without BLAS, measured 3x slower on a 5x5 convolution
             raise Unsupported("a large contraction whose operand needs a copy for BLAS")
         return False
@@ -88,13 +88,13 @@ def render_gemm(cr: Any, n: Node) -> bool:
     small = small_plan(m, k, nn, la, lb, n.dtype.itemsize)
     gemv = gemv_plan(m, k, nn, la, lb, (sa_m, sa_k, sb_k, sb_n), n.dtype.itemsize) if small is None else None
     if small is not None:
-        # a few rows against a matrix in cache (attention at decode): no BLAS call per row (c_blas.py)
+        # a few rows against a matrix in cache (attention at decode): no BLAS call per row (backend/gemm/c_blas.py)
         fn, lda, ldb = small
         call = f"{fn}({m}, {nn}, {k}, {a_at}, {lda}, {b_at}, {ldb}, {c_at}, {int(nn)});"
     elif gemv is not None:
         # a few rows or columns: matrix-vector products, which read the matrix without packing it
         # (OpenBLAS's gemm with m = 1 packs the whole matrix first: 3x slower at batch-1 decode,
-        # measured; c_blas.py has the figures for a few rows)
+        # measured; backend/gemm/c_blas.py has the figures for a few rows)
         matrix, vector = (b_at, a_at) if gemv.vector_first else (a_at, b_at)
         r = cr.fresh("r") if gemv.count > 1 else "0"
         at = lambda base, step: base if r == "0" or step == 0 else f"{base} + {r} * {step}"
@@ -104,7 +104,7 @@ def render_gemm(cr: Any, n: Node) -> bool:
         if r != "0":
             call = f"for (int64_t {r} = 0; {r} < {gemv.count}; {r}++) {call}"
     elif (few := rows_plan(m, k, la, lb, n.dtype.itemsize)) is not None:
-        # a few rows against a big matrix: read once, not packed first (c_blas.py has the figures)
+        # a few rows against a big matrix: read once, not packed first (backend/gemm/c_blas.py has the figures)
         call = f"at_sgemm_rows({m}, {nn}, {k}, {a_at}, {few[0]}, {b_at}, {few[1]}, {c_at}, {int(nn)});"
     else:
         call = (f"at_{f}gemm({CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {nn}, {k}, 1, {a_at}, {la[1]}, "
@@ -134,7 +134,7 @@ def _blas_size(cr: Any, shape: tuple, group: list[int]):
 
 
 class _SymSize(int):
-    """A BLAS size that depends on a variable (a symbolic-length contraction). The plans of c_blas.py
+    """A BLAS size that depends on a variable (a symbolic-length contraction). The plans of backend/gemm/c_blas.py
     compare and multiply it as its maximum, an int: every layout and leading dimension chosen for the
     maximum holds for a smaller value, since a symbolic dim is laid out at its maximum (graph/view.py).
     Printed into the C call (`{m}`), it is the C expression of its value; a leading dimension or step

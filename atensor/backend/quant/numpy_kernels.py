@@ -3,7 +3,7 @@ and DEQUANT.
 
 Why a numpy path at all: it is the reference the C kernels are held to in tests (beside the gguf
 package's own `dequantize`), and what runs when no C compiler is there or `settings.native` is "0".
-It decodes the whole matrix per call, so it is slow; the C kernels (quant_kernels.py) never
+It decodes the whole matrix per call, so it is slow; the C kernels (backend/quant/kernels.py) never
 materialize the weights.
 
 Each decode works on the bytes as a (rows, blocks, block_bytes) uint8 array; d and m are fp16 read
@@ -87,7 +87,7 @@ def _weight_ints(packed: np.ndarray, shape: PackedShape) -> tuple[np.ndarray, np
 
 
 def qmatmul_q8act(x: np.ndarray, packed: np.ndarray, shape: PackedShape, chunk: int = 2048) -> np.ndarray:
-    """The Q8-activation product (backend/quant_q8_c.py's numerics) in numpy: per block the integer dot
+    """The Q8-activation product (backend/quant/q8_c.py's numerics) in numpy: per block the integer dot
     product of the weights and x's Q8_0 values, scaled by d_w * d_x (Q4_1 adds m_w * d_x * sum(q_x));
     the blocks summed in float64. Weight rows go `chunk` at a time (the integer products are
     (rows, rows of x, blocks) int64)."""

@@ -1,6 +1,6 @@
 """numpy's integer and float semantics (graph/semantics.py) as C helpers, one text for every compiler
-that lowers the C renderer's expressions: the host's (c_prelude.py) and the OpenCL device's
-(gpu_dialect.py). Why one text: the rules (NaN-propagating max, floor division and modulo signed like
+that lowers the C renderer's expressions: the host's (backend/c/prelude.py) and the OpenCL device's
+(backend/gpu/dialect.py). Why one text: the rules (NaN-propagating max, floor division and modulo signed like
 the divisor, 0 on division by zero, float modulo with the divisor's sign) were written twice, once per
 prelude, and a fix to one could miss the other.
 

@@ -5,7 +5,7 @@ Why C: a jit replay of a tiny program on an idle queue used to cost ~150 Python 
 kernels. The parts that are the same on every replay are fixed once, in a record of machine words;
 the one call `at_replay(record)` then writes the replay's buffer addresses into the kept argument
 blocks (engine/patching.py's slots) and runs the queue's native program (the kernel library's
-`atensor_run_program`, c_prelude.py) on the calling thread, with the GIL released (a CDLL call),
+`atensor_run_program`, backend/c/prelude.py) on the calling thread, with the GIL released (a CDLL call),
 and stamps it. Python keeps what must change per call: the fresh result buffers (their memory comes
 from the device's allocator), the reserved signal value, publishing it.
 
@@ -32,12 +32,12 @@ import subprocess
 import threading
 from typing import Optional
 
-from atensor.backend import native
+from atensor.backend.c import native
 
 RECORD_WORDS = 12
 
 SOURCE = r"""
-/* atensor replay helper: see atensor/backend/replay_c.py for the record's layout and invariants */
+/* atensor replay helper: see atensor/backend/c/replay.py for the record's layout and invariants */
 #define _POSIX_C_SOURCE 199309L  /* clock_gettime under -std=c11 */
 #include <stdint.h>
 #include <time.h>

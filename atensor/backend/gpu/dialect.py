@@ -1,20 +1,20 @@
 """What differs between GPU kernel languages, as one record per language: address spaces, thread ids,
 barriers, how a kernel is declared, and the prelude of helpers the shared renderer's code calls.
 
-Why a record: gpu_render.py lowers a kernel AST to data-parallel kernels once, for any such language;
+Why a record: backend/gpu/render.py lowers a kernel AST to data-parallel kernels once, for any such language;
 OpenCL C, CUDA and Metal differ in spelling, not in structure (CUDA would be `extern "C" __global__
 void`, no global qualifier, `__shared__`, `blockIdx.x * blockDim.x + threadIdx.x`, `__syncthreads()`).
 Adding a language is adding a record, not a renderer.
 
 The helpers keep the semantics of the C backend (graph/semantics.py): NaN-propagating max, floor
 division and divisor-signed modulo for integers (0 when dividing by 0), float modulo with the divisor's
-sign: the same text as the C prelude's (c_helpers.py), with OpenCL's names for the libm functions it calls.
+sign: the same text as the C prelude's (backend/c/helpers.py), with OpenCL's names for the libm functions it calls.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
+from atensor.backend.c.helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The BLAS calls of the C renderer: which gemm or gemv computes a contraction, at which strides.
 
-Why apart from c_render.py: the renderer decides *that* a REDUCE over a product of two views is a
+Why apart from backend/c/render.py: the renderer decides *that* a REDUCE over a product of two views is a
 matrix product; this module decides how BLAS is told about the operands (transpose flags, leading
 dimensions, vector increments), pure functions of strides and sizes that tests can check on their own.
 A product with one row or one column is a gemv: OpenBLAS's gemm with m = 1 packs the whole matrix

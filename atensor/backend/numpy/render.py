@@ -6,7 +6,7 @@ kernels share one function). Views are numpy strides, never copies, except a pad
 its zeros somewhere. A reduce of a product whose operands are broadcast along different axes is a
 matmul in disguise and goes to one np.matmul (BLAS). Whatever depends only on shapes and strides (how
 to read a view, how to lay out a matmul) is decided here, at render time, into the plan objects of
-numpy_plans.py that the generated code calls.
+backend/numpy/plans.py that the generated code calls.
 
 Generated code reads like this (E_add_exp_4096; K12 is a Window's read, K13 np.exp, K15 np.add):
 
@@ -31,8 +31,9 @@ from atensor.graph.ops import ELEMENTWISE, Ops, ReduceOp
 from atensor.graph.semantics import BINARY_FNS, UNARY_FNS, bitcast_fn, cast_fn, gather_fn, reduce_fn, scatter_fn
 from atensor.graph import rewrite
 from atensor.graph.view import View
-from atensor.backend import numpy_plans, quant_kernels
-from atensor.backend.numpy_plans import AddPads, Contraction, RowsThenAddPads, Window
+from atensor.backend.numpy import plans as numpy_plans
+from atensor.backend.quant import kernels as quant_kernels
+from atensor.backend.numpy.plans import AddPads, Contraction, RowsThenAddPads, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
 PER_VALUE_KEPT = 64  # concrete kernels kept per kernel of symbolic shape (`_per_value`)

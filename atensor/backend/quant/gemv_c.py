@@ -1,5 +1,5 @@
 """The C of the batch-1 (one row of x) packed matmuls on AVX2: four weight rows per pass, for the
-default float32 activations and for the Q8 ones (quant_c.py's SOURCE holds it, after quant_q8_c.py's).
+default float32 activations and for the Q8 ones (backend/quant/source.py's SOURCE holds it, after backend/quant/q8_c.py's).
 
 Why four rows per pass: one weight row's dot product is a chain of FMAs into two accumulators, two
 FMAs per accumulator per block, so a block cannot take less than two FMA latencies (~8 cycles) however
@@ -17,10 +17,10 @@ Invariant (bit-equality between thread counts and row groupings): a row's result
 whether it ran in a group of four or alone. `atq_gemv_avx2` runs groups of four from r0 and the rest
 alone, and both go through the one always-inlined `atq_rows_f32_avx2` / `atq_rows_q8_avx2` with the
 row count a constant, so each row sees the same operations in the same order. The float path's order
-is quant_c.py's `atq_dot_row_avx2` (elements 0-7 and 16-23 into one accumulator, 8-15 and 24-31 into
+is backend/quant/source.py's `atq_dot_row_avx2` (elements 0-7 and 16-23 into one accumulator, 8-15 and 24-31 into
 the other): the same sums as before this file existed.
 
-Q8 activations (quant_q8_c.py's numerics): per block the integer dot product by `maddubs` (unsigned
+Q8 activations (backend/quant/q8_c.py's numerics): per block the integer dot product by `maddubs` (unsigned
 by signed bytes into int16 pairs; no pair overflows: |w| <= 128, |x| <= 127) and `madd` with ones to
 eight int32, one FMA of d_w * d_x per block. Q4_0 is Q4_1 with m = -8 d (its nibbles stay unsigned,
 `maddubs`' unsigned operand, and the -8 goes to the block-sum term m_w * d_x * s_x, as llama.cpp's

@@ -1,4 +1,4 @@
-"""The C that runs a packed matmul on several threads, and the kernels' entry points (quant_c.py's
+"""The C that runs a packed matmul on several threads, and the kernels' entry points (backend/quant/source.py's
 SOURCE ends with it).
 
 Why threads of its own: a batch-1 decode step is matrix-vector products whose time is the decode of
@@ -7,12 +7,12 @@ cores decode twice the blocks. BLAS cannot lend its threads for that (OpenBLAS h
 run a function on its pool), so this file keeps a small pool of workers, started on first use.
 
 How many threads: a kernel's BLAS thread count, the one mechanism atensor has for a kernel's threads
-(backend/blas.py). For a packed matmul the runner sets it to the device's whole share every time
+(backend/gemm/blas.py). For a packed matmul the runner sets it to the device's whole share every time
 (`blas.packed_threads`: not the timed choice other big kernels make, which on a loaded machine chose
 one thread or two by the load of its first runs), and the kernel reads it back through
-`openblas_get_num_threads` (native.py hands both functions over). The work size then decides: no
+`openblas_get_num_threads` (backend/c/native.py hands both functions over). The work size then decides: no
 split under ATQ_MIN_ROWS_PER_THREAD weight rows a thread. While the pool's threads call sgemm (many
-rows on the portable path, quant_c.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
+rows on the portable path, backend/quant/source.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
 count is set back before the kernel returns.
 
 The split: rows of W (the output columns) in chunks of ATQ_CHUNKS_PER_THREAD per thread, a multiple of
@@ -23,7 +23,7 @@ part made the caller wait for it a scheduler time slice (measured: two threads 2
 SmolLM2's decode shapes while another process held a core); now the caller runs the chunks such a
 worker has not claimed. Each weight block is read by one thread only, each thread writes its own
 columns of y, and every row's dot product (or sgemm call) is the one a single thread makes (the batch-1
-kernels' grouping of rows does not change a row's result, quant_gemv_c.py): the result is the same as
+kernels' grouping of rows does not change a row's result, backend/quant/gemv_c.py): the result is the same as
 one thread's, bit for bit.
 
 Invariants: one job at a time (`atq_pool_call`; a second caller, e.g. another CPU device's queue,
@@ -59,7 +59,7 @@ typedef void (*atq_rows_fn)(int, const float *, const uint8_t *, float *, int64_
 static atq_rows_fn atq_path_fn(int path, int q8) {  /* 0 portable, 1 avx2, 2 avx512, -1 the compiled best */
   if (path < 0) path = ATQ_BEST_CODE;
 #ifdef ATQ_X86
-  if (q8 && path >= 1) return atq_q8_rows_avx2;  /* quant_q8_c.py: AVX-512 runs the AVX2 code */
+  if (q8 && path >= 1) return atq_q8_rows_avx2;  /* backend/quant/q8_c.py: AVX-512 runs the AVX2 code */
   if (path == 2) return atq_matmul_rows_avx512;
   if (path == 1) return atq_matmul_rows_avx2;
 #endif
@@ -196,7 +196,7 @@ static int atq_pool_run(const atq_job *job, int parts, int64_t chunks) {
   return 1;
 }
 
-/* whether `path`'s float32 kernel runs several rows of x through the blocked kernel (quant_gemm_c.py)
+/* whether `path`'s float32 kernel runs several rows of x through the blocked kernel (backend/quant/gemm_c.py)
    rather than sgemm's panels: the condition atq_gemm_avx2 checks */
 static int atq_takes_blocked(int path, int64_t cols) {
 #ifdef ATQ_X86
@@ -209,7 +209,7 @@ static int atq_takes_blocked(int path, int64_t cols) {
 
 /* ---- the entry points ------------------------------------------------------------------------------
    y (m, rows) = x (m, cols) . W^T, W packed (rows, cols), through `path` on `threads` threads; `fmt` with
-   ATQ_Q8ACT set: x's rows quantized to Q8_0 first (quant_q8_c.py) */
+   ATQ_Q8ACT set: x's rows quantized to Q8_0 first (backend/quant/q8_c.py) */
 #define ATQ_MIN_ROWS_PER_THREAD 64  /* fewer rows a thread: one thread (the split would cost more than it saves) */
 #define ATQ_CHUNKS_PER_THREAD 4     /* chunks per thread, claimed in turn: a late thread takes fewer */
 #define ATQ_MIN_ROWS_PER_CHUNK 32
@@ -235,7 +235,7 @@ static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint
   int parts = threads < 1 ? 1 : threads > ATQ_MAX_THREADS ? ATQ_MAX_THREADS : threads;
   while (parts > 1 && rows / parts < ATQ_MIN_ROWS_PER_THREAD) parts--;
   if (parts > 1) {
-    int gemm = may_gemm && m >= ATQ_GEMM_ROWS && cols <= ATQ_SCRATCH && atq_sgemm != NULL;  /* quant_c.py's panels */
+    int gemm = may_gemm && m >= ATQ_GEMM_ROWS && cols <= ATQ_SCRATCH && atq_sgemm != NULL;  /* backend/quant/source.py's panels */
     int64_t unit = gemm ? atq_panel_rows(cols) : 16;
     int64_t chunk = (rows + ATQ_CHUNKS_PER_THREAD * parts - 1) / (ATQ_CHUNKS_PER_THREAD * parts);
     chunk = chunk < ATQ_MIN_ROWS_PER_CHUNK ? ATQ_MIN_ROWS_PER_CHUNK : chunk;
@@ -252,7 +252,7 @@ static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint
   fn(fmt, x, w, y, m, cols, rows, 0, rows);
 }
 
-/* a QMATMUL kernel's call (c_prelude.py's at_packed_qmatmul): the best path, on the kernel's BLAS threads */
+/* a QMATMUL kernel's call (backend/c/prelude.py's at_packed_qmatmul): the best path, on the kernel's BLAS threads */
 void atq_matmul(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols, int64_t rows) {
   atq_matmul_run(-1, fmt, x, w, y, m, cols, rows, atq_threads());
 }

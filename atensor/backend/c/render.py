@@ -10,7 +10,7 @@ How a kernel is lowered. Nodes are computed in loop nests over their shapes:
 - a REDUCE is materialized into a temporary array: its nest runs over the source's shape and
   accumulates (float sums in double);
 - a REDUCE of a product of two broadcast views (a matmul in disguise) is one BLAS gemm per batch
-  element (gemvs for a product of a few rows or columns; c_gemm.py, c_blas.py) into a temporary laid out
+  element (gemvs for a product of a few rows or columns; backend/gemm/c_gemm.py, backend/gemm/c_blas.py) into a temporary laid out
   [batch, rows, cols], read back through strides;
 - a VIEW reads a PARAM buffer, a materialized array, a constant or an arange through its strides,
   offset and mask (a masked-out element reads 0); the computed source of a view is materialized
@@ -41,9 +41,9 @@ from atensor.graph.ops import BINARY, PACKED, Ops, ReduceOp, UNARY
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.symbolic import Expr, SymbolicError, Variable, as_sym
 from atensor.graph.view import View, strides_for
-from atensor.backend.c_gemm import render_gemm
-from atensor.backend.c_types import Unsupported, ctype as _ctype
-from atensor.backend.quant_c import NotPacked, render_packed
+from atensor.backend.gemm.c_gemm import render_gemm
+from atensor.backend.c.types import Unsupported, ctype as _ctype
+from atensor.backend.quant.source import NotPacked, render_packed
 
 
 # float ops as C templates: {f} is libm's float suffix ("f" for float32), {t} the C type
@@ -173,7 +173,7 @@ class CRenderer:
         self.params: dict[Node, str] = {}
         self.var_base, variables = variable_slots(ast)
         self.vars: dict[Variable, str] = {v: f"var{j}" for j, v in enumerate(variables)}
-        # a negative stride anywhere (a flip) selects the flags known to be correct (c_prelude.py), and
+        # a negative stride anywhere (a flip) selects the flags known to be correct (backend/c/prelude.py), and
         # no `omp simd` loop (which GCC would vectorize despite them)
         self.negative = any(n.op is Ops.VIEW and any(st < 0 for st in n.arg.strides) for n in self.order)
 
@@ -404,7 +404,7 @@ class CRenderer:
             v = nest.value(src)
             simd = _simd_reduction(op, kind, acc) if inner and not self.negative else None
             if simd is not None:
-                # the innermost loop's partial results may be kept in vector lanes (c_flags.py), the
+                # the innermost loop's partial results may be kept in vector lanes (backend/c/flags.py), the
                 # same reassociation in every path that runs this kernel (jit, eager, any thread count)
                 pragma, update, nan = simd
                 if nan:
@@ -435,7 +435,7 @@ class CRenderer:
         self.arrays[n] = (out_name, out_strides)
 
     def _gemm(self, n: Node) -> bool:
-        """A SUM over a product of two broadcast views as BLAS calls (c_gemm.py); False when it does not fit."""
+        """A SUM over a product of two broadcast views as BLAS calls (backend/gemm/c_gemm.py); False when it does not fit."""
         return render_gemm(self, n)
 
     # ---- the function -------------------------------------------------------------------------------
@@ -464,7 +464,7 @@ class CRenderer:
 
     def lower(self) -> None:
         """Emits the kernel's nests (`self.lines`), materialized values first, then the store; the
-        parameters are named first (`name_params`). gpu_render.py emits the same nests as kernels."""
+        parameters are named first (`name_params`). backend/gpu/render.py emits the same nests as kernels."""
         need: set[Node] = set()
         for n in self.order:
             if n.op in (Ops.SCATTER, Ops.BITCAST, Ops.THREEFRY):

@@ -1,5 +1,5 @@
 """The C of the blocked packed matmul for batched rows of x on AVX2 (prefill, many decode streams):
-quant_c.py's SOURCE holds it, after quant_gemv_c.py's.
+backend/quant/source.py's SOURCE holds it, after backend/quant/gemv_c.py's.
 
 Why a kernel of its own: with 2 to 64 rows of x the work per weight is an FMA per row, so the decode
 (one per weight, whatever the row count) must be paid once and the FMAs must run at the units' rate.
@@ -8,7 +8,7 @@ sgemm. OpenBLAS packs both operands of every call again, and at 16 rows (16 deco
 that ran at 27-49 GFLOPS a thread, well under what two FMA units give (~78 at 2.45 GHz). Here:
 
 - ATQ_GEMM_W (4) weight rows are decoded together into an L1 scratch (the exact float32 values of
-  the numpy decode, as every path gives: quant_c.py), with the decode of quant_gemv_c.py (bytes
+  the numpy decode, as every path gives: backend/quant/source.py), with the decode of backend/quant/gemv_c.py (bytes
   widened from memory, nibbles split by shifts and masks: no shuffle beyond the widening);
 - a micro-tile of those 4 weight rows by ATQ_GEMM_X (2) rows of x keeps 8 accumulators, the 2 x
   vectors and one weight vector in registers: per 8 columns 6 loads feed 8 FMAs, so the FMA units,
@@ -27,10 +27,10 @@ accumulator, fed the products of columns 0-7, 8-15, ... in order, and summed acr
 `atq_hsum256` at the end; the tile it ran in (4x2 or a remainder), the pass, the thread's chunk and the
 number of rows beside it change nothing. So a stream's logits are the same bit for bit whether it
 decodes in a batch of 2 rows or of 16 (tests/nn/test_packed.py). Batch-1 (one row of x) is
-quant_gemv_c.py's kernel, whose sums are grouped differently (two accumulators a row): a row alone
+backend/quant/gemv_c.py's kernel, whose sums are grouped differently (two accumulators a row): a row alone
 and the same row batched agree to rounding, not bit for bit.
 
-Rows longer than ATQ_GEMM_COLS, or not a multiple of 32, stay on quant_c.py's scratch-row path. The
+Rows longer than ATQ_GEMM_COLS, or not a multiple of 32, stay on backend/quant/source.py's scratch-row path. The
 AVX-512 path runs this AVX2 code (this machine has no AVX-512 to measure a wider one on).
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ GEMM_SOURCE = r"""
 #define ATQ_GEMM_COLS 4096          /* the longest row taken: the scratch is 4 decoded rows, 64 KiB */
 #define ATQ_GEMM_XBYTES (192 << 10) /* bytes of x per pass over the weight rows (in L2) */
 
-/* one row of Q4_0/Q4_1/Q8_0 blocks (nb of them) decoded to float32: the values of quant_gemv_c.py's
+/* one row of Q4_0/Q4_1/Q8_0 blocks (nb of them) decoded to float32: the values of backend/quant/gemv_c.py's
    decode (d * q exact, Q4_1's + m one rounding) */
 ATQ_INLINE ATQ_AVX2 void atq_gemm_decode_avx2(int fmt, const uint8_t *w, float *out, int64_t nb) {
   const __m256i nib = _mm256_set1_epi32(0x0F);
@@ -118,7 +118,7 @@ static uint64_t atq_gemm_runs;  /* calls of the blocked kernel (racy counts: the
 uint64_t atq_gemm_count(void) { return __atomic_load_n(&atq_gemm_runs, __ATOMIC_RELAXED); }
 
 /* y (m, rows) = x (m, cols) . W^T for weight rows [r0, r1); false (nothing done) for a row it does not take;
-   `scratch`: ATQ_SCRATCH floats, 64-byte aligned (the caller's, quant_c.py's: one 64 KiB array on a
+   `scratch`: ATQ_SCRATCH floats, 64-byte aligned (the caller's, backend/quant/source.py's: one 64 KiB array on a
    thread's stack, as before this kernel) */
 _Static_assert(ATQ_GEMM_W * ATQ_GEMM_COLS <= ATQ_SCRATCH, "the decoded weight rows fit the caller's scratch");
 static ATQ_AVX2 int atq_gemm_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,

@@ -89,7 +89,7 @@ def threads_for(flops: int) -> int:
 def packed_threads() -> int:
     """The threads a packed-weight matmul kernel (QMATMUL) runs with: the device's whole share, whatever
     its size and without timing. Its C splits the weight rows itself by a rule of the work size (no
-    thread under 64 rows, backend/quant_pool_c.py) into chunks that the threads claim in turn, so a
+    thread under 64 rows, backend/quant/pool_c.py) into chunks that the threads claim in turn, so a
     thread whose core is taken costs the kernel nothing but its share of the chunks. Timing the first
     runs instead (`MeasuredThreads`) chose one thread or two by whatever the load was in those runs:
     SmolLM2's decode measured 26.4 tok/s in one run and 48.3 in the next on the same quiet machine."""

@@ -1,9 +1,9 @@
-"""The packed-weight kernels in C (quant_c.py's source), compiled once per machine and bound.
+"""The packed-weight kernels in C (backend/quant/source.py's source), compiled once per machine and bound.
 
 Why a helper library of their own rather than a kernel's rendered body: the block decodes and their
 three paths are a few hundred lines of intrinsics, the same for every QMATMUL; rendered into each
-kernel library they would be compiled again with each jit capture. A QMATMUL kernel's C (c_render.py)
-is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which native.py sets to
+kernel library they would be compiled again with each jit capture. A QMATMUL kernel's C (backend/c/render.py)
+is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which backend/c/native.py sets to
 the helper's `atq_matmul` when it loads a library (native.quant_library compiles the helper).
 
 `matmul` and `dequantize` call a chosen path directly (`matmul` on a chosen number of threads too):
@@ -18,7 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from atensor.backend import native, quant_numpy
+from atensor.backend.c import native
+
+from atensor.backend.quant import numpy_kernels as quant_numpy
 from atensor.config import settings
 from atensor.graph.quant import PackedShape
 
@@ -70,14 +72,14 @@ def available_paths() -> list[str]:
 
 def threads_follow_blas() -> bool:
     """Whether a kernel's run reads its thread count from BLAS (OpenBLAS's get and set functions were
-    found, quant_pool_c.py); else every packed kernel runs on one thread."""
+    found, backend/quant/pool_c.py); else every packed kernel runs on one thread."""
     return library() is not None and bool(native._blas_get_threads) and native.program_threads()
 
 
 @dataclass(frozen=True)
 class PoolStatistics:
     """How the packed kernels' thread pool has shared its work since the process started
-    (quant_pool_c.py): `jobs` run on more than one thread, and the chunks of their rows the calling
+    (backend/quant/pool_c.py): `jobs` run on more than one thread, and the chunks of their rows the calling
     thread ran and the workers ran. A worker that never gets a core leaves every chunk to the caller."""
     jobs: int
     caller_chunks: int
@@ -96,7 +98,7 @@ def pool_statistics() -> PoolStatistics:
 def run_qmatmul(x: np.ndarray, packed: np.ndarray, shape: PackedShape) -> np.ndarray:
     """A QMATMUL kernel of the numpy backend (an eager realize's; a jit replay's is compiled C): the
     best C path through this library unless `settings.native` is "0" or it did not compile, else
-    numpy's decode (quant_numpy.py). Decoding the whole matrix in numpy would make a 113 MB float32
+    numpy's decode (backend/quant/numpy_kernels.py). Decoding the whole matrix in numpy would make a 113 MB float32
     temporary of SmolLM2's embedding for each prefill's logits."""
     if settings.native != "0" and library() is not None:
         return matmul(x, packed, shape).reshape(x.shape[:-1] + (shape.rows,))

@@ -9,7 +9,7 @@ code calls:
 
 - `Window`: one concrete view read from (or written into) a flat source: a reshape, a strided window
   or a zero-padded copy.
-- `Contraction` (contraction.py): a matmul-shaped reduce, sum(a * b, axes) over two broadcast views,
+- `Contraction` (backend/gemm/contraction.py): a matmul-shaped reduce, sum(a * b, axes) over two broadcast views,
   as np.matmul calls on the views' sources, chunked when an operand (a convolution's im2col) must be
   copied.
 - `add_window`: x + pad(y) as an in-place add into the padded region (a concatenation, e.g. the
@@ -39,8 +39,8 @@ from typing import Optional
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from atensor.backend.contraction import Contraction, blasable, contraction_groups
-from atensor.backend.window_kernels import WindowAdds
+from atensor.backend.gemm.contraction import Contraction, blasable, contraction_groups
+from atensor.backend.gemm.window_c import WindowAdds
 from atensor.graph.view import View, strides_for
 
 _SAME_SIZE_INT = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
@@ -151,7 +151,7 @@ class AddPads:
     gradient, col2im: one pad per kernel offset, each a window of the same column gradient), in one
     pass: the output is filled in slabs along its first axis, each slab small enough to stay in cache
     while all K windows add into it, instead of K passes over the whole output; when every pad reads
-    one source and the output fits in cache, one C call (window_kernels.py) does all the adds. `x` is
+    one source and the output fits in cache, one C call (backend/gemm/window_c.py) does all the adds. `x` is
     None when the chain starts from the first pad itself (zeros elsewhere)."""
     __slots__ = ("windows", "keep", "shape", "rows", "adds")
 
@@ -216,7 +216,7 @@ class RowsThenAddPads:
         self.reads = [(w.pad[1:], w.inner.offset, w.inner.shape[1:], w.inner.strides[1:]) for w in windows
                       if w.inner is not None]
         row_strides = strides_for(tuple(shape[1:]))
-        # the same adds as one C call per row (window_kernels.py), where a compiler exists
+        # the same adds as one C call per row (backend/gemm/window_c.py), where a compiler exists
         self.adds = WindowAdds([(view_shape, sum(p.start * st for p, st in zip(pad, row_strides)),
                                  tuple(st if n != 1 else 0 for st, n in zip(row_strides, view_shape)),
                                  offset, strides)

@@ -1,6 +1,6 @@
 """`Contraction`: a matmul-shaped reduce, sum(a * b, axes) over two broadcast views, as BLAS gemms.
 
-The numpy backend plans it once, when it renders the kernel (numpy_plans.py explains why plans):
+The numpy backend plans it once, when it renders the kernel (backend/numpy/plans.py explains why plans):
 axes in both operands that are kept are batch axes, those only in one are the rows (a) or columns (b),
 those in both that are reduced are the inner axis; the broadcast (stride-0) axes are dropped from the
 views themselves, so the operands go to BLAS without an intermediate broadcast array.
@@ -27,9 +27,9 @@ from typing import Optional
 
 import numpy as np
 
-from atensor.backend.gemm_axes import contraction_groups
-from atensor.backend.window_gemm import WindowGemm
-from atensor.backend.window_kernels import gather
+from atensor.backend.gemm.axes import contraction_groups
+from atensor.backend.gemm.window import WindowGemm
+from atensor.backend.gemm.window_c import gather
 from atensor.graph.view import View
 
 CHUNK_BYTES = 2 << 20  # an operand copy above this is done, and contracted, chunk by chunk
@@ -61,7 +61,7 @@ class Contraction:
         self.row_part: Optional[Contraction] = None  # one row of axis 0 (`row`)
         self.row_strides = (a_view.strides[0], b_view.strides[0]) if shape else (0, 0)
         self.chunk = _chunk_plan(a_view, b_view, axes, dtype.itemsize, (batch, rows, inner), (batch, inner, cols))
-        self.window: Optional[WindowGemm] = None  # a convolution's forward, per sample in C (window_gemm.py)
+        self.window: Optional[WindowGemm] = None  # a convolution's forward, per sample in C (backend/gemm/window.py)
         if self.chunk is not None:
             axis, block = self.chunk
             self.axis_reduced = axis in axes
@@ -280,7 +280,7 @@ def _matrices(x: np.ndarray, nb: int, n1: int, n2: int, slot: int, copy: bool = 
     transposed = _inner_key(x, g1) < _inner_key(x, g2)  # g1 varies fastest: copy as (g2, g1)
     source = x.transpose(list(range(nb)) + g2 + g1) if transposed else x
     copied = _scratch(slot, source.shape, x.dtype)
-    gather(copied, source)  # one C pass (window_kernels.py): np.copyto loops per short row
+    gather(copied, source)  # one C pass (backend/gemm/window_c.py): np.copyto loops per short row
     if transposed:
         return copied.reshape(batch + (m2, m1)).swapaxes(-1, -2)
     return copied.reshape(batch + (m1, m2))

@@ -1,4 +1,4 @@
-"""The C of the packed-weight kernels (quant_kernels.py compiles and binds it): block dot products
+"""The C of the packed-weight kernels (backend/quant/kernels.py compiles and binds it): block dot products
 and block decodes for each format of graph/quant.py, in a portable version and AVX2 and AVX-512
 versions.
 
@@ -8,22 +8,22 @@ an fma of an exact product is) and multiplies it by the float32 activation, summ
 paths differ only in the order of the sums (lanes), so the SIMD and portable paths agree to rounding.
 
 Paths: each function exists as `_portable`, `_avx2` and `_avx512` (GCC/Clang `target` attributes, so
-one compile holds all three on x86); quant_pool_c.py's entry points pick the best the compiler's
+one compile holds all three on x86); backend/quant/pool_c.py's entry points pick the best the compiler's
 -march=native allows, at compile time, and run it on the kernel's threads (rows of W split over them).
 The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`) through
 `atq_matmul_run`, on one thread and on two.
 
 Batched rows: on AVX2 (and AVX-512) `atq_matmul` with two rows of x or more (a prefill, 16 decode
-streams) runs the blocked kernel of quant_gemm_c.py (`atq_blocked_<path>`; rows up to ATQ_GEMM_COLS
+streams) runs the blocked kernel of backend/quant/gemm_c.py (`atq_blocked_<path>`; rows up to ATQ_GEMM_COLS
 columns). The portable path, and longer rows, decode each weight row once into an L1-resident scratch
 row and multiply it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on they decode
 panels of weight rows (128 KiB, in L2) and multiply each panel with all rows of x in BLAS's sgemm (set
-by native.py; called on one BLAS thread from each of the kernel's threads, quant_pool_c.py). Every way
+by backend/c/native.py; called on one BLAS thread from each of the kernel's threads, backend/quant/pool_c.py). Every way
 each weight block is read from memory once for all rows. One row of x (batch-1 decode) takes the fused
 decode-and-dot in registers, where a scratch row's store and load would cost more than the decode.
 
-`render_packed` is a QMATMUL or DEQUANT kernel's own C (c_render.py calls it): one call through the
-prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which native.py sets to this library's
+`render_packed` is a QMATMUL or DEQUANT kernel's own C (backend/c/render.py calls it): one call through the
+prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which backend/c/native.py sets to this library's
 best-path `atq_matmul` / `atq_dequant`.
 """
 from __future__ import annotations
@@ -33,16 +33,16 @@ import math
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.view import View
-from atensor.backend.quant_pool_c import POOL_SOURCE
-from atensor.backend.quant_gemv_c import GEMV_SOURCE
-from atensor.backend.quant_gemm_c import GEMM_SOURCE
-from atensor.backend.quant_q8_c import Q8_SOURCE
+from atensor.backend.quant.pool_c import POOL_SOURCE
+from atensor.backend.quant.gemv_c import GEMV_SOURCE
+from atensor.backend.quant.gemm_c import GEMM_SOURCE
+from atensor.backend.quant.q8_c import Q8_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
 
 
 class NotPacked(Exception):
-    """The kernel's operands are not plain buffers; c_render.py leaves it on numpy."""
+    """The kernel's operands are not plain buffers; backend/c/render.py leaves it on numpy."""
 
 
 def render_packed(ast: Node, name: str, params: list[tuple[int, str]]) -> str:
@@ -69,7 +69,7 @@ def render_packed(ast: Node, name: str, params: list[tuple[int, str]]) -> str:
 
 
 SOURCE = r"""
-#define _POSIX_C_SOURCE 200809L  /* clock_gettime, pthreads (quant_pool_c.py) under -std=c11 */
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime, pthreads (backend/quant/pool_c.py) under -std=c11 */
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
@@ -373,7 +373,7 @@ static void atq_dot4_portable(const float *w, const float *x, int64_t ldx, int64
   for (int r = 0; r < 4; r++) out[r * ldo] = atq_dot_dense_portable(w, x + r * ldx, n);
 }
 
-/* BLAS's sgemm (numpy's OpenBLAS; native.py sets it when it loads this library), for many rows of x:
+/* BLAS's sgemm (numpy's OpenBLAS; backend/c/native.py sets it when it loads this library), for many rows of x:
    a panel of weight rows is decoded into a scratch block, which sgemm multiplies with every row of x */
 typedef void (*atq_sgemm32_t)(int, int, int, int, int, int, float, const float *, int, const float *, int,
                               float, float *, int);
@@ -401,7 +401,7 @@ static void atq_gemm_panel(const float *x, const float *panel, float *y, int64_t
    One row of x: decode and dot in registers. A few rows: each weight row decoded once into scratch,
    then dotted with the rows of x four at a time. Many rows (with sgemm): panels of weight rows decoded
    once each, multiplied by sgemm. Every path reads each weight block from memory once. */
-/* one row of x (batch-1 decode): rows [r0, r1) of y; AVX2 runs four weight rows per pass (quant_gemv_c.py) */
+/* one row of x (batch-1 decode): rows [r0, r1) of y; AVX2 runs four weight rows per pass (backend/quant/gemv_c.py) */
 static void atq_gemv_f32_portable(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
                               int64_t r1) {
   int64_t rb = atq_row_bytes(fmt, cols);
@@ -409,7 +409,7 @@ static void atq_gemv_f32_portable(int fmt, const float *x, const uint8_t *w, flo
 }
 #ifdef ATQ_X86
 static ATQ_AVX2 void atq_gemv_avx2(int fmt, int q8, const uint8_t *w, const void *x, float *y, int64_t cols,
-                                   int64_t r0, int64_t r1);  /* quant_gemv_c.py */
+                                   int64_t r0, int64_t r1);  /* backend/quant/gemv_c.py */
 static ATQ_AVX2 void atq_gemv_f32_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t cols, int64_t r0,
                                        int64_t r1) {
   if (fmt <= ATQ_Q8_0) { atq_gemv_avx2(fmt, 0, w, x, y, cols, r0, r1); return; }
@@ -417,7 +417,7 @@ static ATQ_AVX2 void atq_gemv_f32_avx2(int fmt, const float *x, const uint8_t *w
   for (int64_t r = r0; r < r1; r++) y[r] = atq_dot_row_avx2(fmt, w + r * rb, x, cols);
 }
 static ATQ_AVX2 int atq_gemm_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
-                                  int64_t rows, int64_t r0, int64_t r1, float *scratch);  /* quant_gemm_c.py */
+                                  int64_t rows, int64_t r0, int64_t r1, float *scratch);  /* backend/quant/gemm_c.py */
 static ATQ_AVX2 int atq_blocked_avx2(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
                                      int64_t rows, int64_t r0, int64_t r1, float *scratch) {
   return atq_gemm_avx2(fmt, x, w, y, m, cols, rows, r0, r1, scratch);
@@ -433,7 +433,7 @@ static ATQ_AVX512 void atq_gemv_f32_avx512(int fmt, const float *x, const uint8_
 }
 #endif
 
-/* several rows of x: the blocked kernel where the path has one (quant_gemm_c.py); 0 = not taken here */
+/* several rows of x: the blocked kernel where the path has one (backend/quant/gemm_c.py); 0 = not taken here */
 static inline int atq_blocked_portable(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
                                        int64_t rows, int64_t r0, int64_t r1, float *scratch) {
   (void)fmt; (void)x; (void)w; (void)y; (void)m; (void)cols; (void)rows; (void)r0; (void)r1; (void)scratch;

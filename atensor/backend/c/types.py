@@ -1,5 +1,5 @@
-"""C types of atensor's dtypes, and `Unsupported`: what the C renderers (c_render.py, c_gemm.py,
-gpu_render.py) share without importing one another.
+"""C types of atensor's dtypes, and `Unsupported`: what the C renderers (backend/c/render.py, backend/gemm/c_gemm.py,
+backend/gpu/render.py) share without importing one another.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`WindowGemm`: a convolution's forward contraction as a few gemms per sample over a small copy.
 
 Why: the forward contracts the weight (Cout, C, *kernel) with the sliding-window view (N, C, *kernel,
-*out) of the input. Copied whole per sample (im2col, contraction.py), the window view is the input
+*out) of the input. Copied whole per sample (im2col, backend/gemm/contraction.py), the window view is the input
 times the kernel's size (25x for 5x5) and the copy costs about a third of the gemm: MNIST's
 128x32x24x24 5x5 layer spent ~12 ms copying 164 MB next to ~37 ms of sgemm. But the window view's
 outer kernel axis (kh) and outer output axis (oh) walk the same input rows: for each kh, the matrix
@@ -12,14 +12,14 @@ slice W[:, :, t] (Cout x C*kw) times Y read from row t (leading dimension H * ow
 layer, one thread, a loaded 2-core machine: 47-55 ms where the whole im2col copy and one gemm took
 53-62 ms (the gemms with K = 160 run near the K = 800 one's speed: 67 vs 69 GFLOP/s).
 
-It is one foreign call per contraction (window_kernels.py: the copies and the gemms of every sample,
+It is one foreign call per contraction (backend/gemm/window_c.py: the copies and the gemms of every sample,
 with the GIL released), planned once when the kernel is rendered. `WindowGemm.plan` takes only what
 it can say exactly: axis 0 kept (the samples), the weight the same for every sample, no batch axis
 (one group), the result's (rows, cols) laid out as the kernel's output, the window axis pair (t, p)
 with stride(t) a multiple m of stride(p) and p the first output axis of the window (so rows t * m ...
 of Y are the t-th matrix), gemms with at least `MIN_INNER` inner elements, and a window large enough
-that contraction.py chunks it (a smaller one fits in cache whole, and its one big gemm measured as
-fast or faster). Anything else stays with contraction.py's im2col.
+that backend/gemm/contraction.py chunks it (a smaller one fits in cache whole, and its one big gemm measured as
+fast or faster). Anything else stays with backend/gemm/contraction.py's im2col.
 
 Invariant: Y's p axis has (n_t - 1) * m + n_p rows (the union of what every t reads), so the copy
 reads exactly the elements the window view reads, never outside its source.
@@ -31,9 +31,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from atensor.backend import native
-from atensor.backend.gemm_axes import contraction_groups
-from atensor.backend.window_kernels import window_gemm_function
+from atensor.backend.c import native
+from atensor.backend.gemm.axes import contraction_groups
+from atensor.backend.gemm.window_c import window_gemm_function
 from atensor.graph.view import View
 
 # a gemm with fewer inner elements runs too far below BLAS's speed: im2col instead. Measured (one thread,

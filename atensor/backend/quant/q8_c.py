@@ -1,7 +1,7 @@
-"""The C of the optional Q8-activation matmul (quant_c.py's SOURCE holds it): llama.cpp's numerics,
+"""The C of the optional Q8-activation matmul (backend/quant/source.py's SOURCE holds it): llama.cpp's numerics,
 where the activations are quantized too and each block's dot product is in integers.
 
-Why a second numerics at all: the default kernels (quant_c.py) decode each weight to float32 and
+Why a second numerics at all: the default kernels (backend/quant/source.py) decode each weight to float32 and
 multiply it by the float32 activation, so a packed model computes with exactly its float32 model's
 weights (greedy ids equal transformers'); the decode is most of their time. llama.cpp instead
 quantizes each row of x to Q8_0 per 32 values (d = max|x| / 127, q = round(x / d)) and multiplies
@@ -14,7 +14,7 @@ Per block b of a weight row and of a row of x:
     Q4_0  d_w * d_x * sum((q_w - 8) * q_x)           (q_w - 8: a signed int8, as llama.cpp does)
     Q4_1  d_w * d_x * sum(q_w * q_x) + m_w * d_x * s_x   (s_x = sum(q_x), kept with the x block)
     Q8_0  d_w * d_x * sum(q_w * q_x)
-F16 and BF16 weights keep float32 activations (quant_pool_c.py falls back to the default kernel).
+F16 and BF16 weights keep float32 activations (backend/quant/pool_c.py falls back to the default kernel).
 Unlike llama.cpp, d_x stays float32 (llama.cpp rounds it to fp16: a relative change under 2^-11 of
 the block's scale). The integer sums are exact in every path; the paths differ only in the order of
 the float sums over blocks. The AVX-512 path runs the AVX2 code (256-bit `maddubs`): no VNNI version
@@ -137,7 +137,7 @@ static void atq_q8dot4_portable(int fmt, const uint8_t *w, const atq_xblock *xb,
       for (; i < m; i++) y[i * rows + r] = atq_q8dot_##PATH(fmt, w + r * rb, xq + i * nb, nb);            \
     }                                                                                                     \
   }
-/* one row of x: AVX2 takes four weight rows per pass (quant_gemv_c.py); 0 = not taken here */
+/* one row of x: AVX2 takes four weight rows per pass (backend/quant/gemv_c.py); 0 = not taken here */
 static inline int atq_q8_gemv_portable(int fmt, const uint8_t *w, const atq_xblock *x, float *y, int64_t cols,
                                        int64_t r0, int64_t r1) {
   (void)fmt; (void)w; (void)x; (void)y; (void)cols; (void)r0; (void)r1;

@@ -1,7 +1,7 @@
 """Renders a kernel AST into data-parallel GPU kernels, from the same lowering as the C backend.
 
 Why a subclass of the C renderer: the kernel description is one (a STORE AST), and so is its lowering
-(c_render.py): which nodes are materialized, how a view, a gather, a cast or a reduce reads, the
+(backend/c/render.py): which nodes are materialized, how a view, a gather, a cast or a reduce reads, the
 semantics of every op. What a GPU changes is only where the loops go. The C renderer emits one
 function whose loop nests run one after another; here each nest becomes a kernel of its own, launched
 in order on an in-order queue (so one kernel's writes are visible to the next), and its outer loops
@@ -15,7 +15,7 @@ become work-items:
   a tiled matmul, TILE x TILE work-groups staging tiles of both operands in shared memory.
 Temporaries are device buffers the runner allocates once (arguments after the kernel's buffers);
 bound Variables are 64-bit scalar arguments after those. What a language spells differently
-(address spaces, ids, barriers, helper names) comes from a `Dialect` (gpu_dialect.py).
+(address spaces, ids, barriers, helper names) comes from a `Dialect` (backend/gpu/dialect.py).
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from atensor.backend.c_blas import merged_stride
-from atensor.backend.c_render import CRenderer, Unsupported, _Nest, _ctype, _literal
-from atensor.backend.gemm_axes import contraction_groups
-from atensor.backend.gpu_dialect import Dialect
-from atensor.backend.gpu_index import GlobalAccess, Guard, IExpr, IndexProof
+from atensor.backend.gemm.c_blas import merged_stride
+from atensor.backend.c.render import CRenderer, Unsupported, _Nest, _ctype, _literal
+from atensor.backend.gemm.axes import contraction_groups
+from atensor.backend.gpu.dialect import Dialect
+from atensor.backend.gpu.index import GlobalAccess, Guard, IExpr, IndexProof
 from atensor.dtype import dtypes
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops, ReduceOp
@@ -77,7 +77,7 @@ class GPURenderer(CRenderer):
         self.dialect, self.fp64 = dialect, fp64
         self.kernels: list[tuple[GPUKernel, list[str]]] = []
         self.temp_list: list[tuple[str, str, int]] = []  # (name, C type, elements)
-        self.proofs: list[IndexProof] = []  # what its tiled kernels' addresses are made of (gpu_index.py)
+        self.proofs: list[IndexProof] = []  # what its tiled kernels' addresses are made of (backend/gpu/index.py)
 
     # ---- what differs from the C function -----------------------------------------------------------
     def _temp(self, n: Node, ct: str, size: int) -> str:
@@ -239,7 +239,7 @@ class GPURenderer(CRenderer):
         groups = nb * tiles_m * tiles_n
         itype = self._index_type(groups * TILE * TILE + nb * m * nn + max(m, nn) * k)
         d = self.dialect
-        # the tile arithmetic, written once as IExpr (backend/gpu_index.py): rendered here, proved by
+        # the tile arithmetic, written once as IExpr (backend/gpu/index.py): rendered here, proved by
         # engine/cl_bounds.py. Unknowns: the work-group, the work-item in it, the inner tile's start
         v = IExpr.var
         defs = [("ly", v("lid") // TILE), ("lx", v("lid") % TILE), ("tn", v("grp") % tiles_n),

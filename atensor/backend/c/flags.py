@@ -1,15 +1,15 @@
 """How the native tier calls the C compiler: the flags every kernel library is built with, and whether the
 C library's vector math (glibc's libmvec) can be used.
 
-Why apart from native.py: the flags decide what the rendered C turns into (which loops vectorize, which
-calls stay scalar); c_render.py writes its loops for these flags, and a change here recompiles every
+Why apart from backend/c/native.py: the flags decide what the rendered C turns into (which loops vectorize, which
+calls stay scalar); backend/c/render.py writes its loops for these flags, and a change here recompiles every
 kernel once (the flags are part of each library's cache key).
 
 The flags, and what each one buys (measured on SmolLM2's batch-1 decode kernels, Zen 3, GCC 12.2):
 - `-O3 -march=native`: the loop vectorizer, at the machine's widest vectors;
 - `-fno-tree-slp-vectorize`: GCC 12.2's SLP vectorizer miscompiles a max-reduction of `!x` over a fully
   unrolled 2x2 (or 2x8) uint8 nest: bool min() gave 254 (the mask byte 0xFF, then `^ 1`) instead of 0.
-  The loops themselves keep the loop vectorizer (see AT_NEGATIVE_STEPS in c_prelude.py for the one
+  The loops themselves keep the loop vectorizer (see AT_NEGATIVE_STEPS in backend/c/prelude.py for the one
   pattern where it is wrong too); tests/backend/test_native.py holds both repros;
 - `-fno-math-errno`: libm calls without errno writes (sqrtf becomes one instruction);
 - `-ffp-contract=off`: no fused multiply-adds, so a kernel's bits do not depend on how the compiler
@@ -18,7 +18,7 @@ The flags, and what each one buys (measured on SmolLM2's batch-1 decode kernels,
   SiLU-mul (3x faster at decode, 0.2 ms of a 10 ms token), but it made the flagship's jitted training
   step 1.8-2.3x slower (1.4-1.9 -> 2.9-3.8 ms, alternating runs: the fused backward's selects computed
   both sides in every lane), so it stays off until the renderer can ask for it per loop;
-- `-fopenmp-simd`: honours `#pragma omp simd` (no OpenMP runtime): c_render.py marks each inner reduce
+- `-fopenmp-simd`: honours `#pragma omp simd` (no OpenMP runtime): backend/c/render.py marks each inner reduce
   loop `reduction(...)`, which allows that loop's partial sums to be reassociated into vector lanes,
   the one reassociation allowed (nothing like -ffast-math elsewhere).
 
@@ -48,7 +48,7 @@ LARGE_SOURCE = 16_000
 LARGE_FLAGS = ("-O2",) + FLAGS[1:]
 
 # the prelude's declarations of the libm functions that have libmvec variants (glibc 2.22 on), under
-# AT_MVEC (c_prelude.py): `omp declare simd` tells the vectorizer a vector variant exists
+# AT_MVEC (backend/c/prelude.py): `omp declare simd` tells the vectorizer a vector variant exists
 MVEC_DECLARATIONS = "".join(
     f"#pragma omp declare simd notinbranch\nextern {t} {fn}({t});\n"
     for t, names in (("float", ("expf", "logf", "sinf", "cosf")), ("double", ("exp", "log", "sin", "cos")))

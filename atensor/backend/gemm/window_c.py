@@ -7,10 +7,10 @@ np.add per window and sample: 3200 calls on MNIST's 128x32x24x24 layer with a 5x
 12800 elements in rows of 20, measured at ~28 us a call (2 ns an element: numpy's loop overhead per
 short row). One C call per sample runs all its windows at memory speed and with the GIL released.
 The forward's im2col is the reverse, a copy of one sample's window view (C, *kernel, *out) into a
-dense scratch buffer before its gemm (contraction.py): np.copyto walks it in rows of 20 elements too,
+dense scratch buffer before its gemm (backend/gemm/contraction.py): np.copyto walks it in rows of 20 elements too,
 measured 21 ms of the 128 samples' copies where `gather` takes 11.6 ms (a loaded 2-core machine).
 
-The library is compiled on first use with the system C compiler (backend/native.py finds it and
+The library is compiled on first use with the system C compiler (backend/c/native.py finds it and
 keeps the cache directory), separately from the kernels' libraries, so it exists before any kernel
 is compiled. Without a compiler, `add_windows` is None and callers use numpy.
 """
@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from atensor.backend import native
+from atensor.backend.c import native
 
 SOURCE = r"""
 #include <stdint.h>
@@ -87,7 +87,7 @@ void NAME(T *restrict dst, const T *restrict src, i64 ndim, const i64 *shape, co
 }
 AT_GATHER(atensor_gather_f32, float)
 AT_GATHER(atensor_gather_f64, double)
-/* A window contraction chunk by chunk (window_gemm.py): for each chunk c, y = gather(src + c * src_step),
+/* A window contraction chunk by chunk (backend/gemm/window.py): for each chunk c, y = gather(src + c * src_step),
    then out_c = sum over t of A_t (m x k) . y[t * y_step:] (k x n, leading dimension ldy): one gemm per t,
    the first with beta 0, the rest adding into out_c (m x n, contiguous), at out + c * out_step. */
 typedef void (*at_sgemm32)(int, int, int, int, int, int, float, const float *, int, const float *, int,

@@ -1,4 +1,4 @@
-"""The C every native library starts with (backend/native.py compiles it ahead of the rendered kernels).
+"""The C every native library starts with (backend/c/native.py compiles it ahead of the rendered kernels).
 
 - numpy's integer and float semantics as helpers (floor division and modulo signed like the divisor,
   0 on division by zero, NaN-propagating max) and the BLAS gemm and gemv pointers numpy's OpenBLAS
@@ -8,15 +8,15 @@
   without the GIL or a Python wake-up;
 - `atensor_copy`, a memcpy between buffers that a program can hold;
 - `at_sgemm_rows`, the product of 1..4 rows with a matrix (W^T), reading the matrix once, and
-  `at_sgemm_rows_nn`, the same with B (k x n) for a matrix in cache (c_blas.py);
-- the pointers to the packed-weight kernels (quant_c.py) that QMATMUL and DEQUANT kernels call;
+  `at_sgemm_rows_nn`, the same with B (k x n) for a matrix in cache (backend/gemm/c_blas.py);
+- the pointers to the packed-weight kernels (backend/quant/source.py) that QMATMUL and DEQUANT kernels call;
 - under AT_MVEC (c_flags.vector_math), libm's expf, logf, sinf, cosf (and double versions) declared
   `omp declare simd`, so a vectorized loop calls libmvec's 8-lane versions.
 Changing it changes every library's cache key: everything is compiled again once. Its numpy-semantics
-helpers are c_helpers.py's, shared with the OpenCL prelude.
+helpers are backend/c/helpers.py's, shared with the OpenCL prelude.
 """
-from atensor.backend.c_flags import MVEC_DECLARATIONS
-from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
+from atensor.backend.c.flags import MVEC_DECLARATIONS
+from atensor.backend.c.helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
 
 PRELUDE = r"""
 #define _GNU_SOURCE
@@ -137,8 +137,8 @@ static inline void at_sgemm_rows_nn(int64_t m, int64_t n, int64_t k, const float
   else if (m == 3) at_sgemm_rows_nn3(n, k, a, lda, b, ldb, c, ldc);
   else at_sgemm_rows_nn4(n, k, a, lda, b, ldb, c, ldc);
 }
-/* the packed-weight kernels (quant_c.py), in a helper library: native.py sets these when it loads a
-   library whose kernels call them (a QMATMUL or DEQUANT kernel, c_render.py) */
+/* the packed-weight kernels (backend/quant/source.py), in a helper library: backend/c/native.py sets these when it loads a
+   library whose kernels call them (a QMATMUL or DEQUANT kernel, backend/c/render.py) */
 typedef void (*at_qmatmul_t)(int, const float *, const uint8_t *, float *, int64_t, int64_t, int64_t);
 typedef void (*at_dequant_t)(int, const uint8_t *, float *, int64_t, int64_t);
 static at_qmatmul_t at_packed_qmatmul;
@@ -147,7 +147,7 @@ void atensor_set_quant(void *matmul, void *dequant) {
   at_packed_qmatmul = (at_qmatmul_t)matmul; at_packed_dequant = (at_dequant_t)dequant;
 }
 typedef void (*at_kernel_t)(void **);
-/* timelines of native programs (native.py): a queue's value, and a futex word for sleeping waiters */
+/* timelines of native programs (backend/c/native.py): a queue's value, and a futex word for sleeping waiters */
 typedef struct { _Atomic uint64_t value; _Atomic uint32_t seq; _Atomic uint32_t sleepers; } at_timeline;
 static void at_timeline_wait(at_timeline *t, uint64_t target) {
   for (int spin = 0; spin < 256; spin++) {  /* a few microseconds: the other queue is often about done */
@@ -283,7 +283,7 @@ void atensor_copy(void **b) { memcpy(b[0], b[1], (size_t)(uintptr_t)b[2]); }
    (a flipped axis): sum(flip(x, 1) * 2) over a 3x2 array adds one element twice, at -O3 and even at
    -O2, while the source has no undefined behaviour (all indices in range, no aliasing, clean under
    -fsanitize=undefined,address). Kernels that read or write with a negative stride are compiled
-   without loop vectorization (c_render.py marks them); every other kernel keeps it, since it is
+   without loop vectorization (backend/c/render.py marks them); every other kernel keeps it, since it is
    worth about 4x on elementwise loops in cache. tests/backend/test_native.py holds the repro. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define AT_NEGATIVE_STEPS __attribute__((optimize("no-tree-loop-vectorize")))

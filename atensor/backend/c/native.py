@@ -1,6 +1,6 @@
 """The native tier of the CPU backend: kernels compiled to machine code with the system C compiler.
 
-`prepare(asts)` renders each kernel with c_render.py, compiles all of them with one `cc` call into a
+`prepare(asts)` renders each kernel with backend/c/render.py, compiles all of them with one `cc` call into a
 shared library (kept in a cache directory, keyed by the source, the compiler and the flags, so a
 second run loads it at once), and registers each loaded function under its AST. A kernel is compiled
 once per code (docs/design.md: kernels compile once per C source): another AST with the same C source (another
@@ -36,12 +36,12 @@ from typing import Iterable, Mapping, Optional
 
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
-from atensor.backend import blas
-from atensor.backend import c_flags
-from atensor.backend.c_flags import FLAGS, LARGE_FLAGS, LARGE_SOURCE
-from atensor.backend.c_prelude import PRELUDE
-from atensor.backend.c_render import Unsupported, render_c, variable_slots
-from atensor.backend.quant_c import PACKED_CALL, SOURCE as QUANT_SOURCE
+from atensor.backend.gemm import blas
+from atensor.backend.c import flags as c_flags
+from atensor.backend.c.flags import FLAGS, LARGE_FLAGS, LARGE_SOURCE
+from atensor.backend.c.prelude import PRELUDE
+from atensor.backend.c.render import Unsupported, render_c, variable_slots
+from atensor.backend.quant.source import PACKED_CALL, SOURCE as QUANT_SOURCE
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
 from atensor.backend.runner import Runner
@@ -286,7 +286,7 @@ def _bind_blas() -> Optional[tuple[int, int, bool, int, int, int]]:
             ilp64 = "64_" in os.path.basename(str(getattr(lib, "filepath", "")))
             setter = getter("openblas_set_num_threads")  # for a program's kernels of more threads
             _blas = (s, d, ilp64, sv, dv, ctypes.cast(setter, ctypes.c_void_p).value if setter else 0)
-            found_get = getter("openblas_get_num_threads")  # packed kernels' threads (quant_pool_c.py)
+            found_get = getter("openblas_get_num_threads")  # packed kernels' threads (backend/quant/pool_c.py)
             _blas_get_threads = ctypes.cast(found_get, ctypes.c_void_p).value if found_get else 0
             return _blas
     return None
@@ -511,7 +511,7 @@ def load_helper(name: str, source: str) -> ctypes.CDLL:
 
 
 def program_runner_address() -> int:
-    """The address of the loaded `atensor_run_program` (c_prelude.py); 0 before any library is loaded."""
+    """The address of the loaded `atensor_run_program` (backend/c/prelude.py); 0 before any library is loaded."""
     return 0 if _program_runner is None else ctypes.cast(_program_runner, ctypes.c_void_p).value
 
 
@@ -521,7 +521,7 @@ _quant_lock = threading.Lock()  # not `_lock`: _prepare asks for the helper whil
 
 
 def quant_library() -> Optional[ctypes.CDLL]:
-    """The packed-weight kernels (backend/quant_c.py) as a helper library, compiled on first use (once
+    """The packed-weight kernels (backend/quant/source.py) as a helper library, compiled on first use (once
     per machine); None when they cannot be compiled (`quant_failure` says why: QMATMUL stays on numpy)."""
     global _quant, quant_failure
     if _quant is None and quant_failure is None:
@@ -533,16 +533,16 @@ def quant_library() -> Optional[ctypes.CDLL]:
                     quant_failure = f"{type(exc).__name__}: {exc}"
                     return None
                 blas = _bind_blas()
-                if blas is not None:  # many rows of x: decoded panels through sgemm (quant_c.py)
+                if blas is not None:  # many rows of x: decoded panels through sgemm (backend/quant/source.py)
                     lib.atq_set_sgemm(ctypes.c_void_p(blas[0]), ctypes.c_int(int(blas[2])))
-                    if blas[5] and _blas_get_threads:  # threads: the kernel's BLAS count (quant_pool_c.py)
+                    if blas[5] and _blas_get_threads:  # threads: the kernel's BLAS count (backend/quant/pool_c.py)
                         lib.atq_set_blas_threads(ctypes.c_void_p(_blas_get_threads), ctypes.c_void_p(blas[5]))
                 _quant = lib
     return _quant
 
 
 def _set_quant(libraries: list[ctypes.CDLL]) -> None:
-    """Points each library's `at_packed_qmatmul` / `at_packed_dequant` (c_prelude.py) at the helper's kernels."""
+    """Points each library's `at_packed_qmatmul` / `at_packed_dequant` (backend/c/prelude.py) at the helper's kernels."""
     helper = quant_library()
     if helper is None:
         return
