@@ -38,7 +38,7 @@ def build_app(args: argparse.Namespace):
     metrics = ServerMetrics()
     batcher = Batcher(engine, tokenizer, args.max_waiting, batch_wait=args.batch_wait_ms / 1000,
                       prefix_cache=not args.no_prefix_cache, min_reuse=args.prefix_min_tokens, metrics=metrics,
-                      thread_nice=args.worker_nice)
+                      thread_nice=args.worker_nice, speculative=args.speculative)
     metrics.watch(batcher)
     grammars = None
     try:
@@ -73,6 +73,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="always prefill whole prompts (never reuse a finished request's cells)")
     parser.add_argument("--prefix-min-tokens", type=int, default=MIN_REUSE,
                         help="the shortest cached prefix worth reusing (default %(default)s)")
+    parser.add_argument("--speculative", type=int, default=0, metavar="K",
+                        help="prompt-lookup speculative decoding: check K draft tokens per greedy stream per "
+                             "step (default 0: off; bench/serve_llm_load.py measures where it pays)")
     parser.add_argument("--no-warmup", action="store_true", help="capture the steps on first use instead")
     parser.add_argument("--no-background-warmup", action="store_true",
                         help="warm only what the first requests need before /health; the longer shapes are "

@@ -45,6 +45,7 @@ from atensor.models.generation import log_softmax, penalize, request_uniforms, s
 from atensor.serve import grammar
 from atensor.serve.requests import Failure, Finish, Generation, RequestError, Token, TokenLogprobs
 from atensor.serve.slots import MIN_REUSE, SlotCache
+from atensor.serve.speculative import lookup
 
 BATCH_WAIT = 0.005  # seconds an idle batcher waits for the rest of a burst
 STEP_TIMES = 64     # the recent decode steps whose durations `stats` summarizes
@@ -103,13 +104,15 @@ class Batcher:
 
     def __init__(self, engine: Any, tokenizer: Any, max_waiting: int, batch_wait: float = BATCH_WAIT,
                  prefix_cache: bool = True, min_reuse: int = MIN_REUSE, metrics: Any = None,
-                 thread_nice: int = 0):
+                 thread_nice: int = 0, speculative: int = 0):
         self.engine, self.tokenizer = engine, tokenizer
         self.max_waiting = max_waiting
         self.batch_wait = batch_wait
         self.slots = SlotCache(engine.model.slots, min_reuse, enabled=prefix_cache)
         self.metrics = metrics  # a ServerMetrics, or None
         self.thread_nice = thread_nice  # the nice of the worker threads sampling runs in (0: as started)
+        self.speculative = speculative  # draft tokens a greedy row is checked for per step (0: none)
+        self.drafted, self.accepted = 0, 0  # draft tokens proposed, and kept
         self.waiting: deque[Generation] = deque()
         self.active: dict[int, Generation] = {}
         self.steps = 0
@@ -166,7 +169,7 @@ class Batcher:
         return {"active": len(self.active), "waiting": len(self.waiting), "free_slots": len(self.slots.free),
                 "warming": len(self.warmups),
                 "steps": self.steps, "prefills": self.prefills, "prefix_hits": self.slots.hits,
-                "masked_tokens": self.masked_tokens,
+                "masked_tokens": self.masked_tokens, "drafted": self.drafted, "accepted": self.accepted,
                 "mask_us_per_token": round(1e6 * self.mask_seconds / max(1, self.masked_tokens), 1),
                 "step_ms": {rows: round(1000 * statistics.median(t), 2) for rows, t in sorted(by_rows.items())}}
 
@@ -275,6 +278,9 @@ class Batcher:
         rows = {slot: (gen.tokens[-1], gen.position) for slot, gen in self.active.items()}
         if not rows:
             return
+        drafts = self._drafts()
+        if drafts is not None:
+            return await self._speculate(drafts)
         start = time.perf_counter()
         logits = await self.engine.decode_async(rows)
         self.step_times.append((len(rows), time.perf_counter() - start))
@@ -288,6 +294,46 @@ class Batcher:
             gen.position += 1
             fed.append((gen, logits[slot]))
         await self._take(fed)
+
+    def _drafts(self) -> Optional[dict[int, tuple[int, ...]]]:
+        """Each active row's prompt-lookup draft (speculative.lookup), padded to `speculative` tokens,
+        when this step speculates: every row is greedy, unconstrained and without log-probabilities,
+        has room for the draft in its context, and at least one row found a draft. Else None."""
+        k = self.speculative
+        if not k or any(_heavy(gen) or gen.position + k + 1 > self.engine.context for gen in self.active.values()):
+            return None
+        drafts, found = {}, False
+        for slot, gen in self.active.items():
+            draft = lookup(gen.ids + gen.tokens, k).tokens
+            found = found or bool(draft)
+            drafts[slot] = draft + (gen.tokens[-1],) * (k - len(draft))  # padding: cells rewritten later
+            self.drafted += len(draft)
+        return drafts if found else None
+
+    async def _speculate(self, drafts: dict[int, tuple[int, ...]]) -> None:
+        """One verify step: each row's last token and draft in one batched forward; a row keeps the
+        draft's tokens while each is the greedy pick of the logits before it, and the pick after the
+        last kept one (`_accept` each, so stop strings, end-of-turn and limits apply token by token)."""
+        rows = {slot: ((gen.tokens[-1],) + drafts[slot], gen.position) for slot, gen in self.active.items()}
+        start = time.perf_counter()
+        logits = await self.engine.verify_async(rows)
+        self.step_times.append((len(rows), time.perf_counter() - start))
+        self.steps += 1
+        for slot, (fed, _) in rows.items():
+            gen = self.active.get(slot)
+            if gen is None:
+                continue
+            if gen.cancelled:
+                self._release(gen)
+                continue
+            for j, token in enumerate(fed):
+                gen.cells.append(token)
+                gen.position += 1
+                picked = choose(gen, logits[slot][j])
+                self._accept(gen, picked)
+                if gen.slot is None or j + 1 == len(fed) or picked.token != fed[j + 1]:
+                    break
+                self.accepted += 1
 
     async def _take(self, rows: list[tuple[Generation, np.ndarray]]) -> None:
         """Samples each row's next token (off the loop when any row's sampling is heavy), then hands out
