@@ -14,7 +14,12 @@ the GIL released) while the loop serves other requests. What runs on the loop be
 host Python of a step (its inputs, the replay's submission), sampling and detokenizing. Greedy
 sampling is an argmax per row (~30 us); a row that samples with temperature (a sort of the vocabulary,
 ~3 ms a row) or reports log-probabilities is computed in a worker thread (`anyio.to_thread`; numpy's
-sort releases the GIL), so sixteen of them do not hold the loop for 50 ms.
+sort releases the GIL), so sixteen of them do not hold the loop for 50 ms. A row under a grammar
+(structured output, tool calls) is masked there too, all such rows of a step at once (`masked`).
+
+Speculative decoding (`speculative` > 0): a step whose rows are all greedy and unconstrained, one of
+which finds a prompt-lookup draft, is a verify step instead, every row's last token and draft in one
+forward, each row then handed 1 to `speculative` + 1 tokens (serve/speculative.py).
 
 An idle batcher captures, one run at a time, the step programs the server warms in the background
 (`warm_later`: those of longer windows, buckets and prefixes, which the first requests do not need), so
