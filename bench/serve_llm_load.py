@@ -10,7 +10,8 @@ own process on a loopback port. N clients each send one streamed /v1/completions
 (greedy, `--tokens` tokens, ignore_eos for the free-text ones), the aggregate tokens/s is all generated
 tokens over the wall time of the N, TTFT is each stream's time to its first token (p50, p99). The
 constrained half asks for a JSON schema (a person: name, age, city, hobbies) and stops where the grammar
-ends. The mask's cost is what the server's /health reports: seconds spent filling and applying masks
+ends or at `--tokens` (the same length as the free text, so both halves keep their rows equally
+long). At 1 stream "50%" is the one request, constrained. The mask's cost is what the server's /health reports: seconds spent filling and applying masks
 over the tokens they chose, between the runs. Speculative decoding: one stream, a code-editing prompt
 that repeats its function and a story prompt, greedy, on a server with --speculative 4 against the plain
 one. llama.cpp's server (one request at a time: llama-cpp-python serializes them) runs the same GGUF file.
@@ -82,8 +83,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def _one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, int]:
-    """(seconds to the first token, tokens generated) of one streamed completion."""
-    start, first, tokens = time.perf_counter(), None, 0
+    """(seconds to the first token, tokens generated) of one streamed completion: the usage chunk's
+    count, or (llama.cpp's server sends none) the chunks that carried text."""
+    start, first, tokens, chunks = time.perf_counter(), None, 0, 0
     async with client.stream("POST", url + "/v1/completions", json={**body, "stream": True,
                                                                     "stream_options": {"include_usage": True}}) as r:
         if r.status_code != 200:
@@ -92,27 +94,33 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, 
             if not line.startswith("data: {"):
                 continue
             chunk = json.loads(line[6:])
-            if chunk.get("choices") and first is None and chunk["choices"][0].get("text"):
-                first = time.perf_counter() - start
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                chunks += 1
+                if first is None:
+                    first = time.perf_counter() - start
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return (first if first is not None else time.perf_counter() - start), tokens
+    return (first if first is not None else time.perf_counter() - start), tokens or chunks
 
 
 def body(i: int, tokens: int, constrained: bool) -> dict:
     if constrained:
-        return {"prompt": f"Person {i} as JSON:\n", "max_tokens": 4 * tokens, "temperature": 0,
+        return {"prompt": f"Person {i} as JSON:\n", "max_tokens": tokens, "temperature": 0,
                 "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}}
     return {"prompt": f"Story {i} about {SUBJECTS[i % len(SUBJECTS)]}:", "max_tokens": tokens, "temperature": 0,
             "ignore_eos": True}
 
 
-async def load(url: str, streams: int, tokens: int, constrained_share: float = 0.0, model: Optional[str] = None) -> dict:
+# llama-cpp-python's server has no ignore_eos: its end-of-text and end-of-turn tokens are banned instead,
+# so that it generates as many tokens as atensor's server
+LLAMA_CPP_EXTRA = {"model": "smollm2", "logit_bias": {"0": -100, "2": -100}}
+
+
+async def load(url: str, streams: int, tokens: int, constrained_share: float = 0.0,
+               extra: Optional[dict] = None) -> dict:
     """One round of `streams` concurrent requests: aggregate tokens/s, TTFT p50/p99."""
     every = int(1 / constrained_share) if constrained_share else 0
-    bodies = [body(i, tokens, bool(every) and i % every == 0) for i in range(streams)]
-    if model is not None:
-        bodies = [{**b, "model": model} for b in bodies]
+    bodies = [{**body(i, tokens, bool(every) and i % every == 0), **(extra or {})} for i in range(streams)]
     async with httpx.AsyncClient(timeout=1200, limits=httpx.Limits(max_connections=streams + 2)) as client:
         start = time.perf_counter()
         runs = await asyncio.gather(*[_one(client, url, b) for b in bodies])
@@ -128,12 +136,17 @@ def health(url: str) -> dict:
     return httpx.get(url + "/health", timeout=60).json()
 
 
-async def single(url: str, prompt: str, tokens: int, model: Optional[str] = None) -> dict:
-    extra = {"model": model} if model else {}
+def median_run(runs: list[dict]) -> dict:
+    """The run of median tokens/s among alternating rounds, with every round's tokens/s beside it."""
+    ordered = sorted(runs, key=lambda r: r["tps"])
+    return {**ordered[len(ordered) // 2], "rounds_tps": [r["tps"] for r in runs]}
+
+
+async def single(url: str, prompt: str, tokens: int) -> dict:
     async with httpx.AsyncClient(timeout=1200) as client:
         start = time.perf_counter()
         ttft, made = await _one(client, url, {"prompt": prompt, "max_tokens": tokens, "temperature": 0,
-                                              "ignore_eos": True, **extra})
+                                              "ignore_eos": True})
         return {"tokens": made, "tps": made / (time.perf_counter() - start), "ttft_ms": 1000 * ttft}
 
 
@@ -143,6 +156,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--url", help="an atensor server already running (16 slots) instead of starting one")
     parser.add_argument("--spec-url", help="one running with --speculative 4 (4 slots) instead of starting one")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure (median)")
     parser.add_argument("--no-llama-cpp", action="store_true")
     parser.add_argument("--no-speculative", action="store_true")
     args = parser.parse_args()
@@ -161,16 +175,24 @@ def main() -> None:
         asyncio.run(load(url, 2, 4))  # the first requests' programs
         rows = []
         for n in args.streams:
-            for share in (0.0, 0.5):
-                before = health(url)
-                run = asyncio.run(load(url, n, args.tokens, share))
-                after = health(url)
-                masked = after["masked_tokens"] - before["masked_tokens"]
-                run["mask_us_per_token"] = after["mask_us_per_token"] if masked else None
+            runs: dict[float, list[dict]] = {0.0: [], 0.5: []}
+            for _ in range(args.rounds if n <= 16 else 1):  # plain and constrained alternating
+                for share in (0.0, 0.5):
+                    before = health(url)
+                    run = asyncio.run(load(url, n, args.tokens, share))
+                    after = health(url)
+                    masked = after["masked_tokens"] - before["masked_tokens"]
+                    spent = (after["mask_us_per_token"] * after["masked_tokens"]
+                             - before["mask_us_per_token"] * before["masked_tokens"])
+                    run["mask_us_per_token"] = spent / masked if masked else None
+                    run["load"] = os.getloadavg()[0]
+                    runs[share].append(run)
+            for share, got in runs.items():
+                run = median_run(got)
                 rows.append(run)
-                print(f"atensor {n} streams, {share:.0%} constrained: {run['tps']:.1f} tok/s, TTFT p50 "
-                      f"{run['ttft_p50_ms']:.0f} ms p99 {run['ttft_p99_ms']:.0f} ms (load {os.getloadavg()[0]:.1f})",
-                      flush=True)
+                print(f"atensor {n} streams, {share:.0%} constrained: {run['tps']:.1f} tok/s (rounds "
+                      f"{[round(r, 1) for r in run['rounds_tps']]}), TTFT p50 {run['ttft_p50_ms']:.0f} ms p99 "
+                      f"{run['ttft_p99_ms']:.0f} ms (load {run['load']:.1f})", flush=True)
         results["atensor"] = rows
         if not args.no_speculative:
             spec_url = args.spec_url
@@ -179,13 +201,19 @@ def main() -> None:
                 procs.append(proc)
             spec = {}
             for name, prompt in (("code_edit", CODE_EDIT), ("story", STORY)):
-                for label, where in (("off", url), ("on", spec_url)):
+                for where in (url, spec_url):
                     asyncio.run(single(where, prompt, 8))  # capture the shapes first
-                    runs = [asyncio.run(single(where, prompt, 64)) for _ in range(2)]
-                    spec[f"{name}_{label}"] = max(runs, key=lambda r: r["tps"])
+                runs = {"off": [], "on": []}
+                for _ in range(args.rounds):  # off and on alternating
+                    for label, where in (("off", url), ("on", spec_url)):
+                        runs[label].append(asyncio.run(single(where, prompt, 64)))
+                for label in runs:
+                    spec[f"{name}_{label}"] = median_run(runs[label])
                 spec[f"{name}_speedup"] = spec[f"{name}_on"]["tps"] / spec[f"{name}_off"]["tps"]
                 print(f"speculative {name}: off {spec[name + '_off']['tps']:.1f} tok/s, on "
-                      f"{spec[name + '_on']['tps']:.1f} tok/s ({spec[name + '_speedup']:.2f}x)", flush=True)
+                      f"{spec[name + '_on']['tps']:.1f} tok/s ({spec[name + '_speedup']:.2f}x; rounds off "
+                      f"{[round(r, 1) for r in spec[name + '_off']['rounds_tps']]}, on "
+                      f"{[round(r, 1) for r in spec[name + '_on']['rounds_tps']]})", flush=True)
             spec["server"] = health(spec_url)
             results["speculative"] = spec
         if not args.no_llama_cpp:
@@ -201,8 +229,10 @@ def main() -> None:
                                        "--model_alias", "smollm2"], "/v1/models")
                 procs.append(proc)
                 lrows = []
+                asyncio.run(load(lurl, 1, 4, 0.0, LLAMA_CPP_EXTRA))  # its first request loads the weights
                 for n in [n for n in args.streams if n <= 16]:
-                    run = asyncio.run(load(lurl, n, args.tokens, 0.0, model="smollm2"))
+                    run = median_run([asyncio.run(load(lurl, n, args.tokens, 0.0, LLAMA_CPP_EXTRA))
+                                      for _ in range(args.rounds)])
                     lrows.append(run)
                     print(f"llama.cpp {n} streams: {run['tps']:.1f} tok/s, TTFT p50 {run['ttft_p50_ms']:.0f} ms "
                           f"p99 {run['ttft_p99_ms']:.0f} ms", flush=True)

@@ -15,7 +15,9 @@ host Python of a step (its inputs, the replay's submission), sampling and detoke
 sampling is an argmax per row (~30 us); a row that samples with temperature (a sort of the vocabulary,
 ~3 ms a row) or reports log-probabilities is computed in a worker thread (`anyio.to_thread`; numpy's
 sort releases the GIL), so sixteen of them do not hold the loop for 50 ms. A row under a grammar
-(structured output, tool calls) is masked there too, all such rows of a step at once (`masked`).
+(structured output, tool calls) is masked there too, all such rows of a step at once (`masked`); their
+masks, which depend only on the tokens generated so far, are filled in a worker thread while the decode
+step runs (`_prefetch_masks`), so only applying them is on the step's path.
 
 Speculative decoding (`speculative` > 0): a step whose rows are all greedy and unconstrained, one of
 which finds a prompt-lookup draft, is a verify step instead, every row's last token and draft in one
@@ -50,7 +52,7 @@ from atensor.models.generation import log_softmax, penalize, request_uniforms, s
 from atensor.serve import grammar
 from atensor.serve.requests import Failure, Finish, Generation, RequestError, Token, TokenLogprobs
 from atensor.serve.slots import MIN_REUSE, SlotCache
-from atensor.serve.speculative import lookup
+from atensor.serve.speculative import BACK_OFF, lookup
 
 BATCH_WAIT = 0.005  # seconds an idle batcher waits for the rest of a burst
 STEP_TIMES = 64     # the recent decode steps whose durations `stats` summarizes
@@ -88,7 +90,14 @@ def masked(rows: list[tuple[Generation, np.ndarray]]) -> list[tuple[Generation, 
     picked = [i for i, (gen, _) in enumerate(rows) if gen.constraint is not None]
     if not picked:
         return rows
-    masks = grammar.fill([rows[i][0].constraint for i in picked])
+    masks = np.empty((len(picked), rows[picked[0]][0].constraint.grammars.words), np.int32)
+    late = [k for k, i in enumerate(picked) if rows[i][0].next_mask is None]
+    for k, i in enumerate(picked):
+        if rows[i][0].next_mask is not None:  # filled while the model ran (`Batcher._prefetch_masks`)
+            masks[k] = rows[i][0].next_mask
+            rows[i][0].next_mask = None
+    if late:
+        masks[late] = grammar.fill([rows[picked[k]][0].constraint for k in late])
     scores = grammar.apply(np.stack([rows[i][1] for i in picked]), masks)
     out = list(rows)
     for k, i in enumerate(picked):
@@ -122,6 +131,7 @@ class Batcher:
         self.active: dict[int, Generation] = {}
         self.steps = 0
         self.mask_seconds, self.masked_tokens = 0.0, 0  # grammar masks: their time, the tokens they chose
+        self.mask_overlapped = 0.0  # seconds of mask filling done while the model ran (not in mask_seconds)
         self.prefills = 0  # token boundaries that admitted requests
         self.step_times: deque[tuple[int, float]] = deque(maxlen=STEP_TIMES)  # (rows, s) of recent decodes
         self.running = False
@@ -176,6 +186,7 @@ class Batcher:
                 "steps": self.steps, "prefills": self.prefills, "prefix_hits": self.slots.hits,
                 "masked_tokens": self.masked_tokens, "drafted": self.drafted, "accepted": self.accepted,
                 "mask_us_per_token": round(1e6 * self.mask_seconds / max(1, self.masked_tokens), 1),
+                "mask_overlapped_us_per_token": round(1e6 * self.mask_overlapped / max(1, self.masked_tokens), 1),
                 "step_ms": {rows: round(1000 * statistics.median(t), 2) for rows, t in sorted(by_rows.items())}}
 
     # ---- the loop's task -------------------------------------------------------------------------------
@@ -287,7 +298,13 @@ class Batcher:
         if drafts is not None:
             return await self._speculate(drafts)
         start = time.perf_counter()
-        logits = await self.engine.decode_async(rows)
+        constrained = [gen for gen in self.active.values() if gen.constraint is not None]
+        if constrained:  # their masks depend only on the tokens so far: filled while the step runs
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._prefetch_masks, constrained)
+                logits = await self.engine.decode_async(rows)
+        else:
+            logits = await self.engine.decode_async(rows)
         self.step_times.append((len(rows), time.perf_counter() - start))
         self.steps += 1
         fed = []
@@ -309,11 +326,25 @@ class Batcher:
             return None
         drafts, found = {}, False
         for slot, gen in self.active.items():
-            draft = lookup(gen.ids + gen.tokens, k).tokens
+            if gen.draft_pause:
+                gen.draft_pause -= 1
+                draft: tuple[int, ...] = ()
+            else:
+                draft = lookup(gen.ids + gen.tokens, k).tokens
             found = found or bool(draft)
             drafts[slot] = draft + (gen.tokens[-1],) * (k - len(draft))  # padding: cells rewritten later
             self.drafted += len(draft)
         return drafts if found else None
+
+    async def _prefetch_masks(self, gens: list[Generation]) -> None:
+        """Fills the next-token masks of `gens` in a worker thread (`Generation.next_mask`), while the
+        decode step that gives their logits runs: `masked` then only applies them."""
+        def fill() -> None:
+            begun = time.perf_counter()
+            for gen, row in zip(gens, grammar.fill([gen.constraint for gen in gens])):
+                gen.next_mask = row
+            self.mask_overlapped += time.perf_counter() - begun
+        await self._in_thread(fill)
 
     async def _speculate(self, drafts: dict[int, tuple[int, ...]]) -> None:
         """One verify step: each row's last token and draft in one batched forward; a row keeps the
@@ -337,6 +368,8 @@ class Batcher:
                 picked = choose(gen, logits[slot][j])
                 self._accept(gen, picked)
                 if gen.slot is None or j + 1 == len(fed) or picked.token != fed[j + 1]:
+                    if j == 0 and picked.token != fed[1] and fed[1:] != (fed[0],) * (len(fed) - 1):
+                        gen.draft_pause = BACK_OFF  # its draft (not padding) was wrong from the start
                     break
                 self.accepted += 1
 

@@ -88,6 +88,7 @@ class Generation:
     ignore_eos: bool = False         # vLLM's extension: generate max_tokens even past end-of-turn
     logprobs: Optional[int] = None   # alternatives per token to report (0: only the chosen one's)
     constraint: Any = None           # a grammar.Constraint: the tokens it may generate next (None: any)
+    next_mask: Optional[np.ndarray] = None  # its next token's mask, filled while the model ran
     index: int = 0                   # the choice's index among the request's n
     cancelled: bool = False          # set by the handler when its client leaves
     slot: Optional[int] = None
@@ -96,6 +97,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     cells: list[int] = field(default_factory=list)
     uniforms: Optional[np.ndarray] = None
+    draft_pause: int = 0             # steps left before it proposes speculative drafts again
     text: str = ""                   # decoded text handed out so far
     finish_reason: Optional[str] = None
     submitted: float = 0.0           # time.perf_counter() at submission, for the latency histograms

@@ -9,6 +9,10 @@ batcher keeps the draft's tokens while they are what greedy decoding picks from 
 them, plus the model's own token after the last kept one: 1 to k + 1 tokens per row per step, the
 same tokens as one at a time.
 
+A row whose draft was wholly rejected proposes none for the next BACK_OFF steps, so a text that does
+not repeat itself (a story) runs mostly plain decode steps, whose one token a row costs less than a
+verify of 1 + k.
+
 Only greedy rows without a grammar or log-probabilities speculate (a sampled row's draws are one per
 token, a grammar's mask is per position); a step with such rows, or with no draft anywhere, is a plain
 decode step.
@@ -18,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-NGRAM_MAX, NGRAM_MIN = 3, 1
+NGRAM_MAX, NGRAM_MIN = 3, 2  # a 1-token match proposed mostly wrong drafts on stories
+BACK_OFF = 4  # steps a row proposes no draft after a draft of which nothing was kept
 
 
 @dataclass(frozen=True)

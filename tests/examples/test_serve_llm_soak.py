@@ -108,5 +108,5 @@ def test_concurrent_streams_with_random_disconnects_lose_and_mix_no_token_and_le
     latencies.sort()
     assert len(latencies) >= 5
     # generous absolute bounds on a shared 2-core machine (bench/serve_llm_load.py measures them)
-    assert latencies[int(0.99 * (len(latencies) - 1))] < 1.0, latencies[-5:]
+    assert latencies[int(0.99 * (len(latencies) - 1))] < 2.0, latencies[-5:]
     assert time.monotonic() - start < 600

@@ -15,7 +15,7 @@ def test_lookup_proposes_what_followed_the_latest_longest_match():
     assert lookup(history, 2).tokens == (7, 8)   # [2, 3, 4] last seen before 7, 8
     assert lookup(history, 9).tokens == (7, 8, 2, 3, 4)
     assert lookup([1, 2, 3], 4).tokens == ()     # nothing repeats
-    assert lookup([5, 6, 5], 3).tokens == (6, 5)  # a 1-gram match
+    assert lookup([5, 6, 5], 3, ngram_min=1).tokens == (6, 5) and lookup([5, 6, 5], 3).tokens == ()
     assert lookup([], 3).tokens == () and lookup([4], 3).tokens == ()
 
 
