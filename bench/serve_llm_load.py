@@ -14,7 +14,8 @@ ends or at `--tokens` (the same length as the free text, so both halves keep the
 long). At 1 stream "50%" is the one request, constrained. The mask's cost is what the server's /health reports: seconds spent filling and applying masks
 over the tokens they chose, between the runs. Speculative decoding: one stream, a code-editing prompt
 that repeats its function and a story prompt, greedy, on a server with --speculative 4 against the plain
-one. llama.cpp's server (one request at a time: llama-cpp-python serializes them) runs the same GGUF file.
+one. llama.cpp's server (one request at a time: llama-cpp-python serializes them; with
+--interrupt_requests False, else each new request cuts the stream before it short) runs the same GGUF file.
 Targets (issue 51): constrained at most 10% below plain at 16 streams; speculative >= 1.5x on the
 repetitive prompt; atensor at 16 streams at or above llama.cpp's server. Results:
 bench/results/serve_llm_load.json with the machine (CPU model, flags, cores, load).
@@ -111,9 +112,10 @@ def body(i: int, tokens: int, constrained: bool) -> dict:
             "ignore_eos": True}
 
 
-# llama-cpp-python's server has no ignore_eos: its end-of-text and end-of-turn tokens are banned instead,
-# so that it generates as many tokens as atensor's server
-LLAMA_CPP_EXTRA = {"model": "smollm2", "logit_bias": {"0": -100, "2": -100}}
+# llama-cpp-python's server has no ignore_eos, and banning the end tokens by logit_bias cost it most of its
+# speed (a Python logits processor a token: 3.4 tok/s at one stream, load ~4-8), so its streams may end
+# early at an end token: tokens/s counts what it generated
+LLAMA_CPP_EXTRA = {"model": "smollm2"}
 
 
 async def load(url: str, streams: int, tokens: int, constrained_share: float = 0.0,
@@ -150,6 +152,25 @@ async def single(url: str, prompt: str, tokens: int) -> dict:
         return {"tokens": made, "tps": made / (time.perf_counter() - start), "ttft_ms": 1000 * ttft}
 
 
+def llama_cpp_rows(streams: list[int], tokens: int, rounds: int) -> list[dict]:
+    """llama.cpp's server (llama-cpp-python) on the same free-text prompts, up to 16 streams."""
+    from atensor.models.gguf import default_gguf_path
+    proc, url, _ = start([sys.executable, "-m", "llama_cpp.server", "--model", str(default_gguf_path()),
+                          "--port", "{port}", "--n_ctx", "2048", "--n_threads", str(os.cpu_count()),
+                          "--model_alias", "smollm2", "--interrupt_requests", "False"], "/v1/models")
+    try:
+        asyncio.run(load(url, 1, 4, 0.0, LLAMA_CPP_EXTRA))  # its first request loads the weights
+        rows = []
+        for n in [n for n in streams if n <= 16]:
+            run = median_run([asyncio.run(load(url, n, tokens, 0.0, LLAMA_CPP_EXTRA)) for _ in range(rounds)])
+            rows.append(run)
+            print(f"llama.cpp {n} streams: {run['tps']:.1f} tok/s ({run['tokens']} tokens), TTFT p50 "
+                  f"{run['ttft_p50_ms']:.0f} ms p99 {run['ttft_p99_ms']:.0f} ms", flush=True)
+        return rows
+    finally:
+        stop(proc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, nargs="*", default=[1, 4, 16, 64])
@@ -159,6 +180,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure (median)")
     parser.add_argument("--no-llama-cpp", action="store_true")
     parser.add_argument("--no-speculative", action="store_true")
+    parser.add_argument("--llama-cpp-only", action="store_true",
+                        help="measure llama.cpp's server alone, into the results file's llama_cpp entry")
     args = parser.parse_args()
     machine = machine_facts()
     print(f"machine: {machine}", flush=True)
@@ -166,6 +189,11 @@ def main() -> None:
               "--prefill-buckets", "16", "64", "--no-background-warmup", "--max-waiting", "128"]
     procs = []
     results: dict[str, Any] = {"machine_facts": machine, "tokens": args.tokens}
+    if args.llama_cpp_only:
+        old = json.loads((ROOT / "bench" / "results" / "serve_llm_load.json").read_text())
+        old["llama_cpp"], old["llama_cpp_machine"] = llama_cpp_rows(args.streams, args.tokens, args.rounds), machine
+        print(write_results("serve_llm_load", {k: v for k, v in old.items() if k not in ("benchmark", "time")}))
+        return
     try:
         url = args.url
         if url is None:
@@ -223,20 +251,7 @@ def main() -> None:
             except ImportError as exc:
                 results["llama_cpp"] = f"not installed ({exc})"
             else:
-                from atensor.models.gguf import default_gguf_path
-                proc, lurl, _ = start([sys.executable, "-m", "llama_cpp.server", "--model", str(default_gguf_path()),
-                                       "--port", "{port}", "--n_ctx", "2048", "--n_threads", str(os.cpu_count()),
-                                       "--model_alias", "smollm2"], "/v1/models")
-                procs.append(proc)
-                lrows = []
-                asyncio.run(load(lurl, 1, 4, 0.0, LLAMA_CPP_EXTRA))  # its first request loads the weights
-                for n in [n for n in args.streams if n <= 16]:
-                    run = median_run([asyncio.run(load(lurl, n, args.tokens, 0.0, LLAMA_CPP_EXTRA))
-                                      for _ in range(args.rounds)])
-                    lrows.append(run)
-                    print(f"llama.cpp {n} streams: {run['tps']:.1f} tok/s, TTFT p50 {run['ttft_p50_ms']:.0f} ms "
-                          f"p99 {run['ttft_p99_ms']:.0f} ms", flush=True)
-                results["llama_cpp"] = lrows
+                results["llama_cpp"] = llama_cpp_rows(args.streams, args.tokens, args.rounds)
     finally:
         for proc in procs:
             stop(proc)
