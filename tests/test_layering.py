@@ -10,7 +10,7 @@ counted: every module would then depend on its package's re-exports).
 The layers ("Layers" in docs/design.md), top to bottom: the package root, serve/ (the LLM server's library),
 models/, nn/, jit/, tensor/ (the
 Tensor and its op families), engine/, dist/, sched/, backend/, hcq/, ledger/ (the storage ledger: under
-sched/ and hcq/, which both write it), graph/, dtype.py and config.py, profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
+sched/ and hcq/, which both write it), graph/, dtype.py, config.py and core/ (which implementation of the core objects runs), profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
 """
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ import atensor
 
 PACKAGE_DIR = pathlib.Path(atensor.__file__).parent
 
-_BASE = {"dtype", "config", "porting"}  # settings, dtypes, tinygrad's missing names: read by every layer
+# settings, dtypes, tinygrad's missing names, which core implementation runs: read by every layer
+_BASE = {"dtype", "config", "porting", "core"}
 _MAY_IMPORT: dict[str, set[str]] = {
     "profiler": set(),
     "dtype": set(),
     "config": set(),
     "porting": set(),
-    "graph": {"dtype"},
+    "core": {"config"},
+    "graph": {"dtype", "core"},
     "ledger": {"graph"} | _BASE,
     "sched": {"ledger", "graph"} | _BASE,
     "backend": {"graph", "profiler"} | _BASE,

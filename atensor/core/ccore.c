@@ -1,0 +1,568 @@
+/* atensor.core._ccore: the compiled core of the host path's hottest objects.
+
+Why C, and why these objects: an eager awaited realize of a 16-element `x + 1` runs the same few
+Python functions every time (measured with cProfile and perf_counter stages on a 2-core AMD EPYC Zen 4,
+bench/round_trip_breakdown.py): the schedule key walk over the graph (sched/cache.py `walk_key`, the
+largest self time of the round trip), the interning of each node an op records (graph/node.py
+`Node.make` and `_publish`) and the BufferSpec of each result. Each is a short loop of attribute
+reads, dict probes and tuple builds whose cost is the interpreter's, not the work's: here the same
+reads are loads at a fixed slot offset and the probes are direct dict calls.
+
+What stays Python: everything that decides something. A node the common elementwise rule cannot
+infer goes to graph/node.py's `_make_general` (the Python rules, which raise the errors); a walk
+that meets a realized value returns None and the scheduler substitutes in Python. The Python
+functions are the executable specification: tests/core/ compares the two on random graphs.
+
+Invariants kept here exactly as graph/node.py states them:
+- one live node per key: a node is published under `_intern_lock` (the same threading.Lock the
+  Python path takes, acquired through its bound `acquire`/`release`, so either path may run on any
+  thread and both may be mixed), and the probe under the lock decides;
+- a dead node's entry goes (its weak reference's callback, `forget`, bound to the key), unless a
+  newer node replaced it;
+- BufferSpec uids are unique and increase: the counter is bumped with the GIL held and no Python
+  code in between (so no thread switch can split the read from the write).
+
+Built with the plain C API (member descriptors' slot offsets are read from PyMemberDescrObject),
+for CPython 3.11 and later. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* ---- what configure() is given ------------------------------------------------------------- */
+static PyTypeObject *node_type;     /* graph.node.Node */
+static PyTypeObject *newnode_type;  /* graph.node._NewNode (a node being filled in by Python) */
+static PyTypeObject *spec_type;     /* graph.node.BufferSpec */
+static PyObject *interned;          /* graph.node._interned: key -> weakref */
+static PyObject *lock_acquire, *lock_release;  /* graph.node._intern_lock's bound methods */
+static PyObject *same_shape;        /* graph.node._SAME_SHAPE: op -> 0, 1 or 2 */
+static PyObject *multi_op, *buffer_op, *bool_dtype;
+static PyObject *make_general;      /* graph.node._make_general(op, dtype, src, arg, key) */
+static long long spec_uid;          /* the last uid handed out */
+
+/* slot offsets of Node (op, dtype, src, arg, shape, device) and BufferSpec (uid, device, size, dtype) */
+static Py_ssize_t n_op, n_dtype, n_src, n_arg, n_shape, n_device;
+static Py_ssize_t s_uid, s_device, s_size, s_dtype;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset) {
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL)
+        return -1;
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "atensor.core: %s.%s is not a __slots__ member", type->tp_name, name);
+        Py_DECREF(descr);
+        return -1;
+    }
+    *offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_DECREF(descr);
+    return 0;
+}
+
+static void keep(PyObject **where, PyObject *value) {
+    Py_XINCREF(value);
+    Py_XSETREF(*where, value);
+}
+
+static PyObject *configure(PyObject *module, PyObject *args) {
+    PyObject *node, *newnode, *spec, *table, *lock, *rules, *multi, *buffer, *boolean, *general;
+    long long last_uid;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!OOOOL:configure", &PyType_Type, &node, &PyType_Type, &newnode,
+                          &PyType_Type, &spec, &PyDict_Type, &table, &lock, &PyDict_Type, &rules, &multi,
+                          &buffer, &boolean, &general, &last_uid))
+        return NULL;
+    PyTypeObject *nt = (PyTypeObject *)node, *st = (PyTypeObject *)spec;
+    if (slot_offset(nt, "op", &n_op) || slot_offset(nt, "dtype", &n_dtype) || slot_offset(nt, "src", &n_src)
+            || slot_offset(nt, "arg", &n_arg) || slot_offset(nt, "shape", &n_shape)
+            || slot_offset(nt, "device", &n_device) || slot_offset(st, "uid", &s_uid)
+            || slot_offset(st, "device", &s_device) || slot_offset(st, "size", &s_size)
+            || slot_offset(st, "dtype", &s_dtype))
+        return NULL;
+    if (((PyTypeObject *)newnode)->tp_basicsize != nt->tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "atensor.core: _NewNode must have Node's layout");
+        return NULL;
+    }
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (release == NULL) {
+        Py_XDECREF(acquire);
+        return NULL;
+    }
+    Py_XSETREF(lock_acquire, acquire);
+    Py_XSETREF(lock_release, release);
+    keep((PyObject **)&node_type, node);
+    keep((PyObject **)&newnode_type, newnode);
+    keep((PyObject **)&spec_type, spec);
+    keep(&interned, table);
+    keep(&same_shape, rules);
+    keep(&multi_op, multi);
+    keep(&buffer_op, buffer);
+    keep(&bool_dtype, boolean);
+    keep(&make_general, general);
+    spec_uid = last_uid;
+    Py_RETURN_NONE;
+}
+
+static int configured(void) {
+    if (node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore is not configured (graph/node.py does it)");
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the node table -------------------------------------------------------------------------- */
+
+/* The live node interned under `key`, as a new reference; NULL with no error when none lives. */
+static PyObject *lookup_live(PyObject *key) {
+    PyObject *ref = PyDict_GetItemWithError(interned, key);
+    if (ref == NULL)
+        return NULL;
+    PyObject *found = PyWeakref_GetObject(ref);  /* borrowed; Py_None when dead */
+    if (found == NULL || found == Py_None)
+        return NULL;
+    Py_INCREF(found);
+    return found;
+}
+
+/* A node died: its entry goes, unless a newer node with the same key replaced it. `self` is the key. */
+static PyObject *forget(PyObject *key, PyObject *ref) {
+    PyObject *current = PyDict_GetItemWithError(interned, key);
+    if (current == ref) {
+        if (PyDict_DelItem(interned, key) < 0)
+            return NULL;
+    } else if (current == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef forget_def = {"forget", (PyCFunction)forget, METH_O,
+                                 "Drops the node table's entry of a dead node (bound to its key)."};
+
+static PyObject *call_noargs(PyObject *fn) {
+    return PyObject_CallNoArgs(fn);
+}
+
+/* `node` made a Node and interned under `key`, or the node another thread interned under it meanwhile.
+   Steals nothing; returns a new reference. */
+static PyObject *publish_node(PyObject *key, PyObject *node) {
+    if (Py_TYPE(node) == newnode_type) {  /* a node Python filled in: now a Node (same layout) */
+        Py_INCREF(node_type);
+        Py_SET_TYPE(node, node_type);
+        Py_DECREF(newnode_type);
+    }
+    PyObject *held = call_noargs(lock_acquire);
+    if (held == NULL)
+        return NULL;
+    Py_DECREF(held);
+    PyObject *result = lookup_live(key);
+    if (result == NULL && !PyErr_Occurred()) {
+        PyObject *callback = PyCFunction_New(&forget_def, key);
+        PyObject *ref = callback ? PyWeakref_NewRef(node, callback) : NULL;
+        Py_XDECREF(callback);
+        if (ref != NULL) {
+            int failed = PyDict_SetItem(interned, key, ref);
+            Py_DECREF(ref);
+            if (!failed) {
+                Py_INCREF(node);
+                result = node;
+            }
+        }
+    }
+    /* release even when something failed above (keeping the error raised there) */
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *released = call_noargs(lock_release);
+    if (released == NULL) {
+        Py_XDECREF(result);
+        Py_XDECREF(exc_type);
+        Py_XDECREF(exc_value);
+        Py_XDECREF(exc_tb);
+        return NULL;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    return result;
+}
+
+static PyObject *publish(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "publish(key, node)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    return publish_node(args[0], args[1]);
+}
+
+/* The Node of (op, dtype, src, arg) with `shape` and `device` (new reference), not yet published. */
+static PyObject *new_node(PyObject *op, PyObject *dtype, PyObject *src, PyObject *arg, PyObject *shape,
+                          PyObject *device) {
+    PyObject *node = node_type->tp_alloc(node_type, 0);
+    if (node == NULL)
+        return NULL;
+    PyObject *values[6] = {op, dtype, src, arg, shape, device};
+    Py_ssize_t offsets[6] = {n_op, n_dtype, n_src, n_arg, n_shape, n_device};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(values[i]);
+        SLOT(node, offsets[i]) = values[i];
+    }
+    return node;
+}
+
+/* The common elementwise rule of graph/node.py's `Node.make`: 1 when every source has the first's
+   shape and device (and its dtype under rule 1; a bool first source under rule 2) and none is
+   sharded, with the shape and device set (borrowed); 0 when the general rules must decide; -1 on error. */
+static int same_shape_rule(PyObject *op, PyObject *src, PyObject **shape, PyObject **device) {
+    PyObject *rule = PyDict_GetItemWithError(same_shape, op);
+    if (rule == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) == 0)
+        return 0;
+    long kind = PyLong_AsLong(rule);
+    if (kind == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *first = PyTuple_GET_ITEM(src, 0);
+    if (!PyObject_TypeCheck(first, node_type))
+        return 0;
+    PyObject *first_shape = SLOT(first, n_shape), *first_device = SLOT(first, n_device);
+    PyObject *first_dtype = SLOT(first, n_dtype);
+    Py_ssize_t count = PyTuple_GET_SIZE(src);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *s = PyTuple_GET_ITEM(src, i);
+        if (!PyObject_TypeCheck(s, node_type) || SLOT(s, n_op) == multi_op)
+            return 0;
+        PyObject *ss = SLOT(s, n_shape), *sd = SLOT(s, n_device);
+        if (ss != first_shape) {
+            int equal = PyObject_RichCompareBool(ss, first_shape, Py_EQ);
+            if (equal <= 0)
+                return equal;
+        }
+        if (sd != first_device) {
+            int equal = PyObject_RichCompareBool(sd, first_device, Py_EQ);
+            if (equal <= 0)
+                return equal;
+        }
+        if (kind == 1 && SLOT(s, n_dtype) != first_dtype)
+            return 0;
+    }
+    if (kind == 2 && first_dtype != bool_dtype)
+        return 0;
+    *shape = first_shape;
+    *device = first_device;
+    return 1;
+}
+
+static PyObject *make(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "Node.make(op, dtype, src=(), arg=None)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyObject *op = args[0], *dtype = args[1];
+    PyObject *src = nargs > 2 ? args[2] : NULL, *arg = nargs > 3 ? args[3] : Py_None;
+    PyObject *empty = NULL;
+    if (src == NULL) {
+        src = empty = PyTuple_New(0);
+        if (src == NULL)
+            return NULL;
+    }
+    PyObject *key = PyTuple_Pack(4, op, dtype, src, arg);
+    PyObject *result = NULL;
+    if (key == NULL)
+        goto done;
+    result = lookup_live(key);
+    if (result != NULL || PyErr_Occurred())
+        goto done;
+    PyObject *shape, *device;
+    int rule = same_shape_rule(op, src, &shape, &device);
+    if (rule < 0)
+        goto done;
+    if (rule == 0) {  /* the general rules (graph/node.py), which raise for invalid operands */
+        PyObject *call[5] = {op, dtype, src, arg, key};
+        result = PyObject_Vectorcall(make_general, call, 5, NULL);
+        goto done;
+    }
+    PyObject *node = new_node(op, dtype, src, arg, shape, device);
+    if (node != NULL) {
+        result = publish_node(key, node);
+        Py_DECREF(node);
+    }
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(empty);
+    return result;
+}
+
+static PyObject *known(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "known((op, dtype, src, arg), shape, device)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyObject *key = args[0];
+    PyObject *found = lookup_live(key);
+    if (found != NULL || PyErr_Occurred())
+        return found;
+    PyObject *node = new_node(PyTuple_GET_ITEM(key, 0), PyTuple_GET_ITEM(key, 1), PyTuple_GET_ITEM(key, 2),
+                              PyTuple_GET_ITEM(key, 3), args[1], args[2]);
+    if (node == NULL)
+        return NULL;
+    PyObject *result = publish_node(key, node);
+    Py_DECREF(node);
+    return result;
+}
+
+/* ---- BufferSpec ------------------------------------------------------------------------------ */
+
+static PyObject *new_spec(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* BufferSpec.__new__(cls, device, size, dtype) */
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "BufferSpec(device, size, dtype)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype(cls, spec_type)) {
+        PyErr_SetString(PyExc_TypeError, "BufferSpec.__new__: the class must be BufferSpec or a subclass");
+        return NULL;
+    }
+    PyObject *spec = cls->tp_alloc(cls, 0);
+    if (spec == NULL)
+        return NULL;
+    PyObject *uid = PyLong_FromLongLong(++spec_uid);  /* (GIL held, no Python code since the read) */
+    if (uid == NULL) {
+        Py_DECREF(spec);
+        return NULL;
+    }
+    SLOT(spec, s_uid) = uid;
+    Py_INCREF(args[1]);
+    SLOT(spec, s_device) = args[1];
+    Py_INCREF(args[2]);
+    SLOT(spec, s_size) = args[2];
+    Py_INCREF(args[3]);
+    SLOT(spec, s_dtype) = args[3];
+    return spec;
+}
+
+static PyObject *last_uid(PyObject *module, PyObject *unused) {
+    return PyLong_FromLongLong(spec_uid);
+}
+
+/* ---- the schedule key walk ------------------------------------------------------------------- */
+
+/* The dict behind `has_entry` when it is a dict's bound `get` (the ledger's `value_entry`), else NULL. */
+static PyObject *dict_of_get(PyObject *fn) {
+    if (!PyCFunction_Check(fn))
+        return NULL;
+    PyObject *self = PyCFunction_GET_SELF(fn);
+    PyMethodDef *def = ((PyCFunctionObject *)fn)->m_ml;
+    if (self != NULL && PyDict_CheckExact(self) && strcmp(def->ml_name, "get") == 0)
+        return self;
+    return NULL;
+}
+
+/* 1 when the ledger may hold a value for `node` (has_entry(id(node)) is not None), 0 if not, -1 error */
+static int has_value(PyObject *node, PyObject *table, PyObject *fn) {
+    PyObject *id = PyLong_FromVoidPtr(node);
+    if (id == NULL)
+        return -1;
+    if (table != NULL) {
+        PyObject *found = PyDict_GetItemWithError(table, id);
+        Py_DECREF(id);
+        if (found == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        return found != Py_None;
+    }
+    PyObject *found = PyObject_CallOneArg(fn, id);
+    Py_DECREF(id);
+    if (found == NULL)
+        return -1;
+    int has = found != Py_None;
+    Py_DECREF(found);
+    return has;
+}
+
+/* The key's part of `node`, emitted at `position`; appends to the walk's lists. 0 or -1 on error. */
+static int emit(PyObject *node, PyObject *position, PyObject *slots, PyObject *leaves, PyObject *buffer_nodes,
+                PyObject *parts) {
+    PyObject *part;
+    if (SLOT(node, n_op) == buffer_op) {
+        PyObject *arg = SLOT(node, n_arg);
+        if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) < 1 || !PyObject_TypeCheck(PyTuple_GET_ITEM(arg, 0), spec_type)) {
+            PyErr_SetString(PyExc_TypeError, "a BUFFER node's argument must be (BufferSpec, version)");
+            return -1;
+        }
+        PyObject *spec = PyTuple_GET_ITEM(arg, 0);
+        PyObject *slot = PyDict_GetItemWithError(slots, spec);
+        if (slot == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            slot = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
+            if (slot == NULL)
+                return -1;
+            int failed = PyDict_SetItem(slots, spec, slot) || PyList_Append(leaves, spec);
+            Py_DECREF(slot);  /* (the dict holds it) */
+            if (failed)
+                return -1;
+        }
+        if (PyList_Append(buffer_nodes, node) < 0)
+            return -1;
+        part = PyTuple_Pack(5, buffer_op, SLOT(node, n_dtype), slot, SLOT(spec, s_device), SLOT(spec, s_size));
+    } else {
+        PyObject *src = SLOT(node, n_src);
+        Py_ssize_t count = PyTuple_GET_SIZE(src);
+        PyObject *places = PyTuple_New(count);
+        if (places == NULL)
+            return -1;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *at = PyDict_GetItemWithError(position, PyTuple_GET_ITEM(src, i));
+            if (at == NULL) {
+                Py_DECREF(places);
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_RuntimeError, "walk_key: a source was not emitted before its user");
+                return -1;
+            }
+            Py_INCREF(at);
+            PyTuple_SET_ITEM(places, i, at);
+        }
+        part = PyTuple_Pack(4, SLOT(node, n_op), SLOT(node, n_dtype), SLOT(node, n_arg), places);
+        Py_DECREF(places);
+    }
+    if (part == NULL)
+        return -1;
+    int failed = PyList_Append(parts, part);
+    Py_DECREF(part);
+    return failed;
+}
+
+static PyObject *walk_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* walk_key(roots, settings, has_entry) -> (key, leaves, order, buffer_nodes) or None */
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "walk_key(roots, settings, has_entry)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyObject *roots = PySequence_Fast(args[0], "walk_key: roots must be a sequence of Nodes");
+    if (roots == NULL)
+        return NULL;
+    PyObject *settings = args[1], *fn = args[2];
+    PyObject *table = dict_of_get(fn);
+    PyObject *position = PyDict_New(), *expanded = PySet_New(NULL), *slots = PyDict_New();
+    PyObject *leaves = PyList_New(0), *buffer_nodes = PyList_New(0), *parts = PyList_New(0);
+    PyObject *order = PyList_New(0), *stack = PyList_New(0);
+    PyObject *result = NULL;
+    if (!position || !expanded || !slots || !leaves || !buffer_nodes || !parts || !order || !stack)
+        goto done;
+    for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
+        PyObject *root = PySequence_Fast_GET_ITEM(roots, r);
+        if (!PyObject_TypeCheck(root, node_type)) {
+            PyErr_SetString(PyExc_TypeError, "walk_key: roots must be Nodes");
+            goto done;
+        }
+        int seen = PyDict_Contains(position, root);
+        if (seen < 0)
+            goto done;
+        if (seen)
+            continue;
+        if (PyList_Append(stack, root) < 0)
+            goto done;
+        while (PyList_GET_SIZE(stack)) {
+            Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+            PyObject *node = PyList_GET_ITEM(stack, top);  /* borrowed: the stack holds it */
+            int is_expanded = PySet_Contains(expanded, node);
+            if (is_expanded < 0)
+                goto done;
+            if (is_expanded) {
+                Py_INCREF(node);
+                if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+                    Py_DECREF(node);
+                    goto done;
+                }
+                int emitted = PyDict_Contains(position, node);
+                if (emitted == 0) {
+                    PyObject *at = PyLong_FromSsize_t(PyList_GET_SIZE(order));
+                    emitted = at == NULL || PyDict_SetItem(position, node, at) < 0
+                              || PyList_Append(order, node) < 0
+                              || emit(node, position, slots, leaves, buffer_nodes, parts) < 0 ? -1 : 0;
+                    Py_XDECREF(at);
+                }
+                Py_DECREF(node);
+                if (emitted < 0)
+                    goto done;
+                continue;
+            }
+            int has = has_value(node, table, fn);
+            if (has < 0)
+                goto done;
+            if (has) {  /* the ledger may hold its value: the scheduler substitutes (Python) */
+                Py_INCREF(Py_None);
+                result = Py_None;
+                goto done;
+            }
+            if (PySet_Add(expanded, node) < 0)
+                goto done;
+            PyObject *src = SLOT(node, n_src);
+            for (Py_ssize_t i = PyTuple_GET_SIZE(src) - 1; i >= 0; i--) {
+                PyObject *child = PyTuple_GET_ITEM(src, i);
+                int known_child = PySet_Contains(expanded, child);
+                if (known_child < 0 || (!known_child && PyList_Append(stack, child) < 0))
+                    goto done;
+            }
+        }
+    }
+    if (PyList_Append(parts, settings) < 0)
+        goto done;
+    PyObject *key = PyList_AsTuple(parts);
+    if (key == NULL)
+        goto done;
+    result = PyTuple_Pack(4, key, leaves, order, buffer_nodes);
+    Py_DECREF(key);
+done:
+    Py_DECREF(roots);
+    Py_XDECREF(position);
+    Py_XDECREF(expanded);
+    Py_XDECREF(slots);
+    Py_XDECREF(leaves);
+    Py_XDECREF(buffer_nodes);
+    Py_XDECREF(parts);
+    Py_XDECREF(order);
+    Py_XDECREF(stack);
+    return result;
+}
+
+/* ---- the module ------------------------------------------------------------------------------ */
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure(Node, _NewNode, BufferSpec, interned, intern_lock, same_shape, MULTI, BUFFER, bool, "
+     "make_general, last_uid): the Python objects the core works on (graph/node.py calls it once)."},
+    {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
+     "make(op, dtype, src=(), arg=None) -> Node: graph/node.py's Node.make (its general rules in Python)."},
+    {"known", (PyCFunction)(void (*)(void))known, METH_FASTCALL,
+     "known(key, shape, device) -> Node: graph/node.py's _known."},
+    {"publish", (PyCFunction)(void (*)(void))publish, METH_FASTCALL,
+     "publish(key, node) -> Node: graph/node.py's _publish."},
+    {"new_spec", (PyCFunction)(void (*)(void))new_spec, METH_FASTCALL,
+     "new_spec(cls, device, size, dtype) -> BufferSpec: BufferSpec.__new__ with the next uid."},
+    {"last_uid", last_uid, METH_NOARGS, "The uid of the newest BufferSpec made so far."},
+    {"walk_key", (PyCFunction)(void (*)(void))walk_key, METH_FASTCALL,
+     "walk_key(roots, settings, has_entry) -> (key, leaves, order, buffer_nodes) or None: sched/cache.py's "
+     "walk_key."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "atensor.core._ccore",
+    "The compiled core of atensor's hot host-path objects (see atensor/core/__init__.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__ccore(void) {
+    return PyModule_Create(&module_def);
+}
