@@ -32,10 +32,10 @@ ccore: Optional[ModuleType] = None
 if _choice == "c":
     try:
         from atensor.core import _ccore as ccore  # type: ignore[attr-defined, no-redef]
-    except ImportError as exc:
-        print(f"atensor: the compiled core (atensor.core._ccore) is not built ({exc}); running the pure-Python "
-              f"core. Reinstall with a C compiler (pip install -e .) to build it, or set ATENSOR_CORE=python "
-              f"to choose the fallback quietly.", file=sys.stderr)
+    except ImportError:
+        print("atensor: the compiled core atensor.core._ccore is not built, so the pure-Python core runs; "
+              "`pip install -e .` with a C compiler builds it, ATENSOR_CORE=python chooses the fallback without "
+              "this notice", file=sys.stderr)
 
 # what runs: "c" or "python" (bench/ and tests report it)
 implementation = "c" if ccore is not None else "python"

@@ -3,8 +3,8 @@
 Why C, and why these objects: an eager awaited realize of a 16-element `x + 1` runs the same few
 Python functions every time (measured with cProfile and perf_counter stages on a 2-core AMD EPYC Zen 4,
 bench/round_trip_breakdown.py): the schedule key walk over the graph (sched/cache.py `walk_key`, the
-largest self time of the round trip), the interning of each node an op records (graph/node.py
-`Node.make` and `_publish`) and the BufferSpec of each result. Each is a short loop of attribute
+largest self time of the round trip), the interning of each node an op records and of a
+realize's BUFFER and ASSIGN nodes (graph/node.py `Node.make` and `_publish`) and the BufferSpec of each result. Each is a short loop of attribute
 reads, dict probes and tuple builds whose cost is the interpreter's, not the work's: here the same
 reads are loads at a fixed slot offset and the probes are direct dict calls.
 
@@ -35,7 +35,8 @@ static PyTypeObject *spec_type;     /* graph.node.BufferSpec */
 static PyObject *interned;          /* graph.node._interned: key -> weakref */
 static PyObject *lock_acquire, *lock_release;  /* graph.node._intern_lock's bound methods */
 static PyObject *same_shape;        /* graph.node._SAME_SHAPE: op -> 0, 1 or 2 */
-static PyObject *multi_op, *buffer_op, *bool_dtype;
+static PyObject *multi_op, *buffer_op, *assign_op, *bool_dtype;
+static PyObject *str_shape, *str_mask;  /* interned attribute names of a View */
 static PyObject *make_general;      /* graph.node._make_general(op, dtype, src, arg, key) */
 static long long spec_uid;          /* the last uid handed out */
 
@@ -66,11 +67,14 @@ static void keep(PyObject **where, PyObject *value) {
 }
 
 static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *node, *newnode, *spec, *table, *lock, *rules, *multi, *buffer, *boolean, *general;
+    PyObject *node, *newnode, *spec, *table, *lock, *rules, *multi, *buffer, *assign, *boolean, *general;
     long long last_uid;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!OOOOL:configure", &PyType_Type, &node, &PyType_Type, &newnode,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!OOOOOL:configure", &PyType_Type, &node, &PyType_Type, &newnode,
                           &PyType_Type, &spec, &PyDict_Type, &table, &lock, &PyDict_Type, &rules, &multi,
-                          &buffer, &boolean, &general, &last_uid))
+                          &buffer, &assign, &boolean, &general, &last_uid))
+        return NULL;
+    if (str_shape == NULL && ((str_shape = PyUnicode_InternFromString("shape")) == NULL
+                              || (str_mask = PyUnicode_InternFromString("mask")) == NULL))
         return NULL;
     PyTypeObject *nt = (PyTypeObject *)node, *st = (PyTypeObject *)spec;
     if (slot_offset(nt, "op", &n_op) || slot_offset(nt, "dtype", &n_dtype) || slot_offset(nt, "src", &n_src)
@@ -98,6 +102,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     keep(&same_shape, rules);
     keep(&multi_op, multi);
     keep(&buffer_op, buffer);
+    keep(&assign_op, assign);
     keep(&bool_dtype, boolean);
     keep(&make_general, general);
     spec_uid = last_uid;
@@ -255,6 +260,72 @@ static int same_shape_rule(PyObject *op, PyObject *src, PyObject **shape, PyObje
     return 1;
 }
 
+/* graph/node.py `_infer`'s rules for a BUFFER node, (BufferSpec, version): shape (size,) and the spec's
+   device (new references). 1 when they apply, 0 when the general rules must decide. */
+static int buffer_rule(PyObject *src, PyObject *arg, PyObject **shape, PyObject **device) {
+    if (!PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) != 0 || !PyTuple_CheckExact(arg)
+            || PyTuple_GET_SIZE(arg) != 2 || !PyObject_TypeCheck(PyTuple_GET_ITEM(arg, 0), spec_type))
+        return 0;
+    PyObject *spec = PyTuple_GET_ITEM(arg, 0);
+    *shape = PyTuple_Pack(1, SLOT(spec, s_size));
+    if (*shape == NULL)
+        return -1;
+    *device = SLOT(spec, s_device);
+    Py_INCREF(*device);
+    return 1;
+}
+
+/* `_infer`'s rule for ASSIGN(storage, value) through the View `arg`, where it holds: the storage is a
+   BUFFER or an ASSIGN, the value has the view's shape and the storage's device, the view has no mask,
+   no source is sharded. Shape and device are the storage's (new references). 1 when it holds, 0 when
+   the general rules must decide (and raise), -1 on error. */
+static int assign_rule(PyObject *src, PyObject *arg, PyObject **shape, PyObject **device) {
+    if (!PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) != 2)
+        return 0;
+    PyObject *storage = PyTuple_GET_ITEM(src, 0), *value = PyTuple_GET_ITEM(src, 1);
+    if (!PyObject_TypeCheck(storage, node_type) || !PyObject_TypeCheck(value, node_type))
+        return 0;
+    PyObject *storage_op = SLOT(storage, n_op);
+    if ((storage_op != buffer_op && storage_op != assign_op) || SLOT(value, n_op) == multi_op)
+        return 0;
+    PyObject *mask = PyObject_GetAttr(arg, str_mask);
+    if (mask == NULL)
+        return -1;
+    Py_DECREF(mask);
+    if (mask != Py_None)
+        return 0;
+    PyObject *view_shape = PyObject_GetAttr(arg, str_shape);
+    if (view_shape == NULL)
+        return -1;
+    int equal = PyObject_RichCompareBool(SLOT(value, n_shape), view_shape, Py_EQ);
+    Py_DECREF(view_shape);
+    if (equal <= 0)
+        return equal;
+    PyObject *sd = SLOT(storage, n_device), *vd = SLOT(value, n_device);
+    if (sd != vd && (equal = PyObject_RichCompareBool(vd, sd, Py_EQ)) <= 0)
+        return equal;
+    *shape = SLOT(storage, n_shape);
+    *device = sd;
+    Py_INCREF(*shape);
+    Py_INCREF(*device);
+    return 1;
+}
+
+/* Shape and device of a new node by the rules kept here (new references): 1, or 0 when the general
+   rules (Python) must decide, -1 on error. */
+static int fast_rules(PyObject *op, PyObject *src, PyObject *arg, PyObject **shape, PyObject **device) {
+    if (op == buffer_op)
+        return buffer_rule(src, arg, shape, device);
+    if (op == assign_op)
+        return assign_rule(src, arg, shape, device);
+    int rule = same_shape_rule(op, src, shape, device);
+    if (rule == 1) {
+        Py_INCREF(*shape);
+        Py_INCREF(*device);
+    }
+    return rule;
+}
+
 static PyObject *make(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 2 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError, "Node.make(op, dtype, src=(), arg=None)");
@@ -278,7 +349,7 @@ static PyObject *make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (result != NULL || PyErr_Occurred())
         goto done;
     PyObject *shape, *device;
-    int rule = same_shape_rule(op, src, &shape, &device);
+    int rule = fast_rules(op, src, arg, &shape, &device);
     if (rule < 0)
         goto done;
     if (rule == 0) {  /* the general rules (graph/node.py), which raise for invalid operands */
@@ -287,6 +358,8 @@ static PyObject *make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     PyObject *node = new_node(op, dtype, src, arg, shape, device);
+    Py_DECREF(shape);
+    Py_DECREF(device);
     if (node != NULL) {
         result = publish_node(key, node);
         Py_DECREF(node);
@@ -541,7 +614,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
-     "configure(Node, _NewNode, BufferSpec, interned, intern_lock, same_shape, MULTI, BUFFER, bool, "
+     "configure(Node, _NewNode, BufferSpec, interned, intern_lock, same_shape, MULTI, BUFFER, ASSIGN, bool, "
      "make_general, last_uid): the Python objects the core works on (graph/node.py calls it once)."},
     {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
      "make(op, dtype, src=(), arg=None) -> Node: graph/node.py's Node.make (its general rules in Python)."},

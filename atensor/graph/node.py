@@ -560,13 +560,13 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
 
 
 def _install_compiled_core(ccore: Any) -> None:
-    """Runs this module's hot paths in atensor/core/ccore.c: `Node.make` (its common elementwise rule;
-    `_make_general` stays Python), `_known`, `_publish`, `BufferSpec.__new__` and `last_uid`. They
+    """Runs this module's hot paths in atensor/core/ccore.c: `Node.make` (its common elementwise rule and
+    `_infer`'s BUFFER and valid-ASSIGN rules; `_make_general` stays Python, for the rest and the errors), `_known`, `_publish`, `BufferSpec.__new__` and `last_uid`. They
     share `_interned` and `_intern_lock` with the Python functions above, which stay the specification
     (tests/core/ compares the two)."""
     global _known, _publish
     ccore.configure(Node, _NewNode, BufferSpec, _interned, _intern_lock, _SAME_SHAPE, _MULTI, Ops.BUFFER,
-                    dtypes.bool, _make_general, BufferSpec._next_uid)
+                    Ops.ASSIGN, dtypes.bool, _make_general, BufferSpec._next_uid)
     Node.make = ccore.make  # (a builtin function: no binding, like a staticmethod)
     _known, _publish = ccore.known, ccore.publish
     BufferSpec.__new__ = ccore.new_spec

@@ -159,6 +159,39 @@ def test_the_compiled_make_raises_the_general_rules_errors():
     assert Node.make(Ops.BUFFER, dtypes.float32, (), (BufferSpec("CPU", 2, dtypes.float32), 0)).shape == (2,)
 
 
+@compiled
+@pytest.mark.parametrize("case", ["valid", "valid into a pending assign", "wrong shape", "other device",
+                                  "masked view", "no storage"])
+def test_either_make_gives_one_assign_node_or_the_same_error(case):
+    spec = BufferSpec("CPU:0", 6, dtypes.float32)
+    storage, value, view = spec.node(0), Tensor.empty(6).node, View.create((6,))
+    if case == "valid into a pending assign":
+        storage = Node.make(Ops.ASSIGN, dtypes.float32, (storage, value), view)
+    elif case == "wrong shape":
+        value = Tensor.empty(3).node
+    elif case == "other device":
+        value = Tensor.empty(6, device="CPU:1").node
+    elif case == "masked view":
+        view = View.create((4,)).pad(((1, 1),))
+        value = Tensor.empty(6).node
+    elif case == "no storage":
+        storage = Tensor.empty(6).exp().node
+    args = (Ops.ASSIGN, dtypes.float32, (storage, value), view)
+    if case.startswith("valid"):
+        first = python_make(*args)
+        assert Node.make(*args) is first and first.shape == (6,) and first.device == "CPU:0"
+        buffer_node = Node.make(Ops.BUFFER, dtypes.float32, (), (spec, 3))
+        assert python_make(Ops.BUFFER, dtypes.float32, (), (spec, 3)) is buffer_node
+        assert buffer_node.shape == (6,) and buffer_node.device == "CPU:0"
+        return
+    errors = []
+    for make in (python_make, Node.make):
+        with pytest.raises(GraphError) as raised:
+            make(*args)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
+
+
 @pytest.mark.parametrize("make", ["running", "python"])
 def test_a_dead_node_leaves_the_table_and_a_new_one_takes_its_key(make):
     maker = Node.make if make == "running" else python_make
