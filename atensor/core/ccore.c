@@ -610,6 +610,69 @@ done:
     return result;
 }
 
+/* ---- the inline-size check of a realize ------------------------------------------------------- */
+
+static PyObject *small_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* small_graph(nodes, limit, has_entry) -> bool: engine/realize.py's `_small` */
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "small_graph(nodes, limit, has_entry)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *fn = args[2], *table = dict_of_get(fn);
+    PyObject *stack = PySequence_List(args[0]), *seen = PySet_New(NULL), *result = NULL;
+    if (stack == NULL || seen == NULL)
+        goto done;
+    while (PyList_GET_SIZE(stack)) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *node = PyList_GET_ITEM(stack, top);
+        Py_INCREF(node);
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+            Py_DECREF(node);
+            goto done;
+        }
+        if (!PyObject_TypeCheck(node, node_type)) {
+            Py_DECREF(node);
+            PyErr_SetString(PyExc_TypeError, "small_graph: nodes must be Nodes");
+            goto done;
+        }
+        int known_node = PySet_Contains(seen, node);
+        if (known_node < 0 || (!known_node && PySet_Add(seen, node) < 0)) {
+            Py_DECREF(node);
+            goto done;
+        }
+        if (known_node) {
+            Py_DECREF(node);
+            continue;
+        }
+        if (PySet_GET_SIZE(seen) > limit) {
+            Py_DECREF(node);
+            result = Py_False;
+            Py_INCREF(result);
+            goto done;
+        }
+        int has = SLOT(node, n_op) == buffer_op ? 1 : has_value(node, table, fn);
+        if (has == 0) {  /* neither a buffer nor a realized value: what it reads is computed too */
+            PyObject *src = SLOT(node, n_src);
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(src) && has == 0; i++)
+                has = PyList_Append(stack, PyTuple_GET_ITEM(src, i)) < 0 ? -1 : 0;
+        }
+        Py_DECREF(node);
+        if (has < 0)
+            goto done;
+    }
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(stack);
+    Py_XDECREF(seen);
+    return result;
+}
+
 /* ---- the module ------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -628,6 +691,8 @@ static PyMethodDef methods[] = {
     {"walk_key", (PyCFunction)(void (*)(void))walk_key, METH_FASTCALL,
      "walk_key(roots, settings, has_entry) -> (key, leaves, order, buffer_nodes) or None: sched/cache.py's "
      "walk_key."},
+    {"small_graph", (PyCFunction)(void (*)(void))small_graph, METH_FASTCALL,
+     "small_graph(nodes, limit, has_entry) -> bool: engine/realize.py's _small."},
     {NULL, NULL, 0, NULL},
 };
 

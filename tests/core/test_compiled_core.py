@@ -273,3 +273,13 @@ def test_an_eager_round_trip_computes_what_numpy_does():
     for _ in range(5):
         x = (x + 1).realize()
     np.testing.assert_array_equal(x.numpy(), np.arange(16, dtype=np.float32) + 5)
+
+
+# ---- the inline-size check of a realize -----------------------------------------------------------
+
+@compiled
+@given(graphs(), st.integers(0, 12))
+def test_the_compiled_size_check_agrees_with_the_python_one(roots, limit):
+    from atensor.engine import realize
+    assert realize._small(roots, limit) == realize.python_small(roots, limit)
+    assert realize._small(roots, 64) and realize.python_small(roots, 64)  # (no graph drawn here is bigger)
