@@ -4,7 +4,8 @@ Why C, and why these objects: an eager awaited realize of a 16-element `x + 1` r
 Python functions every time (measured with cProfile and perf_counter stages on a 2-core AMD EPYC Zen 4,
 bench/round_trip_breakdown.py): the schedule key walk over the graph (sched/cache.py `walk_key`, the
 largest self time of the round trip), the interning of each node an op records and of a
-realize's BUFFER and ASSIGN nodes (graph/node.py `Node.make` and `_publish`) and the BufferSpec of each result. Each is a short loop of attribute
+realize's BUFFER and ASSIGN nodes (graph/node.py `Node.make` and `_publish`), the ledger's commit of
+each realized assign (atensor/ledger `commit_assign_locked`, `set_value_locked`) and the BufferSpec of each result. Each is a short loop of attribute
 reads, dict probes and tuple builds whose cost is the interpreter's, not the work's: here the same
 reads are loads at a fixed slot offset and the probes are direct dict calls.
 
@@ -623,6 +624,136 @@ done:
     return result;
 }
 
+/* ---- the storage ledger's commit (atensor/ledger/__init__.py) ------------------------------------ */
+
+static PyTypeObject *record_type;  /* ledger.Record (a weakref subclass with slots) */
+static PyObject *records, *new_record, *values, *pending, *one;
+static Py_ssize_t r_version, r_head;
+
+static PyObject *configure_ledger(PyObject *module, PyObject *args) {
+    PyObject *record, *table, *make_record, *value_table, *pending_table;
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!:configure_ledger", &PyType_Type, &record, &PyDict_Type, &table,
+                          &make_record, &PyDict_Type, &value_table, &PyDict_Type, &pending_table))
+        return NULL;
+    if (slot_offset((PyTypeObject *)record, "version", &r_version)
+            || slot_offset((PyTypeObject *)record, "head", &r_head))
+        return NULL;
+    if (one == NULL && (one = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    keep((PyObject **)&record_type, record);
+    keep(&records, table);
+    keep(&new_record, make_record);
+    keep(&values, value_table);
+    keep(&pending, pending_table);
+    Py_RETURN_NONE;
+}
+
+static int ledger_configured(void) {
+    if (records == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's ledger is not configured (atensor/ledger does it)");
+        return 0;
+    }
+    return configured();
+}
+
+/* A node with a realized value died: its entry goes, unless a newer entry replaced it. `self` is the key
+   (the node's id). No lock, as ledger._forget (the ledger's header says why). */
+static PyObject *forget_value(PyObject *key, PyObject *ref) {
+    PyObject *entry = PyDict_GetItemWithError(values, key);
+    if (entry == NULL)
+        return PyErr_Occurred() ? NULL : (Py_INCREF(Py_None), Py_None);
+    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 && PyTuple_GET_ITEM(entry, 0) == ref
+            && PyDict_DelItem(values, key) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef forget_value_def = {"forget_value", (PyCFunction)forget_value, METH_O,
+                                       "Drops the ledger's realized value of a dead node (bound to its id)."};
+
+/* values[id(node)] = (weakref to node, dropping the entry when it dies; target). 0 or -1. */
+static int set_value(PyObject *node, PyObject *target) {
+    PyObject *key = PyLong_FromVoidPtr(node);
+    if (key == NULL)
+        return -1;
+    PyObject *callback = PyCFunction_New(&forget_value_def, key);
+    PyObject *ref = callback ? PyWeakref_NewRef(node, callback) : NULL;
+    Py_XDECREF(callback);
+    PyObject *entry = ref ? PyTuple_Pack(2, ref, target) : NULL;
+    Py_XDECREF(ref);
+    int failed = entry == NULL || PyDict_SetItem(values, key, entry) < 0;
+    Py_XDECREF(entry);
+    Py_DECREF(key);
+    return failed ? -1 : 0;
+}
+
+static PyObject *set_value_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_value_locked(node, target)");
+        return NULL;
+    }
+    if (!ledger_configured() || set_value(args[0], args[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *commit_assign_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* commit_assign_locked(node, spec): ledger.commit_assign_locked (the caller holds ledger.lock) */
+    if (nargs != 2 || !PyObject_TypeCheck(args[1], spec_type)) {
+        PyErr_SetString(PyExc_TypeError, "commit_assign_locked(node, spec: BufferSpec)");
+        return NULL;
+    }
+    if (!ledger_configured())
+        return NULL;
+    PyObject *node = args[0], *spec = args[1], *uid = SLOT(spec, s_uid);
+    PyObject *record = PyDict_GetItemWithError(records, uid);
+    if (record == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        record = PyObject_CallOneArg(new_record, spec);
+        if (record == NULL)
+            return NULL;
+        int failed = PyDict_SetItem(records, uid, record);
+        Py_DECREF(record);  /* (the table holds it) */
+        if (failed)
+            return NULL;
+    }
+    if (!PyObject_TypeCheck(record, record_type)) {
+        PyErr_SetString(PyExc_TypeError, "the ledger's record table holds something other than a Record");
+        return NULL;
+    }
+    Py_INCREF(record);  /* held across the calls below, whichever thread drops the table's entry */
+    PyObject *result = NULL, *target = NULL, *version_arg = NULL;
+    PyObject *version = PyNumber_Add(SLOT(record, r_version), one);
+    if (version == NULL)
+        goto done;
+    Py_XSETREF(SLOT(record, r_version), version);  /* (the slot takes the reference) */
+    version_arg = PyTuple_Pack(2, spec, version);
+    PyObject *empty = version_arg ? PyTuple_New(0) : NULL;
+    if (empty == NULL)
+        goto done;
+    PyObject *call[4] = {buffer_op, SLOT(spec, s_dtype), empty, version_arg};
+    target = make(NULL, call, 4);
+    Py_DECREF(empty);
+    if (target == NULL || set_value(node, target) < 0)
+        goto done;
+    if (SLOT(record, r_head) == node) {
+        Py_INCREF(Py_None);
+        Py_SETREF(SLOT(record, r_head), Py_None);
+        PyObject *popped = PyObject_CallMethod(pending, "pop", "OO", uid, Py_None);
+        if (popped == NULL)
+            goto done;
+        Py_DECREF(popped);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(version_arg);
+    Py_XDECREF(target);
+    Py_DECREF(record);
+    return result;
+}
+
 /* ---- the inline-size check of a realize ------------------------------------------------------- */
 
 static PyObject *small_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -706,6 +837,12 @@ static PyMethodDef methods[] = {
      "walk_key."},
     {"small_graph", (PyCFunction)(void (*)(void))small_graph, METH_FASTCALL,
      "small_graph(nodes, limit, has_entry) -> bool: engine/realize.py's _small."},
+    {"configure_ledger", configure_ledger, METH_VARARGS,
+     "configure_ledger(Record, records, new_record, values, pending): the ledger's tables (atensor/ledger does it)."},
+    {"commit_assign_locked", (PyCFunction)(void (*)(void))commit_assign_locked, METH_FASTCALL,
+     "commit_assign_locked(node, spec): atensor.ledger.commit_assign_locked."},
+    {"set_value_locked", (PyCFunction)(void (*)(void))set_value_locked, METH_FASTCALL,
+     "set_value_locked(node, target): atensor.ledger.set_value_locked."},
     {NULL, NULL, 0, NULL},
 };
 

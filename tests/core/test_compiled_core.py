@@ -283,3 +283,38 @@ def test_the_compiled_size_check_agrees_with_the_python_one(roots, limit):
     from atensor.engine import realize
     assert realize._small(roots, limit) == realize.python_small(roots, limit)
     assert realize._small(roots, 64) and realize.python_small(roots, 64)  # (no graph drawn here is bigger)
+
+
+# ---- the ledger's commit ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("commit", ["running", "python"])
+@pytest.mark.parametrize("pending_head", [True, False])
+def test_a_committed_assign_advances_the_version_holds_its_value_and_forgets_it_when_the_node_dies(
+        commit, pending_head):
+    from atensor import ledger
+    committing = ledger.commit_assign_locked if commit == "running" else ledger.python_core["commit_assign_locked"]
+    spec = BufferSpec("CPU:0", 4, dtypes.float32)
+    assign = Node.make(Ops.ASSIGN, dtypes.float32, (spec.node(0), Tensor.empty(4).exp().node), View.create((4,)))
+    if pending_head:
+        ledger.set_head(spec, assign)
+        assert ledger.pending_heads()[-1] is assign
+    with ledger.lock:
+        committing(assign, spec)
+        committing(assign, spec)  # a second commit: the next version, the entry replaced
+    assert ledger.version(spec) == 2 and ledger.head(spec) is None
+    assert assign not in ledger.pending_heads()
+    held = ledger.value(assign)
+    assert held is Node.make(Ops.BUFFER, dtypes.float32, (), (spec, 2)) and held.shape == (4,)
+    key = id(assign)
+    del assign
+    gc.collect()
+    assert ledger.value_entry(key) is None
+
+
+@compiled
+def test_the_compiled_commit_refuses_what_is_not_a_spec():
+    from atensor import ledger
+    node = Tensor.empty(2).node  # (made before taking the lock: making storage takes it too)
+    with pytest.raises(TypeError, match="BufferSpec"):
+        with ledger.lock:
+            ledger.commit_assign_locked(node, "buf")
