@@ -25,11 +25,15 @@ status=0
 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} .venv/bin/python -m pytest tests -p no:cacheprovider -o addopts="" -q --durations=15 || status=$?
 echo "scripts/test.sh: the suite took $(( $(date +%s) - start )) s"
 # the pure-Python core (the fallback and the specification) on the tests of the objects it implements:
-# nodes and graphs, the ledger, scheduling and its cache, the realize pipeline, the jit, the Tensor ops
-# (the whole suite twice would not fit CI's time); ATENSOR_CORE_PYTHON_TESTS overrides the list
+# nodes and graphs, the ledger, scheduling and its cache, eager plans and their twins, done awaits, the
+# jit, concurrent writes, the Tensor ops and autograd (the whole suite twice would not fit CI's time:
+# this part is about a fifth of it); ATENSOR_CORE_PYTHON_TESTS overrides the list ("tests": all of it)
 start=$(date +%s)
 ATENSOR_CORE=python HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} .venv/bin/python -m pytest \
-  ${ATENSOR_CORE_PYTHON_TESTS:-tests/core tests/graph tests/sched tests/test_ledger.py tests/engine tests/tensor/test_ops.py tests/tensor/test_autograd.py tests/tensor/test_multi.py} \
+  ${ATENSOR_CORE_PYTHON_TESTS:-tests/core tests/graph tests/sched tests/test_ledger.py tests/engine/test_eager_plan.py \
+    tests/engine/test_eager_twin.py tests/engine/test_done_await.py tests/engine/test_jit.py \
+    tests/engine/test_mutation_concurrency.py tests/engine/test_writes_while_realizing.py tests/tensor/test_ops.py \
+    tests/tensor/test_autograd.py} \
   -p no:cacheprovider -o addopts="" -q || status=$?
 echo "scripts/test.sh: the core-object tests under ATENSOR_CORE=python took $(( $(date +%s) - start )) s"
 exit $status
