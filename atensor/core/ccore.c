@@ -5,7 +5,8 @@ Python functions every time (measured with cProfile and perf_counter stages on a
 bench/round_trip_breakdown.py): the schedule key walk over the graph (sched/cache.py `walk_key`, the
 largest self time of the round trip), the interning of each node an op records and of a
 realize's BUFFER and ASSIGN nodes (graph/node.py `Node.make` and `_publish`), the ledger's commit of
-each realized assign (atensor/ledger `commit_assign_locked`, `set_value_locked`) and the BufferSpec of each result. Each is a short loop of attribute
+each realized assign (atensor/ledger `commit_assign_locked`, `set_value_locked`), the BufferSpec of
+each result and the inline-size check (engine/realize.py `_small`). Each is a short loop of attribute
 reads, dict probes and tuple builds whose cost is the interpreter's, not the work's: here the same
 reads are loads at a fixed slot offset and the probes are direct dict calls.
 
