@@ -19,7 +19,10 @@ realized before, submits the `CapturedProgram` (engine/program.py) of its schedu
 whose plan is lowered from the template's slots (every buffer is in each submission's mapping, runners
 are made per submission, and each submission is an eager one); a jit keeps one CapturedProgram per
 captured realize, whose plans keep their runners, and submits them on every replay. All go through
-`submit`, and this is the only module that hands command lists to queues.
+`submit`, and this is the only module that hands command lists to queues (`Queue.reserve`, `submit`,
+`run_here`, `start_here`; tests/test_one_submitter.py): the one-call record (engine/replay.py) and the
+lean CL replay (engine/cl_replay.py) make the commands of their fast cases, and `submit` reserves
+their values and hands them to the queue through the same interface as every other command.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
 - a replay of a light plan (layout.py's bytes and flops bounds, at most replay.py's RECORD_MAX_TASKS
@@ -277,6 +280,19 @@ class Plan:
         return self.record
 
     # ---- submission ------------------------------------------------------------------------------
+    def run_record(self, new_specs: list[BufferSpec]) -> int:
+        """The plan's `ReplayRecord` run on this thread with `new_specs` (the swapped buffers'
+        replacements, in `swapped`'s order); returns the value its queue is at when it returns. The
+        caller checked what `submit` checks first: every queue idle, no profile, DEBUG < 2, no read of
+        a failed task's contents (`submit` does; so does jit/direct.py, its fast caller)."""
+        record = self.record
+        queue = record.queue
+        command = record.command(queue.reserve(record.count), new_specs)
+        queue.run_here([command])
+        value = command.value
+        self.last_final = [(record.signal, value)]
+        return value
+
     def submit(self, mapping: Optional[dict[BufferSpec, BufferSpec]] = None) -> Submission:
         """Puts the tasks on the queues, with the buffers `mapping` swaps (captured -> new); returns
         what to await. The mapping's keys must be the same on every submission of a plan."""
@@ -289,9 +305,7 @@ class Plan:
             for buf, name in record.reads_of(new_specs):
                 if buf.writes or buf.failure is not None:
                     _refuse_failed_read(buf, name)
-            value = record.run(new_specs)
-            self.last_final = [(record.signal, value)]
-            return Submission({record.queue: value}, [])
+            return Submission({record.queue: self.run_record(new_specs)}, [])
         lean = self.lean
         if lean is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
             # a replay on one idle OpenCL queue: its launches as one command (engine/cl_replay.py)
@@ -299,9 +313,14 @@ class Plan:
             for buf, name in lean.reads_of(new_specs):
                 if buf.writes or buf.failure is not None:
                     _refuse_failed_read(buf, name)
-            value, placed = lean.submit(new_specs)
+            buffers = lean.bind(new_specs)
+            queue = lean.queue
+            base = queue.reserve(lean.count)
+            queue.submit([lean.command(base, buffers)])
+            lean.note(base, buffers, new_specs)
+            value = base + lean.count
             self.last_final = [(lean.signal, value)]
-            return Submission({lean.queue: value}, placed)
+            return Submission({queue: value}, lean.placed(value))
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]

@@ -176,8 +176,7 @@ class DirectReplay:
                 versions.advance_versions([fresh[at] if kind == "fresh" else inputs[at] if kind == "input"
                                            else at for kind, at in self.assigned])
             if record is not None:
-                value = record.run(new_specs)
-                plan.last_final = [(record.signal, value)]
+                plan.run_record(new_specs)
                 handle = None
             else:  # what the general path's job would have planned (run_records of one record)
                 job = Job(None, [])

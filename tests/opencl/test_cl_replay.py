@@ -25,12 +25,12 @@ RNG = np.random.default_rng(5)
 def lean(monkeypatch) -> list[CLReplay]:
     """One entry per replay that went through the lean path (the record it used)."""
     calls: list[CLReplay] = []
-    original = CLReplay.submit
+    original = CLReplay.bind  # once per lean replay, before its one command is submitted
 
     def counting(self: CLReplay, new_specs: list):
         calls.append(self)
         return original(self, new_specs)
-    monkeypatch.setattr(CLReplay, "submit", counting)
+    monkeypatch.setattr(CLReplay, "bind", counting)
     return calls
 
 
@@ -98,17 +98,17 @@ def test_a_failed_enqueue_fails_the_call_its_result_is_refused_and_the_next_call
             np.testing.assert_array_equal(got.numpy(), 3 * (np.arange(4) + k) + 1)
         assert lean
         record = lean[-1]
-        good = record.enqueues
+        good = record.runner.enqueue  # its launches, as the one command's enqueue
 
         def refuse(queue, wait_for):
             raise RuntimeError("out of resources (injected)")
-        record.enqueues = [refuse]
+        record.runner.enqueue = refuse
         try:  # the jit's own replay entry, to keep the failed call's result tensor
             handle, _, results = step._replay_now((Tensor(np.arange(4, dtype=np.float32), device="CL"),))
             with pytest.raises(KernelError, match="injected"):
                 await handle
         finally:
-            record.enqueues = good
+            record.runner.enqueue = good
         assert lean[-1] is record
         with pytest.raises(RuntimeError, match="failed"):  # its result is refused as an input
             await step(results[0])
@@ -265,3 +265,4 @@ def test_awaited_replays_leave_at_most_one_deferred_record_and_none_once_awaited
         assert stats["pending_commands"] == 0 and stats["signal"] == stats["reserved"], stats
         assert len(lean) >= 20
     run_on(library, main)
+
