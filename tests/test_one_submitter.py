@@ -59,7 +59,8 @@ def test_only_engine_plan_hands_commands_to_queues():
 
 def test_the_submitter_does_submit():
     path = PACKAGE_DIR / SUBMITTER
-    names = {call.split("(")[0].rsplit(".", 1)[1] for _, call in _submitting_calls(ast.parse(path.read_text()))}
+    calls = _submitting_calls(ast.parse(path.read_text()))
+    names = {call.split("(")[0].rsplit(".", 1)[1] for _, call in calls}
     assert {"reserve", "submit", "run_here", "start_here"} <= names, names  # the check above reads real calls
 
 

@@ -266,3 +266,28 @@ def test_awaited_replays_leave_at_most_one_deferred_record_and_none_once_awaited
         assert len(lean) >= 20
     run_on(library, main)
 
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_eager_cl_loop_replays_its_twin_through_the_lean_path(library, lean, monkeypatch):
+    """An eager graph on one OpenCL device realized again and again (a schedule-cache template's hits)
+    gets a kept-runner twin (engine/program.py), whose plan takes the lean CL replay: each hit binds its
+    own input and result buffers, and earlier results keep their values."""
+    from atensor.engine import program as program_module
+    monkeypatch.setattr(program_module, "HOT_HITS", 2)
+    compute = Device.get("CL").compute
+
+    async def main() -> None:
+        kept = []
+        for k in range(12):
+            a_np = RNG.standard_normal(24).astype(np.float32)
+            before = compute.commands_run
+            y = (Tensor(a_np, device="CL") * 3 - 1).relu()  # one kernel
+            await y.realize()
+            np.testing.assert_allclose(y.numpy(), np.maximum(a_np * 3 - 1, 0), rtol=1e-6)
+            kept.append((y, a_np))
+            if k >= 8:
+                assert compute.commands_run - before <= 2  # the upload and the one replay command
+        assert len(lean) >= 4, len(lean)
+        for y, a_np in kept:  # each hit wrote its own buffer
+            np.testing.assert_allclose(y.numpy(), np.maximum(a_np * 3 - 1, 0), rtol=1e-6)
+    run_on(library, main)
