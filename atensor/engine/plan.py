@@ -45,7 +45,8 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   ends at a task another queue waits for (its value is published as soon as it is done) and starts at
   a task that waits for another queue.
 - a replay of ONE task on an idle queue whose runner can start on this thread (`Runner.here`: a net
-  command) starts it here (`Queue.start_here`); the runner submits its command only when it is
+  command) starts it here (`Queue.start_here`; with native programs, from its `NetAlone` record,
+  engine/net_replay.py: none of the choices above is made again per replay); the runner submits its command only when it is
   still in flight after its bound (or before it starts, for a long one), and the queue's worker
   takes it over from this thread and finishes it; in a replay of native programs of more tasks, a
   queue's first task that is such a command and waits for nothing is started here the same way,
@@ -78,6 +79,7 @@ from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task, TaskGraph
 from atensor.engine import cl_replay, lower_cl
 from atensor.engine.layout import Layout
+from atensor.engine.net_replay import NetAlone, net_alone_for
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.engine.replay import RECORD_MAX_TASKS, ReplayRecord, record_for
@@ -203,6 +205,8 @@ class Plan:
         self.record: Optional[ReplayRecord] | bool | None = None
         # the lean replay of a plan on one OpenCL queue (engine/cl_replay.py), made with `record`
         self.lean: Optional[cl_replay.CLReplay] = None
+        # the lean replay of a plan whose one task is a net command started here (engine/net_replay.py)
+        self.net: Optional[NetAlone] = None
 
     # ---- runners ---------------------------------------------------------------------------------
     def _lower_runners(self) -> None:
@@ -277,6 +281,8 @@ class Plan:
             self.lean = cl_replay.lean_for(L.queues, self.kept, self.remake, self.slots, self.swapped,
                                            self.fixed_bufs, L.notes, self.swapped_index, L.read_first,
                                            self._program_summary(0), L.tasks[0])
+            if self.lean is None and not L.from_slots:
+                self.net = net_alone_for(L.queues, self.kept, self.remake, self._program_summary(0), L.tasks[0])
         return self.record
 
     # ---- submission ------------------------------------------------------------------------------
@@ -321,6 +327,9 @@ class Plan:
             value = base + lean.count
             self.last_final = [(lean.signal, value)]
             return Submission({queue: value}, lean.placed(value))
+        net = self.net
+        if net is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
+            return self._submit_net_alone(net, mapping)
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]
@@ -430,6 +439,35 @@ class Plan:
             return sub
         for queue, commands in lists:
             queue.submit(commands)
+        return sub
+
+    def _submit_net_alone(self, net: NetAlone, mapping: dict[BufferSpec, BufferSpec]) -> Submission:
+        """A replay of the plan's one net command, started on this thread (engine/net_replay.py): the
+        kept runner pointed at the swapped buffers, one value, the buffers told, `Queue.start_here`."""
+        L = self.layout
+        new_specs = [mapping[s] for s in self.swapped]
+        bufs = self.fixed_bufs
+        if new_specs:
+            bufs = bufs.copy()
+            for bi, spec in zip(self.swapped_index, new_specs):
+                bufs[bi] = Buffer.of(spec)
+        for bi, name in L.read_first:
+            buf = bufs[bi]
+            if buf.writes or buf.failure is not None:
+                _refuse_failed_read(buf, name)
+        if self.slots is not None:
+            self.slots.bind(new_specs)  # every queue is idle: no command still uses the slots
+        queue = net.queue
+        base = queue.reserve(1)
+        command = net.command(base, take_task_ids(1))
+        value = base + 1
+        if net.program:
+            self._note_program(bufs, L.signals, [base])
+        else:
+            self._note(bufs, L.signals, [base])
+        self.last_final = [(net.signal, value)]
+        sub = Submission({queue: value}, [(net.signal, value, net.task)])
+        queue.start_here(command, net.here, [command])  # done here, or submitted by it
         return sub
 
     def _lead(self, runs: list) -> Optional[Callable[[Callable[[], None], bool], bool]]:
