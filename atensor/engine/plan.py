@@ -336,17 +336,7 @@ class Plan:
             # a plan of slots has no buffers of its own (every one is in the mapping)
             self.fixed_bufs = [] if L.from_slots else [Buffer.of(s) for s in L.buffers]
         new_specs = [mapping[s] for s in self.swapped]
-        bufs = self.fixed_bufs
-        if L.from_slots:
-            bufs = [Buffer.of(spec) for spec in new_specs]
-        elif new_specs:
-            bufs = bufs.copy()
-            for bi, spec in zip(self.swapped_index, new_specs):
-                bufs[bi] = Buffer.of(spec)
-        for bi, name in L.read_first:
-            buf = bufs[bi]
-            if buf.writes or buf.failure is not None:
-                _refuse_failed_read(buf, name)
+        bufs = self._buffers_of(new_specs)
         if all_idle():  # the common case between steps: nothing can be pending, no snapshot to take
             if record is None and self.kept is not None:
                 self._make_record()  # used from the next submission on
@@ -441,20 +431,29 @@ class Plan:
             queue.submit(commands)
         return sub
 
+    def _buffers_of(self, new_specs: list[BufferSpec]) -> list[Buffer]:
+        """The Buffer of each of the graph's buffers in a submission with `new_specs` (the swapped
+        ones' replacements); raises, before anything is submitted, when a task reads a buffer before
+        the graph writes it whose contents come from a task that failed."""
+        bufs = self.fixed_bufs
+        if self.layout.from_slots:
+            bufs = [Buffer.of(spec) for spec in new_specs]
+        elif new_specs:
+            bufs = bufs.copy()
+            for bi, spec in zip(self.swapped_index, new_specs):
+                bufs[bi] = Buffer.of(spec)
+        for bi, name in self.layout.read_first:
+            buf = bufs[bi]
+            if buf.writes or buf.failure is not None:
+                _refuse_failed_read(buf, name)
+        return bufs
+
     def _submit_net_alone(self, net: NetAlone, mapping: dict[BufferSpec, BufferSpec]) -> Submission:
         """A replay of the plan's one net command, started on this thread (engine/net_replay.py): the
         kept runner pointed at the swapped buffers, one value, the buffers told, `Queue.start_here`."""
         L = self.layout
         new_specs = [mapping[s] for s in self.swapped]
-        bufs = self.fixed_bufs
-        if new_specs:
-            bufs = bufs.copy()
-            for bi, spec in zip(self.swapped_index, new_specs):
-                bufs[bi] = Buffer.of(spec)
-        for bi, name in L.read_first:
-            buf = bufs[bi]
-            if buf.writes or buf.failure is not None:
-                _refuse_failed_read(buf, name)
+        bufs = self._buffers_of(new_specs)
         if self.slots is not None:
             self.slots.bind(new_specs)  # every queue is idle: no command still uses the slots
         queue = net.queue
