@@ -17,7 +17,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` calls MPI's blocking collective (MPI's own wait, no timeout); read when a net command is lowered |
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
-| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/c/native.py): `jit` those of `atensor.jit` replays and of hot eager graphs (engine/program.py's twin), `all` every kernel, `0` none |
+| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/c/registry.py): `jit` those of `atensor.jit` replays and of hot eager graphs (engine/program.py's twin), `all` every kernel, `0` none |
 | debug | ATENSOR_DEBUG | 0 | 2 or more: print each command (kernel, copy) as it finishes, with its time, bytes and flops (profiler/counters.py); read when a realize is submitted |
 | mnist_dir | ATENSOR_MNIST_DIR | (unset) | a folder holding MNIST's four idx files (`train-images-idx3-ubyte[.gz]`...), which `nn.datasets.mnist()` then loads instead of its local digits |
 

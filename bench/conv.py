@@ -55,7 +55,7 @@ from common import best_of, table, time_steps, write_results  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from atensor import Tensor  # noqa: E402
 from atensor.backend.gemm import blas
-from atensor.backend import native  # noqa: E402
+from atensor.backend.gemm import openblas  # noqa: E402
 from atensor.config import settings  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tinygrad's device
@@ -86,13 +86,13 @@ def _sgemm_floor(x: tuple, w: tuple, pad: int, repeat: int, threads: int) -> tup
     cols = np.random.rand(cin * kw, oh * ow).astype(np.float32)
     weight = np.random.rand(cout, cin * kw).astype(np.float32)
     out = np.empty((cout, oh * ow), np.float32)
-    bound = native._bind_blas()
+    bound = openblas.functions()
     if bound is None:
         return _flops(x, w, pad) / peak, float("nan")
-    index = ctypes.c_longlong if bound[2] else ctypes.c_int
+    index = ctypes.c_longlong if bound.ilp64 else ctypes.c_int
     ptr, real = ctypes.c_void_p, ctypes.c_float
     sgemm = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index, real, ptr,
-                             index, ptr, index, real, ptr, index)(bound[0])
+                             index, ptr, index, real, ptr, index)(bound.sgemm)
     m, k, p = cout, cin * kw, oh * ow
 
     def products() -> None:  # the first gemm of a sample writes its output, the others add into it

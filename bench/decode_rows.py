@@ -44,11 +44,11 @@ PROMPTS = [f"Once upon a time, a robot named Unit {i} walked into" for i in rang
 
 
 def use_kernels(lib) -> None:
-    """Points every loaded kernel library's packed-matmul pointer at `lib`'s kernels (native._set_quant's
+    """Points every loaded kernel library's packed-matmul pointer at `lib`'s kernels (backend/quant/kernels.point's
     job for this tree's helper)."""
-    from atensor.backend.c import native
+    from atensor.backend.c import library
     address = lambda fn: ctypes.c_void_p(ctypes.cast(fn, ctypes.c_void_p).value)  # noqa: E731
-    for kernels in native._libraries:
+    for kernels in library.LOADED.libraries:
         kernels.atensor_set_quant(address(lib.atq_matmul), address(lib.atq_dequant))
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 from typing import Optional, Sequence
 
-from atensor.backend.c import native
+from atensor.backend.c import programs
 from atensor.backend.runner import Runner
 from atensor.graph.taskgraph import Task
 from atensor.hcq.queue import Command, Queue
@@ -44,8 +44,8 @@ class NetAlone:
         self.bases = (ctypes.c_uint64 * 1)()
         # with native programs, the queue's worker takes a submitted command over in C (a doorbell's
         # ring), as the general path's program of it; else the runner's own fn, as the general path's
-        self.program = native.programs_available()
-        self.run = native.Program([(native.RUN, 0, 0, 0)], [runner]).bind(self.bases) \
+        self.program = programs.programs_available()
+        self.run = programs.Program([(programs.RUN, 0, 0, 0)], [runner]).bind(self.bases) \
             if self.program else runner
         self.name, self.nbytes, self.flops = summary
 

@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence
 
 from atensor import ledger
 from atensor.backend.gemm import blas
-from atensor.backend.c import native
+from atensor.backend.c import programs
 from atensor.backend.c import replay as replay_c
 from atensor.backend.runner import Runner
 from atensor.engine.patching import AddressSlots
@@ -61,7 +61,7 @@ class ReplayRecord:
         self.call, self.queue = call, queue
         self.signal = queue.signal
         self.count = len(runs)
-        self.program = native.Program([(native.RUN, 0, 0, 0)] * len(runs), list(runs))
+        self.program = programs.Program([(programs.RUN, 0, 0, 0)] * len(runs), list(runs))
         places = slots.slots if slots is not None else [[] for _ in swapped]
         triples = [(ctypes.addressof(block) + 8 * k, j, offset)
                    for j, entries in enumerate(places) for block, k, offset in entries]
@@ -75,10 +75,10 @@ class ReplayRecord:
         record = self.record = (ctypes.c_uint64 * replay_c.RECORD_WORDS)()
         program = self.program
         record[0], record[1] = len(triples), ctypes.addressof(self.slot_words)
-        record[2], record[3] = ctypes.addressof(self.addresses), native.program_runner_address()
+        record[2], record[3] = ctypes.addressof(self.addresses), programs.program_runner_address()
         record[4], record[5] = program.count, ctypes.addressof(program.ops)
         record[6], record[7] = ctypes.addressof(program.fns), ctypes.addressof(program.blocks)
-        record[8], record[9] = ctypes.addressof(self.bases), ctypes.addressof(native._timelines)
+        record[8], record[9] = ctypes.addressof(self.bases), ctypes.addressof(programs.TIMELINES.values)
         self.address = ctypes.addressof(record)
         self.written = list(written)                  # fixed buffers the replay writes
         self.written_swapped = list(written_swapped)  # places in `swapped` of those it writes

@@ -14,11 +14,11 @@ from hypothesis import given, settings, strategies as st
 import atensor
 from atensor import Tensor
 from atensor.backend.gemm import conv_c
-from atensor.backend.c import native
+from atensor.backend.c import compiler
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: no native kernels")
+pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler: no native kernels")
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import pytest
 
 import atensor
 from atensor import Tensor
-from atensor.backend.c import native
+from atensor.backend.c import compiler
 from atensor.hcq import loop
 from tests.engine.loops import run_on, count_record_runs
 
 pytestmark = pytest.mark.default_settings
-COMPILED = native.compiler() is not None
+COMPILED = compiler.path() is not None
 
 
 def _expect_records(recorded: list[int], at_least: int) -> None:

@@ -1,7 +1,7 @@
 """How the native tier calls the C compiler: the flags every kernel library is built with, and whether the
 C library's vector math (glibc's libmvec) can be used.
 
-Why apart from backend/c/native.py: the flags decide what the rendered C turns into (which loops vectorize, which
+Why apart from backend/c/compiler.py: the flags decide what the rendered C turns into (which loops vectorize, which
 calls stay scalar); backend/c/render.py writes its loops for these flags, and a change here recompiles every
 kernel once (the flags are part of each library's cache key).
 

@@ -1,9 +1,9 @@
-"""The C every native library starts with (backend/c/native.py compiles it ahead of the rendered kernels).
+"""The C every native library starts with (backend/c/registry.py compiles it ahead of the rendered kernels).
 
 - numpy's integer and float semantics as helpers (floor division and modulo signed like the divisor,
   0 on division by zero, NaN-propagating max) and the BLAS gemm and gemv pointers numpy's OpenBLAS
   provides;
-- the program runner (native.Program): a list of run / wait / publish operations, the waits and
+- the program runner (backend/c/programs.py `Program`): a list of run / wait / publish operations, the waits and
   publishes on C timelines (a value and a futex word per queue), so queues hand work to each other
   without the GIL or a Python wake-up;
 - `atensor_copy`, a memcpy between buffers that a program can hold;
@@ -137,7 +137,7 @@ static inline void at_sgemm_rows_nn(int64_t m, int64_t n, int64_t k, const float
   else if (m == 3) at_sgemm_rows_nn3(n, k, a, lda, b, ldb, c, ldc);
   else at_sgemm_rows_nn4(n, k, a, lda, b, ldb, c, ldc);
 }
-/* the packed-weight kernels (backend/quant/source.py), in a helper library: backend/c/native.py sets these when it loads a
+/* the packed-weight kernels (backend/quant/source.py), in a helper library: backend/quant/kernels.py sets these when it loads a
    library whose kernels call them (a QMATMUL or DEQUANT kernel, backend/c/render.py) */
 typedef void (*at_qmatmul_t)(int, const float *, const uint8_t *, float *, int64_t, int64_t, int64_t);
 typedef void (*at_dequant_t)(int, const uint8_t *, float *, int64_t, int64_t);
@@ -147,7 +147,7 @@ void atensor_set_quant(void *matmul, void *dequant) {
   at_packed_qmatmul = (at_qmatmul_t)matmul; at_packed_dequant = (at_dequant_t)dequant;
 }
 typedef void (*at_kernel_t)(void **);
-/* timelines of native programs (backend/c/native.py): a queue's value, and a futex word for sleeping waiters */
+/* timelines of native programs (backend/c/programs.py): a queue's value, and a futex word for sleeping waiters */
 typedef struct { _Atomic uint64_t value; _Atomic uint32_t seq; _Atomic uint32_t sleepers; } at_timeline;
 static void at_timeline_wait(at_timeline *t, uint64_t target) {
   for (int spin = 0; spin < 256; spin++) {  /* a few microseconds: the other queue is often about done */

@@ -9,7 +9,7 @@ blocks (engine/patching.py's slots) and runs the queue's native program (the ker
 and stamps it. Python keeps what must change per call: the fresh result buffers (their memory comes
 from the device's allocator), the reserved signal value, publishing it.
 
-Why a helper compiled at first use (native.load_helper) and not a CPython extension: the kernels and
+Why a helper compiled at first use (library.load_helper) and not a CPython extension: the kernels and
 the program runner are already loaded through ctypes, the helper is 40 lines that need no Python API,
 and a ctypes call of one pointer argument costs ~1 us (measured with bench/jit_replay.py), a small
 part of what is left (see the module docstring of engine/replay.py). Without a compiler it does not
@@ -32,7 +32,7 @@ import subprocess
 import threading
 from typing import Optional
 
-from atensor.backend.c import native
+from atensor.backend.c import library, programs
 
 RECORD_WORDS = 12
 
@@ -84,15 +84,15 @@ _lock = threading.Lock()
 
 
 def replay_function() -> Optional[ctypes._CFuncPtr]:
-    """`at_replay(record)`, compiled on first use (once per machine, native.load_helper); None when it
+    """`at_replay(record)`, compiled on first use (once per machine, library.load_helper); None when it
     cannot be compiled (`failure` says why) or no kernel library is loaded yet (the program runner it
     calls lives there): replays then take the Python path."""
     global _replay, failure
-    if _replay is None and failure is None and native.program_runner_address():
+    if _replay is None and failure is None and programs.program_runner_address():
         with _lock:
             if _replay is None and failure is None:
                 try:
-                    lib = native.load_helper("atensor-replay", SOURCE)
+                    lib = library.load_helper("atensor-replay", SOURCE)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                     failure = f"{type(exc).__name__}: {exc}"
                     return None

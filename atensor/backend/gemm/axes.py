@@ -1,7 +1,7 @@
 """Which axes of a contraction sum(a * b, axes) are a gemm's batch, rows, inner and columns.
 
 Why apart: both the numpy backend's contraction (backend/gemm/contraction.py, which imports the C helpers of
-backend/gemm/window_c.py and so backend/c/native.py) and the C renderer (backend/c/render.py, imported by backend/c/native.py)
+backend/gemm/window_c.py and so backend/c/library.py) and the C renderer (backend/c/render.py, imported by backend/c/registry.py)
 classify a contraction's axes the same way; a module of its own keeps that one definition without an
 import circle.
 """

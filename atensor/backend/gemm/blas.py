@@ -19,7 +19,7 @@ own runs (`MeasuredThreads`): it tries both counts, runs with the faster, and no
 other again, so a change of load moves it back.
 
 In a jit replay's native program the C runner sets a kernel's count for its run only and times the
-run (native.Program, measured on the same decode steps, SmolLM2 on 2 cores, idle): with the
+run (programs.Program, measured on the same decode steps, SmolLM2 on 2 cores, idle): with the
 threshold at 1 Mi flops, so that decode's matrix products are timed with both counts, a 16-row step
 took 96-107 ms against 127-131 ms at 64 Mi, and a one-row step 28-29 ms against 32-35 ms. Before,
 a kernel of more threads could not be in a program: it ran as a command of its own, whose Python

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from atensor.backend.c import native
+from atensor.backend.gemm import openblas
 from atensor.backend.gemm.axes import contraction_groups
 from atensor.backend.gemm.window_c import window_gemm_function
 from atensor.graph.view import View
@@ -46,10 +46,10 @@ class WindowGemm:
     """sum(a * b, axes) for the weight view `a` and the window view `b` (module docstring), run by
     `__call__` into a new array of the contraction's keepdims shape."""
 
-    def __init__(self, fn: Any, blas: tuple, a_view: View, b_view: View, keep: tuple[int, ...], dtype: np.dtype,
-                 rows: list[int], inner: list[int], own: list[int], t: int, m: int):
+    def __init__(self, fn: Any, blas: openblas.BlasFunctions, a_view: View, b_view: View, keep: tuple[int, ...],
+                 dtype: np.dtype, rows: list[int], inner: list[int], own: list[int], t: int, m: int):
         shape = a_view.shape
-        self.fn, self.gemm, self.ilp64 = fn, blas[0] if dtype == np.float32 else blas[1], int(blas[2])
+        self.fn, self.gemm, self.ilp64 = fn, blas.sgemm if dtype == np.float32 else blas.dgemm, int(blas.ilp64)
         self.keep, self.dtype = keep, dtype
         self.chunks = shape[0]  # the samples (1: one gemm chain)
         p, rest = own[0], own[1:]
@@ -76,7 +76,7 @@ class WindowGemm:
         """The plan for this contraction, or None when it is not a convolution forward this class
         runs exactly (module docstring)."""
         fn = window_gemm_function(dtype) if dtype in (np.float32, np.float64) else None
-        blas = native._bind_blas() if fn is not None else None
+        blas = openblas.functions() if fn is not None else None
         shape = a_view.shape
         if blas is None or not shape or 0 in axes:
             return None

@@ -10,7 +10,7 @@ The forward's im2col is the reverse, a copy of one sample's window view (C, *ker
 dense scratch buffer before its gemm (backend/gemm/contraction.py): np.copyto walks it in rows of 20 elements too,
 measured 21 ms of the 128 samples' copies where `gather` takes 11.6 ms (a loaded 2-core machine).
 
-The library is compiled on first use with the system C compiler (backend/c/native.py finds it and
+The library is compiled on first use with the system C compiler (backend/c/compiler.py finds it and
 keeps the cache directory), separately from the kernels' libraries, so it exists before any kernel
 is compiled. Without a compiler, `add_windows` is None and callers use numpy.
 """
@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from atensor.backend.c import native
+from atensor.backend.c import library
 
 SOURCE = r"""
 #include <stdint.h>
@@ -134,7 +134,7 @@ def _load() -> Optional[dict[np.dtype, ctypes._CFuncPtr]]:
             return _functions
         _tried = True
         try:
-            lib = native.load_helper("windows", SOURCE)
+            lib = library.load_helper("windows", SOURCE)
         except Exception:  # noqa: BLE001 - no working compiler or loader: numpy does the adds
             return None
         functions = {}

@@ -3,8 +3,8 @@
 Why a helper library of their own rather than a kernel's rendered body: the block decodes and their
 three paths are a few hundred lines of intrinsics, the same for every QMATMUL; rendered into each
 kernel library they would be compiled again with each jit capture. A QMATMUL kernel's C (backend/c/render.py)
-is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which backend/c/native.py sets to
-the helper's `atq_matmul` when it loads a library (native.quant_library compiles the helper).
+is one call through the `at_packed_qmatmul` pointer its library's prelude holds, which backend/c/registry.py sets
+to the helper's `atq_matmul` (`point`) when it loads a library; `library()` compiles and loads the helper.
 
 `matmul` and `dequantize` call a chosen path directly (`matmul` on a chosen number of threads too):
 the tests hold each path the CPU has, on one thread and on two, to the portable one and to numpy.
@@ -12,48 +12,84 @@ the tests hold each path the CPU has, on one thread and on two, to the portable 
 from __future__ import annotations
 
 import ctypes
+import subprocess
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from atensor.backend.c import native
-
+from atensor.backend.c.library import load_helper
+from atensor.backend.c.programs import program_threads
+from atensor.backend.gemm import openblas
 from atensor.backend.quant import numpy_kernels as quant_numpy
+from atensor.backend.quant.source import SOURCE
 from atensor.config import settings
 from atensor.graph.quant import PackedShape
 
 PATHS = ("portable", "avx2", "avx512")
-_lock = threading.Lock()
-_library: Optional[ctypes.CDLL] = None
+
+
+@dataclass
+class Helper:
+    """The helper library, compiled and loaded on the first `library()` call, its functions typed; or
+    why it could not be (`failure`: no compiler, or a compile error; then QMATMUL stays on numpy).
+
+    Lock: `lock`, held while loading (its own, not the registry's: backend/c/registry.py asks for the
+    helper while holding that). Lifetime: the process; a failure is not retried."""
+    lib: Optional[ctypes.CDLL] = None
+    failure: Optional[str] = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+HELPER = Helper()
 
 
 def library() -> Optional[ctypes.CDLL]:
-    """The loaded helper library (native.quant_library: compiled on first use), its functions typed;
+    """The packed-weight kernels (backend/quant/source.py) as a helper library, compiled on first use
+    (once per machine), its functions typed and numpy's sgemm and BLAS thread functions handed to it;
     None (and `failure()` says why) without a compiler or when it does not compile."""
-    global _library
-    if _library is not None:
-        return _library
-    lib = native.quant_library()
-    if lib is None:
-        return None
-    with _lock:
-        for path in PATHS:
-            fn = getattr(lib, f"atq_dequant_{path}", None)
-            if fn is not None:
-                fn.restype = None
-        lib.atq_matmul_run.restype = None
-        for name in ("atq_has_avx2", "atq_has_avx512", "atq_threads"):
-            getattr(lib, name).restype = ctypes.c_int
-        lib.atq_best_path.restype = ctypes.c_char_p
-        _library = lib
-    return _library
+    helper = HELPER
+    if helper.lib is not None or helper.failure is not None:
+        return helper.lib
+    with helper.lock:
+        if helper.lib is None and helper.failure is None:
+            try:
+                lib = load_helper("atensor-quant", SOURCE)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                helper.failure = f"{type(exc).__name__}: {exc}"
+                return None
+            blas = openblas.functions()
+            if blas is not None:  # many rows of x: decoded panels through sgemm (backend/quant/source.py)
+                lib.atq_set_sgemm(ctypes.c_void_p(blas.sgemm), ctypes.c_int(int(blas.ilp64)))
+                if blas.set_threads and blas.get_threads:  # threads: the kernel's BLAS count (pool_c.py)
+                    lib.atq_set_blas_threads(ctypes.c_void_p(blas.get_threads), ctypes.c_void_p(blas.set_threads))
+            for path in PATHS:
+                fn = getattr(lib, f"atq_dequant_{path}", None)
+                if fn is not None:
+                    fn.restype = None
+            lib.atq_matmul_run.restype = None
+            for name in ("atq_has_avx2", "atq_has_avx512", "atq_threads"):
+                getattr(lib, name).restype = ctypes.c_int
+            lib.atq_best_path.restype = ctypes.c_char_p
+            helper.lib = lib
+    return helper.lib
+
+
+def point(libraries: list[ctypes.CDLL]) -> None:
+    """Points each kernel library's `at_packed_qmatmul` / `at_packed_dequant` (backend/c/prelude.py) at
+    the helper's kernels (called by backend/c/registry.py when it loads libraries with packed kernels)."""
+    helper = library()
+    if helper is None:
+        return
+    address = lambda fn: ctypes.c_void_p(ctypes.cast(fn, ctypes.c_void_p).value)  # noqa: E731
+    for lib in libraries:
+        lib.atensor_set_quant(address(helper.atq_matmul), address(helper.atq_dequant))
 
 
 def failure() -> Optional[str]:
     """Why the helper library could not be loaded, if it could not."""
-    return native.quant_failure
+    return HELPER.failure
 
 
 def best_path() -> str:
@@ -73,7 +109,8 @@ def available_paths() -> list[str]:
 def threads_follow_blas() -> bool:
     """Whether a kernel's run reads its thread count from BLAS (OpenBLAS's get and set functions were
     found, backend/quant/pool_c.py); else every packed kernel runs on one thread."""
-    return library() is not None and bool(native._blas_get_threads) and native.program_threads()
+    blas = openblas.BINDING.found
+    return library() is not None and blas is not None and bool(blas.get_threads) and program_threads()
 
 
 @dataclass(frozen=True)

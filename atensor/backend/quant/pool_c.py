@@ -10,7 +10,7 @@ How many threads: a kernel's BLAS thread count, the one mechanism atensor has fo
 (backend/gemm/blas.py). For a packed matmul the runner sets it to the device's whole share every time
 (`blas.packed_threads`: not the timed choice other big kernels make, which on a loaded machine chose
 one thread or two by the load of its first runs), and the kernel reads it back through
-`openblas_get_num_threads` (backend/c/native.py hands both functions over). The work size then decides: no
+`openblas_get_num_threads` (backend/quant/kernels.py hands both functions over). The work size then decides: no
 split under ATQ_MIN_ROWS_PER_THREAD weight rows a thread. While the pool's threads call sgemm (many
 rows on the portable path, backend/quant/source.py's panels), BLAS is set to one thread, so the two kinds of threads never stack; the
 count is set back before the kernel returns.

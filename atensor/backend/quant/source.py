@@ -18,12 +18,12 @@ streams) runs the blocked kernel of backend/quant/gemm_c.py (`atq_blocked_<path>
 columns). The portable path, and longer rows, decode each weight row once into an L1-resident scratch
 row and multiply it with every row of x, four at a time; from ATQ_GEMM_ROWS rows on they decode
 panels of weight rows (128 KiB, in L2) and multiply each panel with all rows of x in BLAS's sgemm (set
-by backend/c/native.py; called on one BLAS thread from each of the kernel's threads, backend/quant/pool_c.py). Every way
+by backend/quant/kernels.py; called on one BLAS thread from each of the kernel's threads, backend/quant/pool_c.py). Every way
 each weight block is read from memory once for all rows. One row of x (batch-1 decode) takes the fused
 decode-and-dot in registers, where a scratch row's store and load would cost more than the decode.
 
 `render_packed` is a QMATMUL or DEQUANT kernel's own C (backend/c/render.py calls it): one call through the
-prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which backend/c/native.py sets to this library's
+prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which backend/quant/kernels.py sets to this library's
 best-path `atq_matmul` / `atq_dequant`.
 """
 from __future__ import annotations
@@ -373,7 +373,7 @@ static void atq_dot4_portable(const float *w, const float *x, int64_t ldx, int64
   for (int r = 0; r < 4; r++) out[r * ldo] = atq_dot_dense_portable(w, x + r * ldx, n);
 }
 
-/* BLAS's sgemm (numpy's OpenBLAS; backend/c/native.py sets it when it loads this library), for many rows of x:
+/* BLAS's sgemm (numpy's OpenBLAS; backend/quant/kernels.py sets it when it loads this library), for many rows of x:
    a panel of weight rows is decoded into a scratch block, which sgemm multiplies with every row of x */
 typedef void (*atq_sgemm32_t)(int, int, int, int, int, int, float, const float *, int, const float *, int,
                               float, float *, int);
