@@ -6,7 +6,8 @@ bench/round_trip_breakdown.py): the schedule key walk over the graph (sched/cach
 largest self time of the round trip), the interning of each node an op records and of a
 realize's BUFFER and ASSIGN nodes (graph/node.py `Node.make` and `_publish`), the ledger's commit of
 each realized assign (atensor/ledger `commit_assign_locked`, `set_value_locked`), the BufferSpec of
-each result and the inline-size check (engine/realize.py `_small`). Each is a short loop of attribute
+each result, the inline-size check and the follow of a tensor's node to its storage's newest version
+(engine/realize.py `_small`, `_follow_storage`). Each is a short loop of attribute
 reads, dict probes and tuple builds whose cost is the interpreter's, not the work's: here the same
 reads are loads at a fixed slot offset and the probes are direct dict calls.
 
@@ -755,6 +756,78 @@ done:
     return result;
 }
 
+/* ---- a tensor's node at its storage's newest version (engine/realize.py `_follow_storage`) ------- */
+
+static PyObject *view_op, *follow_general;
+
+static PyObject *configure_follow(PyObject *module, PyObject *args) {
+    PyObject *view, *general;
+    if (!PyArg_ParseTuple(args, "OO:configure_follow", &view, &general))
+        return NULL;
+    keep(&view_op, view);
+    keep(&follow_general, general);
+    Py_RETURN_NONE;
+}
+
+static PyObject *follow_storage(PyObject *module, PyObject *node) {
+    /* `node` itself when it is not storage or views its storage's newest version (the common cases);
+       else engine/realize.py's `_follow_to_latest(node, base, spec)` decides (Python) */
+    if (!ledger_configured() || follow_general == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's follow_storage is not configured");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(node, node_type)) {
+        PyErr_SetString(PyExc_TypeError, "follow_storage: a Node is needed");
+        return NULL;
+    }
+    PyObject *base = node;
+    while (SLOT(base, n_op) == view_op)
+        base = PyTuple_GET_ITEM(SLOT(base, n_src), 0);
+    PyObject *op = SLOT(base, n_op), *spec;
+    if (op == buffer_op) {
+        PyObject *arg = SLOT(base, n_arg);
+        spec = PyTuple_GET_ITEM(arg, 0);
+        PyObject *record = PyDict_GetItemWithError(records, SLOT(spec, s_uid));
+        if (record == NULL && PyErr_Occurred())
+            return NULL;
+        PyObject *version = PyTuple_GET_ITEM(arg, 1);
+        int current;
+        if (record == NULL) {
+            static PyObject *zero;
+            if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+                return NULL;
+            if ((current = PyObject_RichCompareBool(version, zero, Py_EQ)) < 0)
+                return NULL;
+        } else {
+            current = SLOT(record, r_head) == Py_None;
+            if (current && (current = PyObject_RichCompareBool(SLOT(record, r_version), version, Py_EQ)) < 0)
+                return NULL;
+        }
+        if (current) {
+            Py_INCREF(node);
+            return node;
+        }
+    } else if (op == assign_op) {
+        PyObject *storage = PyTuple_GET_ITEM(SLOT(base, n_src), 0);
+        while (SLOT(storage, n_op) == assign_op)
+            storage = PyTuple_GET_ITEM(SLOT(storage, n_src), 0);
+        spec = PyTuple_GET_ITEM(SLOT(storage, n_arg), 0);
+        PyObject *record = PyDict_GetItemWithError(records, SLOT(spec, s_uid));
+        if (record == NULL && PyErr_Occurred())
+            return NULL;
+        if (record != NULL && SLOT(record, r_head) == base) {  /* still the buffer's newest (pending) */
+            Py_INCREF(node);
+            return node;
+        }
+    } else {
+        Py_INCREF(node);
+        return node;
+    }
+    PyObject *call[3] = {node, base, spec};
+    return PyObject_Vectorcall(follow_general, call, 3, NULL);
+}
+
 /* ---- the inline-size check of a realize ------------------------------------------------------- */
 
 static PyObject *small_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -844,6 +917,9 @@ static PyMethodDef methods[] = {
      "commit_assign_locked(node, spec): atensor.ledger.commit_assign_locked."},
     {"set_value_locked", (PyCFunction)(void (*)(void))set_value_locked, METH_FASTCALL,
      "set_value_locked(node, target): atensor.ledger.set_value_locked."},
+    {"configure_follow", configure_follow, METH_VARARGS,
+     "configure_follow(VIEW, follow_to_latest): engine/realize.py's general case (it does it)."},
+    {"follow_storage", follow_storage, METH_O, "follow_storage(node) -> Node: engine/realize.py's _follow_storage."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -70,6 +70,11 @@ def _follow_storage(node: Node) -> Node:
             return node
     else:
         return node
+    return _follow_to_latest(node, base, spec)
+
+
+def _follow_to_latest(node: Node, base: Node, spec: BufferSpec) -> Node:
+    """`_follow_storage` of a `node` whose storage `base` (of `spec`) is not the newest version."""
     latest = ledger.latest(spec)
     if base is latest:
         return node
@@ -78,6 +83,12 @@ def _follow_storage(node: Node) -> Node:
     if node.src[0] is base:  # or one view of it
         return latest.view(node.arg)
     return substitute([node], {base: latest})[node]
+
+
+python_follow_storage = _follow_storage  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:  # the common cases in C (atensor/core/ccore.c), the rest `_follow_to_latest`
+    core.ccore.configure_follow(Ops.VIEW, _follow_to_latest)
+    _follow_storage = core.ccore.follow_storage  # noqa: F811
 
 
 # a realize of at most this many nodes to compute (stopping at buffers and realized values) is planned

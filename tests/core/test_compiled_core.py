@@ -318,3 +318,24 @@ def test_the_compiled_commit_refuses_what_is_not_a_spec():
     with pytest.raises(TypeError, match="BufferSpec"):
         with ledger.lock:
             ledger.commit_assign_locked(node, "buf")
+
+
+# ---- a tensor's node at its storage's newest version ------------------------------------------------
+
+@compiled
+def test_the_compiled_follow_gives_what_the_python_follow_gives_at_every_version():
+    from atensor import ledger
+    from atensor.engine import realize
+    t = Tensor(np.arange(6, dtype=np.float32)).realize()
+    t.wait()
+    stored = t.node  # a BUFFER at its current version
+    spec = stored.arg[0] if stored.op is Ops.BUFFER else stored.base().arg[0]
+    views = [stored, stored.reshape((2, 3)), stored.reshape((2, 3)).permute((1, 0)), Tensor.empty(6).exp().node]
+    for stage in ("current", "pending assign", "realized since"):
+        if stage == "pending assign":
+            t.assign(t + 1)
+        elif stage == "realized since":
+            t.realize().wait()
+        for node in views + [t._node, ledger.latest(spec)]:
+            assert realize._follow_storage(node) is realize.python_follow_storage(node), (stage, node)
+    np.testing.assert_array_equal(t.numpy(), np.arange(6, dtype=np.float32) + 1)
