@@ -2,7 +2,7 @@
 
 Why: an eager awaited realize spends most of its microseconds in the interpreter, not in its work;
 a few loops run on every realize (the schedule key walk, interning each node an op records, making a
-result's BufferSpec). `_ccore` (atensor/core/ccore.c, a CPython extension that `pip install` builds
+result's BufferSpec). `_ccore` (atensor/core/*.c, a CPython extension that `pip install` builds
 from setup.py when a C compiler is there) runs those loops in C. The Python functions they replace
 stay where they are (graph/node.py, sched/cache.py): they are the executable specification, the
 fallback on a machine without a compiler, and what tests/core/ compares the compiled ones against.

@@ -86,7 +86,7 @@ def _follow_to_latest(node: Node, base: Node, spec: BufferSpec) -> Node:
 
 
 python_follow_storage = _follow_storage  # the specification, whichever runs (tests/core/ compares the two)
-if core.ccore is not None:  # the common cases in C (atensor/core/ccore.c), the rest `_follow_to_latest`
+if core.ccore is not None:  # the common cases in C (atensor/core/ledger.c), the rest `_follow_to_latest`
     core.ccore.configure_follow(Ops.VIEW, _follow_to_latest)
     _follow_storage = core.ccore.follow_storage  # noqa: F811
 
@@ -241,7 +241,7 @@ def _small(nodes: list[Node], limit: int) -> bool:
 
 
 python_small = _small  # the specification, whichever runs (tests/core/ compares the two)
-if core.ccore is not None:  # the same walk in C (atensor/core/ccore.c)
+if core.ccore is not None:  # the same walk in C (atensor/core/walk.c)
     def _small(nodes: list[Node], limit: int, _walk: Any = core.ccore.small_graph) -> bool:
         """`python_small`, walked in C."""
         return _walk(nodes, limit, ledger.value_entry)

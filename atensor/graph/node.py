@@ -560,7 +560,7 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
 
 
 def _install_compiled_core(ccore: Any) -> None:
-    """Runs this module's hot paths in atensor/core/ccore.c: `Node.make` (its common elementwise rule and
+    """Runs this module's hot paths in atensor/core/node.c: `Node.make` (its common elementwise rule and
     `_infer`'s BUFFER and valid-ASSIGN rules; `_make_general` stays Python, for the rest and the errors), `_known`, `_publish`, `BufferSpec.__new__` and `last_uid`. They
     share `_interned` and `_intern_lock` with the Python functions above, which stay the specification
     (tests/core/ compares the two)."""

@@ -18,7 +18,7 @@ scheduler on a miss. For the common graph, none of whose nodes has a value the l
 (an eager `x + 1` realize, 6 nodes: 10-11 us of CPU on the loaded 2-core CI machine, where the
 toposort with its per-node stop test and `graph_key` after it took 14 plus 18 calls); a graph whose
 realized values the scheduler substitutes is keyed after the substitution (`graph_key`). The walk runs in C
-where the compiled core is built (atensor/core/ccore.c: the same loop, 3-4x less CPU); this Python
+where the compiled core is built (atensor/core/walk.c: the same loop, 3x less CPU); this Python
 `walk_key` stays its specification. A hit stamps
 the template's `last_used` rather than reordering an ordered dict, so the key is hashed once. Kernel ASTs name buffers by parameter index, not identity, so a template's
 kernels are the compiled ones already. A random draw reads its seed and first counter from a buffer
@@ -137,7 +137,7 @@ python_walk_key = walk_key  # the specification, whichever runs (tests/core/ com
 
 
 def _compiled_walk_key(walk: Callable[..., Optional[tuple]]) -> Callable[..., Optional[GraphKey]]:
-    """`walk_key` run by atensor/core/ccore.c's walk (the same push and emit rule, the same parts):
+    """`walk_key` run by atensor/core/walk.c's walk (the same push and emit rule, the same parts):
     the walk's own loop in C, the GraphKey made here."""
     def walk_key(roots: list[Node], settings: tuple, has_entry: Callable[[int], Any]) -> Optional[GraphKey]:
         found = walk(roots, settings, has_entry)
