@@ -165,15 +165,28 @@ def selected(family: str) -> Variant:
     return next(v for v in variants(family) if v.index == index)
 
 
-def select(family: str, name: Optional[str]) -> Variant:
+def select(family: str, name: Optional[str], held: bool = True) -> Variant:
     """Makes `name` the variant every call of `family` runs from now on (None: back to the default), in
-    every compiled kernel; returns the selection. RuntimeError for a variant this CPU cannot run."""
+    every compiled kernel; returns the selection. RuntimeError for a variant this CPU cannot run.
+    A caller's selection is `held`: atensor/tune/ (backend/quant/tuning.py, which selects with
+    held=False) leaves it as it is, until `select(family, None)`."""
     lib = _library_or_raise()
     if name is None:
         lib.atq_select(ctypes.c_int(-1 - _family_index(family)))
+        _held.discard(family)
     elif not lib.atq_select(ctypes.c_int(_supported(family, name).index)):
         raise RuntimeError(f"the library refused {family} variant {name!r}")
+    elif held:
+        _held.add(family)
     return selected(family)
+
+
+_held: set[str] = set()  # families a caller selected by name: the tuning does not change them
+
+
+def is_held(family: str) -> bool:
+    """Whether a caller's `select` fixed `family`'s variant (the tuning then leaves it)."""
+    return family in _held
 
 
 def calls(family: str, name: str) -> int:
