@@ -61,12 +61,15 @@ class DependencyFailed(RuntimeError):
 
 class _RingClaim:
     """Whether a ring program's run is counted yet (Queue.poll and the worker race to count it), and
-    its command (what GlobalCounters adds, by whichever counts it)."""
-    __slots__ = ("counted", "command")
+    what GlobalCounters adds for its command, by whichever counts it. The counts are copied, not the
+    command: the command holds its claim, and a claim holding its command back was a reference cycle
+    per ring program (with the command's runner, its closure and argument block), which only the cyclic
+    collector freed: most of the collections of an eager training step."""
+    __slots__ = ("counted", "kind", "kernels", "nbytes", "flops")
 
     def __init__(self, command: "Command") -> None:
         self.counted = False
-        self.command = command
+        self.kind, self.kernels, self.nbytes, self.flops = command.kind, command.kernels, command.nbytes, command.flops
 
 
 class Command:
@@ -215,8 +218,7 @@ class Queue:
                 and self._doorbell.finished(number):
             if self._count_ring_program(claim):  # counted once it is published: the statistics agree
                 stamps = self._doorbell.stamps  # the newest program's (this one), written as it ran
-                command = claim.command
-                counters.count(command.kind, command.kernels, command.nbytes, command.flops, stamps[0], stamps[1])
+                counters.count(claim.kind, claim.kernels, claim.nbytes, claim.flops, stamps[0], stamps[1])
             signal.reach(value)
             return True
         return False
