@@ -2,7 +2,7 @@
 
     python bench/conv.py [--rounds 5]          # ATENSOR_BLAS_THREADS=1 on a shared machine
 
-Layers: MNIST-sized (beautiful_mnist's second convolution, 128x32x24x24 by 32x32x5x5, the kernel
+Layers: MNIST-sized (examples/conv_digits.py's second convolution, 128x32x24x24 by 32x32x5x5, the kernel
 r_sum_128x1x32x32x20x20 of issue 18) and ResNet-block-sized (8x64x56x56 by 64x64x3x3, padding 1).
 atensor builds the graph and realizes it on every call (the schedule cache keeps the TaskGraph), as a
 training loop does; the backward is the gradients of x and w for a random upstream gradient (as a
@@ -18,7 +18,7 @@ for `--model cnn` against the MLP, alternating the models each round: the issue'
 as fast per sample as the MLP.
 
 `--step-rounds N` (default 3; 0 skips it) also times whole jitted steps (bench/conv_steps.py): the
-beautiful_mnist model and the flagship's `--model cnn`, at batch 512 and 128, forward, forward+backward
+examples/conv_digits.py model and the flagship's `--model cnn`, at batch 512 and 128, forward, forward+backward
 and the Adam step, against PyTorch and tinygrad; `--steps-only` runs just those and updates the `steps`
 entry of bench/results/conv.json, leaving the layer figures as they were.
 

@@ -5,13 +5,15 @@
 Two models, each at batch 512 and 128, each in three modes, all jitted in atensor (captured, then
 replayed) and run in training mode (batchnorm uses batch statistics):
 
-- `mnist`: examples/beautiful_mnist.py's Model (tinygrad's, four convolutions, two batchnorms), 28x28 inputs;
+- `mnist`: examples/conv_digits.py's Model (four convolutions in two blocks, two batchnorms, two max-pools, a
+  linear head), 28x28 inputs;
 - `cnn`: examples/train.py's `--model cnn` ConvNet (two 3x3 convolutions, the second of stride 2), 8x8 inputs.
 
 Modes: `forward` (the logits), `forward+backward` (the loss and every parameter's gradient) and `step`
 (the same plus Adam's update, one task graph). PyTorch runs the same layers with the same shapes and
-`torch.set_num_threads` equal to atensor's BLAS threads; tinygrad runs beautiful_mnist's model on its CPU
-device when it can (it needs clang: without it the table says why it is missing).
+`torch.set_num_threads` equal to atensor's BLAS threads; tinygrad runs the same `mnist` layers, written here in
+tinygrad (`tinygrad_modes`), on its CPU device when it can (it needs tinygrad and clang: without them the table
+says why it is missing).
 Peers alternate within each round, so drift in the machine's speed affects all of them. The table shows
 the median wall time and the process's CPU time per call. On a machine whose cores other processes use,
 the CPU time is the steadier of the two.
@@ -19,7 +21,7 @@ the CPU time is the steadier of the two.
 Where the rest goes (measured 2026-12-03, one thread, process CPU time, a 2-core machine at load 13-17;
 bench/results/conv.json holds the step table). The issue's target is at most 1.2x torch. After the convolutions'
 forward and weight gradient moved into native kernels (backend/gemm/conv_c.py) and the col2im under max-pool's
-backward became a kernel of its own (sched/schedule.py), the Adam step is, against torch: beautiful_mnist 1.66x at
+backward became a kernel of its own (sched/schedule.py), the Adam step is, against torch: the mnist model 1.66x at
 batch 512 and 1.35x at 128 (2.11x and 1.78x before, the same load), the flagship's cnn 1.37x at 512 and 0.89x
 at 128 (1.79x and 1.12x). Per kernel of the b128 mnist step (CPU ms, atensor against torch's
 aten.convolution_backward / conv2d for the same direction, measured apart):
@@ -70,7 +72,7 @@ def atensor_modes(model: str, batch: int) -> dict[str, Callable[[], Any]]:
     import atensor
     from atensor import Context, Tensor, nn
     Tensor.manual_seed(0)
-    net = _load("bm", ROOT / "examples" / "beautiful_mnist.py").Model() if model == "mnist" \
+    net = _load("conv_digits", ROOT / "examples" / "conv_digits.py").Model() if model == "mnist" \
         else _load("train_example", ROOT / "examples" / "train.py").ConvNet()
     params = nn.state.get_parameters(net)
     opt = nn.optim.Adam(params)
@@ -142,15 +144,19 @@ def torch_modes(model: str, batch: int) -> dict[str, Callable[[], Any]]:
 
 
 def tinygrad_modes(model: str, batch: int) -> dict[str, Callable[[], Any]]:
-    """beautiful_mnist's model in tinygrad on its CPU device, TinyJit-ed (the mnist model only)."""
+    """The `mnist` model's layers written in tinygrad (conv_digits.Model's, in the same order), on its CPU
+    device, TinyJit-ed; the cnn model is atensor's own and is not run there."""
     if model != "mnist":
-        raise RuntimeError("only the beautiful_mnist model is run in tinygrad")
+        raise RuntimeError("only the mnist model is run in tinygrad")
     from tinygrad import Context, Tensor, TinyJit, nn
-    bm = _load("bm_tiny", ROOT / "examples" / "beautiful_mnist.py")
-    net = bm.Model.__new__(bm.Model)
-    net.layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32),
-                  Tensor.max_pool2d, nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu,
-                  nn.BatchNorm(64), Tensor.max_pool2d, lambda t: t.flatten(1), nn.Linear(576, 10)]
+
+    class Net:
+        def __init__(self) -> None:
+            self.layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32),
+                           Tensor.max_pool2d, nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu,
+                           nn.BatchNorm(64), Tensor.max_pool2d, lambda t: t.flatten(1), nn.Linear(576, 10)]
+    Tensor.manual_seed(0)
+    net = Net()
     opt = nn.optim.Adam(nn.state.get_parameters(net))
     x_np, y_np = _data(model, batch)
     x, y = Tensor(x_np).realize(), Tensor(y_np).realize()

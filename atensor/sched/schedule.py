@@ -168,7 +168,7 @@ def _pads_col2im(node: Node) -> bool:
     """An elementwise node over a col2im (an ADD of masked views of a REDUCE: a convolution's input
     gradient), which a masked view pads again (max-pool's backward): a realization point. Fused, the
     kernel read the column gradient through both views at once; numpy's kernel padded whole arrays for
-    each (beautiful_mnist's 32->64 3x3 layer at batch 128: 75-90 ms CPU), C's recomputed the col2im per
+    each (examples/conv_digits.py's 32->64 3x3 layer at batch 128: 75-90 ms CPU), C's recomputed the col2im per
     pad (110 ms). Apart, the col2im is numpy's per-sample adds (RowsThenAddPads) and the rest C."""
     return node.op in ELEMENTWISE and any(
         s.op is Ops.ADD and any(x.op is Ops.VIEW and x.arg.mask is not None and x.src[0].op is Ops.REDUCE

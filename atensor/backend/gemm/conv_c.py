@@ -6,7 +6,7 @@ matrix; backend/c/render.py's `_gemm` needs each operand as one matrix, so these
 (backend/gemm/contraction.py, backend/gemm/window.py): a kernel of their own, with the bias and activation after them a
 second kernel, run by Python in a jit replay. Lowered here they are part of the native kernel: the
 epilogue fuses, the jit's native programs hold them, and the scheduler, profiler and bounds checks see
-one kernel like any other. Measured (beautiful_mnist's step at batch 128, one thread, process CPU time
+one kernel like any other. Measured (examples/conv_digits.py's step at batch 128, one thread, process CPU time
 per kernel on a loaded 2-core machine): the 32->32 5x5 layer's weight gradient 84 -> 49 ms (numpy's
 im2col chunks against taps), its forward 47-53 -> 49-54 ms (the same algorithm as backend/gemm/window.py).
 
