@@ -18,6 +18,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/c/registry.py): `jit` those of `atensor.jit` replays and of hot eager graphs (engine/program.py's twin), `all` every kernel, `0` none |
+| core | ATENSOR_CORE | c | the host path's core objects (node interning, BufferSpec, the schedule key walk, the ledger's commit): `c` the compiled extension (atensor/core/*.c) when it is built, `python` the pure-Python modules it mirrors; read once at import (atensor/core/), a change at run time has no effect |
 | debug | ATENSOR_DEBUG | 0 | 2 or more: print each command (kernel, copy) as it finishes, with its time, bytes and flops (profiler/counters.py); read when a realize is submitted |
 | tune | ATENSOR_TUNE | 1 | kernel families with alternatives (atensor/tune/) are chosen by a short timed trial at their first use on this CPU, cached on disk; `0`: no trials (a choice cached by an earlier run is still used, else each family's safe path) |
 | tune_budget_s | ATENSOR_TUNE_BUDGET | 2 | seconds of trials a process spends in all; a family met after that takes its safe path (not cached) |
@@ -118,6 +119,7 @@ class Settings:
     allreduce_bucket_bytes: int = env_number("ATENSOR_BUCKET_BYTES", str(25 << 20), sizes=True)
     malloc_keep_bytes: int = env_number("ATENSOR_MALLOC_KEEP", str(128 << 20), sizes=True)
     native: str = os.environ.get("ATENSOR_NATIVE", "jit")
+    core: str = os.environ.get("ATENSOR_CORE", "c").strip().lower()
     worker_nice: int = env_number("ATENSOR_WORKER_NICE", "0")
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
     net_timeout_s: float = env_number("ATENSOR_NET_TIMEOUT", "300", kind=float)

@@ -156,3 +156,23 @@ def install_stage_timers(stages: list[tuple[str, str, str]], times: dict) -> lis
         setattr(owner, name, timed)
         found.append(label)
     return found
+
+
+def machine_facts() -> dict:
+    """The CPU model, its flags that matter to these kernels, the core count and the load average now:
+    what every figure is reported beside (Linux's /proc/cpuinfo; elsewhere what platform says)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
+              "amx_tile")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": model, "flags": [f for f in wanted if f in flags], "cores": os.cpu_count(),
+            "load": [round(x, 2) for x in load] if load else None}

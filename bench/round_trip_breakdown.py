@@ -1,8 +1,8 @@
 """Where the microseconds of the smallest async use go: `x = x + 1; await x.realize()` on 16 elements.
 
-    python bench/round_trip_breakdown.py [--count 1000]
+    python bench/round_trip_breakdown.py [--count 1000] [--loop trio|asyncio]
 
-Runs the round trip from trio on CPU and times, besides its three parts (building the node, the
+Runs the round trip from trio (or asyncio) on CPU and times, besides its three parts (building the node, the
 `realize()` call, the `await`), each stage of the realize pipeline by wrapping its function with a
 perf_counter_ns timer: medians per call, in microseconds. Stages nest (an indented row is part of
 the row above it), and the wrappers add about 0.3 us each, so the stages sum to a little more than
@@ -12,6 +12,7 @@ an older commit, for before/after tables). Writes bench/results/round_trip_break
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import statistics
 import sys
@@ -49,9 +50,19 @@ STAGES = [
 ]
 
 
+def _core_name() -> str:
+    """Which core runs (atensor/core/: "c" or "python"); "python" on a checkout that predates it."""
+    try:
+        from atensor import core
+    except ImportError:
+        return "python"
+    return core.implementation
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--loop", choices=("trio", "asyncio"), default="trio", help="the event loop awaiting")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line, write no file "
                         "(for alternating rounds against another checkout)")
     args = parser.parse_args()
@@ -78,7 +89,7 @@ def main() -> None:
                 part.append(value)
         assert x.tolist()[0] == 50 + args.count
         return parts
-    parts = trio.run(run)
+    parts = trio.run(run) if args.loop == "trio" else asyncio.run(run())
     medians = {name: statistics.median(p) / 1e3 for name, p in zip(("build", "realize()", "await"), parts)}
     rows = [("build the node (x + 1)", medians["build"]), ("realize() call", medians["realize()"])]
     rows += [(label, statistics.median(times[label]) / 1e3) for label in labels if times[label]
@@ -90,10 +101,12 @@ def main() -> None:
     rows.append(("round trip (sum of the three parts)", total))
     if args.json:
         import json
-        print(json.dumps({r[0].strip(): round(r[1], 1) for r in rows}))
+        print(json.dumps({"loop": args.loop, "core": _core_name(), **{r[0].strip(): round(r[1], 1) for r in rows}}))
         return
-    print(table(f"round trip on CPU, medians of {args.count} (us)", ["stage", "us"], rows))
-    print("wrote", write_results("round_trip_breakdown", {"count": args.count, "parts_us": medians,
+    print(table(f"round trip on CPU under {args.loop}, {_core_name()} core, medians of {args.count} (us)",
+                ["stage", "us"], rows))
+    print("wrote", write_results("round_trip_breakdown", {"count": args.count, "loop": args.loop,
+                                                           "core": _core_name(), "parts_us": medians,
                                                            "round_trip_us": total,
                                                            "stages_us": {r[0]: r[1] for r in rows}}))
 

@@ -8,9 +8,12 @@
 The `openai` client works against it: POST /v1/completions and /v1/chat/completions (the model's chat
 template from the GGUF metadata) with max_tokens, temperature, top_p, top_k, seed, stop, n,
 frequency_penalty, presence_penalty, logprobs (chat: top_logprobs too), stream with
-stream_options.include_usage, and vLLM's ignore_eos; GET /health, /metrics (Prometheus) and /v1/models.
-Fields OpenAI defines that the server does not implement (tools, response_format, logit_bias, ...) are
-a 400 naming them; unknown fields are ignored. The pieces are library code in atensor/serve/: this
+stream_options.include_usage, response_format (json_object, json_schema), tools with tool_choice (auto,
+none, required, a named function; SmolLM2's function-calling format, arguments constrained to the
+function's schema), and vLLM's ignore_eos; GET /health, /metrics (Prometheus) and /v1/models.
+Structured outputs and tool calls are decoded under a grammar (llguidance's token masks). Fields OpenAI
+defines that the server does not implement (logit_bias, audio, ...) are a 400 naming them; unknown
+fields are ignored. The pieces are library code in atensor/serve/: this
 program loads and warms the model (printing its progress) and runs the app under uvicorn (asyncio),
 or hypercorn on trio with --server hypercorn-trio. The model loop is a task on the same event loop,
 awaiting atensor's jitted steps: there is no model thread.
@@ -35,15 +38,22 @@ def build_app(args: argparse.Namespace):
     metrics = ServerMetrics()
     batcher = Batcher(engine, tokenizer, args.max_waiting, batch_wait=args.batch_wait_ms / 1000,
                       prefix_cache=not args.no_prefix_cache, min_reuse=args.prefix_min_tokens, metrics=metrics,
-                      thread_nice=args.worker_nice)
+                      thread_nice=args.worker_nice, speculative=args.speculative)
     metrics.watch(batcher)
+    grammars = None
+    try:
+        from atensor.serve.grammar import Grammars
+        grammars = Grammars(tokenizer)
+    except ImportError:
+        print("serve_llm: llguidance is not installed: response_format and tools are refused "
+              "(pip install llguidance)", flush=True)
     if not (args.no_warmup or args.no_background_warmup):
         warm_in_background(batcher, engine, tokenizer.eos_id)
 
     def on_start() -> None:
         atensor.settings.worker_nice = args.worker_nice  # atensor's workers started from now on
         favour_the_loop(args.worker_nice)
-    return make_app(batcher, tokenizer, ServerConfig(on_start=on_start), metrics)
+    return make_app(batcher, tokenizer, ServerConfig(on_start=on_start), metrics, grammars)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -63,6 +73,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="always prefill whole prompts (never reuse a finished request's cells)")
     parser.add_argument("--prefix-min-tokens", type=int, default=MIN_REUSE,
                         help="the shortest cached prefix worth reusing (default %(default)s)")
+    parser.add_argument("--speculative", type=int, default=0, metavar="K",
+                        help="prompt-lookup speculative decoding: check K draft tokens per greedy stream per "
+                             "step (default 0: off; bench/serve_llm_load.py measures where it pays)")
     parser.add_argument("--no-warmup", action="store_true", help="capture the steps on first use instead")
     parser.add_argument("--no-background-warmup", action="store_true",
                         help="warm only what the first requests need before /health; the longer shapes are "

@@ -11,7 +11,8 @@ The layers ("Layers" in docs/design.md), top to bottom: the package root, serve/
 models/, nn/, jit/, tensor/ (the
 Tensor and its op families), engine/, dist/, sched/, backend/, hcq/, ledger/ (the storage ledger: under
 sched/ and hcq/, which both write it), graph/, tune/ (the kernel choice mechanism: backend/ declares its families),
-dtype.py and config.py, profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
+dtype.py, config.py and core/ (which implementation of the core objects runs),
+profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
 """
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ import atensor
 
 PACKAGE_DIR = pathlib.Path(atensor.__file__).parent
 
-_BASE = {"dtype", "config", "porting"}  # settings, dtypes, tinygrad's missing names: read by every layer
+# settings, dtypes, tinygrad's missing names, which core implementation runs: read by every layer
+_BASE = {"dtype", "config", "porting", "core"}
 _MAY_IMPORT: dict[str, set[str]] = {
     "profiler": set(),
     "dtype": set(),
     "config": set(),
     "porting": set(),
+    "core": {"config"},
     "tune": _BASE,
-    "graph": {"dtype"},
+    "graph": {"dtype", "core"},
     "ledger": {"graph"} | _BASE,
     "sched": {"ledger", "graph"} | _BASE,
     "backend": {"graph", "profiler", "tune"} | _BASE,

@@ -22,6 +22,7 @@ import time
 import weakref
 from typing import Any, Optional
 
+from atensor import core
 from atensor.config import current_settings
 from atensor import ledger
 from atensor.graph.node import BufferSpec, Node
@@ -69,6 +70,11 @@ def _follow_storage(node: Node) -> Node:
             return node
     else:
         return node
+    return _follow_to_latest(node, base, spec)
+
+
+def _follow_to_latest(node: Node, base: Node, spec: BufferSpec) -> Node:
+    """`_follow_storage` of a `node` whose storage `base` (of `spec`) is not the newest version."""
     latest = ledger.latest(spec)
     if base is latest:
         return node
@@ -77,6 +83,12 @@ def _follow_storage(node: Node) -> Node:
     if node.src[0] is base:  # or one view of it
         return latest.view(node.arg)
     return substitute([node], {base: latest})[node]
+
+
+python_follow_storage = _follow_storage  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:  # the common cases in C (atensor/core/ledger.c), the rest `_follow_to_latest`
+    core.ccore.configure_follow(Ops.VIEW, _follow_to_latest)
+    _follow_storage = core.ccore.follow_storage  # noqa: F811
 
 
 # a realize of at most this many nodes to compute (stopping at buffers and realized values) is planned
@@ -226,6 +238,13 @@ def _small(nodes: list[Node], limit: int) -> bool:
         if node.op is not buffer and value_entry(id(node)) is None:  # ledger.value(node), without a call
             stack.extend(node.src)
     return True
+
+
+python_small = _small  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:  # the same walk in C (atensor/core/walk.c)
+    def _small(nodes: list[Node], limit: int, _walk: Any = core.ccore.small_graph) -> bool:
+        """`python_small`, walked in C."""
+        return _walk(nodes, limit, ledger.value_entry)
 
 
 def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[tuple[BufferSpec, Node]],

@@ -16,6 +16,7 @@ import threading
 import weakref
 from typing import Any
 
+from atensor import core
 from atensor.dtype import DType, dtypes
 from atensor.graph.ops import BINARY, COMPARISON, ELEMENTWISE, Ops, ReduceOp, UNARY
 from atensor.graph.symbolic import hi_of
@@ -125,11 +126,13 @@ _intern_lock = threading.Lock()
 _ref, _partial = weakref.ref, functools.partial
 
 
-def _forget(key: tuple, ref: weakref.ref) -> None:
+def _forget(key: tuple, ref: weakref.ref, table: dict[tuple, weakref.ref] = _interned) -> None:
     """A node died: its entry goes. (The callback is a `partial` holding the key, not a KeyedRef, whose
-    making costs two Python-level calls: a new node is made for every op a Tensor records.)"""
-    if _interned.get(key) is ref:  # a newer node with the same key may have replaced it
-        del _interned[key]
+    making costs two Python-level calls: a new node is made for every op a Tensor records. The table
+    is bound as a default: a node dying at interpreter exit, after this module's globals are cleared,
+    still finds it.)"""
+    if table.get(key) is ref:  # a newer node with the same key may have replaced it
+        del table[key]
 
 
 def _publish(key: tuple, node: Any) -> Node:
@@ -182,10 +185,8 @@ class Node:
             found = ref()
             if found is not None:
                 return found
-        node = object.__new__(_NewNode)  # filled with plain slot stores, then made a Node (see _NewNode)
-        node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
         # the common elementwise case, inferred here: sources of one shape, device (and dtype, where the
-        # op needs one), none sharded; anything else takes the general rules below, which raise
+        # op needs one), none sharded; anything else takes the general rules (`_make_general`), which raise
         rule = _SAME_SHAPE.get(op)
         if rule is not None:
             first = src[0]
@@ -198,15 +199,10 @@ class Node:
                     break
             if rule == 2 and dtype0 is not dtypes.bool:
                 rule = None
-        if rule is not None:
-            node.shape, node.device = shape, device
-        else:
-            # pushed through MULTI (graph/multi.py); a leaf other than CONST and ARANGE never is
-            if op is not _MULTI and (src or op is Ops.CONST or op is Ops.ARANGE) and _on_multi(op, src, arg):
-                found = multi_rules.push(op, dtype, src, arg)
-                _interned[key] = _ref(found, _partial(_forget, key))
-                return found
-            node.shape, node.device = _infer(op, dtype, src, arg)
+        if rule is None:
+            return _make_general(op, dtype, src, arg, key)
+        node = object.__new__(_NewNode)  # filled with plain slot stores, then made a Node (see _NewNode)
+        node.op, node.dtype, node.src, node.arg, node.shape, node.device = op, dtype, src, arg, shape, device
         return _publish(key, node)
 
     @staticmethod
@@ -342,6 +338,20 @@ class Node:
         while node.op is Ops.VIEW:
             node = node.src[0]
         return node
+
+
+def _make_general(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any, key: tuple) -> Node:
+    """`Node.make` of a node no live one has the key of and the common elementwise rule does not cover:
+    pushed through MULTI sources, or inferred by the general rules (`_infer`, which raise)."""
+    # pushed through MULTI (graph/multi.py); a leaf other than CONST and ARANGE never is
+    if op is not _MULTI and (src or op is Ops.CONST or op is Ops.ARANGE) and _on_multi(op, src, arg):
+        found = multi_rules.push(op, dtype, src, arg)
+        _interned[key] = _ref(found, _partial(_forget, key))
+        return found
+    node = object.__new__(_NewNode)
+    node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+    node.shape, node.device = _infer(op, dtype, src, arg)
+    return _publish(key, node)
 
 
 class _NewSpec(BufferSpec):
@@ -547,3 +557,24 @@ def _infer(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> tuple[Shap
         if op in UNARY or op in BINARY or op in (Ops.WHERE, Ops.CONTIGUOUS, Ops.DETACH):
             return first.shape, first.device
     raise GraphError(f"no shape rule for {op}")
+
+
+def _install_compiled_core(ccore: Any) -> None:
+    """Runs this module's hot paths in atensor/core/node.c: `Node.make` (its common elementwise rule and
+    `_infer`'s BUFFER and valid-ASSIGN rules; `_make_general` stays Python, for the rest and the errors), `_known`, `_publish`, `BufferSpec.__new__` and `last_uid`. They
+    share `_interned` and `_intern_lock` with the Python functions above, which stay the specification
+    (tests/core/ compares the two)."""
+    global _known, _publish
+    ccore.configure(Node, _NewNode, BufferSpec, _interned, _intern_lock, _SAME_SHAPE, _MULTI, Ops.BUFFER,
+                    Ops.ASSIGN, dtypes.bool, _make_general, BufferSpec._next_uid)
+    Node.make = ccore.make  # (a builtin function: no binding, like a staticmethod)
+    _known, _publish = ccore.known, ccore.publish
+    BufferSpec.__new__ = ccore.new_spec
+    BufferSpec.last_uid = ccore.last_uid
+
+
+# the Python functions above, kept for tests/core/'s comparisons (whichever core runs)
+python_core = {"make": Node.__dict__["make"].__func__, "known": _known, "publish": _publish,
+               "new_spec": BufferSpec.__dict__["__new__"], "last_uid": BufferSpec.__dict__["last_uid"].__func__}
+if core.ccore is not None:
+    _install_compiled_core(core.ccore)

@@ -44,6 +44,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable, Optional, TypeVar
 
+from atensor import core
 from atensor.graph.node import BufferSpec, Node, register_ledger
 from atensor.graph.ops import Ops
 
@@ -277,6 +278,13 @@ def _forget(key: int, ref: weakref.ref, get: Callable[..., Any] = _values_get,
 
 
 register_ledger(set_head)
+
+# the Python functions the compiled core replaces, kept for tests/core/'s comparisons (whichever runs)
+python_core = {"commit_assign_locked": commit_assign_locked, "set_value_locked": set_value_locked}
+if core.ccore is not None:  # the commit in C (atensor/core/ledger.c): the same tables, the same lock rules
+    core.ccore.configure_ledger(Record, _records, _new_record, _values, _pending)
+    commit_assign_locked = core.ccore.commit_assign_locked  # noqa: F811
+    set_value_locked = core.ccore.set_value_locked  # noqa: F811
 
 
 def statistics() -> dict[str, int]:

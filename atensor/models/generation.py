@@ -186,6 +186,8 @@ class LlamaEngine:
         self._decode_step = jit(self._decode_fn)
         self._decode_full_step = jit(self._decode_full_fn)
         self._extend_step = jit(self._extend_fn)
+        self._verify_step = jit(self._verify_fn)
+        self.verify_vars: dict[int, list[Variable]] = {}
 
     # the jitted bodies: tensors and bound variables in, logits out
     def _prefill_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, last: Tensor, slots: tuple) -> Tensor:
@@ -200,6 +202,9 @@ class LlamaEngine:
             mask = mask.shrink((None, None, None, (0, cells)))
         return self.model.forward(tokens, positions, mask, list(starts), first_slot=0).reshape(
             tokens.shape[0], -1)
+
+    def _verify_fn(self, tokens: Tensor, positions: Tensor, mask: Tensor, starts: tuple, slots: tuple) -> Tensor:
+        return self.model.forward(tokens, positions, mask, list(starts), slots=list(slots))
 
     def bucket(self, length: int) -> int:
         """The prefill length a prompt of `length` tokens is padded to."""
@@ -349,6 +354,52 @@ class LlamaEngine:
         """`decode`, awaited: `await engine.decode_async({slot: (token, position)})`."""
         step, args, order = self._decode_args(rows)
         logits = (await step.call_async(*args)).numpy()
+        return {slot: logits[i] for i, slot in enumerate(order)}
+
+    def _verify_args(self, rows: Mapping[int, tuple[Sequence[int], int]]) -> tuple[tuple, list[int]]:
+        """The verify step's arguments for `rows` {slot: (tokens, position)} (every row the same number
+        of tokens L, written at [position, position + L) of its slot), and the slot of each row."""
+        lengths = {len(tokens) for tokens, _ in rows.values()}
+        if not rows or len(lengths) != 1:
+            raise ValueError(f"verify: give every row the same number of tokens, got lengths {sorted(lengths)}")
+        length = lengths.pop()
+        for slot, (_, pos) in rows.items():
+            if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.model.slots:
+                raise ValueError(f"slot {slot!r} is not one of the model's slots 0..{self.model.slots - 1}")
+            if not 0 <= pos or pos + length > self.context:
+                raise ValueError(f"slot {slot}: {length} tokens from position {pos} do not fit the context "
+                                 f"of {self.context}")
+        order = sorted(rows)
+        count = min(batch_bucket(len(order)), self.model.slots)
+        padded = order + [order[0]] * (count - len(order))
+        tokens = np.array([list(rows[slot][0]) for slot in padded], np.int32)
+        starts = [rows[slot][1] for slot in padded]
+        m, dev = self.model, self.model.device
+        mask = m.mask_array(length, starts, self.window(max(starts) + length))
+        return (Tensor(tokens, device=dev), Tensor(m.position_ids(length, starts), device=dev),
+                Tensor(mask, device=dev), tuple(v.bind(p) for v, p in zip(self._verify_vars(length), starts)),
+                tuple(v.bind(int(slot)) for v, slot in zip(self.slot_vars, padded))), order
+
+    def _verify_vars(self, length: int) -> list[Variable]:
+        """The rows' position Variables of a verify step of `length` tokens: [0, context - length], so
+        the L written cells stay in the context (one set per length, made on first use)."""
+        if length not in self.verify_vars:
+            self.verify_vars[length] = [Variable(f"vpos{length}_{i}", 0, self.context - length)
+                                        for i in range(self.model.slots)]
+        return self.verify_vars[length]
+
+    def verify(self, rows: Mapping[int, tuple[Sequence[int], int]]) -> dict[int, np.ndarray]:
+        """Speculative decoding's check: {slot: (tokens, position)} with L tokens a row (the last
+        generated token, then the draft) written at [position, position + L), in one batched forward;
+        returns {slot: logits (L, vocab)}, row j the prediction after token j. Blocking."""
+        args, order = self._verify_args(rows)
+        logits = self._verify_step(*args).numpy()
+        return {slot: logits[i] for i, slot in enumerate(order)}
+
+    async def verify_async(self, rows: Mapping[int, tuple[Sequence[int], int]]) -> dict[int, np.ndarray]:
+        """`verify`, awaited."""
+        args, order = self._verify_args(rows)
+        logits = (await self._verify_step.call_async(*args)).numpy()
         return {slot: logits[i] for i, slot in enumerate(order)}
 
     def generate(self, ids: Sequence[int], max_tokens: int, params: SamplingParams = SamplingParams(),

@@ -64,6 +64,10 @@ class GGUFTokenizer:
         """Text of `ids`; control tokens are left out when `skip_special`."""
         return self._tok.decode(list(ids), skip_special_tokens=skip_special)
 
+    def to_json(self) -> str:
+        """The `tokenizers` pipeline as its JSON text (what grammar libraries build their vocabulary from)."""
+        return self._tok.to_str()
+
     def render_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The model's chat template (from the GGUF metadata) applied to `messages`, rendered with jinja2
         in a sandbox, as transformers renders it."""

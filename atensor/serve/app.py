@@ -21,8 +21,10 @@ import anyio
 from atensor.models.generation import SamplingParams
 from atensor.serve import protocol
 from atensor.serve.batcher import Batcher
+from atensor.serve.grammar import Grammars
 from atensor.serve.metrics import ServerMetrics
 from atensor.serve.requests import Failure, Finish, Generation, RequestError, Token, TokenLogprobs, channel
+from atensor.serve.tools import ToolCallStream
 
 
 @dataclass
@@ -41,17 +43,22 @@ class _ChoiceResult:
     finish: Optional[Finish] = None
 
 
-def generations(req: protocol.Completion, send: Any) -> list[Generation]:
-    """The request's n choices, each with its own seed (distinct samples at temperature > 0)."""
+def generations(req: protocol.Completion, send: Any, grammars: Optional[Grammars] = None) -> list[Generation]:
+    """The request's n choices, each with its own seed (distinct samples at temperature > 0) and, under
+    a grammar, its own parser state."""
     return [Generation(list(req.ids), req.max_tokens, SamplingParams(
         temperature=req.params.temperature, top_k=req.params.top_k, top_p=req.params.top_p, seed=seed,
         frequency_penalty=req.params.frequency_penalty, presence_penalty=req.params.presence_penalty),
-        send, list(req.stop), req.ignore_eos, req.logprobs, index=i) for i, seed in enumerate(req.seeds())]
+        send, list(req.stop), req.ignore_eos, req.logprobs, index=i,
+        constraint=grammars.constraint(req.grammar) if req.grammar is not None else None)
+        for i, seed in enumerate(req.seeds())]
 
 
 def make_app(batcher: Batcher, tokenizer: Any, config: ServerConfig = ServerConfig(),
-             metrics: Optional[ServerMetrics] = None) -> Any:
-    """The FastAPI app over `batcher` (its `run` task starts with the app and is cancelled at shutdown)."""
+             metrics: Optional[ServerMetrics] = None, grammars: Optional[Grammars] = None) -> Any:
+    """The FastAPI app over `batcher` (its `run` task starts with the app and is cancelled at shutdown).
+    `grammars` (over the tokenizer's vocabulary) serves `response_format` and `tools`; without it those
+    are a 400."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -76,7 +83,7 @@ def make_app(batcher: Batcher, tokenizer: Any, config: ServerConfig = ServerConf
         app.add_middleware(_StatusCounter, metrics=metrics)
 
     def error(exc: RequestError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -128,9 +135,10 @@ def make_app(batcher: Batcher, tokenizer: Any, config: ServerConfig = ServerConf
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"the request body is not valid JSON: {exc}") from None
         req = protocol.parse(body, chat, tokenizer, batcher.engine.context, model_id,
-                             max_n=batcher.slots.slots, default_max_tokens=config.default_max_tokens)
+                             max_n=batcher.slots.slots, default_max_tokens=config.default_max_tokens,
+                             grammars=grammars)
         send, receive = channel()
-        gens = generations(req, send)
+        gens = generations(req, send, grammars)
         batcher.submit(*gens)
         head = _Head(("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], int(time.time()), model_id, chat)
         if req.stream:
@@ -162,6 +170,13 @@ def make_app(batcher: Batcher, tokenizer: Any, config: ServerConfig = ServerConf
             choice: dict = {"index": i, "finish_reason": result.finish.reason, "logprobs": None}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
+                if req.calls_tools:
+                    calls = ToolCallStream()
+                    calls.feed(text)
+                    if calls.kind == "calls":
+                        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [
+                            _call(c) for c in calls.calls]}
+                        choice["finish_reason"] = _calls_finish(result.finish.reason)
                 if req.logprobs is not None:
                     choice["logprobs"] = {"content": [token_text.chat_entry(t, lp) for t, lp in
                                                       zip(result.tokens, result.logprobs)], "refusal": None}
@@ -206,6 +221,16 @@ async def _collect(receive: Any, results: list[_ChoiceResult]) -> Optional[Failu
     return None
 
 
+def _call(call: dict) -> dict:
+    """A tool call in OpenAI's message shape."""
+    return {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
+
+
+def _calls_finish(reason: str) -> str:
+    """The finish reason of an answer that is tool calls: "tool_calls", unless it was cut ("length")."""
+    return "tool_calls" if reason == "stop" else reason
+
+
 @dataclass(frozen=True)
 class _Head:
     rid: str
@@ -228,14 +253,18 @@ async def _sse(req: protocol.Completion, gens: list[Generation], receive: Any, h
             body["usage"] = usage
         return f"data: {json.dumps(body)}\n\n"
 
+    calls = [ToolCallStream() for _ in gens] if req.calls_tools else None
+
     def choice(index: int, text: Optional[str], finish: Optional[str], event: Optional[Token] = None,
-               first: bool = False) -> dict:
+               first: bool = False, tool_calls: Optional[list] = None) -> dict:
         logprobs = None
         if event is not None and event.logprobs is not None:
             logprobs = ({"content": [token_text.chat_entry(event.token, event.logprobs)], "refusal": None}
                         if head.chat else token_text.completion_logprobs([event.token], [event.logprobs]))
         if head.chat:
             delta: dict = {} if text is None else {"content": text}
+            if tool_calls:
+                delta["tool_calls"] = [d.chunk() for d in tool_calls]
             if first:
                 delta["role"] = "assistant"
             return {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
@@ -246,7 +275,18 @@ async def _sse(req: protocol.Completion, gens: list[Generation], receive: Any, h
         left, completion_tokens = len(gens), 0
         while left:
             event = await receive.receive()
-            if isinstance(event, Token):
+            if isinstance(event, (Token, Finish)) and calls is not None:  # read as text or tool calls
+                stream = calls[event.index]
+                content, deltas = stream.feed(event.text)
+                if content or deltas or isinstance(event, Token) and stream.kind != "calls":
+                    yield chunk([choice(event.index, content if content or not deltas else None, None,
+                                        event if isinstance(event, Token) else None, tool_calls=deltas)])
+                if isinstance(event, Finish):
+                    left -= 1
+                    completion_tokens += event.completion_tokens
+                    reason = _calls_finish(event.reason) if stream.kind == "calls" else event.reason
+                    yield chunk([choice(event.index, None, reason)])
+            elif isinstance(event, Token):
                 yield chunk([choice(event.index, event.text, None, event)])
             elif isinstance(event, Finish):
                 left -= 1

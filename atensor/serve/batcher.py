@@ -14,7 +14,14 @@ the GIL released) while the loop serves other requests. What runs on the loop be
 host Python of a step (its inputs, the replay's submission), sampling and detokenizing. Greedy
 sampling is an argmax per row (~30 us); a row that samples with temperature (a sort of the vocabulary,
 ~3 ms a row) or reports log-probabilities is computed in a worker thread (`anyio.to_thread`; numpy's
-sort releases the GIL), so sixteen of them do not hold the loop for 50 ms.
+sort releases the GIL), so sixteen of them do not hold the loop for 50 ms. A row under a grammar
+(structured output, tool calls) is masked there too, all such rows of a step at once (`masked`); their
+masks, which depend only on the tokens generated so far, are filled in a worker thread while the decode
+step runs (`_prefetch_masks`), so only applying them is on the step's path.
+
+Speculative decoding (`speculative` > 0): a step whose rows are all greedy and unconstrained, one of
+which finds a prompt-lookup draft, is a verify step instead, every row's last token and draft in one
+forward, each row then handed 1 to `speculative` + 1 tokens (serve/speculative.py).
 
 An idle batcher captures, one run at a time, the step programs the server warms in the background
 (`warm_later`: those of longer windows, buckets and prefixes, which the first requests do not need), so
@@ -42,8 +49,10 @@ import anyio
 import numpy as np
 
 from atensor.models.generation import log_softmax, penalize, request_uniforms, sample
+from atensor.serve import grammar
 from atensor.serve.requests import Failure, Finish, Generation, RequestError, Token, TokenLogprobs
 from atensor.serve.slots import MIN_REUSE, SlotCache
+from atensor.serve.speculative import BACK_OFF, lookup
 
 BATCH_WAIT = 0.005  # seconds an idle batcher waits for the rest of a burst
 STEP_TIMES = 64     # the recent decode steps whose durations `stats` summarizes
@@ -56,9 +65,11 @@ class Choice:
     logprobs: Optional[TokenLogprobs] = None
 
 
-def choose(gen: Generation, logits: np.ndarray) -> Choice:
-    """Samples `gen`'s next token from its row's logits (penalties, then its sampling parameters)."""
-    scores = penalize(logits, gen.tokens, gen.params)
+def choose(gen: Generation, logits: np.ndarray, allowed: Optional[np.ndarray] = None) -> Choice:
+    """Samples `gen`'s next token from its row's logits (penalties, then its sampling parameters), or
+    from `allowed`, the same logits with what its grammar forbids at -inf; the log-probabilities are
+    the model's own (the unmasked logits)."""
+    scores = penalize(logits if allowed is None else allowed, gen.tokens, gen.params)
     i = len(gen.tokens)
     token = sample(scores, gen.params, 0.0 if gen.uniforms is None else float(gen.uniforms[i]))
     if gen.logprobs is None:
@@ -69,7 +80,29 @@ def choose(gen: Generation, logits: np.ndarray) -> Choice:
 
 
 def _heavy(gen: Generation) -> bool:
-    return gen.params.temperature > 0 or gen.logprobs is not None
+    return gen.params.temperature > 0 or gen.logprobs is not None or gen.constraint is not None
+
+
+def masked(rows: list[tuple[Generation, np.ndarray]]) -> list[tuple[Generation, np.ndarray]]:
+    """`rows` with each constrained row's logits masked by its grammar: the masks of all of them filled
+    at once into one (rows, words) array, applied to their logits stacked (grammar.fill, grammar.apply).
+    A row's logits stay unmasked for its reported log-probabilities (`choose` is given both)."""
+    picked = [i for i, (gen, _) in enumerate(rows) if gen.constraint is not None]
+    if not picked:
+        return rows
+    masks = np.empty((len(picked), rows[picked[0]][0].constraint.grammars.words), np.int32)
+    late = [k for k, i in enumerate(picked) if rows[i][0].next_mask is None]
+    for k, i in enumerate(picked):
+        if rows[i][0].next_mask is not None:  # filled while the model ran (`Batcher._prefetch_masks`)
+            masks[k] = rows[i][0].next_mask
+            rows[i][0].next_mask = None
+    if late:
+        masks[late] = grammar.fill([rows[picked[k]][0].constraint for k in late])
+    scores = grammar.apply(np.stack([rows[i][1] for i in picked]), masks)
+    out = list(rows)
+    for k, i in enumerate(picked):
+        out[i] = (rows[i][0], scores[k])
+    return out
 
 
 class Batcher:
@@ -85,16 +118,20 @@ class Batcher:
 
     def __init__(self, engine: Any, tokenizer: Any, max_waiting: int, batch_wait: float = BATCH_WAIT,
                  prefix_cache: bool = True, min_reuse: int = MIN_REUSE, metrics: Any = None,
-                 thread_nice: int = 0):
+                 thread_nice: int = 0, speculative: int = 0):
         self.engine, self.tokenizer = engine, tokenizer
         self.max_waiting = max_waiting
         self.batch_wait = batch_wait
         self.slots = SlotCache(engine.model.slots, min_reuse, enabled=prefix_cache)
         self.metrics = metrics  # a ServerMetrics, or None
         self.thread_nice = thread_nice  # the nice of the worker threads sampling runs in (0: as started)
+        self.speculative = speculative  # draft tokens a greedy row is checked for per step (0: none)
+        self.drafted, self.accepted = 0, 0  # draft tokens proposed, and kept
         self.waiting: deque[Generation] = deque()
         self.active: dict[int, Generation] = {}
         self.steps = 0
+        self.mask_seconds, self.masked_tokens = 0.0, 0  # grammar masks: their time, the tokens they chose
+        self.mask_overlapped = 0.0  # seconds of mask filling done while the model ran (not in mask_seconds)
         self.prefills = 0  # token boundaries that admitted requests
         self.step_times: deque[tuple[int, float]] = deque(maxlen=STEP_TIMES)  # (rows, s) of recent decodes
         self.running = False
@@ -104,16 +141,26 @@ class Batcher:
 
     # ---- the handlers' side ----------------------------------------------------------------------------
     def submit(self, *gens: Generation) -> None:
-        """Queues a request's choices; a full queue raises a 503 RequestError (nothing is queued)."""
+        """Queues a request's choices; a full queue raises a 429 RequestError with Retry-After (nothing
+        is queued)."""
         if len(self.active) + len(self.waiting) + len(gens) > self.slots.slots + self.max_waiting:
-            raise RequestError(503, f"the server is at capacity ({len(self.active)} generating, "
-                                    f"{len(self.waiting)} waiting); retry later", code="server_busy",
-                               kind="server_error")
+            raise RequestError(429, f"the server is at capacity ({len(self.active)} generating, "
+                                    f"{len(self.waiting)} waiting); retry after {self.retry_after()} s",
+                               code="server_busy", kind="rate_limit_exceeded",
+                               headers={"Retry-After": str(self.retry_after())})
         now = time.perf_counter()
         for gen in gens:
             gen.submitted = now
             self.waiting.append(gen)
         self._poke()
+
+    def retry_after(self) -> int:
+        """Whole seconds until a queued request is likely to have a slot: the waiting requests' turns
+        at the recent decode step time, one second at least."""
+        recent = [took for _, took in list(self.step_times)[-8:]]
+        step = statistics.median(recent) if recent else 0.05
+        turns = (len(self.waiting) + 1) / max(1, self.slots.slots)
+        return max(1, int(turns * 32 * step + 0.999))
 
     def warm_later(self, calls: Sequence[Any], on_warmed: Optional[Callable[[str], None]] = None) -> None:
         """Captures `calls` (startup.WarmupCall, stage "background") while no request is generating or
@@ -137,6 +184,9 @@ class Batcher:
         return {"active": len(self.active), "waiting": len(self.waiting), "free_slots": len(self.slots.free),
                 "warming": len(self.warmups),
                 "steps": self.steps, "prefills": self.prefills, "prefix_hits": self.slots.hits,
+                "masked_tokens": self.masked_tokens, "drafted": self.drafted, "accepted": self.accepted,
+                "mask_us_per_token": round(1e6 * self.mask_seconds / max(1, self.masked_tokens), 1),
+                "mask_overlapped_us_per_token": round(1e6 * self.mask_overlapped / max(1, self.masked_tokens), 1),
                 "step_ms": {rows: round(1000 * statistics.median(t), 2) for rows, t in sorted(by_rows.items())}}
 
     # ---- the loop's task -------------------------------------------------------------------------------
@@ -244,8 +294,17 @@ class Batcher:
         rows = {slot: (gen.tokens[-1], gen.position) for slot, gen in self.active.items()}
         if not rows:
             return
+        drafts = self._drafts()
+        if drafts is not None:
+            return await self._speculate(drafts)
         start = time.perf_counter()
-        logits = await self.engine.decode_async(rows)
+        constrained = [gen for gen in self.active.values() if gen.constraint is not None]
+        if constrained:  # their masks depend only on the tokens so far: filled while the step runs
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._prefetch_masks, constrained)
+                logits = await self.engine.decode_async(rows)
+        else:
+            logits = await self.engine.decode_async(rows)
         self.step_times.append((len(rows), time.perf_counter() - start))
         self.steps += 1
         fed = []
@@ -258,6 +317,62 @@ class Batcher:
             fed.append((gen, logits[slot]))
         await self._take(fed)
 
+    def _drafts(self) -> Optional[dict[int, tuple[int, ...]]]:
+        """Each active row's prompt-lookup draft (speculative.lookup), padded to `speculative` tokens,
+        when this step speculates: every row is greedy, unconstrained and without log-probabilities,
+        has room for the draft in its context, and at least one row found a draft. Else None."""
+        k = self.speculative
+        if not k or any(_heavy(gen) or gen.position + k + 1 > self.engine.context for gen in self.active.values()):
+            return None
+        drafts, found = {}, False
+        for slot, gen in self.active.items():
+            if gen.draft_pause:
+                gen.draft_pause -= 1
+                draft: tuple[int, ...] = ()
+            else:
+                draft = lookup(gen.ids + gen.tokens, k).tokens
+            found = found or bool(draft)
+            drafts[slot] = draft + (gen.tokens[-1],) * (k - len(draft))  # padding: cells rewritten later
+            self.drafted += len(draft)
+        return drafts if found else None
+
+    async def _prefetch_masks(self, gens: list[Generation]) -> None:
+        """Fills the next-token masks of `gens` in a worker thread (`Generation.next_mask`), while the
+        decode step that gives their logits runs: `masked` then only applies them."""
+        def fill() -> None:
+            begun = time.perf_counter()
+            for gen, row in zip(gens, grammar.fill([gen.constraint for gen in gens])):
+                gen.next_mask = row
+            self.mask_overlapped += time.perf_counter() - begun
+        await self._in_thread(fill)
+
+    async def _speculate(self, drafts: dict[int, tuple[int, ...]]) -> None:
+        """One verify step: each row's last token and draft in one batched forward; a row keeps the
+        draft's tokens while each is the greedy pick of the logits before it, and the pick after the
+        last kept one (`_accept` each, so stop strings, end-of-turn and limits apply token by token)."""
+        rows = {slot: ((gen.tokens[-1],) + drafts[slot], gen.position) for slot, gen in self.active.items()}
+        start = time.perf_counter()
+        logits = await self.engine.verify_async(rows)
+        self.step_times.append((len(rows), time.perf_counter() - start))
+        self.steps += 1
+        for slot, (fed, _) in rows.items():
+            gen = self.active.get(slot)
+            if gen is None:
+                continue
+            if gen.cancelled:
+                self._release(gen)
+                continue
+            for j, token in enumerate(fed):
+                gen.cells.append(token)
+                gen.position += 1
+                picked = choose(gen, logits[slot][j])
+                self._accept(gen, picked)
+                if gen.slot is None or j + 1 == len(fed) or picked.token != fed[j + 1]:
+                    if j == 0 and picked.token != fed[1] and fed[1:] != (fed[0],) * (len(fed) - 1):
+                        gen.draft_pause = BACK_OFF  # its draft (not padding) was wrong from the start
+                    break
+                self.accepted += 1
+
     async def _take(self, rows: list[tuple[Generation, np.ndarray]]) -> None:
         """Samples each row's next token (off the loop when any row's sampling is heavy), then hands out
         the text and frees the slots of the requests that are done."""
@@ -266,7 +381,15 @@ class Batcher:
             if gen.cancelled:
                 self._release(gen)
         if any(_heavy(gen) for gen, _ in live):
-            choices = await self._in_thread(lambda: [choose(g, lg) for g, lg in live])
+            def pick() -> list[Choice]:
+                start = time.perf_counter()
+                allowed = masked(live)
+                constrained = sum(gen.constraint is not None for gen, _ in live)
+                if constrained:
+                    self.mask_seconds += time.perf_counter() - start
+                    self.masked_tokens += constrained
+                return [choose(g, lg, a if a is not lg else None) for (g, lg), (_, a) in zip(live, allowed)]
+            choices = await self._in_thread(pick)
         else:
             choices = [choose(g, lg) for g, lg in live]
         for (gen, _), choice in zip(live, choices):
@@ -299,6 +422,8 @@ class Batcher:
         token = choice.token
         if token in self.tokenizer.end_ids and not gen.ignore_eos:
             return self._finish(gen, "stop")
+        if gen.constraint is not None:
+            gen.constraint.advance(token)
         gen.tokens.append(token)
         text = self.tokenizer.decode(gen.tokens)
         hit = min((text.find(s) for s in gen.stop if s in text), default=-1)
@@ -316,6 +441,10 @@ class Batcher:
         if text.endswith("\ufffd"):
             safe = min(safe, len(text) - 1)
         safe = max(safe, len(gen.text))
+        if gen.constraint is not None and gen.constraint.done:  # the grammar allows nothing more
+            gen.emit(Token(gen.index, token, text[len(gen.text):], choice.logprobs))
+            gen.text = text
+            return self._finish(gen, "stop")
         gen.emit(Token(gen.index, token, text[len(gen.text):safe], choice.logprobs))  # one event per token
         gen.text = text[:safe]
         if len(gen.tokens) >= gen.max_tokens or gen.position + 1 >= self.engine.context:

@@ -2,7 +2,7 @@
 stream chunks out, in the shapes the `openai` client parses.
 
 Why validate every field OpenAI defines: a client that asks for something the server does not do
-(`tools`, `response_format`) must learn it, not get a plain completion that looks like an answer. So:
+(`logit_bias`, `audio`) must learn it, not get a plain completion that looks like an answer. So:
 a field this server implements is checked and used; a field OpenAI defines that it does not implement is
 a 400 naming it (`UNSUPPORTED`); any other field is ignored, as OpenAI's API ignores fields it does not
 know (clients send vendor extensions). A wrong value is a 4xx in OpenAI's error shape naming the field.
@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from atensor.models.generation import SamplingParams
+from atensor.serve.grammar import Grammars, lark_grammar, response_format
 from atensor.serve.requests import RequestError, TokenLogprobs
+from atensor.serve.tools import ToolUse, template_messages, tool_use
 
 # fields OpenAI defines that this server does not implement, and the value each may have to be harmless
 UNSUPPORTED: dict[str, Any] = {
-    "tools": [], "tool_choice": "none", "functions": [], "function_call": "none", "parallel_tool_calls": None,
-    "response_format": {"type": "text"}, "logit_bias": {}, "best_of": 1, "echo": False, "suffix": "",
+    "functions": [], "function_call": "none", "logit_bias": {}, "best_of": 1, "echo": False, "suffix": "",
     "audio": None, "modalities": ["text"], "prediction": None, "reasoning_effort": None,
     "web_search_options": None,
 }
@@ -41,6 +42,13 @@ class Completion:
     n: int
     logprobs: Optional[int]  # alternatives per token (chat: top_logprobs; completions: the integer)
     ignore_eos: bool
+    grammar: Optional[str] = None     # llguidance's grammar every choice's output follows (None: free)
+    tools: Optional[ToolUse] = None   # the tools whose calls the output may be (chat)
+
+    @property
+    def calls_tools(self) -> bool:
+        """Whether the output is read back as tool calls."""
+        return self.tools is not None and self.tools.active
 
     def seeds(self) -> list[int]:
         """The seed of each of the n choices: distinct, reproducible from the request's seed."""
@@ -87,8 +95,9 @@ def _refuse_unsupported(body: dict) -> None:
 
 
 def parse(body: Any, chat: bool, tokenizer: Any, context: int, model_id: str, max_n: int,
-          default_max_tokens: int = 64) -> Completion:
-    """A validated Completion, or a RequestError saying which field is wrong and how."""
+          default_max_tokens: int = 64, grammars: Optional[Grammars] = None) -> Completion:
+    """A validated Completion, or a RequestError saying which field is wrong and how. `grammars`
+    compiles `response_format` and `tools` (without it, those are a 400)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
     model = body.get("model", model_id)
@@ -96,15 +105,25 @@ def parse(body: Any, chat: bool, tokenizer: Any, context: int, model_id: str, ma
         raise RequestError(404, f"the model '{model}' does not exist; this server serves '{model_id}'",
                            param="model", code="model_not_found")
     _refuse_unsupported(body)
+    fmt = response_format(body.get("response_format"), grammars)
+    grammar, tools = fmt.grammar, None
     if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
-            raise RequestError(400, "'messages' must be a non-empty list of {role, content} objects "
-                                    "with string values", param="messages")
-        prompt = tokenizer.render_chat(messages)
+        tools = tool_use(body)
+        if tools is not None and tools.active:
+            if grammars is None:
+                raise RequestError(400, "'tools' need the llguidance package on the server (pip install "
+                                        "llguidance)", param="tools", code="unsupported_parameter")
+            if grammar is not None:
+                raise RequestError(400, "'response_format' and 'tools' both constrain the answer; send one",
+                                   param="response_format")
+            grammar = grammars.check(lark_grammar(tools.grammar(_flag(body, "parallel_tool_calls", True))),
+                                     "tools")
+        prompt = tokenizer.render_chat(template_messages(body.get("messages"), tools))
     else:
+        for name in ("tools", "tool_choice", "parallel_tool_calls"):
+            if body.get(name) not in (None, [], "none"):
+                raise RequestError(400, f"'{name}' is for /v1/chat/completions", param=name,
+                                   code="unsupported_parameter")
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
@@ -118,6 +137,11 @@ def parse(body: Any, chat: bool, tokenizer: Any, context: int, model_id: str, ma
     max_tokens = _integer(body, "max_tokens", default_max_tokens, 1, context - 1)
     if "max_completion_tokens" in body:
         max_tokens = _integer(body, "max_completion_tokens", max_tokens, 1, context - 1)
+    asked = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    if body.get(asked) is not None and len(ids) + max_tokens > context:
+        raise RequestError(400, f"the prompt has {len(ids)} tokens and '{asked}' asks for {max_tokens} more; "
+                                f"this server's context is {context} tokens (prompt plus completion): ask "
+                                f"for at most {context - len(ids)}", param=asked, code="context_length_exceeded")
     seed = body.get("seed")
     if seed is None:
         seed = int.from_bytes(uuid.uuid4().bytes[:8], "little")
@@ -144,7 +168,8 @@ def parse(body: Any, chat: bool, tokenizer: Any, context: int, model_id: str, ma
     include_usage = _flag(options or {}, "include_usage")
     n = _integer(body, "n", 1, 1, max_n)
     return Completion(chat, ids, min(max_tokens, context - len(ids)), params, stop, stream, include_usage, n,
-                      _logprobs(body, chat), _flag(body, "ignore_eos"))
+                      _logprobs(body, chat), _flag(body, "ignore_eos"), grammar, tools)
+
 
 
 def _logprobs(body: dict, chat: bool) -> Optional[int]:

@@ -24,9 +24,10 @@ class RequestError(Exception):
     """A request the server refuses: HTTP status, message, and OpenAI's error fields."""
 
     def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None,
-                 kind: str = "invalid_request_error"):
+                 kind: str = "invalid_request_error", headers: Optional[dict[str, str]] = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+        self.headers = headers or {}  # of the HTTP answer (429's Retry-After)
 
     def body(self) -> dict:
         """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
@@ -86,6 +87,8 @@ class Generation:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False         # vLLM's extension: generate max_tokens even past end-of-turn
     logprobs: Optional[int] = None   # alternatives per token to report (0: only the chosen one's)
+    constraint: Any = None           # a grammar.Constraint: the tokens it may generate next (None: any)
+    next_mask: Optional[np.ndarray] = None  # its next token's mask, filled while the model ran
     index: int = 0                   # the choice's index among the request's n
     cancelled: bool = False          # set by the handler when its client leaves
     slot: Optional[int] = None
@@ -94,6 +97,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     cells: list[int] = field(default_factory=list)
     uniforms: Optional[np.ndarray] = None
+    draft_pause: int = 0             # steps left before it proposes speculative drafts again
     text: str = ""                   # decoded text handed out so far
     finish_reason: Optional[str] = None
     submitted: float = 0.0           # time.perf_counter() at submission, for the latency histograms

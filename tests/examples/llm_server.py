@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SLOTS, WAITING, CONTEXT = 4, 6, 128
+SLOTS, WAITING, CONTEXT = 4, 6, 512  # 512: a prompt with tools (their system prompt) is ~300-400 tokens
 
 
 def _free_port() -> int:

@@ -241,3 +241,34 @@ def test_an_idle_batcher_warms_in_the_background_on_scratch_slots_and_a_request_
     assert warmed == ["two rows", "every slot"] and batcher.stats()["warming"] == 0
     assert batcher.slots.free[0] == [7] * 30  # cut where "every slot" wrote; its first 30 cells kept
     assert all(len(held) <= 10 for slot, held in batcher.slots.free.items() if slot != 0)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_cancelled_stream_frees_its_slot_and_cells_within_one_step(library):
+    """A client that goes away (the handler marks its choice cancelled) has its slot back in the free
+    list, holding only the cells written for its tokens, by the end of the next decode step, while the
+    other streams go on."""
+    engine = FakeEngine(step_seconds=0.005)
+    batcher = Batcher(engine, FakeTokenizer(), max_waiting=8, batch_wait=0.0)
+
+    async def main() -> tuple[int, int, int, list]:
+        gens = [_generation(10_000, ids=(5, 6, 7 + i)) for i in range(3)]
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(batcher.run)
+            for gen, _ in gens:
+                batcher.submit(gen)
+            while batcher.steps < 3:
+                await anyio.sleep(0.001)
+            leaving = gens[1][0]
+            slot, at = leaving.slot, batcher.steps
+            leaving.cancelled = True
+            while batcher.slots.in_use == 3:
+                await anyio.sleep(0)
+            steps, in_use = batcher.steps - at, batcher.slots.in_use
+            held = batcher.slots.free[slot]
+            gens[0][0].cancelled = gens[2][0].cancelled = True
+            tasks.cancel_scope.cancel()
+        return steps, in_use, slot, held
+    steps, in_use, slot, held = _run(library, main)
+    assert steps <= 1 and in_use == 2
+    assert held[:3] == [5, 6, 8] and set(held[3:]) <= {1}  # its prompt and the tokens it was fed

@@ -1,7 +1,7 @@
 """examples/serve_llm.py, the real uvicorn process driven with httpx and the `openai` client: the OpenAI
 API contract, greedy text equal to transformers' (tests/models/test_llama.py's cached reference), equal
 alone and batched, streaming one chunk per token, stop strings, disconnects freeing their slot,
-back-pressure (503), bad requests (4xx JSON, server keeps serving) and /health staying fast while
+back-pressure (429 with Retry-After), bad requests (4xx JSON, server keeps serving) and /health staying fast while
 streams generate. At the end, examples/generate.py (the CLI) as a subprocess: the same reference text,
 its rate line, and bad arguments refused with a message (a prompt longer than --context after the
 tokenizer has loaded: ~2 s of header parse). They live here to use the reference the server fixture
@@ -160,11 +160,45 @@ def test_greedy_results_are_the_same_alone_and_batched(server):
     assert asyncio.run(together()) == alone
 
 
-def test_a_seed_reproduces_a_sampled_completion(server):
-    body = dict(prompt="My favourite animal is", max_tokens=12, temperature=0.9, top_p=0.9, top_k=40)
+def test_a_seed_reproduces_a_sampled_completion_alone_and_in_any_batch(server):
+    body = dict(prompt="My favourite animal is", max_tokens=12, temperature=0.9, top_p=0.9, top_k=40,
+                ignore_eos=True)
     a = _complete(server, seed=11, **body)["choices"][0]["text"]
     b = _complete(server, seed=11, **body)["choices"][0]["text"]
     assert a == b
+
+    async def among_others() -> list[str]:  # the same request batched with other seeds and prompts
+        async with httpx.AsyncClient(timeout=300) as client:
+            rs = await asyncio.gather(*[client.post(server + "/v1/completions", json=dict(
+                body, seed=seed, prompt=prompt)) for seed, prompt in [
+                (5, "Once upon a time"), (11, body["prompt"]), (7, body["prompt"]), (11, body["prompt"])]])
+        return [r.json()["choices"][0]["text"] for r in rs]
+    batched = asyncio.run(among_others())
+    assert batched[1] == batched[3] == a and batched[2] != a
+
+
+def test_a_stop_string_spanning_token_boundaries_cuts_the_text_and_the_stream_before_it(server):
+    """A stop string made of the end of one token and the start of the next (and one spanning three
+    tokens): the text ends just before it, streamed or not (the stream held back what could have
+    become the stop string, then dropped it)."""
+    prompt = "The capital of France is"
+    out = _complete(server, prompt=prompt, max_tokens=16, temperature=0, ignore_eos=True, logprobs=0)
+    pieces = out["choices"][0]["logprobs"]["tokens"]
+    text = "".join(pieces)
+    assert text == out["choices"][0]["text"] and len(pieces) >= 8
+    at = len(pieces[0]) + len(pieces[1]) + len(pieces[2])  # the boundary after the third token
+    for stop in (text[at - 2:at + 2], text[at - 1:at + len(pieces[3]) + 1]):
+        assert stop.strip() and not any(stop in p for p in pieces)  # no single token holds it
+        expected = text[:text.index(stop)]
+        cut = _complete(server, prompt=prompt, max_tokens=16, temperature=0, ignore_eos=True, stop=[stop])
+        assert cut["choices"][0]["text"] == expected and cut["choices"][0]["finish_reason"] == "stop"
+        with httpx.stream("POST", server + "/v1/completions", timeout=300, json={
+                "prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "stop": [stop],
+                "stream": True}) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+        streamed = [c["choices"][0]["text"] for c in chunks]
+        assert "".join(streamed) == expected and chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 @pytest.mark.parametrize("body, status, param", [
@@ -172,7 +206,8 @@ def test_a_seed_reproduces_a_sampled_completion(server):
     ({"max_tokens": 4}, 400, "prompt"),
     ({"prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
     ({"prompt": "hi", "max_tokens": 10 ** 6}, 400, "max_tokens"),
-    ({"prompt": "word " * 200}, 400, "prompt"),
+    ({"prompt": "word " * (CONTEXT + 10)}, 400, "prompt"),
+    ({"prompt": "word " * (CONTEXT - 20), "max_tokens": 40}, 400, "max_tokens"),
     ({"prompt": "hi", "temperature": "hot"}, 400, "temperature"),
     ({"messages": "hi"}, 400, "messages"),
 ])
@@ -206,7 +241,7 @@ def test_a_disconnected_stream_stops_its_generation_and_frees_its_slot(server):
     assert _stats(server)["steps"] == stats["steps"]  # no more decode steps: nothing is generating
 
 
-def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_503(server):
+def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_429_with_retry_after(server):
     async def run():
         async with httpx.AsyncClient(timeout=300) as client:
             async def stream(i):
@@ -231,7 +266,8 @@ def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_503(se
             results = await asyncio.gather(*tasks)
         return over, latencies, results
     over, latencies, results = asyncio.run(run())
-    assert over.status_code == 503 and over.json()["error"]["code"] == "server_busy"
+    assert over.status_code == 429 and over.json()["error"]["code"] == "server_busy"
+    assert int(over.headers["retry-after"]) >= 1
     assert all(status == 200 and lines[-1] == "data: [DONE]" for status, lines in results)
     latencies.sort()
     # generous absolute bound on a shared 2-core machine (bench/llm.py measures p99 and worst)

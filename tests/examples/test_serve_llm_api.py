@@ -138,7 +138,7 @@ def test_metrics_count_requests_tokens_latencies_and_slots_in_prometheus_text(cl
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "yaml"}}, "response_format"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
     ({"logit_bias": {"11": 5}}, "logit_bias"),
     ({"n": 0}, "n"),

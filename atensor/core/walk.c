@@ -1,0 +1,263 @@
+/* The graph walks: the schedule key walk (sched/cache.py `walk_key`) and the inline-size check
+   (engine/realize.py `_small`): see ccore.c. */
+#include "ccore.h"
+
+/* ---- the schedule key walk ------------------------------------------------------------------- */
+
+/* The dict behind `has_entry` when it is a dict's bound `get` (the ledger's `value_entry`), else NULL. */
+PyObject *dict_of_get(PyObject *fn) {
+    if (!PyCFunction_Check(fn))
+        return NULL;
+    PyObject *self = PyCFunction_GET_SELF(fn);
+    PyMethodDef *def = ((PyCFunctionObject *)fn)->m_ml;
+    if (self != NULL && PyDict_CheckExact(self) && strcmp(def->ml_name, "get") == 0)
+        return self;
+    return NULL;
+}
+
+/* 1 when the ledger may hold a value for `node` (has_entry(id(node)) is not None), 0 if not, -1 error */
+int has_value(PyObject *node, PyObject *table, PyObject *fn) {
+    PyObject *id = PyLong_FromVoidPtr(node);
+    if (id == NULL)
+        return -1;
+    if (table != NULL) {
+        PyObject *found = PyDict_GetItemWithError(table, id);
+        Py_DECREF(id);
+        if (found == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        return found != Py_None;
+    }
+    PyObject *found = PyObject_CallOneArg(fn, id);
+    Py_DECREF(id);
+    if (found == NULL)
+        return -1;
+    int has = found != Py_None;
+    Py_DECREF(found);
+    return has;
+}
+
+/* The key's part of `node`, emitted at `position`; appends to the walk's lists. 0 or -1 on error. */
+static int emit(PyObject *node, PyObject *position, PyObject *slots, PyObject *leaves, PyObject *buffer_nodes,
+                PyObject *parts) {
+    PyObject *part;
+    if (SLOT(node, n_op) == buffer_op) {
+        PyObject *arg = SLOT(node, n_arg);
+        if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) < 1 || !PyObject_TypeCheck(PyTuple_GET_ITEM(arg, 0), spec_type)) {
+            PyErr_SetString(PyExc_TypeError, "a BUFFER node's argument must be (BufferSpec, version)");
+            return -1;
+        }
+        PyObject *spec = PyTuple_GET_ITEM(arg, 0);
+        PyObject *slot = PyDict_GetItemWithError(slots, spec);
+        if (slot == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            slot = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
+            if (slot == NULL)
+                return -1;
+            int failed = PyDict_SetItem(slots, spec, slot) || PyList_Append(leaves, spec);
+            Py_DECREF(slot);  /* (the dict holds it) */
+            if (failed)
+                return -1;
+        }
+        if (PyList_Append(buffer_nodes, node) < 0)
+            return -1;
+        part = PyTuple_Pack(5, buffer_op, SLOT(node, n_dtype), slot, SLOT(spec, s_device), SLOT(spec, s_size));
+    } else {
+        PyObject *src = SLOT(node, n_src);
+        Py_ssize_t count = PyTuple_GET_SIZE(src);
+        PyObject *places = PyTuple_New(count);
+        if (places == NULL)
+            return -1;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *at = PyDict_GetItemWithError(position, PyTuple_GET_ITEM(src, i));
+            if (at == NULL) {
+                Py_DECREF(places);
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_RuntimeError, "walk_key: a source was not emitted before its user");
+                return -1;
+            }
+            Py_INCREF(at);
+            PyTuple_SET_ITEM(places, i, at);
+        }
+        part = PyTuple_Pack(4, SLOT(node, n_op), SLOT(node, n_dtype), SLOT(node, n_arg), places);
+        Py_DECREF(places);
+    }
+    if (part == NULL)
+        return -1;
+    int failed = PyList_Append(parts, part);
+    Py_DECREF(part);
+    return failed;
+}
+
+/* A walk over a big graph (a realize of 3,000 outputs: 18,000 nodes, ~11 ms of CPU here) lets other
+   threads take the GIL every this many nodes, as the interpreter lets them every 5 ms (its switch
+   interval) in the Python walk: held for the whole walk, the GIL kept the event loop's thread waiting
+   (on a loaded machine, while this thread was descheduled holding it; tests/engine/test_async.py's gap
+   test failed). The walk's state is its own and nodes are immutable, so another thread may run between
+   any two steps, as it may in the Python walk. */
+#define YIELD_EVERY_NODES 1024
+
+PyObject *walk_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* walk_key(roots, settings, has_entry) -> (key, leaves, order, buffer_nodes) or None */
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "walk_key(roots, settings, has_entry)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyObject *roots = PySequence_Fast(args[0], "walk_key: roots must be a sequence of Nodes");
+    if (roots == NULL)
+        return NULL;
+    PyObject *settings = args[1], *fn = args[2];
+    PyObject *table = dict_of_get(fn);
+    PyObject *position = PyDict_New(), *expanded = PySet_New(NULL), *slots = PyDict_New();
+    PyObject *leaves = PyList_New(0), *buffer_nodes = PyList_New(0), *parts = PyList_New(0);
+    PyObject *order = PyList_New(0), *stack = PyList_New(0);
+    PyObject *result = NULL;
+    size_t steps = 0;
+    if (!position || !expanded || !slots || !leaves || !buffer_nodes || !parts || !order || !stack)
+        goto done;
+    for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
+        PyObject *root = PySequence_Fast_GET_ITEM(roots, r);
+        if (!PyObject_TypeCheck(root, node_type)) {
+            PyErr_SetString(PyExc_TypeError, "walk_key: roots must be Nodes");
+            goto done;
+        }
+        int seen = PyDict_Contains(position, root);
+        if (seen < 0)
+            goto done;
+        if (seen)
+            continue;
+        if (PyList_Append(stack, root) < 0)
+            goto done;
+        while (PyList_GET_SIZE(stack)) {
+            if (++steps % YIELD_EVERY_NODES == 0) {
+                Py_BEGIN_ALLOW_THREADS
+                Py_END_ALLOW_THREADS
+            }
+            Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+            PyObject *node = PyList_GET_ITEM(stack, top);  /* borrowed: the stack holds it */
+            int is_expanded = PySet_Contains(expanded, node);
+            if (is_expanded < 0)
+                goto done;
+            if (is_expanded) {
+                Py_INCREF(node);
+                if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+                    Py_DECREF(node);
+                    goto done;
+                }
+                int emitted = PyDict_Contains(position, node);
+                if (emitted == 0) {
+                    PyObject *at = PyLong_FromSsize_t(PyList_GET_SIZE(order));
+                    emitted = at == NULL || PyDict_SetItem(position, node, at) < 0
+                              || PyList_Append(order, node) < 0
+                              || emit(node, position, slots, leaves, buffer_nodes, parts) < 0 ? -1 : 0;
+                    Py_XDECREF(at);
+                }
+                Py_DECREF(node);
+                if (emitted < 0)
+                    goto done;
+                continue;
+            }
+            int has = has_value(node, table, fn);
+            if (has < 0)
+                goto done;
+            if (has) {  /* the ledger may hold its value: the scheduler substitutes (Python) */
+                Py_INCREF(Py_None);
+                result = Py_None;
+                goto done;
+            }
+            if (PySet_Add(expanded, node) < 0)
+                goto done;
+            PyObject *src = SLOT(node, n_src);
+            for (Py_ssize_t i = PyTuple_GET_SIZE(src) - 1; i >= 0; i--) {
+                PyObject *child = PyTuple_GET_ITEM(src, i);
+                int known_child = PySet_Contains(expanded, child);
+                if (known_child < 0 || (!known_child && PyList_Append(stack, child) < 0))
+                    goto done;
+            }
+        }
+    }
+    if (PyList_Append(parts, settings) < 0)
+        goto done;
+    PyObject *key = PyList_AsTuple(parts);
+    if (key == NULL)
+        goto done;
+    result = PyTuple_Pack(4, key, leaves, order, buffer_nodes);
+    Py_DECREF(key);
+done:
+    Py_DECREF(roots);
+    Py_XDECREF(position);
+    Py_XDECREF(expanded);
+    Py_XDECREF(slots);
+    Py_XDECREF(leaves);
+    Py_XDECREF(buffer_nodes);
+    Py_XDECREF(parts);
+    Py_XDECREF(order);
+    Py_XDECREF(stack);
+    return result;
+}
+
+/* ---- the inline-size check of a realize ------------------------------------------------------- */
+
+PyObject *small_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* small_graph(nodes, limit, has_entry) -> bool: engine/realize.py's `_small` */
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "small_graph(nodes, limit, has_entry)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *fn = args[2], *table = dict_of_get(fn);
+    PyObject *stack = PySequence_List(args[0]), *seen = PySet_New(NULL), *result = NULL;
+    if (stack == NULL || seen == NULL)
+        goto done;
+    while (PyList_GET_SIZE(stack)) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *node = PyList_GET_ITEM(stack, top);
+        Py_INCREF(node);
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+            Py_DECREF(node);
+            goto done;
+        }
+        if (!PyObject_TypeCheck(node, node_type)) {
+            Py_DECREF(node);
+            PyErr_SetString(PyExc_TypeError, "small_graph: nodes must be Nodes");
+            goto done;
+        }
+        int known_node = PySet_Contains(seen, node);
+        if (known_node < 0 || (!known_node && PySet_Add(seen, node) < 0)) {
+            Py_DECREF(node);
+            goto done;
+        }
+        if (known_node) {
+            Py_DECREF(node);
+            continue;
+        }
+        if (PySet_GET_SIZE(seen) > limit) {
+            Py_DECREF(node);
+            result = Py_False;
+            Py_INCREF(result);
+            goto done;
+        }
+        int has = SLOT(node, n_op) == buffer_op ? 1 : has_value(node, table, fn);
+        if (has == 0) {  /* neither a buffer nor a realized value: what it reads is computed too */
+            PyObject *src = SLOT(node, n_src);
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(src) && has == 0; i++)
+                has = PyList_Append(stack, PyTuple_GET_ITEM(src, i)) < 0 ? -1 : 0;
+        }
+        Py_DECREF(node);
+        if (has < 0)
+            goto done;
+    }
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(stack);
+    Py_XDECREF(seen);
+    return result;
+}
+
