@@ -6,27 +6,19 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+try:  # imported as bench.common, or as common by a script run as `python bench/x.py`
+    from . import machine as _machine
+except ImportError:
+    import machine as _machine  # type: ignore[no-redef]
+
 RESULTS = Path(__file__).resolve().parent / "results"
-LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)  # when the bench imported this
-# the CPU flags a result depends on (the kernels' paths, llama.cpp's build), recorded with every result
-RELEVANT_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
-                  "avx512_vnni", "avx512_bf16", "avx512vbmi", "avx512_vbmi2", "avx_vnni", "amx_tile", "amx_int8",
-                  "amx_bf16", "hypervisor", "neon", "asimd")
-
-
-def machine() -> dict:
-    """The machine a result was measured on: CPU model, its relevant flags, cores, load average when the
-    bench started (and now), Python and the OS."""
-    from atensor.tune.machine import current
-    here = current()
-    return {"cpu": here.model, "flags": [f for f in RELEVANT_FLAGS if f in here.flags], "cpus": os.cpu_count(),
-            "cores_usable": here.cores, "load_at_start": list(LOAD_AT_START),
-            "load_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "python": platform.python_version(), "platform": platform.platform()}
+# the load average when the bench started (imported this module): bench/machine.py's, recorded in every result
+LOAD_AT_START = tuple(_machine.START_LOAD or (0.0, 0.0, 0.0))
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
@@ -57,6 +49,20 @@ def memcpy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
     for _ in range(repeat):
         start = time.perf_counter()
         np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best
+
+
+def read_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
+    """Bytes per second of summing a warm float32 array of `nbytes` (a read-only stream, as a batch-1 matmul
+    reads its weights), the best of `repeat`: the bound for a call that must read every weight once."""
+    import numpy as np
+    a = np.ones(nbytes // 4, np.float32)
+    a.sum()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        a.sum()
         best = min(best, time.perf_counter() - start)
     return nbytes / best
 
@@ -108,13 +114,22 @@ def _numeric(text: str) -> bool:
 
 
 def write_results(name: str, data: dict) -> Path:
-    """Writes `data` with the machine's description (`machine()`) to bench/results/<name>.json."""
+    """Writes `data` with the machine's record (bench/machine.py: CPU model, flags, cores, load average at
+    the script's start, git revision, versions) and the command line to bench/results/<name>.json."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "machine": machine(),
-               "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+    payload = {"benchmark": name, "machine": _machine.as_dict(_machine.record()),
+               "command": _command(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
     path.write_text(json.dumps(_json_safe(payload), indent=2, allow_nan=False))
     return path
+
+
+def _command() -> str:
+    """This process's command line, its script named relative to the repository when it is inside it."""
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    root = RESULTS.parents[1]
+    shown = str(script.relative_to(root)) if script and script.is_relative_to(root) else (sys.argv[0] if sys.argv else "")
+    return " ".join(["python", shown, *sys.argv[1:]])
 
 
 def _json_safe(value: Any) -> Any:
@@ -159,20 +174,7 @@ def install_stage_timers(stages: list[tuple[str, str, str]], times: dict) -> lis
 
 
 def machine_facts() -> dict:
-    """The CPU model, its flags that matter to these kernels, the core count and the load average now:
-    what every figure is reported beside (Linux's /proc/cpuinfo; elsewhere what platform says)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
-              "amx_tile")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"cpu": model, "flags": [f for f in wanted if f in flags], "cores": os.cpu_count(),
-            "load": [round(x, 2) for x in load] if load else None}
+    """The CPU model, its flags that matter to these kernels, the core count and the load average now: a
+    short view of bench/machine.py's record (which write_results puts in every results file in full)."""
+    record = _machine.record()
+    return {"cpu": record.cpu, "flags": list(record.flags), "cores": record.cores, "load": record.load_end}

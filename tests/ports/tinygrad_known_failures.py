@@ -1,8 +1,10 @@
 """The cases of tinygrad's test_ops that atensor fails, each with why, and the subset the default suite runs.
 
-Keys are "Class::test_name" of tests/ports/tinygrad/upstream_test_ops.py. CPU lists the failures on atensor's
-CPU device; CL_ONLY those that fail on OpenCL only (the CL run expects CPU's and CL_ONLY's). Each reason says
-which side differs; a listed case that passes shows as XPASS: then delete its line.
+Keys are "Class::test_name" of tinygrad's test/backend/test_ops.py (run from a tinygrad checkout through
+tests/ports/tinygrad_shim.py). CPU lists the failures on atensor's CPU device; CL_ONLY those that fail on
+OpenCL only (the CL run expects CPU's and CL_ONLY's). Each reason says which side differs, and
+tests/tensor/test_tinygrad_differences.py tests atensor's side of each; a listed case that passes shows as
+XPASS: then delete its line.
 """
 from __future__ import annotations
 

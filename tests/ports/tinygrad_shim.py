@@ -1,10 +1,13 @@
-"""Loads tinygrad's own op tests (tinygrad/upstream_test_ops.py, vendored) with `tinygrad` meaning atensor.
+"""Loads tinygrad's own op tests (test/backend/test_ops.py of a tinygrad checkout) with `tinygrad` meaning
+atensor: the check that atensor's Tensor API ports with import changes only, run from outside the repo.
 
 Why a shim and not a port: the file is tinygrad's test of its Tensor API against PyTorch, 400-odd cases that
-nobody here wrote, so passing it says the API ports with import changes only. It is kept byte for byte (bar a
-license header); what differs is listed in tinygrad_known_failures.py, each with its reason.
+nobody here wrote, so it is never copied into this repository. A user points ATENSOR_TINYGRAD_DIR at a
+tinygrad checkout (scripts/run_tinygrad_ops.sh does), and tests/ports/test_tinygrad_ops.py runs that file's
+cases against atensor; what differs is listed in tinygrad_known_failures.py, each with its reason, and tested
+in our own words in tests/tensor/test_tinygrad_differences.py.
 
-How: `load_test_ops()` executes the vendored file as a module while `sys.modules` maps `tinygrad`,
+How: `load_test_ops(path)` executes the file as a module while `sys.modules` maps `tinygrad`,
 `tinygrad.helpers`, `tinygrad.tensor`, `tinygrad.renderer` and `tinygrad.renderer.nir` to modules made here
 from atensor's objects, then puts back what was there before. The file binds its names at import (it imports
 nothing inside its tests), so from then on its tests call atensor; the real tinygrad package stays importable
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import pathlib
 import sys
 import types
@@ -33,8 +37,9 @@ from atensor import Tensor, dtypes
 from atensor.dtype import DType
 from atensor.helpers import getenv
 
-VENDORED = pathlib.Path(__file__).parent / "tinygrad" / "upstream_test_ops.py"
-# the names load_test_ops() swaps in sys.modules while the vendored file imports
+# where tinygrad keeps test_ops in a checkout: test/backend/ now (2026), test/ before
+TEST_OPS_PATHS = ("test/backend/test_ops.py", "test/test_ops.py")
+# the names load_test_ops() swaps in sys.modules while test_ops imports
 SHIMMED = ("tinygrad", "tinygrad.helpers", "tinygrad.tensor", "tinygrad.renderer", "tinygrad.renderer.nir")
 # tinygrad Context flags about its kernel optimizer: atensor has none, so they change nothing here
 NO_OP_FLAGS = frozenset({"NOOPT"})
@@ -95,7 +100,7 @@ def _module(name: str, **names: object) -> types.ModuleType:
 
 
 def shim_modules() -> dict[str, types.ModuleType]:
-    """The modules the vendored file imports, made of atensor's objects."""
+    """The modules tinygrad's test_ops imports, made of atensor's objects."""
     helpers = _module("tinygrad.helpers", getenv=getenv, DEBUG=int(atensor.settings.debug), IMAGE=0,
                       DEV=Dev(Device.DEFAULT), Context=Context)
     nir = _module("tinygrad.renderer.nir", NIRRenderer=NIRRenderer)
@@ -109,13 +114,31 @@ def shim_modules() -> dict[str, types.ModuleType]:
             "tinygrad.renderer": renderer, "tinygrad.renderer.nir": nir}
 
 
-def load_test_ops(module_name: str = "tests.ports.tinygrad_upstream_test_ops") -> types.ModuleType:
-    """The vendored test_ops module, imported with `tinygrad` meaning atensor (once per process)."""
+def find_test_ops(tinygrad_dir: str | os.PathLike | None = None) -> pathlib.Path:
+    """test_ops.py of the tinygrad checkout at `tinygrad_dir` (default: $ATENSOR_TINYGRAD_DIR). Raises
+    LookupError saying what to do when none is given or the checkout has no test_ops."""
+    where = tinygrad_dir if tinygrad_dir is not None else os.environ.get("ATENSOR_TINYGRAD_DIR")
+    if not where:
+        raise LookupError("tinygrad's test_ops runs from a tinygrad checkout: git clone "
+                          "https://github.com/tinygrad/tinygrad, then scripts/run_tinygrad_ops.sh TINYGRAD_DIR "
+                          "(or set ATENSOR_TINYGRAD_DIR)")
+    for relative in TEST_OPS_PATHS:
+        path = pathlib.Path(where) / relative
+        if path.is_file():
+            return path
+    raise LookupError(f"{where} has none of {', '.join(TEST_OPS_PATHS)}: give the root of a tinygrad checkout")
+
+
+def load_test_ops(path: str | os.PathLike | None = None,
+                  module_name: str = "tests.ports.tinygrad_upstream_test_ops") -> types.ModuleType:
+    """tinygrad's test_ops module (`path`, default find_test_ops()), imported with `tinygrad` meaning atensor
+    (once per process and module name)."""
     if module_name in sys.modules:
         return sys.modules[module_name]
+    source = pathlib.Path(path) if path is not None else find_test_ops()
     saved = {name: sys.modules[name] for name in SHIMMED if name in sys.modules}
-    spec = importlib.util.spec_from_file_location(module_name, VENDORED)
-    assert spec is not None and spec.loader is not None, f"cannot load {VENDORED}"
+    spec = importlib.util.spec_from_file_location(module_name, source)
+    assert spec is not None and spec.loader is not None, f"cannot load {source}"
     module = importlib.util.module_from_spec(spec)
     sys.modules.update(shim_modules())
     try:
