@@ -181,14 +181,44 @@ def _reader_class() -> type:
 _Reader: Optional[type] = None
 
 
+@dataclass(frozen=True)
+class ParsedHeader:
+    """What a parse of a GGUF header keeps: the tensors (`gguf.ReaderTensor`, each `data` a view of the
+    file's memory map, which keeps the map open) and the metadata as Python values. The reader and its
+    fields are dropped: they are one numpy view per header item (SmolLM2: ~100,000 for its tokens and
+    merges, ~33 MB), and the metadata already holds their values."""
+    tensors: tuple[Any, ...]
+    metadata: dict[str, Any]
+
+
 @functools.lru_cache(maxsize=4)
-def _parsed(file: Path, size: int, mtime_ns: int) -> tuple[Any, dict[str, Any]]:
-    """The GGUF reader of a file (`_reader_class`) and its metadata, kept per (path, size, mtime):
+def _parsed(file: Path, size: int, mtime_ns: int) -> ParsedHeader:
+    """The tensors and metadata of a file's header (`_reader_class`), kept per (path, size, mtime):
     parsing SmolLM2's header (49,152 tokens and 48,900 merges as numpy fields) takes ~2 s, and a
     process that loads the model and then its tokenizer, or a test session, would pay it each time.
-    The reader only memory-maps the file; a file changed on disk is parsed again."""
+    The reader only memory-maps the file; a file changed on disk is parsed again. The parse's garbage
+    is handed back to the system at once (`_trim_heap`): it would otherwise stay in the process's
+    resident memory and add to its peak."""
     reader = _reader_class()(str(file))
-    return reader, read_metadata(reader)
+    parsed = ParsedHeader(tuple(reader.tensors), read_metadata(reader))
+    del reader
+    _trim_heap()
+    return parsed
+
+
+def _trim_heap() -> None:
+    """Collects the garbage and returns the C heap's free pages to the system (glibc's `malloc_trim`;
+    nothing elsewhere). Measured on SmolLM2's header parse: resident memory 136 -> 93 MB."""
+    import ctypes
+    import ctypes.util
+    import gc
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
@@ -198,6 +228,6 @@ def load_gguf(path: Optional[Union[str, Path]] = None) -> GGUFModel:
     file = (Path(path) if path is not None else default_gguf_path()).resolve()
     stat = file.stat()
     with collector.host_span(f"read GGUF header {file.name}", "load", detail=f"{stat.st_size} bytes, memory-mapped"):
-        reader, meta = _parsed(file, stat.st_size, stat.st_mtime_ns)
-    weights = LazyWeights({tensor.name: tensor for tensor in reader.tensors})
-    return GGUFModel(config_from_metadata(meta, set(weights)), weights, dict(meta), file)
+        parsed = _parsed(file, stat.st_size, stat.st_mtime_ns)
+    weights = LazyWeights({tensor.name: tensor for tensor in parsed.tensors})
+    return GGUFModel(config_from_metadata(parsed.metadata, set(weights)), weights, dict(parsed.metadata), file)

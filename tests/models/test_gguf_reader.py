@@ -56,3 +56,17 @@ def test_a_file_changed_on_disk_is_parsed_again(tmp_path):
     first = _parsed(path, stat.st_size, stat.st_mtime_ns)
     assert _parsed(path, stat.st_size, stat.st_mtime_ns) is first
     assert _parsed(path, stat.st_size, stat.st_mtime_ns + 1) is not first
+
+
+def test_the_kept_header_reads_the_file_after_its_reader_is_gone(tmp_path):
+    """`_parsed` keeps the tensors and metadata, not the reader's per-item fields: the tensors' views
+    still read the file's memory map, and the metadata is the stock reader's."""
+    path = tmp_path / "kept.gguf"
+    _write(path)
+    stat = path.stat()
+    parsed = _parsed(path, stat.st_size, stat.st_mtime_ns)
+    stock = gguf.GGUFReader(str(path))
+    assert parsed.metadata == read_metadata(stock)
+    assert [t.name for t in parsed.tensors] == [t.name for t in stock.tensors]
+    for a, b in zip(parsed.tensors, stock.tensors):
+        np.testing.assert_array_equal(a.data, b.data)
