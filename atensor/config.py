@@ -7,17 +7,17 @@ through `Context` (per context: concurrent trio tasks keep their own):
 |---|---|---|---|
 | racecheck | ATENSOR_RACECHECK | 0 | prove every TaskGraph race-free and its kernels in bounds before it runs (tests turn it on) |
 | z3_timeout_ms | ATENSOR_Z3_TIMEOUT_MS | 2000 | per z3 query of those proofs; a query that times out is a rejection |
-| blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads of a big kernel (backend/blas.py) |
+| blas_threads | ATENSOR_BLAS_THREADS | cores / CPU devices in use | BLAS threads of a big kernel (backend/gemm/blas.py) |
 | blas_parallel_flops | ATENSOR_BLAS_PARALLEL_FLOPS | 1 Mi | (sizes such as `8Mi` or `64M` are accepted here and for the byte settings) estimated flops from which a kernel's products use `blas_threads` threads; below, one |
 | default_device | ATENSOR_DEVICE | CPU | where tensors are made when no device is given |
 | schedule_cache | ATENSOR_SCHEDULE_CACHE | 1 | reuse the TaskGraph of a structurally equal graph (sched/cache.py) |
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
-| malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy_plans.py); 0: malloc's defaults |
+| malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy/plans.py); 0: malloc's defaults |
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
 | net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` calls MPI's blocking collective (MPI's own wait, no timeout); read when a net command is lowered |
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
-| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/native.py): `jit` those of `atensor.jit` replays and of hot eager graphs (engine/program.py's twin), `all` every kernel, `0` none |
+| native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/c/registry.py): `jit` those of `atensor.jit` replays and of hot eager graphs (engine/program.py's twin), `all` every kernel, `0` none |
 | debug | ATENSOR_DEBUG | 0 | 2 or more: print each command (kernel, copy) as it finishes, with its time, bytes and flops (profiler/counters.py); read when a realize is submitted |
 | mnist_dir | ATENSOR_MNIST_DIR | (unset) | a folder holding MNIST's four idx files (`train-images-idx3-ubyte[.gz]`...), which `nn.datasets.mnist()` then loads instead of its local digits |
 

@@ -30,14 +30,14 @@ CASES = [("mlp", 1), ("mlp", 2), ("cnn", 1), ("cnn", 2)]
 _WORKER = r"""
 import importlib.util, json, sys, time
 import trio
-import atensor.backend.native as native
+from atensor.backend.c import compiler, registry
 calls = []
-real = native._compile
+real = compiler.compile_source
 def timed(*args, **kwargs):
     start = time.perf_counter()
     real(*args, **kwargs)
     calls.append(time.perf_counter() - start)
-native._compile = timed
+compiler.compile_source = timed
 spec = importlib.util.spec_from_file_location("train", sys.argv[1])
 train = importlib.util.module_from_spec(spec)
 sys.modules["train"] = train
@@ -46,7 +46,7 @@ data = train.load_digits(0)
 start = time.perf_counter()
 trio.run(lambda: train.train(devices=int(sys.argv[3]), max_steps=4, batch_size=64, model=sys.argv[2],
                              progress=False, data=data))
-print(json.dumps({"seconds": time.perf_counter() - start, "compiled": native.compiled,
+print(json.dumps({"seconds": time.perf_counter() - start, "compiled": registry.REGISTRY.compiled,
                   "compiler_s": sum(calls), "compiler_calls": len(calls)}))
 """
 

@@ -28,11 +28,11 @@ CPU time (on a loaded machine the CPU time is the steadier figure: it leaves out
 processes held the core), the range of the wall times, and each ratio to PyTorch's median in the
 same run.
 
-Physical limit: atensor lowers a convolution's forward to sgemms (backend/window_gemm.py: per sample,
-one copy that unfolds the inner kernel axis, then one gemm per outer kernel offset; contraction.py's
+Physical limit: atensor lowers a convolution's forward to sgemms (backend/gemm/window.py: per sample,
+one copy that unfolds the inner kernel axis, then one gemm per outer kernel offset; backend/gemm/contraction.py's
 im2col where that does not apply), so its floor is the layer's flops at the best sgemm throughput of
 this machine's BLAS: the run measures a 1024^3 sgemm (`sgemm peak`) and the layer's own gemms without
-their copies (`gemm floor`: the per-sample gemms of window_gemm.py's shapes, into one output) and
+their copies (`gemm floor`: the per-sample gemms of backend/gemm/window.py's shapes, into one output) and
 prints the forward time each allows.
 """
 from __future__ import annotations
@@ -54,7 +54,8 @@ from common import best_of, table, time_steps, write_results  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from atensor import Tensor  # noqa: E402
-from atensor.backend import blas, native  # noqa: E402
+from atensor.backend.gemm import blas
+from atensor.backend.gemm import openblas  # noqa: E402
 from atensor.config import settings  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tinygrad's device
@@ -74,7 +75,7 @@ def _flops(x: tuple, w: tuple, pad: int) -> int:
 
 def _sgemm_floor(x: tuple, w: tuple, pad: int, repeat: int, threads: int) -> tuple[float, float]:
     """Seconds the layer's forward takes at (the best 1024^3 sgemm throughput, the layer's own
-    per-sample gemms as window_gemm.py multiplies them, without the copies), measured now."""
+    per-sample gemms as backend/gemm/window.py multiplies them, without the copies), measured now."""
     n, _, h, wd = x
     cout, cin, kh, kw = w
     oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
@@ -85,13 +86,13 @@ def _sgemm_floor(x: tuple, w: tuple, pad: int, repeat: int, threads: int) -> tup
     cols = np.random.rand(cin * kw, oh * ow).astype(np.float32)
     weight = np.random.rand(cout, cin * kw).astype(np.float32)
     out = np.empty((cout, oh * ow), np.float32)
-    bound = native._bind_blas()
+    bound = openblas.functions()
     if bound is None:
         return _flops(x, w, pad) / peak, float("nan")
-    index = ctypes.c_longlong if bound[2] else ctypes.c_int
+    index = ctypes.c_longlong if bound.ilp64 else ctypes.c_int
     ptr, real = ctypes.c_void_p, ctypes.c_float
     sgemm = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index, real, ptr,
-                             index, ptr, index, real, ptr, index)(bound[0])
+                             index, ptr, index, real, ptr, index)(bound.sgemm)
     m, k, p = cout, cin * kw, oh * ow
 
     def products() -> None:  # the first gemm of a sample writes its output, the others add into it

@@ -18,7 +18,7 @@ the CPU time is the steadier of the two.
 
 Where the rest goes (measured 2026-12-03, one thread, process CPU time, a 2-core machine at load 13-17;
 bench/results/conv.json holds the step table). The issue's target is at most 1.2x torch. After the convolutions'
-forward and weight gradient moved into native kernels (backend/conv_c.py) and the col2im under max-pool's
+forward and weight gradient moved into native kernels (backend/gemm/conv_c.py) and the col2im under max-pool's
 backward became a kernel of its own (sched/schedule.py), the Adam step is, against torch: beautiful_mnist 1.66x at
 batch 512 and 1.35x at 128 (2.11x and 1.78x before, the same load), the flagship's cnn 1.37x at 512 and 0.89x
 at 128 (1.79x and 1.12x). Per kernel of the b128 mnist step (CPU ms, atensor against torch's

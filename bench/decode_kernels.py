@@ -37,7 +37,8 @@ def kernel_times(rows: int) -> dict[str, dict[str, float]]:
     """{kernel name: {"us": CPU time per call, "per_step": calls per step}} of the `rows`-row decode step."""
     import numpy as np
     import atensor
-    from atensor.backend import blas, native
+    from atensor.backend.gemm import blas
+    from atensor.backend.c import registry
     from atensor.graph.node import toposort
     from atensor.graph.ops import Ops
     from atensor.models.generation import LlamaEngine
@@ -45,7 +46,7 @@ def kernel_times(rows: int) -> dict[str, dict[str, float]]:
     from atensor.models.llama import Llama
     blas.use(1)
     engine = LlamaEngine(Llama(load_gguf(), slots=rows, context=512))
-    before = set(native._kernels)
+    before = set(registry.REGISTRY.kernels)
     step = {s: (100 + s, 70) for s in range(rows)}
     for _ in range(3):  # run, capture, verify: then replays
         engine.decode(step)
@@ -56,7 +57,7 @@ def kernel_times(rows: int) -> dict[str, dict[str, float]]:
     counts = Counter(span.name.replace(" ", "_").replace("+", "_") for span in prof.spans if span.kind == "kernel")
     rng = np.random.default_rng(0)
     out: dict[str, dict[str, float]] = {}
-    for ast, kernel in list(native._kernels.items()):
+    for ast, kernel in list(registry.REGISTRY.kernels.items()):
         name = kernel.name.split("_", 1)[1]  # without the kernel's index in its program
         if ast in before or name in out or "qmatmul" in name or "dequant" in name or not counts.get(name):
             continue

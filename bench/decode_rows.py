@@ -12,9 +12,9 @@ step does the same work): the 1-row step is slot 0 alone (the gathering program,
 kinds alternate step by step; the figures are medians of wall time and of the process's CPU time
 (every thread's, a spinning pool worker's wait too).
 
---baseline: that tree's packed kernels (its backend/quant_c.py) are compiled into a second library
+--baseline: that tree's packed kernels (its backend/quant/source.py) are compiled into a second library
 (bench/quant_batched.py's `baseline_library`), and every loaded kernel library's `at_packed_qmatmul`
-pointer (c_prelude.py) is pointed at one or the other between steps: the same engine, programs and
+pointer (backend/c/prelude.py) is pointed at one or the other between steps: the same engine, programs and
 process run both, step by step, so the load of a shared machine falls on both alike (separate
 processes minutes apart measured the load). The kernels' threads are the engine's own choice (a
 device's share, as the server runs them) unless ATENSOR_BLAS_THREADS is set.
@@ -44,11 +44,11 @@ PROMPTS = [f"Once upon a time, a robot named Unit {i} walked into" for i in rang
 
 
 def use_kernels(lib) -> None:
-    """Points every loaded kernel library's packed-matmul pointer at `lib`'s kernels (native._set_quant's
+    """Points every loaded kernel library's packed-matmul pointer at `lib`'s kernels (backend/quant/kernels.point's
     job for this tree's helper)."""
-    from atensor.backend import native
+    from atensor.backend.c import library
     address = lambda fn: ctypes.c_void_p(ctypes.cast(fn, ctypes.c_void_p).value)  # noqa: E731
-    for kernels in native._libraries:
+    for kernels in library.LOADED.libraries:
         kernels.atensor_set_quant(address(lib.atq_matmul), address(lib.atq_dequant))
 
 
@@ -72,7 +72,7 @@ def profiled(engine, batch: dict, steps: int = 6) -> dict:
 def worker(steps: int, baseline: Optional[Path]) -> dict:
     """{kernels: {figure: ms}} for this tree's packed kernels and, with `baseline`, that tree's."""
     import numpy as np
-    from atensor.backend import quant_kernels
+    from atensor.backend.quant import kernels as quant_kernels
     from atensor.models.generation import LlamaEngine
     from atensor.models.gguf import load_gguf
     from atensor.models.llama import Llama

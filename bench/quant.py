@@ -16,7 +16,7 @@ issue 37 measured on this machine, quoted, NOT re-measured in this run: 117.7 de
 threads, first token in 159 ms for a 44-token prompt.
 
 atensor's packed kernels run on a kernel's BLAS threads (BENCH_THREADS for the big ones, chosen by timing
-unless ATENSOR_BLAS_THREADS is set; backend/quant_pool_c.py), as the float32 model's BLAS calls and
+unless ATENSOR_BLAS_THREADS is set; backend/quant/pool_c.py), as the float32 model's BLAS calls and
 torch do. Timing on a shared 2-core machine is noisy: read ratios of one run.
 """
 from __future__ import annotations

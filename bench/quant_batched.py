@@ -86,25 +86,27 @@ def _calls_per_block(rows: int, cols: int, m: int) -> int:
 
 
 def baseline_library(tree: Path):
-    """The packed kernels of another tree (its backend/quant_c.py SOURCE), compiled as native.py compiles
+    """The packed kernels of another tree (its backend/quant/source.py SOURCE), compiled as backend/quant/kernels.py compiles
     this tree's and bound to the same BLAS (sgemm, thread count), so that both run in one process."""
     import ctypes
     import tempfile
-    from atensor.backend import native
-    source = subprocess.run([sys.executable, "-c", "from atensor.backend.quant_c import SOURCE; print(SOURCE)"],
+    from atensor.backend.c import compiler
+    from atensor.backend.gemm import openblas
+    from atensor.backend.c import flags as c_flags
+    source = subprocess.run([sys.executable, "-c", "from atensor.backend.quant.source import SOURCE; print(SOURCE)"],
                             env=dict(os.environ, PYTHONPATH=str(tree)), cwd=str(tree), capture_output=True,
                             text=True, check=True).stdout
     tmp = Path(tempfile.mkdtemp(prefix="quant-batched-base-"))
     (tmp / "quant.c").write_text(source)
-    subprocess.run([native.compiler(), *native.FLAGS, "-o", str(tmp / "quant.so"), str(tmp / "quant.c"), "-lm"],
+    subprocess.run([compiler.path(), *c_flags.FLAGS, "-o", str(tmp / "quant.so"), str(tmp / "quant.c"), "-lm"],
                    check=True)
     lib = ctypes.CDLL(str(tmp / "quant.so"))
     lib.atq_matmul_run.restype = None
-    blas = native._bind_blas()
+    blas = openblas.functions()
     if blas is not None:
-        lib.atq_set_sgemm(ctypes.c_void_p(blas[0]), ctypes.c_int(int(blas[2])))
-        if blas[5] and native._blas_get_threads:
-            lib.atq_set_blas_threads(ctypes.c_void_p(native._blas_get_threads), ctypes.c_void_p(blas[5]))
+        lib.atq_set_sgemm(ctypes.c_void_p(blas.sgemm), ctypes.c_int(int(blas.ilp64)))
+        if blas.set_threads and blas.get_threads:
+            lib.atq_set_blas_threads(ctypes.c_void_p(blas.get_threads), ctypes.c_void_p(blas.set_threads))
     return lib
 
 
@@ -113,7 +115,8 @@ def worker_atensor(baseline: Optional[Path]) -> dict:
     float32-activation kernels interleaved with them in this process: median seconds per config."""
     import ctypes
     import numpy as np
-    from atensor.backend import blas, quant_kernels
+    from atensor.backend.gemm import blas
+    from atensor.backend.quant import kernels as quant_kernels
     from atensor.graph.quant import FORMATS, PackedShape
     from atensor.models.gguf import load_gguf
     gguf = load_gguf()

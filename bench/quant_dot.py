@@ -5,7 +5,7 @@
 Why: bench/llm.py compares whole decode steps, where threads, the other kernels and the host all
 count; this isolates the per-32 block dot product. For each of SmolLM2-135M's matrix shapes it times,
 in one C program, y = W x for one row of x:
-- atensor float32: backend/quant_c.py's kernel with float32 activations (the default numerics);
+- atensor float32: backend/quant/source.py's kernel with float32 activations (the default numerics);
 - atensor q8act: the same kernel with x quantized to Q8 blocks (`weights="q8act"`);
 - ggml: `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q8_0_q8_0` of llama-cpp-python's libggml-cpu (the
   functions llama.cpp's matmul calls per row), after `quantize_row_q8_1` / `quantize_row_q8_0` of x.
@@ -88,7 +88,7 @@ def ggml_library() -> str | None:
 
 
 def main() -> None:
-    from atensor.backend.quant_c import SOURCE
+    from atensor.backend.quant.source import SOURCE
     ggml = ggml_library()
     with tempfile.TemporaryDirectory(prefix="quant-dot-") as tmp:
         src, exe = Path(tmp) / "dot.c", Path(tmp) / "dot"

@@ -4,7 +4,7 @@ kernels on one thread against two.
     python bench/quant_step.py          # writes bench/results/quant_step.json
 
 Each thread count runs in a fresh process (ATENSOR_BLAS_THREADS fixes a big kernel's threads, which
-the packed kernels read: backend/quant_pool_c.py), alternating 1, 2, 1, 2 so a slow spell of the
+the packed kernels read: backend/quant/pool_c.py), alternating 1, 2, 1, 2 so a slow spell of the
 shared machine hits both. Per process:
 - decode: 32 greedy tokens after warm-up, wall time and the process's CPU time per token;
 - kernels: a profile of 16 decode steps; per kernel name, the median span times its count per step
@@ -119,7 +119,8 @@ def kernel_costs(rounds: int = 5, repeat: int = 20, activations: str = "float32"
     numerics (float32: the default; q8_0: `weights="q8act"`): per token, the
     CPU time on one thread (process time: what the kernels cost whatever the load) and the wall time on
     one and on two threads (alternating rounds, the median of each; wall time is what the load spoils)."""
-    from atensor.backend import blas, quant_kernels
+    from atensor.backend.gemm import blas
+    from atensor.backend.quant import kernels as quant_kernels
     from atensor.graph.quant import FORMATS, PackedShape
     from atensor.models.gguf import load_gguf
     gguf = load_gguf()

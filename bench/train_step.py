@@ -153,7 +153,7 @@ def run_kernel_pair(steps: int) -> dict:
     import threading
     import trio
     from atensor import Tensor
-    from atensor.backend import native
+    from atensor.backend.c import programs
     step, params, names, x_np, y_np = flagship_step(2, 512)
 
     async def warm() -> None:
@@ -162,7 +162,7 @@ def run_kernel_pair(steps: int) -> dict:
                 (await step(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))).item()
     trio.run(warm)
     plan = next(r.plans[True] for prog in step._programs.values() for r in prog.records if True in r.plans)
-    calls = [native.batch([plan.kept[i] for i in members if plan.layout.static[i].kind == "kernel"])
+    calls = [programs.batch([plan.kept[i] for i in members if plan.layout.static[i].kind == "kernel"])
              for members in plan.layout.by_queue]
 
     def block(call, out: list) -> None:

@@ -63,7 +63,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import atensor
-from atensor.backend import native
+from atensor.backend.c import registry
 from atensor.hcq.queue import lower_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_tools.py lies beside this file
@@ -190,7 +190,7 @@ class BatchingEngine:
         if any(f is not None for f in self.forwards.values()):
             # the captured kernels compile in the background (jit compile="background"): wait for them
             # off the loop, then replay each shape once more so its plan is lowered with the C kernels
-            await anyio.to_thread.run_sync(native.wait_background)
+            await anyio.to_thread.run_sync(registry.wait_background)
             for model, tokens in itertools.product(self.models, shapes.values()):
                 await self._forward(model, tokens)
 

@@ -10,7 +10,7 @@ command's arguments sit (`device_args`, rewritten in place as a native block is)
 on the submitting thread (`here`), which timed choice sets its BLAS threads (`choice`), and how to
 put it on a device's own queue (`enqueue`, OpenCL). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
-with a default, set where the runner is made (engine/lower.py, backend/native.py).
+with a default, set where the runner is made (engine/lower.py, backend/c/programs.py).
 
 Invariant: while a command holding a runner may still run, the memory its `native` block points
 into is kept alive by `keep_alive` (or by whoever rewrote the block, engine/patching.py).
@@ -50,7 +50,7 @@ class Runner:
     # one task through Queue.start_here, or for the first task of a replayed program, engine/plan.py)
     here: Optional[Callable[[Callable[[], None], bool], bool]] = None
     # the blas.MeasuredThreads of a kernel whose BLAS thread count is chosen by timing its runs: a
-    # native program that holds it sets the count per run and reports the run's time (native.Program)
+    # native program that holds it sets the count per run and reports the run's time (programs.Program)
     choice: Any = None
     # a command of a device queue (OpenCL, hcq/cl_queue.py): `enqueue(queue, wait_events)` puts its work
     # on the device queue after `wait_events` without waiting, and returns (its first event, its last

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from atensor.backend import native
+from atensor.backend.c import library
 from atensor.backend.runner import Runner
 
 # the argument block: one 64-bit slot each
@@ -261,14 +261,14 @@ shared_ns: collections.deque = collections.deque(maxlen=4096)
 
 
 def _build() -> Optional[tuple[ctypes._CFuncPtr, int, ctypes._CFuncPtr, ctypes._CFuncPtr]]:
-    """The compiled helper (compiled once per machine into native.cache_dir()), or None."""
+    """The compiled helper (compiled once per machine into library.cache_dir()), or None."""
     global _library, _tried, why_not
     with _lock:
         if _tried:
             return _library
         _tried = True
         try:
-            lib = native.load_helper("net", _SOURCE)
+            lib = library.load_helper("net", _SOURCE)
         except Exception as exc:  # noqa: BLE001 - no native runner: the Python one runs instead
             why_not = f"the net helper did not compile: {exc}"
             return None

@@ -4,7 +4,7 @@ Why: sched/boundscheck.py proves every view of a kernel's AST inside its buffer;
 turns views into addresses the way the C renderer does, so that proof covers them. A tiled matmul's
 addresses come from the renderer's own arithmetic instead (work-group and work-item ids split into
 tiles, a loop over the inner axis's tiles, guards at the ragged edges). The renderer writes that
-arithmetic as `IndexProof` records (backend/gpu_index.py) and renders the kernel's text from the same
+arithmetic as `IndexProof` records (backend/gpu/index.py) and renders the kernel's text from the same
 records; this module proves each global load and store they describe inside its buffer, for every
 work-group, work-item and loop step, under the access's guard. A violation raises BoundsError with
 a counterexample (the ids, the index) before the program is built.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from atensor.backend.gpu_index import IExpr, IndexProof
-from atensor.backend.gpu_render import GPUProgram
+from atensor.backend.gpu.index import IExpr, IndexProof
+from atensor.backend.gpu.render import GPUProgram
 from atensor.sched.boundscheck import BoundsError
 from atensor.sched.prove import ProofTimeout, Symbols, find_counterexample, z3mod
 

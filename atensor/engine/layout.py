@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Collection, NamedTuple
 
-from atensor.backend import native
+from atensor.backend.c import registry
 from atensor.graph.node import BufferSpec
 from atensor.graph.symbolic import evaluate
 from atensor.graph.taskgraph import Copy, Kernel, Task
@@ -48,7 +48,7 @@ class Layout:
     runners kept (engine/plan.py), `copies_on_producer` the producer layout."""
 
     def __init__(self, tasks: list[Task], slots: Collection, copies_on_producer: bool, keep_runners: bool):
-        self.epoch = native.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
+        self.epoch = registry.REGISTRY.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
         self.from_slots = bool(slots) and not keep_runners
         self.once = not keep_runners
         self.queues: list[Queue] = []

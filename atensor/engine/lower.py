@@ -1,7 +1,7 @@
 """Lowering one task's work to the `Runner` a queue runs, and copying a work with its buffers swapped.
 
 Why a module of its own: the plan (plan.py) decides where and when each task runs; what runs is
-decided here, once per work: a compiled C kernel when backend/native.py has one (one foreign call,
+decided here, once per work: a compiled C kernel when backend/c/registry.py has one (one foreign call,
 the GIL released for the whole kernel; bound Variables' values sit in its argument block, rewritten
 by `Runner.rebind` before each submission), else the numpy kernel; a memcpy in C for a copy when a
 native library is loaded, else numpy's copyto; nothing on NULL devices; on an OpenCL device, an
@@ -19,8 +19,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from atensor.backend import blas, native
-from atensor.backend.numpy_backend import compile_kernel
+from atensor.backend.gemm import blas
+
+from atensor.backend.c import programs, registry
+from atensor.backend.numpy.render import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
 from atensor.ledger import record_of
@@ -59,7 +61,7 @@ def _plain_call(call: Callable, block: Any, threads: int) -> Callable[[], None]:
 
 
 def _measured_call(call: Callable, block: Any, choice: blas.MeasuredThreads) -> Callable[[], None]:
-    """A big C kernel's call with the BLAS threads its own timed runs found faster (blas.py)."""
+    """A big C kernel's call with the BLAS threads its own timed runs found faster (backend/gemm/blas.py)."""
     use_threads, clock = blas.use, time.perf_counter_ns
 
     def run_native() -> None:
@@ -91,10 +93,10 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
     threads = blas.packed_threads() if packed else blas.threads_for(work.flops)
     use_threads = blas.use
     mode = settings.native
-    compiled = None if mode == "0" else native.lookup(work.ast)
+    compiled = None if mode == "0" else registry.lookup(work.ast)
     if compiled is None and mode == "all":
-        native.prepare([(work.ast, work.name)])
-        compiled = native.lookup(work.ast)
+        registry.prepare([(work.ast, work.name)])
+        compiled = registry.lookup(work.ast)
     if compiled is not None:
         var_vals = work.var_vals
         call, block = compiled.fn, compiled.pointers([b.address() for b in buffers], var_vals)
@@ -122,7 +124,7 @@ def _kernel_runner(work: Kernel) -> Optional[Runner]:
 
 
 # Why a C kernel that asked for more BLAS threads sets one again when done: a batch or native program of
-# one-thread C kernels (native.batch, native.Program) calls them in C without setting the count, and
+# one-thread C kernels (programs.batch, programs.Program) calls them in C without setting the count, and
 # after the output projection the next decode step's matrix-vector products ran on two spinning BLAS
 # threads (a batch-4 step took 5.5 s instead of 0.5 s on a loaded 2-core machine). A numpy kernel
 # leaves the count as it is (the next numpy kernel sets its own); a batch sets one before it runs.
@@ -139,7 +141,7 @@ def _copy_runner(work: Copy) -> Optional[Runner]:
     if src_dev.cl is not None or dst_dev.cl is not None:  # an OpenCL copy (lower_cl.py)
         return lower_cl.copy_runner(work, src_dev, dst_dev, src, dst)
     if settings.native != "0":  # a memcpy in C, which a replay's native program can hold
-        run = native.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset,
+        run = programs.native_copy(dst.address() + work.dst_offset, src.address() + work.src_offset,
                                  work.nbytes)
         if run is not None:
             run.args = ((work.dst, work.dst_offset), (work.src, work.src_offset))

@@ -1,7 +1,7 @@
 """Lowering a task on an OpenCL device to a `Runner` whose `enqueue` puts it on a device queue.
 
 Why beside lower.py and not inside it: the same choice (what runs for a work) with different
-materials. A kernel is rendered by gpu_render.py from the same AST the C backend renders, in the
+materials. A kernel is rendered by backend/gpu/render.py from the same AST the C backend renders, in the
 OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), its
 kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments in
 one list, `Runner.device_args` (buffers, temporaries it owns, bound Variables' values, which
@@ -28,10 +28,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from atensor.backend.c_render import Unsupported
-from atensor.backend.gpu_dialect import OPENCL
-from atensor.backend.gpu_render import GPUProgram, render_gpu
-from atensor.backend.numpy_backend import compile_kernel
+from atensor.backend.c.render import Unsupported
+from atensor.backend.gpu.dialect import OPENCL
+from atensor.backend.gpu.render import GPUProgram, render_gpu
+from atensor.backend.numpy.render import compile_kernel
 from atensor.backend.runner import Runner
 from atensor.config import settings
 from atensor.dtype import dtypes

@@ -25,7 +25,7 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
 - a replay of a light plan (layout.py's bytes and flops bounds, at most replay.py's RECORD_MAX_TASKS
   tasks) on one queue whose runners are all one-thread native ones, with every queue idle and no
   profile: its `ReplayRecord` (engine/replay.py) binds the swapped buffers and runs the whole program
-  on this thread in ONE foreign call (backend/replay_c.py), then publishes; without a C compiler (or
+  on this thread in ONE foreign call (backend/c/replay.py), then publishes; without a C compiler (or
   for any other plan) the choices below, in Python, with the same semantics;
 - a replay of a kept-runner plan on ONE OpenCL queue, with every queue idle and no profile: its `CLReplay`
   (engine/cl_replay.py) enqueues every task's launches as one command of that queue;
@@ -35,10 +35,10 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   batches its native kernels into one): eager or replayed, the await then finds it done;
 - when nothing is pending, no profile is taken and every task is native (compiled kernels, memcpy
   copies), each queue gets ONE command, a native program: its waits on other queues and the values
-  other queues wait for go through C timelines (backend/native.py `Program`), so a multi-device step
+  other queues wait for go through C timelines (backend/c/programs.py `Program`), so a multi-device step
   runs without the GIL or a Python wake-up between its tasks; jit replays then use the producer
   layout, where a copy between CPU devices runs on the queue that made its data;
-- otherwise native kernels that follow each other on a queue are one command (`native.batch`); a run
+- otherwise native kernels that follow each other on a queue are one command (`programs.batch`); a run
   ends at a task another queue waits for (its value is published as soon as it is done) and starts at
   a task that waits for another queue.
 - a replay of ONE task on an idle queue whose runner can start on this thread (`Runner.here`: a net
@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional
 
 from atensor.config import current_settings, settings
-from atensor.backend import native
+from atensor.backend.c import programs
 from atensor.backend.runner import Runner
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task, TaskGraph
@@ -175,7 +175,7 @@ class Plan:
         self.epoch = self.layout.epoch  # the compiled kernels it was lowered with (a newer epoch re-lowers)
         self.batches: dict[tuple[int, ...], tuple[tuple[int, ...], Runner]] = {}
         # per queue: (the ids of the runners it was built of, program)
-        self.programs: dict[int, tuple[tuple[int, ...], native.Program]] = {}
+        self.programs: dict[int, tuple[tuple[int, ...], programs.Program]] = {}
         self.summaries: dict[int, tuple[str, int, int]] = {}  # per queue: its program's name, bytes, flops
         self.last_final: list[tuple[Signal, int]] = []  # the values the last submission ends at
         # found on the first submission (the mapping's keys are the same on every submission):
@@ -214,8 +214,8 @@ class Plan:
         self.kept = kept
         self.rebinds = [r.rebind for r in kept if r is not None and r.rebind is not None]
         self.kept_here = any(r is not None and r.here is not None for r in kept)
-        # a kernel of more BLAS threads fits in a program when the C runner can set them (native.Program)
-        threads_ok = native.program_threads()
+        # a kernel of more BLAS threads fits in a program when the C runner can set them (programs.Program)
+        threads_ok = programs.program_threads()
         self.all_native = all(r is not None and r.native is not None and (r.threads == 1 or threads_ok)
                               for r in kept)
         if self.swapped:
@@ -348,8 +348,8 @@ class Plan:
         self.last_final = list(zip(signals, [b + c for b, c in zip(bases, L.counts)]))
         # a replay batches its native kernels (run here too when its one queue's are: one foreign call)
         batching = quiet and not profiling and not L.once and (here is None or len(L.queues) == 1)
-        if batching and here is None and self.all_native and native.programs_available():
-            slots = [native.timeline_slot(q) for q in L.queues]
+        if batching and here is None and self.all_native and programs.programs_available():
+            slots = [programs.timeline_slot(q) for q in L.queues]
             if None not in slots:
                 lists = self._programs_of(runs, slots, bases, base_id, signals, placed, sub)
                 self._note_program(bufs, signals, bases)
@@ -453,7 +453,7 @@ class Plan:
     def _programs_of(self, runs: list, slots: list[int], bases: list[int], base_id: int,
                      signals: list[Signal], placed: list, sub: Submission) -> list[tuple[Queue, list[Command]]]:
         """Every task is native: each queue gets one command, a native program whose waits on other
-        queues and whose values other queues wait for go through the C timelines (native.Program).
+        queues and whose values other queues wait for go through the C timelines (programs.Program).
         Returns the (queue, command list) pairs to submit."""
         L = self.layout
         lists = []
@@ -473,14 +473,14 @@ class Plan:
                 program_runs: list = []
                 for i in members:
                     for dq, dpos in L.waits_inside[i]:
-                        ops.append((native.WAIT, slots[dq], dq, dpos + 1))
+                        ops.append((programs.WAIT, slots[dq], dq, dpos + 1))
                         program_runs.append(None)
-                    ops.append((native.RUN, 0, 0, 0))
+                    ops.append((programs.RUN, 0, 0, 0))
                     program_runs.append(runs[i])
                     if L.ends_batch[i]:  # another queue waits for it
-                        ops.append((native.PUBLISH, slots[qi], qi, L.task_pos[i] + 1))
+                        ops.append((programs.PUBLISH, slots[qi], qi, L.task_pos[i] + 1))
                         program_runs.append(None)
-                program = native.Program(ops, program_runs)
+                program = programs.Program(ops, program_runs)
                 self.programs[qi] = (ids, program)  # valid while these runners are the ones in use
             else:
                 program.retune()  # the measured thread counts for this run
@@ -523,7 +523,7 @@ class Plan:
         kept = self.batches.get(key)
         run = kept[1] if kept is not None and kept[0] == ids else None
         if run is None:
-            run = group[0][1] if len(group) == 1 else native.batch([r for _, r in group])
+            run = group[0][1] if len(group) == 1 else programs.batch([r for _, r in group])
             self.batches[key] = (ids, run)  # valid while these runners are the ones in use
         waits = tuple([(signals[dq], bases[dq] + dpos + 1, True) for dq, dpos in L.waits_inside[first]])
         value = base + L.task_pos[last] + 1

@@ -13,14 +13,14 @@ queues.
 What differs is a lowering choice, recorded in `keep_runners`:
 - a jit program keeps its runners: each submission rebinds the slots' addresses in the kept native
   argument blocks (engine/patching.py), and its plans are lowered again when newer kernels are compiled
-  (`native.epoch`), in the layout the native programs want (`_producer_layout`);
+  (`registry.REGISTRY.epoch`), in the layout the native programs want (`_producer_layout`);
 - a template's program makes its runners per submission from the works with the mapped buffers
   (its slots are placeholders, not buffers, so nothing can be bound ahead), and its one plan is never
   lowered again: no kept runner can be stale.
 
 A hot template (an eager graph realized `HOT_HITS` times with one structure: a loop's) gets a *twin*,
 a kept-runner program of the same tasks, so its later hits cost what a jit replay does (`for_fill`):
-- at the `HOT_HITS`-th hit, its CPU kernels are compiled to C in the background (native.py; with
+- at the `HOT_HITS`-th hit, its CPU kernels are compiled to C in the background (backend/c/registry.py; with
   ATENSOR_NATIVE=0 or no compiler, never), whatever follows: the template's own program makes its
   runners per hit, so its later hits run them compiled (a training step too heavy for a twin too);
 - a twin follows only when every task is a kernel or copy on a CPU device without Variables and the
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Optional, Sequence
 
 from atensor.config import current_settings, settings
-from atensor.backend import native
+from atensor.backend.c import compiler, programs, registry
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Access, Copy, Kernel, Task
 from atensor.engine.lower import fill_slots
@@ -78,7 +78,7 @@ HEAVY_TWIN_MAX_BYTES = 16 << 20
 def _producer_layout() -> bool:
     """Whether kept-runner programs use the producer layout now: native programs can run and no
     profile is taken (a profile shows each copy on the queue the scheduler chose)."""
-    return native.programs_available() and not collector.is_active()
+    return programs.programs_available() and not collector.is_active()
 
 
 @dataclass(eq=False)
@@ -93,7 +93,7 @@ class CapturedProgram:
     assigned: tuple[BufferSpec, ...] = ()
     slot_fill: list[tuple[Hashable, int]] = field(default_factory=list)
     plans: dict[bool, Plan] = field(default_factory=dict)  # per layout: True for the producer layout
-    _current: tuple = (-1, False, None)  # (native.epoch, profiling, the plan `plan()` gave for them)
+    _current: tuple = (-1, False, None)  # (registry.REGISTRY.epoch, profiling, the plan `plan()` gave for them)
     # a template's program only: the hits so far, the twin's state ("cold", "compiling", "ready" or
     # "off"), the kernels it waits for, and the twin with its placeholders (in `slot_fill`'s order)
     hits: int = 0
@@ -121,10 +121,10 @@ class CapturedProgram:
 
     def lowered(self) -> bool:
         """True when `plan()` has its plan already (nothing to lower)."""
-        if self._current[:2] == (native.epoch, collector.is_active()):
+        if self._current[:2] == (registry.REGISTRY.epoch, collector.is_active()):
             return True
         plan = self.plans.get(self._layout())
-        return plan is not None and (not self.keep_runners or plan.epoch == native.epoch)
+        return plan is not None and (not self.keep_runners or plan.epoch == registry.REGISTRY.epoch)
 
     def plan(self) -> Plan:
         """The plan to submit with now: lowered on first use, and for kept runners again once newer
@@ -133,12 +133,12 @@ class CapturedProgram:
         a library loaded, which makes native programs available, is a new epoch), so a replay asks
         two questions, not six."""
         current = self._current
-        state = (native.epoch, collector.is_active())
+        state = (registry.REGISTRY.epoch, collector.is_active())
         if current[:2] == state:
             return current[2]
         layout = self._layout()
         plan = self.plans.get(layout)
-        if plan is None or (self.keep_runners and plan.epoch != native.epoch):
+        if plan is None or (self.keep_runners and plan.epoch != registry.REGISTRY.epoch):
             plan = self.plans[layout] = Plan(self.tasks, self.slots, copies_on_producer=layout,
                                              keep_runners=self.keep_runners)
         self._current = (*state, plan)
@@ -183,7 +183,7 @@ class CapturedProgram:
             self.twin_state = "compiling"
         # compiling: a kernel the compiler refuses stays None here, and the template keeps its
         # program (a dictionary lookup per kernel and hit is all that costs)
-        if all(native.lookup(ast) is not None for ast in self.twin_kernels):
+        if all(registry.lookup(ast) is not None for ast in self.twin_kernels):
             self._make_twin(fill)
 
     def _compile_hot_kernels(self) -> None:
@@ -192,19 +192,19 @@ class CapturedProgram:
         kernel as soon as it is there. Without it, a hot graph too heavy for a twin (the flagship's
         eager training step: 18 kernels, matmuls over the layout's flops bound) ran numpy kernels
         forever: 66 ms a step against 13 with C kernels (bench/train_step.py's eager row)."""
-        if settings.native == "0" or native.compiler() is None:
+        if settings.native == "0" or compiler.path() is None:
             return
         missing = [(task.work.ast, task.work.name) for task in self.tasks
-                   if isinstance(task.work, Kernel) and native.lookup(task.work.ast) is None
+                   if isinstance(task.work, Kernel) and registry.lookup(task.work.ast) is None
                    and Device.get(task.work.device).kind == "CPU"]
         if missing:
-            native.prepare_in_background(missing)
+            registry.prepare_in_background(missing)
 
     def _twin_may_run(self, fill: Sequence[BufferSpec]) -> bool:
         """Whether a twin may be made: kernels and copies on CPU devices, no Variables, native kernels
         allowed and a compiler present, and a light plan (its twin replays by record) or placeholders
         of at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`: its twin keeps its runners only)."""
-        if settings.native == "0" or native.compiler() is None:
+        if settings.native == "0" or compiler.path() is None:
             return False
         heavy = not self.plan().layout.light
         if heavy and sum(fill[index].nbytes for _, index in self.slot_fill) > HEAVY_TWIN_MAX_BYTES:

@@ -8,7 +8,7 @@ this record once and a replay is:
 
 1. the swapped buffers' addresses (fresh result buffers get memory from their device here),
 2. the queue's next value reserved,
-3. ONE call, `at_replay(record)` (backend/replay_c.py): the addresses are written into the kept
+3. ONE call, `at_replay(record)` (backend/c/replay.py): the addresses are written into the kept
    argument blocks and the queue's native program runs on this thread with the GIL released,
 4. the value published with the call's stamps, the buffers it wrote told that they were overwritten.
 
@@ -34,7 +34,9 @@ import ctypes
 from typing import Callable, Optional, Sequence
 
 from atensor import ledger
-from atensor.backend import blas, native, replay_c
+from atensor.backend.gemm import blas
+from atensor.backend.c import programs
+from atensor.backend.c import replay as replay_c
 from atensor.backend.runner import Runner
 from atensor.engine.patching import AddressSlots
 from atensor.graph.node import BufferSpec
@@ -59,7 +61,7 @@ class ReplayRecord:
         self.call, self.queue = call, queue
         self.signal = queue.signal
         self.count = len(runs)
-        self.program = native.Program([(native.RUN, 0, 0, 0)] * len(runs), list(runs))
+        self.program = programs.Program([(programs.RUN, 0, 0, 0)] * len(runs), list(runs))
         places = slots.slots if slots is not None else [[] for _ in swapped]
         triples = [(ctypes.addressof(block) + 8 * k, j, offset)
                    for j, entries in enumerate(places) for block, k, offset in entries]
@@ -73,10 +75,10 @@ class ReplayRecord:
         record = self.record = (ctypes.c_uint64 * replay_c.RECORD_WORDS)()
         program = self.program
         record[0], record[1] = len(triples), ctypes.addressof(self.slot_words)
-        record[2], record[3] = ctypes.addressof(self.addresses), native.program_runner_address()
+        record[2], record[3] = ctypes.addressof(self.addresses), programs.program_runner_address()
         record[4], record[5] = program.count, ctypes.addressof(program.ops)
         record[6], record[7] = ctypes.addressof(program.fns), ctypes.addressof(program.blocks)
-        record[8], record[9] = ctypes.addressof(self.bases), ctypes.addressof(native._timelines)
+        record[8], record[9] = ctypes.addressof(self.bases), ctypes.addressof(programs.TIMELINES.values)
         self.address = ctypes.addressof(record)
         self.written = list(written)                  # fixed buffers the replay writes
         self.written_swapped = list(written_swapped)  # places in `swapped` of those it writes

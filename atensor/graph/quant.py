@@ -4,7 +4,7 @@ that read them.
 Why here, in graph/: a quantized matmul is a node of the lazy graph (`Ops.QMATMUL`), scheduled,
 proved in bounds and replayed like any kernel, so its argument (which format, how many rows and
 columns) must be a hashable value the graph can intern. Only the layouts live here; dequantizing is
-the backends' (backend/quant_numpy.py for numpy, backend/quant_kernels.py for C).
+the backends' (backend/quant/numpy_kernels.py for numpy, backend/quant/kernels.py for C).
 
 The layouts (ggml-common.h), per block of `block` elements stored in `block_bytes` bytes:
     Q4_0  18 bytes: fp16 d, 16 bytes of nibbles              value d * (q - 8)
@@ -57,7 +57,7 @@ def format_named(name: str) -> QuantFormat:
 
 
 ACTIVATIONS = ("float32", "q8_0")  # a QMATMUL's numerics: x as given, or quantized to Q8_0 per 32
-Q8ACT_FLAG = 16  # the C kernels' format code | this: activations quantized (backend/quant_q8_c.py)
+Q8ACT_FLAG = 16  # the C kernels' format code | this: activations quantized (backend/quant/q8_c.py)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 
 from atensor.config import settings
 from atensor.graph.node import BufferSpec
-from atensor.backend import blas
+from atensor.backend.gemm import blas
 from atensor.hcq import cl_runtime
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.cl_queue import CLQueue
@@ -286,6 +286,6 @@ def devices() -> list[Device]:
 
 
 def _limit_blas_threads() -> None:
-    """Each CPU device's share of the cores for BLAS (backend/blas.py), so two devices running products at
+    """Each CPU device's share of the cores for BLAS (backend/gemm/blas.py), so two devices running products at
     once do not oversubscribe the cores."""
     blas.set_share(sum(1 for name in _registry if name.startswith("CPU")))

@@ -5,7 +5,7 @@ native program's foreign call; the event loop's thread holds the GIL until it pa
 replay's kernels started only once the host had finished its bookkeeping and gone to sleep
 (measured: 150-250 us after the submission). A GPU queue is rung instead: the host writes the
 command into memory the queue reads and rings a doorbell. Here the memory is a ring in C
-(c_prelude.py): `post` counts each command list the host hands over and, for a list that is one
+(backend/c/prelude.py): `post` counts each command list the host hands over and, for a list that is one
 native program, stores the program's arguments; the worker's `next` sleeps on a futex until a list
 is posted, runs a stored program at once, stamps it, and only then returns to Python.
 
@@ -21,19 +21,19 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Optional
 
-from atensor.backend import native
+from atensor.backend.c import programs
 
 
 def available() -> bool:
     """Whether a native library with the doorbell functions is loaded (Linux)."""
-    return native.doorbell_functions is not None
+    return programs.RUNTIME.doorbell is not None
 
 
 class Doorbell:
     """The ring of one queue; `post` from the submitting thread, `next` from the queue's worker."""
 
     def __init__(self) -> None:
-        size, self._post, self._next, self._done = native.doorbell_functions  # type: ignore[misc]
+        size, self._post, self._next, self._done = programs.RUNTIME.doorbell  # type: ignore[misc]
         self.ring = (ctypes.c_uint8 * size)()  # zeroed: nothing posted, nothing taken
         self.stamps = (ctypes.c_uint64 * 2)()
         self.ran = 0  # programs started from the ring, counted by the queue (tests and statistics)
@@ -41,7 +41,7 @@ class Doorbell:
 
     def post(self, program: Optional[tuple[Any, ...]]) -> int:
         """Counts one command list; `program` is the `ring_args` of a list that is one native program
-        without waits (native.Program.bind), None for any other list. Returns the list's number (from
+        without waits (programs.Program.bind), None for any other list. Returns the list's number (from
         1) when the ring holds its program (`finished` can tell when it ran), else 0."""
         self.posted += 1
         if program is None:

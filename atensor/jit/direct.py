@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from atensor import ledger
-from atensor.backend import native
+from atensor.backend.c import registry
 from atensor.config import current_settings
 from atensor.engine.dispatch import Job, dispatcher
 from atensor.engine.handle import RealizeHandle
@@ -142,7 +142,7 @@ class DirectReplay:
     def valid(self) -> bool:
         """False once the program's plan is not the one this was made from (re-lowered, or a profile)."""
         current = self.owner._current
-        return current is self.current and current[0] == native.epoch
+        return current is self.current and current[0] == registry.REGISTRY.epoch
 
     def run(self, inputs: list[BufferSpec]) -> Optional[tuple[list[Tensor], Optional[RealizeHandle]]]:
         """Binds `inputs` and fresh result buffers and submits the program from here: (the result
@@ -238,7 +238,7 @@ class LastCall:
         `valid`, else None."""
         current = self.direct.current
         if len(args) != len(self.views) or training is not self.training or grad_disabled() is not self.no_grad \
-                or self.direct.owner._current is not current or current[0] != native.epoch \
+                or self.direct.owner._current is not current or current[0] != registry.REGISTRY.epoch \
                 or pending_for(self.program.accessed, self.program.written):
             return None
         specs = []

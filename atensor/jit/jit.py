@@ -52,7 +52,7 @@ from atensor.config import settings
 from atensor.graph.node import BufferSpec, Node, toposort
 from atensor.graph.symbolic import Variable
 from atensor.graph.ops import Ops
-from atensor.backend import native
+from atensor.backend.c import registry
 from atensor.hcq.device import Device
 from atensor.engine.program import CapturedProgram
 from atensor.jit.captured import CallProgram, program_of_call
@@ -147,7 +147,7 @@ def _native_candidates(records: list[CapturedProgram]) -> list[tuple[Node, str]]
     for record in records:
         for task in record.tasks:
             work = task.work
-            if isinstance(work, Kernel) and native.lookup(work.ast) is None \
+            if isinstance(work, Kernel) and registry.lookup(work.ast) is None \
                     and Device.get(work.device).kind == "CPU":
                 found.append((work.ast, work.name))
     return found
@@ -361,9 +361,9 @@ class Jit:
         program.verified = True
         kernels = _native_candidates(program.records)
         if kernels and self.compile == "background":
-            native.prepare_in_background(kernels)
-        elif kernels:  # replays run these compiled (backend/native.py); the compiler runs off the loop
-            yield _WAIT, _InThread(functools.partial(native.prepare, kernels))
+            registry.prepare_in_background(kernels)
+        elif kernels:  # replays run these compiled (backend/c/registry.py); the compiler runs off the loop
+            yield _WAIT, _InThread(functools.partial(registry.prepare, kernels))
         return result
 
     def _replay_now(self, args: tuple) -> Optional[tuple[Optional[RealizeHandle], Any, list[Tensor]]]:

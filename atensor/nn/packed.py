@@ -7,7 +7,7 @@ added like the Tensors around it. What a model does with a packed matrix is narr
 (`linear`), read rows of it (`rows`, an embedding), or decode it (`dequantize`). Each is a graph node
 over a uint8 Tensor of the packed bytes (Ops.QMATMUL, Ops.DEQUANT, graph/quant.py), so it is a
 kernel like any other: scheduled, proved in bounds, profiled, jit-replayed, compiled to C
-(backend/quant_kernels.py) or run in numpy (backend/quant_numpy.py).
+(backend/quant/kernels.py) or run in numpy (backend/quant/numpy_kernels.py).
 
     >>> import numpy as np
     >>> from atensor import Tensor

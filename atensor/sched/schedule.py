@@ -218,7 +218,7 @@ class _Builder:
                 points.add(node)
                 points.update(s for s in node.src if _is_whole_buffer(s) is None)
                 self.planner = self.planner or Planner([], set(), {})
-            elif node.op in PACKED:  # a kernel of its own, reading its operands from buffers (c_render.py)
+            elif node.op in PACKED:  # a kernel of its own, reading its operands from buffers (backend/c/render.py)
                 points.add(node)
                 points.update(s for s in node.src if _is_whole_buffer(s) is None)
             elif node.op is Ops.VIEW and node.arg.mask is not None and _pads_col2im(node.src[0]):

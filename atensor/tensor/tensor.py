@@ -30,7 +30,7 @@ from atensor.hcq.device import Device, canonical
 from atensor.hcq.loop import running_library
 from atensor.engine.realize import Storage, _follow_storage, _storage_base, realize as realize_captured
 from atensor.engine.handle import NotRealizedError, RealizeHandle
-from atensor.backend.numpy_backend import _view
+from atensor.backend.numpy.render import _view
 from atensor.ledger import versions
 from atensor.porting import missing_attribute
 from atensor.tensor.autograd import AutogradOps, ModeMeta, _no_grad, graphs_needed, stop_gradient

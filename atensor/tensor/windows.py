@@ -10,13 +10,13 @@ Convolution reads them all at once: the padded input seen as one strided view (N
 *kernel, *out) whose kernel and output axes overlap (im2col without the copy), and the convolution is
 one contraction of that view with the weight over (input channels of the group, kernel offsets). The
 numpy backend runs it as BLAS gemms: per sample, one copy that unfolds only the inner kernel axis and
-one gemm per outer kernel offset (backend/window_gemm.py, for unit strides on the outer spatial axes
+one gemm per outer kernel offset (backend/gemm/window.py, for unit strides on the outer spatial axes
 and one group), else copying the windows a sample (or a block of channels) at a time into cache first
-(backend/contraction.py); the weight's gradient is the same kind of contraction; the
+(backend/gemm/contraction.py); the weight's gradient is the same kind of contraction; the
 input's gradient is the column gradient (a contraction with the weight) added back window by window
 (col2im: graph/gradient.py splits the overlapping view into one pad per kernel offset, and the backend
 adds them in one pass, a sample at a time). A compiled (native) kernel runs the forward and the
-weight's gradient in C instead (backend/conv_c.py: per sample, a gather 5x the input for a 5x5 kernel and
+weight's gradient in C instead (backend/gemm/conv_c.py: per sample, a gather 5x the input for a 5x5 kernel and
 one gemm per kernel row, with the bias and activation fused after it). Measured against the earlier im2col, which stacked the K
 slices into a contiguous copy (a concatenation: K adds over the whole copy), in process CPU time as a
 ratio to PyTorch's in the same run (ATENSOR_BLAS_THREADS=1, one thread each, a loaded 2-core machine):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from atensor import Tensor
-from atensor.backend.numpy_backend import _contract, _sum_of_product
+from atensor.backend.numpy.render import _contract, _sum_of_product
 
 rng = np.random.default_rng(0)
 
@@ -87,7 +87,7 @@ def test_inputs_are_not_written_by_an_elementwise_chain():
 # ---- elementwise regions computed in cache-sized chunks (numpy_backend._elementwise_regions) ----------
 
 def test_long_elementwise_chain_over_a_large_array_matches_numpy():
-    from atensor.backend.numpy_backend import CHUNK_ELEMENTS
+    from atensor.backend.numpy.render import CHUNK_ELEMENTS
     x, bias = rand(8, 64, 512), rand(512)
     assert x.size >= 4 * CHUNK_ELEMENTS  # large enough to be chunked
     t = Tensor(x) + Tensor(bias)
@@ -118,7 +118,7 @@ def test_region_with_comparisons_where_and_casts_matches_numpy():
 
 
 def test_chunk_plan_keeps_chunks_near_the_target_size():
-    from atensor.backend.numpy_backend import CHUNK_ELEMENTS, _chunk_plan
+    from atensor.backend.numpy.render import CHUNK_ELEMENTS, _chunk_plan
     assert _chunk_plan((16, 128)) is None  # too small to gain
     axis, step = _chunk_plan((48, 24, 1536))
     assert axis == 0 and step == 1

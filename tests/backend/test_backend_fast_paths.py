@@ -1,4 +1,4 @@
-"""The numpy backend's render-time plans and fast numpy paths (backend/numpy_plans.py), against numpy.
+"""The numpy backend's render-time plans and fast numpy paths (backend/numpy/plans.py), against numpy.
 
 Each fast path must give what the plain numpy call gives: a branch-free where is bit-exact, a view
 planned at render time reads the same elements as the View says, a planned contraction equals the
@@ -13,8 +13,8 @@ import pytest
 
 from atensor import Tensor
 from atensor.graph.view import View
-from atensor.backend import numpy_backend
-from atensor.backend.numpy_plans import AddPads, Contraction, Window, keep_freed_memory, max_last, where
+from atensor.backend.numpy import render as numpy_backend
+from atensor.backend.numpy.plans import AddPads, Contraction, Window, keep_freed_memory, max_last, where
 
 rng = np.random.default_rng(0)
 

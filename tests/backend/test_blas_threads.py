@@ -1,4 +1,4 @@
-"""BLAS threads per kernel (backend/blas.py): a kernel below `blas_parallel_flops` runs its products on
+"""BLAS threads per kernel (backend/gemm/blas.py): a kernel below `blas_parallel_flops` runs its products on
 one thread, a bigger one on `blas_threads`; OpenBLAS itself reports the count the kernel set."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from atensor import Context, Tensor
-from atensor.backend import blas, native
+from atensor.backend.gemm import blas
+from atensor.backend.c import compiler, programs
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -34,7 +35,7 @@ async def test_a_kernel_sets_the_blas_threads_its_size_calls_for(n, expected):
     assert _openblas_threads() == expected
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler: no C kernels")
+@pytest.mark.skipif(compiler.path() is None, reason="no C compiler: no C kernels")
 async def test_a_c_kernel_with_more_blas_threads_sets_one_again_when_done(monkeypatch):
     """The C kernel runs with the count its size calls for (OpenBLAS reports it while it is set), then
     sets one again: batches of one-thread C kernels call them without setting the count."""
@@ -82,7 +83,7 @@ def test_a_measured_choice_runs_with_the_faster_count_and_tries_the_other_less_a
     assert later.index(1) <= blas.MeasuredThreads.MAX_INTERVAL + 1
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C kernels: no measured runs")
+@pytest.mark.skipif(compiler.path() is None, reason="no C kernels: no measured runs")
 async def test_a_big_c_kernel_measures_its_threads_unless_the_count_is_fixed(monkeypatch):
     """With the count not fixed, a C kernel above the size for threads runs with both counts in its first
     runs (its choice keyed by its AST), and its results are right whichever count it runs with."""
@@ -111,21 +112,21 @@ async def test_a_big_c_kernel_measures_its_threads_unless_the_count_is_fixed(mon
         assert not blas.measured()
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C kernels: no native programs")
+@pytest.mark.skipif(compiler.path() is None, reason="no C kernels: no native programs")
 async def test_a_replayed_program_runs_a_big_kernel_with_its_measured_threads(monkeypatch):
     """A jit replay whose kernels are all C is one native program: the C runner sets a big kernel's
     BLAS threads for its run and times it, and the plan hands the times to the kernel's choice
-    (native.Program.retune), so both counts are tried and the results are right with either."""
+    (programs.Program.retune), so both counts are tried and the results are right with either."""
     import atensor
     a = np.random.default_rng(2).standard_normal((384, 384)).astype(np.float32)
     monkeypatch.setattr(blas, "_choices", {})
     retunes = []
-    real_retune = native.Program.retune
+    real_retune = programs.Program.retune
 
     def retune(self) -> None:
         retunes.append(len(self.measured))
         real_retune(self)
-    monkeypatch.setattr(native.Program, "retune", retune)
+    monkeypatch.setattr(programs.Program, "retune", retune)
     with Context(blas_parallel_flops=1 << 20):
         monkeypatch.setattr(blas.settings, "blas_threads", None)
         if blas.threads_for(1 << 30) == 1:
@@ -139,7 +140,7 @@ async def test_a_replayed_program_runs_a_big_kernel_with_its_measured_threads(mo
             out = await step(x)
             np.testing.assert_allclose(out.numpy(), np.maximum((a * (1 + k)) @ (a * (1 + k)) + 2, 0),
                                        rtol=1e-4, atol=1e-2 * (1 + k) ** 2)
-    if not native.program_threads():
+    if not programs.program_threads():
         pytest.skip("the BLAS has no thread setter a program can call")
     assert any(retunes), "no replay ran as a native program holding the measured kernel"
     choices = [c for c in blas._choices.values() if c.runs >= blas.MeasuredThreads.PROBES]

@@ -1,13 +1,13 @@
-"""backend/contraction.py: chunked contractions (a convolution's im2col operand) against np.einsum, and
+"""backend/gemm/contraction.py: chunked contractions (a convolution's im2col operand) against np.einsum, and
 numpy_plans.AddPads (col2im) against adding the zero-padded arrays one by one."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from atensor.backend import contraction
-from atensor.backend.contraction import Contraction
-from atensor.backend.numpy_plans import AddPads, Window
+from atensor.backend.gemm import contraction
+from atensor.backend.gemm.contraction import Contraction
+from atensor.backend.numpy.plans import AddPads, Window
 from atensor.graph.view import View
 
 RNG = np.random.default_rng(5)
@@ -68,7 +68,7 @@ def test_a_chunk_copy_reuses_the_threads_scratch_and_the_results_stay_independen
 @pytest.mark.parametrize("with_base", [False, True])
 @pytest.mark.parametrize("slab", [1, 64, 1 << 20])
 def test_add_pads_equals_adding_each_zero_padded_window(monkeypatch, with_base, slab):
-    monkeypatch.setattr("atensor.backend.numpy_plans.ADD_PADS_SLAB_BYTES", slab)
+    monkeypatch.setattr("atensor.backend.numpy.plans.ADD_PADS_SLAB_BYTES", slab)
     source = RNG.standard_normal((5, 3, 2, 2, 4, 4)).astype(np.float32)  # (n, c, kh, kw, oh, ow) columns
     windows, want = [], np.zeros((5, 3, 5, 5), np.float32)
     base = RNG.standard_normal((5, 3, 5, 5)).astype(np.float32)

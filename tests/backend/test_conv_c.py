@@ -1,4 +1,4 @@
-"""backend/conv_c.py: convolutions' contractions lowered to loops of gemms inside native C kernels.
+"""backend/gemm/conv_c.py: convolutions' contractions lowered to loops of gemms inside native C kernels.
 
 Forward, input gradient and weight gradient (and the bias's) against PyTorch over strides, paddings,
 dilations, groups and channel counts, with every kernel compiled to C (`native="all"`); the lowerings
@@ -13,16 +13,17 @@ from hypothesis import given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import conv_c, native
+from atensor.backend.gemm import conv_c
+from atensor.backend.c import compiler
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: no native kernels")
+pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler: no native kernels")
 
 
 @pytest.fixture
 def taken(monkeypatch):
-    """How often each lowering of conv_c.py emitted a kernel during the test."""
+    """How often each lowering of backend/gemm/conv_c.py emitted a kernel during the test."""
     counts = {"taps": 0, "looped": 0}
     for name, key in (("_taps", "taps"), ("_looped", "looped")):
         real = getattr(conv_c, name)

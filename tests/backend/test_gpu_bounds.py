@@ -1,4 +1,4 @@
-"""The tiled matmul's own index arithmetic (backend/gpu_render.py renders it from gpu_index.IExpr records)
+"""The tiled matmul's own index arithmetic (backend/gpu/render.py renders it from gpu_index.IExpr records)
 is proved inside its buffers by engine/cl_bounds.py with z3, for every work-group, work-item and inner
 tile; a wrong bound in those records (which are what the kernel's text is rendered from) is caught with
 a counterexample. Needs no OpenCL device: it renders and proves only."""
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from atensor import Tensor
-from atensor.backend.gpu_dialect import OPENCL
-from atensor.backend.gpu_index import Guard
-from atensor.backend.gpu_render import render_gpu
+from atensor.backend.gpu.dialect import OPENCL
+from atensor.backend.gpu.index import Guard
+from atensor.backend.gpu.render import render_gpu
 from atensor.engine import cl_bounds
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops

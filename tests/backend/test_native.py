@@ -1,4 +1,4 @@
-"""The native tier (backend/native.py, backend/c_render.py): kernels compiled to C give numpy's values.
+"""The native tier (backend/c/registry.py, backend/c/render.py): kernels compiled to C give numpy's values.
 
 Each test runs with `native="all"`, so every kernel it realizes is rendered to C and compiled. The
 autouse fixture holds each test to that: every kernel the executor looked up must have been a
@@ -19,13 +19,15 @@ from hypothesis import given, strategies as st
 import atensor
 from atensor import Tensor, dtypes, nn
 from atensor.nn import optim
-from atensor.backend import native
+from atensor.backend.c import compiler, registry
+from atensor.backend.gemm import openblas
+from atensor.backend.c import flags as c_flags
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
 
 from tests.tensor import test_ops
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler ($CC, cc, gcc or clang) "
+pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler ($CC, cc, gcc or clang) "
                                 "on PATH: the native tier is off and every kernel runs on numpy")
 
 # tests about kernels that stay on numpy (refused by the renderer, or a compile error)
@@ -40,25 +42,25 @@ SOME_ON_NUMPY = {"test_jitted_training_step_runs_native_kernels_and_matches_nump
 def every_kernel_native(request, monkeypatch):
     """native="all", and afterwards: the kernels this test ran were compiled C kernels."""
     looked: dict[Node, bool] = {}   # kernel AST -> whether its latest lookup found a compiled kernel
-    real = native.lookup
+    real = registry.lookup
 
     def lookup(ast: Node):
         found = real(ast)
         looked[ast] = found is not None
         return found
-    monkeypatch.setattr(native, "lookup", lookup)
+    monkeypatch.setattr(registry, "lookup", lookup)
     with atensor.Context(native="all"):
         yield looked
     name = request.node.originalname
     if name not in FALLS_BACK_TO_NUMPY:
-        assert any(looked.values()), f"no C kernel ran in this test: {native.status()}"
+        assert any(looked.values()), f"no C kernel ran in this test: {registry.status()}"
     if name not in FALLS_BACK_TO_NUMPY | SOME_ON_NUMPY:
-        on_numpy = [native._refused.get(ast, "not compiled") for ast, ok in looked.items() if not ok]
+        on_numpy = [registry.FAILURES.refused.get(ast, "not compiled") for ast, ok in looked.items() if not ok]
         assert not on_numpy, f"{len(on_numpy)} kernels ran on numpy, not in C: {on_numpy[:3]}"
 
 
 def _native_count() -> int:
-    return native.status()["native"]  # type: ignore[return-value]
+    return registry.status()["native"]  # type: ignore[return-value]
 
 
 def test_property_op_chains_match_numpy():
@@ -157,21 +159,21 @@ def test_gather_reads_in_range_indices_and_zero_outside():
     table = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
     rows = np.array([[6, 0], [2, 2]], dtype=np.int32)
     np.testing.assert_allclose((Tensor(table)[Tensor(rows)] * 2).numpy(), table[rows] * 2)
-    assert not any("GATHER" in why for why in native.status()["refused"])
+    assert not any("GATHER" in why for why in registry.status()["refused"])
 
 
 def test_unsupported_kernels_fall_back_to_numpy():
     base = Tensor(np.zeros(5, dtype=np.float32))
     got = base.scatter(0, Tensor(np.array([1, 3], dtype=np.int32)), Tensor(np.array([2.0, 4.0], dtype=np.float32)))
     assert got.tolist() == [0.0, 2.0, 0.0, 4.0, 0.0]
-    refused = native.status()["refused"]
+    refused = registry.status()["refused"]
     assert any("SCATTER" in why for why in refused), refused
 
 
 def test_renderer_refuses_what_it_does_not_lower():
     t = Tensor(np.arange(4, dtype=np.float16)) + 1
     assert t.tolist() == [1.0, 2.0, 3.0, 4.0]  # on numpy
-    assert any("float16" in why for why in native.status()["refused"])
+    assert any("float16" in why for why in registry.status()["refused"])
 
 
 async def test_jitted_training_step_runs_native_kernels_and_matches_numpy_kernels():
@@ -220,26 +222,26 @@ async def test_native_kernels_leave_the_event_loop_free():
 
 
 def test_a_compile_error_leaves_the_kernels_on_numpy(monkeypatch):
-    monkeypatch.setattr(native, "FLAGS", native.FLAGS + ("-fno-such-flag-atensor",))
+    monkeypatch.setattr(c_flags, "FLAGS", c_flags.FLAGS + ("-fno-such-flag-atensor",))
     x = np.arange(7, dtype=np.float32)
     got = (Tensor(x) * 3 - 1).exp2().tolist()  # a kernel no other test makes
     np.testing.assert_allclose(got, np.exp2(x * 3 - 1), rtol=1e-6)
-    status = native.status()
+    status = registry.status()
     assert "compile failed" in status["last_error"] and "no-such-flag" in status["last_error"]
 
 
 def test_a_kernel_is_compiled_once_and_its_library_reused_from_the_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
     compiles = []
-    real = native._compile
-    monkeypatch.setattr(native, "_compile", lambda *a: (compiles.append(a), real(*a)))
+    real = compiler.compile_source
+    monkeypatch.setattr(compiler, "compile_source", lambda *a: (compiles.append(a), real(*a)))
     x = Tensor(np.ones((3, 11), dtype=np.float32))
     for _ in range(3):
         assert ((x + 2) * x).sum(1).tolist() == [33.0] * 3
     assert len(compiles) == 1 and len(list((tmp_path / "native").glob("*.so"))) == 1
     # a new process (here: a cleared registry) finds the library on disk and does not compile again
-    monkeypatch.setattr(native, "_kernels", {})
-    monkeypatch.setattr(native, "_by_code", {})
+    monkeypatch.setattr(registry.REGISTRY, "kernels", {})
+    monkeypatch.setattr(registry.REGISTRY, "by_code", {})
     assert ((x + 2) * x).sum(1).tolist() == [33.0] * 3
     assert len(compiles) == 1
 
@@ -254,8 +256,8 @@ def test_the_same_kernel_on_another_device_is_bound_to_the_compiled_function(mon
     from atensor.sched.schedule import schedule
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
     sources = []
-    real = native._compile
-    monkeypatch.setattr(native, "_compile", lambda *a: (sources.append(a[1]), real(*a)))
+    real = compiler.compile_source
+    monkeypatch.setattr(compiler, "compile_source", lambda *a: (sources.append(a[1]), real(*a)))
     data = np.arange(19, dtype=np.float32)
     # constants no other test uses: a kernel compiled earlier in the run would be found, not compiled here
     kernels, results = [], []
@@ -267,8 +269,8 @@ def test_the_same_kernel_on_another_device_is_bound_to_the_compiled_function(mon
         kernels += [(t.work.ast, t.work.name) for t in schedule([root]).graph.tasks if hasattr(t.work, "ast")]
         results.append((x - 7.0625) * x * 3.1875)
     assert len(kernels) == 2 and kernels[0][0] != kernels[1][0]  # two ASTs (their constants' devices)
-    assert native.prepare(kernels) == 2
-    first, second = (native.lookup(ast) for ast, _ in kernels)
+    assert registry.prepare(kernels) == 2
+    first, second = (registry.lookup(ast) for ast, _ in kernels)
     assert first.address == second.address
     assert len(sources) == 1 and len(re.findall(r"void k\d+_\w+\(void", sources[0])) == 1
     for got in results:
@@ -277,10 +279,10 @@ def test_the_same_kernel_on_another_device_is_bound_to_the_compiled_function(mon
 
 def test_a_large_kernel_is_compiled_with_the_large_flags_beside_the_others(monkeypatch, tmp_path):
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
-    monkeypatch.setattr(native, "LARGE_SOURCE", 1500)  # the prelude-less source of one small kernel is ~600
+    monkeypatch.setattr(c_flags, "LARGE_SOURCE", 1500)  # the prelude-less source of one small kernel is ~600
     flags = []
-    real = native._compile
-    monkeypatch.setattr(native, "_compile", lambda *a: (flags.append(a[4]), real(*a)))
+    real = compiler.compile_source
+    monkeypatch.setattr(compiler, "compile_source", lambda *a: (flags.append(a[4]), real(*a)))
     data = np.linspace(-2, 2, 17, dtype=np.float32)
     x = Tensor(data)
     y = x
@@ -290,7 +292,7 @@ def test_a_large_kernel_is_compiled_with_the_large_flags_beside_the_others(monke
     for k in range(12):
         want = np.sin(want * np.float32(0.5) + np.float32(k))
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-6)
-    assert native.LARGE_FLAGS in flags and native.LARGE_FLAGS[0] == "-O2"
+    assert c_flags.LARGE_FLAGS in flags and c_flags.LARGE_FLAGS[0] == "-O2"
 
 
 # ---- adversarial semantics: each test holds the C kernels to numpy itself ------------------------------
@@ -501,10 +503,10 @@ def test_a_sum_over_a_flipped_axis_is_compiled_without_the_miscompiling_loop_vec
     42); the C has no undefined behaviour. Kernels with a negative stride get AT_NEGATIVE_STEPS."""
     a = np.arange(1, 7, dtype=np.float32).reshape(3, 2)
     assert (Tensor(a).flip(1) * 2).sum().item() == 42.0
-    sources = [native._kernels[ast].source for ast in every_kernel_native]
+    sources = [registry.REGISTRY.kernels[ast].source for ast in every_kernel_native]
     assert any("AT_NEGATIVE_STEPS void" in src and "* -1]" in src for src in sources), sources
     assert (Tensor(a) * 2).sum().item() == 42.0  # without a flip: loop vectorization stays on
-    plain = [native._kernels[ast].source for ast in every_kernel_native]
+    plain = [registry.REGISTRY.kernels[ast].source for ast in every_kernel_native]
     assert any("AT_NEGATIVE_STEPS" not in src for src in plain), plain
 
 
@@ -538,7 +540,7 @@ def test_bool_min_and_max_over_small_nests_are_0_or_1():
 
 # ---- kernels whose views use bound Variables ----------------------------------------------------------
 def _variable_kernels(looked: dict) -> list:
-    return [native._kernels[ast] for ast, ok in looked.items() if ok and native._kernels[ast].variables]
+    return [registry.REGISTRY.kernels[ast] for ast, ok in looked.items() if ok and registry.REGISTRY.kernels[ast].variables]
 
 
 def test_a_jitted_kernel_with_a_variable_runs_in_c_and_matches_numpy_at_each_bound_value(every_kernel_native):
@@ -568,7 +570,7 @@ def test_a_jitted_kernel_with_a_variable_runs_in_c_and_matches_numpy_at_each_bou
     assert step.stats["replays"] >= 5
     kernels = _variable_kernels(every_kernel_native)
     assert kernels, "no kernel with a Variable was compiled"
-    # the 4-row window is a BLAS call (gemvs per row: a few rows, c_blas.py) at the Variable offset
+    # the 4-row window is a BLAS call (gemvs per row: a few rows, backend/gemm/c_blas.py) at the Variable offset
     assert any(("at_sgemm" in k.source or "at_sgemv" in k.source) and "var0" in k.source
                for k in kernels), [k.source for k in kernels]
     assert all(k.variables == (Variable("pos", 0, 12),) for k in kernels)
@@ -587,8 +589,8 @@ def test_jit_mode_compiles_the_variable_kernels_of_a_replayed_step():
         for i in [0, 3, 5, 7, 2, 6]:
             out = pick(Tensor(np.full((1, 4), 2.0, np.float32)), pos.bind(i)).numpy()
             np.testing.assert_allclose(out, np.arange(32, dtype=np.float32).reshape(8, 4)[i:i + 1] * 2 + 1)
-    compiled = [k for k in native._kernels.values() if Variable("slot", 0, 7) in k.variables]
-    assert compiled, native.status()
+    compiled = [k for k in registry.REGISTRY.kernels.values() if Variable("slot", 0, 7) in k.variables]
+    assert compiled, registry.status()
     assert pick.stats["replays"] == 3
 
 
@@ -624,7 +626,7 @@ def test_matrix_vector_products_are_gemv_calls_matching_numpy(every_kernel_nativ
         np.testing.assert_allclose((Tensor(wide)[:, ::2] @ Tensor(w)).numpy(), wide[:, ::2] @ w, **tol)
         batched = rng.standard_normal((3, 1, k)).astype(dtype)
         np.testing.assert_allclose((Tensor(batched) @ Tensor(w)).numpy(), batched @ w, **tol)
-    sources = [native._kernels[ast].source for ast in every_kernel_native]
+    sources = [registry.REGISTRY.kernels[ast].source for ast in every_kernel_native]
     assert sum("at_sgemv(" in src for src in sources) >= 5 and any("at_dgemv(" in src for src in sources)
 
 
@@ -642,7 +644,7 @@ def test_a_few_rows_times_a_big_weight_read_it_once_matching_numpy(every_kernel_
     wide = rng.standard_normal((80, 4100)).astype(np.float32)
     np.testing.assert_allclose((Tensor(long_rows) @ Tensor(wide).T).numpy(), long_rows @ wide.T, rtol=1e-4,
                                atol=1e-3)
-    sources = [native._kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
+    sources = [registry.REGISTRY.kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
     rows = [src for src in sources if "at_sgemm_rows(" in src.split("void atensor_set_blas")[-1]]
     assert sorted(src.split("at_sgemm_rows(")[-1].split(",")[0] for src in rows) == ["2", "3", "4"], rows
     assert sum("at_sgemm(" in src for src in sources) >= 2  # the 5 rows and the long ones
@@ -652,7 +654,7 @@ def test_a_decode_steps_attention_contractions_are_row_kernels_matching_numpy(ev
     """Grouped-query attention of a decode step (one token per row, a group of 3 query heads per kv
     head, keys and values read from a KV cache behind an additive mask): both contractions, q . K^T and
     weights . V, are a few rows against a small key block, run by the prelude's row kernels (no BLAS
-    call per query row, and no gemm, which would pack the block first: c_blas.py), and the result is
+    call per query row, and no gemm, which would pack the block first: backend/gemm/c_blas.py), and the result is
     numpy's."""
     rng = np.random.default_rng(3)
     b, heads, kv, source, dim = 2, 6, 2, 32, 16
@@ -671,7 +673,7 @@ def test_a_decode_steps_attention_contractions_are_row_kernels_matching_numpy(ev
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     want = (weights / weights.sum(-1, keepdims=True)) @ v_np
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    sources = [native._kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
+    sources = [registry.REGISTRY.kernels[ast].source for ast, ok in every_kernel_native.items() if ok]
     attention = [src for src in sources if "at_sgemm_rows(3, 32, 16," in src]
     assert attention and "at_sgemm(" not in attention[0] and "at_sgemv(" not in attention[0], sources
     assert "at_sgemm_rows_nn(3, 16, 32," in attention[0], attention[0]  # the group of 3 rows at once
@@ -694,12 +696,12 @@ def test_the_kernels_call_numpys_blas_whatever_order_threadpoolctl_lists_the_lib
             def select(self, **_):
                 return type("Selected", (), {"lib_controllers": list(order)})()
         monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Controller)
-        monkeypatch.setattr(native, "_blas_bound", False)
-        monkeypatch.setattr(native, "_blas", None)
-        chosen.append(native._bind_blas())
+        monkeypatch.setattr(openblas.BINDING, "checked", False)
+        monkeypatch.setattr(openblas.BINDING, "found", None)
+        chosen.append(openblas.functions())
     numpy_lib = next(lib for lib in listed if Path(str(lib.filepath)).parent.name.startswith("numpy"))
     sgemm = ctypes.cast(numpy_lib._get_symbol("cblas_sgemm"), ctypes.c_void_p).value
-    assert chosen[0] == chosen[1] and chosen[0][0] == sgemm
+    assert chosen[0] == chosen[1] and chosen[0].sgemm == sgemm
     a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)
     np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-6)
 

@@ -1,4 +1,4 @@
-"""Native programs (backend/native.py `Program`, engine/plan.py): a jit replay whose tasks are all native
+"""Native programs (backend/c/programs.py `Program`, engine/plan.py): a jit replay whose tasks are all native
 runs as one command per queue, the queues handing work to each other through C timelines; runners of
 swapped buffers are rewritten in place between replays."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ import trio
 
 import atensor
 from atensor import Tensor, ledger, nn
-from atensor.backend import native
+from atensor.backend.c import compiler, programs
 from atensor.hcq.device import Device
 from atensor.nn import optim
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine: the "
+pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler on this machine: the "
                                 "native tier is off and replays run numpy kernels one command each")
 
 DEVICES = ("CPU:0", "CPU:1")
@@ -149,19 +149,19 @@ def test_a_program_waits_on_a_c_timeline_until_another_program_publishes():
     and publishes 1. A, started first on a thread, sleeps until B runs, then sees B's data."""
     with atensor.Context(native="all"):
         Tensor([1.0]).exp().tolist()  # a kernel compiled: the library with the program runner is loaded
-    assert native.programs_available()
+    assert programs.programs_available()
     src = np.arange(1000, dtype=np.float64)
     mid, dst = np.zeros_like(src), np.zeros_like(src)
 
     def addr(a: np.ndarray) -> int:
         return a.__array_interface__["data"][0]
-    slot = native.timeline_slot(object())
+    slot = programs.timeline_slot(object())
     assert slot is not None
-    first = native.native_copy(addr(mid), addr(src), src.nbytes)
-    second = native.native_copy(addr(dst), addr(mid), src.nbytes)
+    first = programs.native_copy(addr(mid), addr(src), src.nbytes)
+    second = programs.native_copy(addr(dst), addr(mid), src.nbytes)
     bases = (ctypes.c_uint64 * 1)(0)
-    a = native.Program([(native.WAIT, slot, 0, 1), (native.RUN, 0, 0, 0)], [None, second]).bind(bases)
-    b = native.Program([(native.RUN, 0, 0, 0), (native.PUBLISH, slot, 0, 1)], [first, None]).bind(bases)
+    a = programs.Program([(programs.WAIT, slot, 0, 1), (programs.RUN, 0, 0, 0)], [None, second]).bind(bases)
+    b = programs.Program([(programs.RUN, 0, 0, 0), (programs.PUBLISH, slot, 0, 1)], [first, None]).bind(bases)
     waiter = threading.Thread(target=a.fn)
     waiter.start()
     time.sleep(0.05)

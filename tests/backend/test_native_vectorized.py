@@ -1,4 +1,4 @@
-"""The C renderer's vectorized loops (backend/c_render.py, c_flags.py): an inner reduce loop is marked
+"""The C renderer's vectorized loops (backend/c/render.py, backend/c/flags.py): an inner reduce loop is marked
 `omp simd reduction(...)`, transcendental calls go to libmvec's vector versions, and a few rows against
 a matrix in cache are the prelude's at_sgemm_rows / at_sgemm_rows_nn. Each against numpy, at sizes that
 leave a vector tail, with NaN and infinities where a reduction could lose them."""
@@ -9,10 +9,11 @@ import pytest
 
 import atensor
 from atensor import Tensor
-from atensor.backend import c_flags, native
+from atensor.backend.c import flags as c_flags
+from atensor.backend.c import compiler, registry
 from atensor.graph.node import Node
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler ($CC, cc, gcc or clang) "
+pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler ($CC, cc, gcc or clang) "
                                 "on PATH: the native tier is off and every kernel runs on numpy")
 
 
@@ -24,9 +25,9 @@ class Compiled:
 
     def sources(self) -> list[str]:
         """The C source of every kernel looked up so far; each must have run in C."""
-        missing = [native._refused.get(ast, "not compiled") for ast, ok in self.looked.items() if not ok]
+        missing = [registry.FAILURES.refused.get(ast, "not compiled") for ast, ok in self.looked.items() if not ok]
         assert not missing, missing[:3]
-        return [native._kernels[ast].source for ast in self.looked]
+        return [registry.REGISTRY.kernels[ast].source for ast in self.looked]
 
 
 @pytest.fixture
@@ -34,13 +35,13 @@ def compiled(monkeypatch):
     """native="all", with the kernels looked up recorded (a kernel is looked up before and after it is
     compiled: the latest lookup counts)."""
     record = Compiled()
-    real = native.lookup
+    real = registry.lookup
 
     def lookup(ast: Node):
         found = real(ast)
         record.looked[ast] = found is not None
         return found
-    monkeypatch.setattr(native, "lookup", lookup)
+    monkeypatch.setattr(registry, "lookup", lookup)
     with atensor.Context(native="all"):
         yield record
 
@@ -76,14 +77,14 @@ def test_a_softmax_over_a_row_with_a_vector_tail_matches_numpy(compiled):
     np.testing.assert_allclose(Tensor(x).softmax(-1).numpy(), want, rtol=2e-6, atol=1e-8)
 
 
-@pytest.mark.skipif(not c_flags.vector_math(native.compiler() or ""), reason="no libmvec here")
+@pytest.mark.skipif(not c_flags.vector_math(compiler.path() or ""), reason="no libmvec here")
 def test_transcendentals_in_vectorized_loops_stay_within_a_few_ulp_of_numpy(compiled):
     x = np.linspace(-80, 80, 4099, dtype=np.float32)
     pos = np.linspace(1e-30, 1e6, 4099, dtype=np.float32)
     small = np.linspace(-50, 50, 4099, dtype=np.float32)
     for got, want in ((Tensor(x).exp(), np.exp(x)), (Tensor(pos).log(), np.log(pos)),
                       (Tensor(small).sin(), np.sin(small)), (Tensor(small).cos(), np.cos(small))):
-        # 4 ulp of float32: libmvec's bound (c_flags.py measured 3 for expf); the sin/cos atol is for
+        # 4 ulp of float32: libmvec's bound (backend/c/flags.py measured 3 for expf); the sin/cos atol is for
         # results near 0, whose ulp is tiny
         np.testing.assert_allclose(got.numpy(), want, rtol=5e-7, atol=3e-7)
     assert any("expf(" in s for s in compiled.sources())

@@ -1,4 +1,4 @@
-"""backend/window_gemm.py: a convolution's forward as one small copy and a gemm per outer kernel offset
+"""backend/gemm/window.py: a convolution's forward as one small copy and a gemm per outer kernel offset
 per sample, against the contraction computed in float64 by numpy (tests/tensor/test_api_conv.py has the
 end-to-end comparisons with PyTorch)."""
 from __future__ import annotations
@@ -8,9 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from atensor.backend import contraction, window_gemm
-from atensor.backend.contraction import Contraction
-from atensor.backend.window_gemm import WindowGemm
+from atensor.backend.gemm import contraction
+
+from atensor.backend.gemm import window as window_gemm
+from atensor.backend.gemm.contraction import Contraction
+from atensor.backend.gemm.window import WindowGemm
 from atensor.graph.view import View, strides_for
 
 RNG = np.random.default_rng(7)
@@ -103,7 +105,7 @@ def test_the_window_gemm_refuses_sources_too_small_for_its_views():
     ((2, 3, 4, 5, 6, 7), (1, 1, 1, 1, 1, 2)),
 ])
 def test_the_c_gather_copies_any_strided_view_as_np_copyto_does(dtype, shape, step):
-    from atensor.backend.window_kernels import gather, GATHER_MIN_SIZE
+    from atensor.backend.gemm.window_c import gather, GATHER_MIN_SIZE
     base = RNG.standard_normal(tuple(n * abs(s) for n, s in zip(shape, step))).astype(dtype)
     view = base[tuple(slice(None, None, s) for s in step)]
     view = view.transpose(tuple(reversed(range(view.ndim)))) if view.ndim > 2 else view  # permuted too

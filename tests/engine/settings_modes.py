@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 import atensor
-from atensor.backend import native
+from atensor.backend.c import compiler
 from atensor.engine.dispatch import dispatcher
 
 MODES = ["default", "racecheck", "no_schedule_cache", "dispatcher", "native_all"]
@@ -19,7 +19,7 @@ MODES = ["default", "racecheck", "no_schedule_cache", "dispatcher", "native_all"
 @contextlib.contextmanager
 def settings_mode(name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Runs the block under the mode `name` (one of MODES)."""
-    if name == "native_all" and native.compiler() is None:
+    if name == "native_all" and compiler.path() is None:
         pytest.skip("no C compiler on PATH")
     if name == "dispatcher":  # every realize and replay goes through the dispatcher thread
         monkeypatch.setattr(dispatcher, "run_inline", lambda job, keep_error=False: False)

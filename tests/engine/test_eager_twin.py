@@ -14,12 +14,12 @@ import pytest
 import trio
 
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import compiler, registry
 from atensor.engine import program as program_module
 from tests.engine.loops import count_record_runs
 
 pytestmark = pytest.mark.default_settings
-COMPILED = native.compiler() is not None
+COMPILED = compiler.path() is not None
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def _warm(step) -> None:
     twin's record made (at the twin's second submission)."""
     for _ in range(3):
         step()
-    native.wait_background()
+    registry.wait_background()
     for _ in range(4):
         step()
 
@@ -77,7 +77,7 @@ def test_an_awaited_hot_loop_reads_the_previous_output_as_its_input(library, rec
             x = x * 2 + 1
             await x.realize()
             if k == 4:
-                native.wait_background()
+                registry.wait_background()
         assert x.tolist() == [2.0 ** 12 - 1] * 16
     trio.run(main) if library == "trio" else asyncio.run(main())
     _expect_records(recorded, 4)
@@ -108,7 +108,7 @@ def test_the_twin_keeps_no_realizes_buffers_alive(recorded):
         assert y.tolist() == [8.0] * 16
         refs.append(weakref.ref(y.node.base().arg[0]))  # the output buffer's spec
         del y
-        native.wait_background()
+        registry.wait_background()
     gc.collect()
     assert all(r() is None for r in refs)
     _expect_records(recorded, 2)
@@ -149,7 +149,7 @@ def _heavy_steps(library: str, hits: int, check_at: int, on_check, rows: int) ->
             np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4)
             kept.append((y, expected))
             if k == check_at:
-                native.wait_background()
+                registry.wait_background()
                 on_check()
     trio.run(main) if library == "trio" else asyncio.run(main())
     return kept
@@ -222,7 +222,7 @@ def test_a_hot_two_device_graph_with_an_allreduce_submits_its_twin(recorded, mon
         y.realize().wait()
         np.testing.assert_allclose(y.numpy(), np.maximum(x_np @ w_np, 0).sum(axis=0), rtol=1e-4)
         if k == 3:
-            native.wait_background()
+            registry.wait_background()
             submitted.clear()
     if COMPILED:
         assert submitted[1:] and all(submitted[1:]), submitted

@@ -350,16 +350,16 @@ def test_replays_of_random_op_chains_match_numpy(shape, ops, reduce_axis, seed):
 async def test_background_compile_returns_at_once_and_replays_switch_to_c(monkeypatch, tmp_path):
     """compile="background": the third call does not wait for the compiler; replays run the numpy
     kernels until the C ones are loaded, then the C ones, with the same values throughout."""
-    from atensor.backend import native
-    if native.compiler() is None:
+    from atensor.backend.c import compiler, programs, registry
+    if compiler.path() is None:
         pytest.skip("no C compiler here: every kernel stays on numpy")
-    real, started = native._compile, []
+    real, started = compiler.compile_source, []
 
     def slow_compile(*args):
         started.append(time.perf_counter())
         time.sleep(0.5)
         return real(*args)
-    monkeypatch.setattr(native, "_compile", slow_compile)
+    monkeypatch.setattr(compiler, "compile_source", slow_compile)
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
 
     @atensor.jit(compile="background")
@@ -375,11 +375,11 @@ async def test_background_compile_returns_at_once_and_replays_switch_to_c(monkey
     np.testing.assert_allclose((await f(Tensor(x))).numpy(), want, rtol=1e-5)  # a replay, on numpy
     program = next(iter(f._programs.values()))
     kernels = [t.work.ast for r in program.records for t in r.tasks if hasattr(t.work, "ast")]
-    await trio.to_thread.run_sync(native.wait_background)
-    assert started and kernels and all(native.lookup(ast) is not None for ast in kernels)
+    await trio.to_thread.run_sync(registry.wait_background)
+    assert started and kernels and all(registry.lookup(ast) is not None for ast in kernels)
     np.testing.assert_allclose((await f(Tensor(x))).numpy(), want, rtol=1e-5)  # re-lowered: C kernels
-    in_use = [r.plans.get(native.programs_available()) for r in program.records]
-    assert all(p is not None and p.epoch == native.epoch for p in in_use)  # the last replay re-lowered them
+    in_use = [r.plans.get(programs.programs_available()) for r in program.records]
+    assert all(p is not None and p.epoch == registry.REGISTRY.epoch for p in in_use)  # the last replay re-lowered them
     assert f.stats["replays"] == 2
 
 
@@ -394,7 +394,7 @@ async def test_plans_are_lowered_on_the_dispatcher_thread_not_the_event_loop(mon
     import threading
 
     from atensor.engine import plan
-    from atensor.backend import native
+    from atensor.backend.c import compiler, programs, registry
     lowered_on: list[str] = []
     original = plan.Plan.__init__
 
@@ -411,7 +411,7 @@ async def test_plans_are_lowered_on_the_dispatcher_thread_not_the_event_loop(mon
     for _ in range(5):
         np.testing.assert_allclose((await f(Tensor(x))).numpy(), (x * 2 + 1).sum(0))
     assert f.stats["replays"] == 2 and lowered_on == ["atensor-dispatch"]
-    monkeypatch.setattr(native, "epoch", native.epoch + 1)  # as when new kernels are compiled
+    monkeypatch.setattr(registry.REGISTRY, "epoch", registry.REGISTRY.epoch + 1)  # as when new kernels are compiled
     for _ in range(2):
         np.testing.assert_allclose((await f(Tensor(x))).numpy(), (x * 2 + 1).sum(0))
     assert lowered_on == ["atensor-dispatch", "atensor-dispatch"]

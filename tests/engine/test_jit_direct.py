@@ -220,7 +220,7 @@ def test_while_the_dispatcher_is_busy_a_call_waits_its_turn_behind_it_and_is_not
 
 
 def test_a_plan_lowered_again_for_newer_kernels_is_not_replayed_by_the_old_direct_replay(direct_runs, monkeypatch):
-    from atensor.backend import native
+    from atensor.backend.c import registry
 
     @atensor.jit
     def f(x: Tensor) -> Tensor:
@@ -233,7 +233,7 @@ def test_a_plan_lowered_again_for_newer_kernels_is_not_replayed_by_the_old_direc
     original = type(old).run
     monkeypatch.setattr(type(old), "run", lambda self, inputs: (old_runs.append(self is old),
                                                                 original(self, inputs))[1])
-    monkeypatch.setattr(native, "epoch", native.epoch + 1)  # as when newer kernels are compiled
+    monkeypatch.setattr(registry.REGISTRY, "epoch", registry.REGISTRY.epoch + 1)  # as when newer kernels are compiled
     for k in range(5):
         np.testing.assert_allclose(f(Tensor(np.full(4, k, dtype=np.float32))).numpy(), np.full(4, k + 7))
     assert f._last.direct is not old and old_runs and not any(old_runs)  # only the new plan's one ran

@@ -1,6 +1,6 @@
 """Without a C compiler atensor keeps the same semantics in Python: kernels stay on numpy, jit replays
-take `Plan.submit`'s Python path (no ReplayRecord, backend/replay_c.py does not load). The jit and
-engine tests below run in a subprocess with the compiler hidden (ATENSOR_CC=none, native.compiler),
+take `Plan.submit`'s Python path (no ReplayRecord, backend/c/replay.py does not load). The jit and
+engine tests below run in a subprocess with the compiler hidden (ATENSOR_CC=none, backend/c/compiler.py),
 as on a machine without one; about 20 s, most of it the subprocess's imports."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import trio
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native, replay_c
+from atensor.backend.c import compiler, registry
+from atensor.backend.c import replay as replay_c
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = os.environ.get("ATENSOR_CC", "").strip().lower() == "none"
@@ -38,7 +39,7 @@ def test_the_jit_and_plan_tests_pass_with_the_compiler_hidden():
 @pytest.mark.default_settings
 @pytest.mark.skipif(not HIDDEN, reason="runs in the subprocess with the compiler hidden")
 def test_a_hidden_compiler_leaves_kernels_on_numpy_and_replays_on_the_python_path():
-    assert native.compiler() is None
+    assert compiler.path() is None
     assert replay_c.replay_function() is None
 
     @atensor.jit
@@ -54,6 +55,6 @@ def test_a_hidden_compiler_leaves_kernels_on_numpy_and_replays_on_the_python_pat
             np.testing.assert_allclose((await f(a, b)).numpy(), want, rtol=1e-6)
     trio.run(main)
     assert f.stats["replays"] == 5
-    assert native.status()["native"] == 0 and "no C compiler" in native.last_error
+    assert registry.status()["native"] == 0 and "no C compiler" in registry.FAILURES.last_error
     plans = [plan for program in f._programs.values() for record in program.records for plan in record.plans.values()]
     assert plans and all(plan.record is False or plan.record is None for plan in plans)

@@ -1,4 +1,4 @@
-"""A tiny one-queue jit replay submitted in one foreign call (engine/replay.py, backend/replay_c.py)
+"""A tiny one-queue jit replay submitted in one foreign call (engine/replay.py, backend/c/replay.py)
 computes what the function computes, whatever buffers a call brings: inputs swapped between calls,
 inputs whose memory was just freed and handed out again, results kept across calls, an input whose
 contents come from a failed kernel (refused, and the replay works again after it). numpy is the
@@ -14,12 +14,12 @@ import pytest
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import compiler
 from atensor.hcq import loop
 from tests.engine.loops import run_on, count_record_runs
 
 pytestmark = pytest.mark.default_settings
-COMPILED = native.compiler() is not None
+COMPILED = compiler.path() is not None
 
 
 def _expect_records(recorded: list[int], at_least: int) -> None:

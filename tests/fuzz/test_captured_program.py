@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import compiler
 from atensor.engine.program import CapturedProgram
 from atensor.sched import cache
 
@@ -42,7 +42,7 @@ def _eager(program: Program, cached: bool) -> None:
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("mode", ["eager", pytest.param("jit", marks=pytest.mark.skipif(
-    native.compiler() is None, reason="no C compiler on PATH: the jit compiles its kernels"))])
+    compiler.path() is None, reason="no C compiler on PATH: the jit compiles its kernels"))])
 @FUZZ
 @given(program=programs())
 def test_a_program_gives_numpys_values_eagerly_and_jitted_under_every_setting(mode: str, setting: str,

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import compiler
 from atensor.graph.symbolic import Variable
 from atensor.engine.dispatch import Job, dispatcher
 
@@ -135,7 +135,7 @@ def test_eager_and_jitted_calls_with_bound_variables_interleaved(rows, window, d
 
 
 # ---- integer reductions beyond float32's exact integers -------------------------------------------------
-needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on PATH: no C kernel path")
+needs_cc = pytest.mark.skipif(compiler.path() is None, reason="no C compiler on PATH: no C kernel path")
 
 
 @pytest.mark.parametrize("path", ["numpy backend", pytest.param("C kernels", marks=needs_cc)])

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import compiler
 from atensor.sched.schedule import StaleReadError
 
 from tests.fuzz.programs import DTYPES, assert_same, examples, make_input
 
-needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on PATH: no C kernel path")
+needs_cc = pytest.mark.skipif(compiler.path() is None, reason="no C compiler on PATH: no C kernel path")
 FUZZ = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

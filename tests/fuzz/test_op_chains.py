@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import atensor
 from atensor import Tensor
-from atensor.backend import native
+from atensor.backend.c import compiler
 
 from tests.fuzz.programs import AT, NP, Program, assert_same, examples, fresh_inputs, programs, run
 
-needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on PATH: no C kernel path")
+needs_cc = pytest.mark.skipif(compiler.path() is None, reason="no C compiler on PATH: no C kernel path")
 FUZZ = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

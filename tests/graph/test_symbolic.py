@@ -11,7 +11,7 @@ from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.graph.symbolic import SymbolicError, Sym, Variable, evaluate, unbind
 from atensor.graph.view import View
-from atensor.backend import numpy_backend
+from atensor.backend.numpy import render as numpy_backend
 from atensor.sched.schedule import schedule
 from atensor.graph.taskgraph import Kernel
 

@@ -14,8 +14,8 @@ import trio
 
 import atensor
 from atensor import Tensor, TinyJit, Variable
-from atensor.backend import native
-from atensor.backend.c_render import render_c
+from atensor.backend.c import compiler
+from atensor.backend.c.render import render_c
 from atensor.dtype import dtypes
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
@@ -68,7 +68,7 @@ def test_eager_matches_numpy_at_each_value(name):
 def test_jitted_matches_numpy_and_replays_without_recapture(name):
     build, ref = CASES[name]
     step = TinyJit(lambda a, b, n: build(a, b, n).realize())
-    with atensor.Context(native="all" if native.compiler() is not None else "0"):
+    with atensor.Context(native="all" if compiler.path() is not None else "0"):
         for n in VALUES:
             out = step(Tensor(A), Tensor(B), N.bind(n))
             assert out.numpy().shape == ref(n).shape  # a result of symbolic shape has this call's length

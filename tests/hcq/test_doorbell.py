@@ -12,12 +12,12 @@ import pytest
 import atensor
 from atensor import Tensor
 from atensor.hcq import doorbell
-from atensor.backend import native
+from atensor.backend.c import compiler, programs
 from atensor.backend.runner import Runner
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Command, Queue
 
-pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: no native programs")
+pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler: no native programs")
 
 
 def _load_library() -> None:
@@ -52,8 +52,8 @@ def test_lists_run_in_order_through_the_ring_its_overflow_and_python():
     value += 1
     queue.submit([Command(value, (), Runner(lambda: gate.wait(10)), "gate", "kernel", value)])
     for k in range(count):
-        copy = native.native_copy(address(dst), address(sources[k]), dst.nbytes)
-        program = native.Program([(native.RUN, 0, 0, 0)], [copy]).bind()
+        copy = programs.native_copy(address(dst), address(sources[k]), dst.nbytes)
+        program = programs.Program([(programs.RUN, 0, 0, 0)], [copy]).bind()
         value += 1
         queue.submit([Command(value, (), program, f"copy {k}", "copy", value)])
         value += 1
@@ -107,9 +107,9 @@ def test_a_finished_ring_program_is_published_by_the_host_that_polls_and_the_wor
     queue.submit([Command(queue.reserve() + 1, (), Runner(lambda: gate.wait(10)), "gate", "kernel", 1)])
     src = np.arange(4096, dtype=np.float32)
     dst = np.zeros_like(src)
-    copy = native.native_copy(dst.__array_interface__["data"][0], src.__array_interface__["data"][0], src.nbytes)
+    copy = programs.native_copy(dst.__array_interface__["data"][0], src.__array_interface__["data"][0], src.nbytes)
     value = queue.reserve() + 1
-    queue.submit([Command(value, (), native.Program([(native.RUN, 0, 0, 0)], [copy]).bind(), "copy", "copy", 2)])
+    queue.submit([Command(value, (), programs.Program([(programs.RUN, 0, 0, 0)], [copy]).bind(), "copy", "copy", 2)])
     time.sleep(0.01)
     assert not queue.poll(value)  # held behind the gate: not run, not published
     assert queue.signal.value < value and not dst.any()

@@ -13,8 +13,8 @@ import pytest
 
 import atensor
 from atensor import Context, Tensor, jit
-from atensor.backend import quant_kernels
-from atensor.backend.quant_numpy import dequantize as numpy_dequantize
+from atensor.backend.quant import kernels as quant_kernels
+from atensor.backend.quant.numpy_kernels import dequantize as numpy_dequantize
 from atensor.graph.node import GraphError
 from atensor.graph.quant import BF16, F16, PackedShape, Q4_0, Q4_1, Q8_0
 from atensor.graph.symbolic import Variable
@@ -62,7 +62,7 @@ def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_man
 def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
     # 320 rows: two threads split them (at least 64 each); 256 columns: a 128-row sgemm panel, so the
     # 16-row decode of many rows is split at a panel's edge
-    from atensor.backend import blas
+    from atensor.backend.gemm import blas
     blas.use(1)  # as a one-thread kernel's runner sets it: sgemm on one thread (two threads set it so too)
     data, expected = _packed(fmt, 320, 256, seed=7)
     shape = PackedShape(fmt, 320, 256)
@@ -80,7 +80,7 @@ def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
 
 
 def test_a_kernel_runs_on_the_blas_thread_count_its_runner_set():
-    from atensor.backend import blas
+    from atensor.backend.gemm import blas
     lib = quant_kernels.library()
     if not quant_kernels.threads_follow_blas():
         pytest.skip("no OpenBLAS thread setter found: packed kernels run on one thread")
@@ -129,7 +129,7 @@ def test_the_avx512_path_matches_the_portable_one_where_the_cpu_has_it():
 
 
 def test_q8_activations_quantize_x_as_llama_cpp_does():
-    from atensor.backend.quant_numpy import quantize_rows_q8
+    from atensor.backend.quant.numpy_kernels import quantize_rows_q8
     x = np.random.default_rng(11).standard_normal((3, 64)).astype(np.float32)
     x[1, :32] = 0  # an all-zero block: d = 0, q = 0
     x[2, :32] = np.arange(32, dtype=np.float32) * 0.5  # amax 15.5: some x / d fall on halves
@@ -150,8 +150,8 @@ def test_q8_activations_quantize_x_as_llama_cpp_does():
 
 @pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
 def test_q8_activation_matmuls_match_numpy_integer_block_products_on_every_path(fmt):
-    from atensor.backend import blas
-    from atensor.backend.quant_numpy import qmatmul_q8act
+    from atensor.backend.gemm import blas
+    from atensor.backend.quant.numpy_kernels import qmatmul_q8act
     blas.use(1)
     data, expected = _packed(fmt, 320, 256, seed=12)
     shape = PackedShape(fmt, 320, 256, "q8_0")
@@ -170,7 +170,7 @@ def test_q8_activation_matmuls_match_numpy_integer_block_products_on_every_path(
 
 @pytest.mark.parametrize("native", ["all", "0"])
 def test_a_q8_activation_packed_weight_runs_in_the_graph_and_f16_keeps_float_activations(native):
-    from atensor.backend.quant_numpy import qmatmul_q8act
+    from atensor.backend.quant.numpy_kernels import qmatmul_q8act
     data, _ = _packed(Q4_1, 64, 96, seed=14)
     w = PackedWeight.from_bytes(data, Q4_1, 64, 96, activations="q8_0")
     half, half_values = _packed(F16, 64, 96, seed=15)
@@ -271,8 +271,8 @@ def test_loading_a_gguf_model_shows_as_load_spans_in_the_profile():
 @pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
 def test_a_batch_one_rows_result_does_not_depend_on_the_group_of_four_rows_it_ran_in(fmt, activations):
     # 37 weight rows: AVX2 runs groups of four from the first row, then one alone; starting 1-3 rows
-    # later regroups every row, which must not change a bit (backend/quant_gemv_c.py's invariant)
-    from atensor.backend import blas
+    # later regroups every row, which must not change a bit (backend/quant/gemv_c.py's invariant)
+    from atensor.backend.gemm import blas
     blas.use(1)
     data, _ = _packed(fmt, 37, 96, seed=21)
     rows = data.reshape(37, -1)
@@ -289,9 +289,9 @@ def test_a_batch_one_rows_result_does_not_depend_on_the_group_of_four_rows_it_ra
 
 
 def test_two_thread_jobs_back_to_back_give_one_threads_results():
-    # the pool's chunks are claimed by whichever thread comes first (backend/quant_pool_c.py): many
+    # the pool's chunks are claimed by whichever thread comes first (backend/quant/pool_c.py): many
     # short jobs in a row, some workers still finishing or waking late, each result as one thread's
-    from atensor.backend import blas
+    from atensor.backend.gemm import blas
     blas.use(1)
     cases = []
     for i, (fmt, rows, activations) in enumerate([(Q4_1, 192, "float32"), (Q8_0, 576, "float32"),
@@ -314,10 +314,10 @@ def test_two_thread_jobs_back_to_back_give_one_threads_results():
 
 @pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
 def test_the_blocked_kernel_runs_batched_rows_and_matches_the_decoded_matrix(fmt):
-    # backend/quant_gemm_c.py: 38 weight rows (groups of four, then two), odd row counts of x (tiles
+    # backend/quant/gemm_c.py: 38 weight rows (groups of four, then two), odd row counts of x (tiles
     # of two, then one), 4096 columns (12 rows of x a pass over L2: 29 rows take three passes); rows
     # longer than 4096 columns stay on the scratch-row kernel
-    from atensor.backend import blas
+    from atensor.backend.gemm import blas
     blas.use(1)
     lib = quant_kernels.library()
     lib.atq_gemm_count.restype = ctypes.c_uint64
@@ -338,11 +338,11 @@ def test_the_blocked_kernel_runs_batched_rows_and_matches_the_decoded_matrix(fmt
 
 @pytest.mark.parametrize("fmt", [Q4_1, Q8_0, F16], ids=lambda f: f.name)
 def test_a_batched_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads(fmt):
-    # the blocked kernel's invariant (backend/quant_gemm_c.py): one accumulator per (weight row, row of
+    # the blocked kernel's invariant (backend/quant/gemm_c.py): one accumulator per (weight row, row of
     # x) pair, whatever tile, pass or thread's chunk it ran in: a stream's row in a batch of 16 equals
     # it in a batch of 2, 3 or 5, on one thread and on two (batch 1 is the gemv kernel: close, not equal;
     # the portable path's sgemm panels from 8 rows on make no such promise)
-    from atensor.backend import blas
+    from atensor.backend.gemm import blas
     blas.use(1)
     blocked = [p for p in quant_kernels.available_paths() if p != "portable"]
     if not blocked:

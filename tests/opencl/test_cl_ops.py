@@ -1,13 +1,13 @@
 """Tensor ops on an OpenCL device give the CPU backend's values, forward and backward: kernels rendered
-to OpenCL C (backend/gpu_render.py) from the same ASTs the CPU runs. Each case computes the same
+to OpenCL C (backend/gpu/render.py) from the same ASTs the CPU runs. Each case computes the same
 function of the same inputs on CPU and on CL and compares the results."""
 from __future__ import annotations
 
 import numpy as np
 
 from atensor import Tensor
-from atensor.backend.gpu_dialect import OPENCL
-from atensor.backend.gpu_render import render_gpu
+from atensor.backend.gpu.dialect import OPENCL
+from atensor.backend.gpu.render import render_gpu
 
 RNG = np.random.default_rng(0)
 
@@ -42,8 +42,8 @@ def test_a_fused_elementwise_chain_with_broadcasts_and_casts_matches_cpu():
 
 
 def test_the_helpers_shared_with_the_c_prelude_give_numpys_values_on_cl():
-    from atensor.backend.c_helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
-    from atensor.backend.c_prelude import PRELUDE
+    from atensor.backend.c.helpers import DOUBLE_HELPERS, SEMANTIC_HELPERS
+    from atensor.backend.c.prelude import PRELUDE
     assert SEMANTIC_HELPERS in PRELUDE and DOUBLE_HELPERS in PRELUDE  # one text, both preludes
     assert SEMANTIC_HELPERS.lstrip("\n") in OPENCL.prelude and DOUBLE_HELPERS.lstrip("\n") in OPENCL.prelude
     ints = np.array([-7, 7, -7, 7, 0, 5, -5, 9], np.int32)

@@ -1,4 +1,4 @@
-"""Symbolic-length views on an OpenCL device: gpu_render.py refuses a kernel of symbolic shape (a launch's
+"""Symbolic-length views on an OpenCL device: backend/gpu/render.py refuses a kernel of symbolic shape (a launch's
 work-items are counted at render time), so it runs on the host through the CPU backend's symbolic loops;
 the values are numpy's, eagerly and under the jit, and the refusal says why."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from atensor import Tensor, TinyJit, Variable
-from atensor.backend.c_render import Unsupported
-from atensor.backend.gpu_render import render_gpu
-from atensor.backend.gpu_dialect import OPENCL
+from atensor.backend.c.render import Unsupported
+from atensor.backend.gpu.render import render_gpu
+from atensor.backend.gpu.dialect import OPENCL
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.graph.rewrite import has_symbolic_shape

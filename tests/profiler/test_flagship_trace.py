@@ -95,8 +95,8 @@ def _sample():
 
 
 def test_the_flagships_cold_cache_trace_follows_the_format_and_its_host_time_is_accounted_for(tmp_path):
-    from atensor.backend import native
-    if native.compiler() is None:
+    from atensor.backend.c import compiler
+    if compiler.path() is None:
         pytest.skip("no C compiler here: the jit's kernels stay on numpy, there is no compile to see")
     # the command a user runs, in a fresh process (kernels compiled by earlier tests in this one
     # would not be compiled again) with a cold compiler cache and the default native policy

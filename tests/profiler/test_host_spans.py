@@ -18,18 +18,18 @@ from atensor.profiler.summary import host_coverage
 
 
 def _needs_compiler(monkeypatch):
-    """backend.native, with the default policy (ATENSOR_NATIVE=jit: only jitted kernels compile,
+    """backend/c/registry.py, with the default policy (ATENSOR_NATIVE=jit: only jitted kernels compile,
     when the function is captured), whatever the environment runs the suite with."""
-    from atensor.backend import native
+    from atensor.backend.c import compiler, registry
     from atensor.config import settings
-    if native.compiler() is None:
+    if compiler.path() is None:
         pytest.skip("no C compiler here: every kernel stays on numpy")
     monkeypatch.setattr(settings, "native", "jit")
-    return native
+    return registry
 
 
 async def test_a_jit_compile_is_a_host_span_naming_the_kernels_it_compiled(monkeypatch, tmp_path):
-    native = _needs_compiler(monkeypatch)
+    registry = _needs_compiler(monkeypatch)
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))   # a cold cache: the compiler really runs
 
     @atensor.jit
@@ -42,7 +42,7 @@ async def test_a_jit_compile_is_a_host_span_naming_the_kernels_it_compiled(monke
     np.testing.assert_allclose(out.numpy(), (np.exp(x * np.float32(1.4142)) - x).sum(0), rtol=1e-5)
     program = next(iter(f._programs.values()))
     names = {t.work.name for r in program.records for t in r.tasks
-             if hasattr(t.work, "ast") and native.lookup(t.work.ast) is not None}
+             if hasattr(t.work, "ast") and registry.lookup(t.work.ast) is not None}
     compiles = [h for h in prof.host_spans if h.category == "compile" and h.name.startswith("compile ")
                 and h.detail]
     assert len(compiles) == 1, compiles
@@ -57,7 +57,7 @@ async def test_a_jit_compile_is_a_host_span_naming_the_kernels_it_compiled(monke
 
 
 async def test_a_background_compile_is_on_its_own_track(monkeypatch, tmp_path):
-    native = _needs_compiler(monkeypatch)
+    registry = _needs_compiler(monkeypatch)
     monkeypatch.setenv("ATENSOR_CACHE", str(tmp_path))
 
     @atensor.jit(compile="background")
@@ -67,7 +67,7 @@ async def test_a_background_compile_is_on_its_own_track(monkeypatch, tmp_path):
     with atensor.profile() as prof:
         for _ in range(3):
             await f(Tensor(x))
-        await trio.to_thread.run_sync(native.wait_background)
+        await trio.to_thread.run_sync(registry.wait_background)
     background = [h for h in prof.host_spans if h.track == "compile (background)"]
     assert len(background) == 1 and background[0].category == "compile"
     assert "mul_sin_add_max 6x3" in background[0].detail.split(", ")

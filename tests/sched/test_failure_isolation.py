@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from atensor import Tensor
-from atensor.backend import numpy_backend
+from atensor.backend.numpy import render as numpy_backend
 from atensor.ledger import versions
 from atensor.sched.schedule import StaleReadError
 

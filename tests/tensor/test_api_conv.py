@@ -76,7 +76,7 @@ def test_conv_forward_and_gradients_match_pytorch_on_the_bench_layers(x_shape, w
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-# ---- convolutions whose forward runs as a small copy and a gemm per outer kernel offset (window_gemm.py) ---
+# ---- convolutions whose forward runs as a small copy and a gemm per outer kernel offset (backend/gemm/window.py) ---
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
     ((8, 32, 24, 24), (16, 32, 3, 3), {"padding": 1}),
     ((8, 32, 22, 20), (8, 32, 3, 3), {"dilation": (2, 1), "bias": True}),
@@ -86,7 +86,7 @@ def test_conv_forward_and_gradients_match_pytorch_on_the_bench_layers(x_shape, w
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_conv_forward_by_window_gemms_and_its_gradients_match_pytorch(monkeypatch, x_shape, w_shape, kw, dtype):
-    from atensor.backend.window_gemm import WindowGemm
+    from atensor.backend.gemm.window import WindowGemm
     calls = []
     run = WindowGemm.__call__
     monkeypatch.setattr(WindowGemm, "__call__", lambda self, x, y: calls.append(1) or run(self, x, y))
@@ -113,7 +113,7 @@ def test_a_conv_forward_by_window_gemms_and_its_gradients_match_pytorch(monkeypa
 
 
 def test_a_window_gemm_forward_reads_a_permuted_weight_and_a_sliced_input(monkeypatch):
-    from atensor.backend.window_gemm import WindowGemm
+    from atensor.backend.gemm.window import WindowGemm
     calls = []
     run = WindowGemm.__call__
     monkeypatch.setattr(WindowGemm, "__call__", lambda self, x, y: calls.append(1) or run(self, x, y))
