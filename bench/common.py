@@ -141,3 +141,23 @@ def install_stage_timers(stages: list[tuple[str, str, str]], times: dict) -> lis
         setattr(owner, name, timed)
         found.append(label)
     return found
+
+
+FLAGS_OF_INTEREST = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                     "avx_vnni", "amx_tile")
+
+
+def cpu_description() -> dict:
+    """The CPU model, the SIMD flags benchmarks care about (present or not), the core count and the
+    load average now (Linux's /proc/cpuinfo; the model is "unknown" elsewhere)."""
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": model, "flags": {f: f in flags for f in FLAGS_OF_INTEREST}, "cores": os.cpu_count(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}

@@ -113,7 +113,8 @@ class StepRecord:
     loss: float
     lr: float
     grad_norm: float
-    tokens_per_second: float
+    tokens_per_second: float   # of the run so far
+    seconds: float             # this step's wall time, waiting for its batch included
 
 
 @dataclass
@@ -353,13 +354,15 @@ async def run(cfg: RunConfig, data: Optional[Data] = None, sample: Optional[str]
         async with anyio.create_task_group() as tg:
             tg.start_soon(pipeline.run)
             for step in range(start_step, cfg.steps):
+                began = time.perf_counter()
                 batch = await pipeline.next()
                 assert batch.step == step, (batch.step, step)
                 lr = trainer.schedule.last_lr
                 loss, norm = await trainer.train_step(batch)
                 tokens += cfg.batch * cfg.context
                 elapsed = time.perf_counter() - start
-                result.steps.append(StepRecord(step, loss, lr, norm, tokens / max(elapsed, 1e-9)))
+                result.steps.append(StepRecord(step, loss, lr, norm, tokens / max(elapsed, 1e-9),
+                                               time.perf_counter() - began))
                 bar.update(step + 1, loss, tokens)
                 done = step + 1
                 if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
