@@ -150,14 +150,16 @@ FLAGS_OF_INTEREST = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "
 def cpu_description() -> dict:
     """The CPU model, the SIMD flags benchmarks care about (present or not), the core count and the
     load average now (Linux's /proc/cpuinfo; the model is "unknown" elsewhere)."""
-    model, flags = "unknown", set()
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    model = fields.get("model name", "unknown")
+    if "cpu family" in fields:
+        model += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    flags = set(fields.get("flags", "").split())
     return {"cpu": model, "flags": {f: f in flags for f in FLAGS_OF_INTEREST}, "cores": os.cpu_count(),
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}

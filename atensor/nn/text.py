@@ -109,7 +109,7 @@ def bpe_tokenizer(corpus: Corpus, vocab_size: int = 4096, cache_dir: Optional[Pa
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError:
         raise ImportError("the GPT example's tokenizer needs the `tokenizers` package: "
-                          "pip install 'atensor[train]' (or pip install tokenizers)") from None
+                          "pip install 'atensor[examples]' (or pip install tokenizers)") from None
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size < len(alphabet) + 1:
         raise ValueError(f"vocab_size {vocab_size} is below the {len(alphabet)} byte symbols plus {EOT}; "
