@@ -77,7 +77,7 @@ class RunConfig:
     context: int = 128
     vocab: int = 4096
     batch: int = 16
-    steps: int = 300
+    steps: int = 200
     lr: float = 2e-3
     min_lr: float = 2e-4
     warmup: int = 20
@@ -88,7 +88,7 @@ class RunConfig:
     device: str = "CPU"
     jit: bool = True
     fused: bool = False                    # one flat parameter buffer (see Trainer)
-    eval_every: int = 100
+    eval_every: int = 50
     eval_batches: int = 4
     prefetch: int = 4
     train_files: Optional[int] = None      # the first N training files only (tests, quick runs)
