@@ -19,6 +19,10 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
 | native | ATENSOR_NATIVE | jit | which kernels are compiled to C (backend/c/registry.py): `jit` those of `atensor.jit` replays and of hot eager graphs (engine/program.py's twin), `all` every kernel, `0` none |
 | debug | ATENSOR_DEBUG | 0 | 2 or more: print each command (kernel, copy) as it finishes, with its time, bytes and flops (profiler/counters.py); read when a realize is submitted |
+| tune | ATENSOR_TUNE | 1 | kernel families with alternatives (atensor/tune/) are chosen by a short timed trial at their first use on this CPU, cached on disk; `0`: no trials (a choice cached by an earlier run is still used, else each family's safe path) |
+| tune_budget_s | ATENSOR_TUNE_BUDGET | 2 | seconds of trials a process spends in all; a family met after that takes its safe path (not cached) |
+| (cache file) | ATENSOR_TUNE_CACHE | ~/.cache/atensor/tune/choices.json | where the measured kernel choices are kept (`tune_cache_file()`, read at each use); under `$ATENSOR_CACHE` or `$XDG_CACHE_HOME/atensor` when those are set |
+| kernels | ATENSOR_KERNELS | (unset) | forces alternatives, `family=alternative[,family=alternative...]` (e.g. `quant.gemv_f32=avx2,dense.matmul=blas`); `python -m atensor.tune` lists the families and their alternatives; an unknown name is an error when its family is first used |
 | mnist_dir | ATENSOR_MNIST_DIR | (unset) | a folder holding MNIST's four idx files (`train-images-idx3-ubyte[.gz]`...), which `nn.datasets.mnist()` then loads instead of its local digits |
 
 Besides the settings, `Context` takes tinygrad's flags that atensor has an equivalent for
@@ -33,6 +37,7 @@ import contextvars
 import dataclasses
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Iterator, Optional
 
 
@@ -71,6 +76,37 @@ def env_number(name: str, default: str, kind: type = int, sizes: bool = False) -
     return value
 
 
+def cache_root() -> Path:
+    """atensor's cache folder: `$ATENSOR_CACHE`, else `$XDG_CACHE_HOME/atensor`, else ~/.cache/atensor
+    (compiled libraries live in its `native/`, measured kernel choices in its `tune/`)."""
+    return Path(os.environ.get("ATENSOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "atensor"))
+
+
+def tune_cache_file() -> Path:
+    """The file of measured kernel choices (atensor/tune/cache.py): `$ATENSOR_TUNE_CACHE` (read at each
+    call: the test suite points it at a file of its own run), else `tune/choices.json` in `cache_root()`."""
+    forced = os.environ.get("ATENSOR_TUNE_CACHE")
+    return Path(forced) if forced else cache_root() / "tune" / "choices.json"
+
+
+def parse_kernels(text: str, name: str = "ATENSOR_KERNELS") -> dict[str, str]:
+    """The forced alternatives of `text` (`family=alternative,...`) by family; a malformed entry is a
+    ValueError naming the variable and the form.
+
+    >>> parse_kernels("quant.gemv_f32=avx2, dense.matmul=blas")
+    {'quant.gemv_f32': 'avx2', 'dense.matmul': 'blas'}
+    """
+    forced: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        family, sep, alternative = (s.strip() for s in part.partition("="))
+        if not sep or not family or not alternative:
+            raise ValueError(f"{name}={text!r}: {part!r} is not family=alternative; write e.g. "
+                             f"{name}=quant.gemv_f32=avx2,dense.matmul=blas (python -m atensor.tune lists them)")
+        forced[family] = alternative
+    return forced
+
+
 @dataclass
 class Settings:
     racecheck: bool = bool(env_number("ATENSOR_RACECHECK", "0"))
@@ -88,6 +124,10 @@ class Settings:
     max_devices: int = env_number("ATENSOR_MAX_DEVICES", "16")
     debug: int = env_number("ATENSOR_DEBUG", "0")
     mnist_dir: Optional[str] = os.environ.get("ATENSOR_MNIST_DIR") or None
+    tune: bool = bool(env_number("ATENSOR_TUNE", "1"))
+    tune_budget_s: float = env_number("ATENSOR_TUNE_BUDGET", "2", kind=float)
+    kernels: dict[str, str] = dataclasses.field(
+        default_factory=lambda: parse_kernels(os.environ.get("ATENSOR_KERNELS", "")))
 
 
 # The settings in effect, per context: a `Context` block changes them for the code inside it (its trio

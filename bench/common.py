@@ -11,6 +11,22 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 RESULTS = Path(__file__).resolve().parent / "results"
+LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)  # when the bench imported this
+# the CPU flags a result depends on (the kernels' paths, llama.cpp's build), recorded with every result
+RELEVANT_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
+                  "avx512_vnni", "avx512_bf16", "avx512vbmi", "avx512_vbmi2", "avx_vnni", "amx_tile", "amx_int8",
+                  "amx_bf16", "hypervisor", "neon", "asimd")
+
+
+def machine() -> dict:
+    """The machine a result was measured on: CPU model, its relevant flags, cores, load average when the
+    bench started (and now), Python and the OS."""
+    from atensor.tune.machine import current
+    here = current()
+    return {"cpu": here.model, "flags": [f for f in RELEVANT_FLAGS if f in here.flags], "cpus": os.cpu_count(),
+            "cores_usable": here.cores, "load_at_start": list(LOAD_AT_START),
+            "load_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "python": platform.python_version(), "platform": platform.platform()}
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
@@ -92,11 +108,10 @@ def _numeric(text: str) -> bool:
 
 
 def write_results(name: str, data: dict) -> Path:
-    """Writes `data` with the machine's description to bench/results/<name>.json."""
+    """Writes `data` with the machine's description (`machine()`) to bench/results/<name>.json."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                              "platform": platform.platform()},
+    payload = {"benchmark": name, "machine": machine(),
                "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
     path.write_text(json.dumps(_json_safe(payload), indent=2, allow_nan=False))
     return path

@@ -3,13 +3,17 @@ transformers + torch, and serving.
 
     python bench/llm.py                 # writes bench/results/llm.json
     python bench/llm.py --single-only   # the single-stream table alone: llm_single.json
+    python bench/llm.py --single-only --engines "atensor quantized" "atensor q8act" llama.cpp   # ~2 min
+    python bench/llm.py --build-llama-cpp --single-only   # llama-cpp-python built for this CPU first
     python bench/llm.py --server-only   # serving against the thread design, prefix TTFT: llm_server.json
 
 - Single stream (bench/quant.py's engines, each in a fresh process): time to first token for a
   64-token prompt, decode tokens/s over 64 greedy tokens, peak resident memory; atensor with the
   file's packed weights (the default) and dequantized to float32, transformers + torch float32 with the
-  same threads, llama.cpp (llama-cpp-python) only when it is installed; otherwise issue 37's figures for
-  it, labelled QUOTED (not measured in the run).
+  same threads, llama.cpp (llama-cpp-python) only when it is installed (`--build-llama-cpp` builds it for
+  this CPU: bench/llama_peer.py); otherwise issue 37's figures for it, labelled QUOTED (not measured in
+  the run). Each engine's decode and first-token time against llama.cpp's of the same run; the packed
+  kernels' choices each atensor engine made (atensor/tune/) are printed under the table.
 - The physical limit: batch-1 decode reads every weight once per token, so tokens/s is at most
   (read bandwidth / weight bytes read per token): the packed bytes for atensor's packed model and
   llama.cpp, float32 bytes for the float32 engines; the table gives each run's fraction of it.
@@ -49,7 +53,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import table, write_results  # noqa: E402
+from bench.common import LOAD_AT_START, table, write_results  # noqa: E402
 
 PROMPT_TOKENS, DECODE_TOKENS, STREAM_TOKENS = 64, 64, 32
 SERVER_ROUNDS = 3  # alternating rounds of 1, 4 and 16 streams; the tables give the median round
@@ -334,42 +338,57 @@ def bench_transformers_pool(model, tokenizer, streams: int) -> dict:
     return {"streams": streams, "tokens": total, "wall_s": wall, "tps": total / wall}
 
 
-def single_stream() -> dict:
-    """Each engine of bench/quant.py in a fresh process (decode tokens/s, time to first token of a
-    64-token prompt, peak resident memory), printed against the limit of its bytes read per token;
-    llama.cpp measured when llama-cpp-python is installed, else its issue-37 figures, labelled quoted."""
+def single_stream(engines: tuple[str, ...] = ()) -> dict:
+    """Each engine of bench/quant.py (or those named in `engines`) in a fresh process (decode tokens/s, time
+    to first token of a 64-token prompt, peak resident memory), printed against the limit of its bytes
+    read per token and against llama.cpp of the same run; llama.cpp measured when llama-cpp-python is
+    installed (bench/llama_peer.py builds it), else its issue-37 figures, labelled quoted."""
+    from bench.llama_peer import build_info
     from bench.quant import ENGINES, LLAMA_CPP_ISSUE, read_bandwidth, run_engine, weight_bytes_per_token
-    single = {name: found for name in ENGINES if (found := run_engine(name)) is not None}
+    single = {name: found for name in (engines or ENGINES) if (found := run_engine(name)) is not None}
     per_token, read_bps = weight_bytes_per_token(), read_bandwidth()
-    peer = single["transformers float32"]
+    peer = single.get("transformers float32")
+    cpp = single.get("llama.cpp")
     rows = []
     for name, r in single.items():
         limit = read_bps / per_token[name]
-        rows.append([name, r["ttft_ms"], r["decode_tps"], r["peak_mb"], per_token[name] / 1e6, limit,
-                     r["decode_tps"] / limit, r["decode_tps"] / peer["decode_tps"], r["tokens"] == peer["tokens"]])
-    if "llama.cpp" not in single:
+        rows.append([name, r["ttft_ms"], r["ttft_ms"] / PROMPT_TOKENS, r["decode_tps"], r["peak_mb"],
+                     per_token[name] / 1e6, limit, r["decode_tps"] / limit,
+                     f"{r['decode_tps'] / cpp['decode_tps']:.2f}x" if cpp else "",
+                     f"{r['ttft_ms'] / cpp['ttft_ms']:.2f}x" if cpp else "",
+                     f"{r['decode_tps'] / peer['decode_tps']:.2f}x" if peer else "",
+                     r["tokens"] == peer["tokens"] if peer else ""])
+    if cpp is None:
         limit = read_bps / per_token["llama.cpp"]
         rows.append(["llama.cpp QUOTED (issue 37, not this run)", f"{LLAMA_CPP_ISSUE['ttft_ms']:.0f} (44 tok)",
-                     LLAMA_CPP_ISSUE["decode_tps"], "", per_token["llama.cpp"] / 1e6, limit,
-                     LLAMA_CPP_ISSUE["decode_tps"] / limit, LLAMA_CPP_ISSUE["decode_tps"] / peer["decode_tps"], ""])
+                     LLAMA_CPP_ISSUE["ttft_ms"] / 44, LLAMA_CPP_ISSUE["decode_tps"], "", per_token["llama.cpp"] / 1e6,
+                     limit, LLAMA_CPP_ISSUE["decode_tps"] / limit, "", "",
+                     LLAMA_CPP_ISSUE["decode_tps"] / peer["decode_tps"] if peer else "", ""])
     load = os.getloadavg()
     print(table(f"single stream, {PROMPT_TOKENS}-token prompt, {DECODE_TOKENS} greedy tokens, {THREADS} threads; "
                 f"limit: read bandwidth {read_bps / 1e9:.1f} GB/s / bytes of weights read per token; "
-                f"load average {load[0]:.1f}",
-                ["engine", "TTFT ms", "decode tok/s", "peak MB", "MB read/token", "limit tok/s", "of limit",
-                 "vs transformers", "same tokens"], rows))
+                f"load average {load[0]:.1f} (at start {LOAD_AT_START[0]:.1f})",
+                ["engine", "TTFT ms", "ms/prompt token", "decode tok/s", "peak MB", "MB read/token", "limit tok/s",
+                 "of limit", "decode vs llama.cpp", "TTFT vs llama.cpp", "vs transformers", "same tokens"], rows))
+    for name, r in single.items():
+        for choice in r.get("kernel_choices", []):
+            print(f"  {name}: {choice}")
     return {"engines": {k: {f: v for f, v in r.items() if f != "tokens"} for k, r in single.items()},
-            "same_tokens_as_transformers": {k: r["tokens"] == peer["tokens"] for k, r in single.items()},
+            "same_tokens_as_transformers": {k: r["tokens"] == peer["tokens"] for k, r in single.items()} if peer else None,
+            "vs_llama_cpp": {k: {"decode": r["decode_tps"] / cpp["decode_tps"], "ttft": r["ttft_ms"] / cpp["ttft_ms"]}
+                             for k, r in single.items()} if cpp else None,
+            "llama_cpp_build": build_info() if cpp else None,
             "read_bps": read_bps, "weight_bytes_per_token": per_token, "load_average": load,
-            "llama_cpp_quoted": None if "llama.cpp" in single else LLAMA_CPP_ISSUE}
+            "llama_cpp_quoted": None if cpp else LLAMA_CPP_ISSUE}
 
 
-def main(single_only: bool) -> None:
+def main(single_only: bool, engines: tuple[str, ...] = ()) -> None:
     from atensor.models.gguf import load_gguf
     from atensor.models.tokenizer import GGUFTokenizer
-    single = single_stream()
+    single = single_stream(engines)
     if single_only:
         path = write_results("llm_single", {"threads": THREADS, "single_stream": single,
+                                            "command": " ".join(["python", *sys.argv]),
                                             "note": "one run on a shared 2-core machine; other sessions were running"})
         print(f"wrote {path}")
         return
@@ -404,9 +423,16 @@ if __name__ == "__main__":
     parser.add_argument("--streams", type=int, nargs="*", default=[1, 4, 16], help="--server-only: stream counts")
     parser.add_argument("--rounds", type=int, default=SERVER_ROUNDS, help="--server-only: alternating rounds")
     parser.add_argument("--no-prefix-ttft", action="store_true", help="--server-only: skip the prefix-cache TTFT")
+    parser.add_argument("--engines", nargs="*", default=[], help="--single-only: these engines of bench/quant.py "
+                        "only (e.g. 'atensor quantized' 'atensor q8act' llama.cpp)")
+    parser.add_argument("--build-llama-cpp", action="store_true", help="build llama-cpp-python for this CPU first "
+                        "if it is not installed (bench/llama_peer.py; ~15-20 min)")
     args = parser.parse_args()
+    if args.build_llama_cpp:
+        from bench.llama_peer import ensure
+        ensure(build=True)
     if args.server_only:
         server_main(args.baseline, warmup=not args.no_warmup, counts=tuple(args.streams), rounds=args.rounds,
                     prefix_ttft=not args.no_prefix_ttft)
     else:
-        main(args.single_only)
+        main(args.single_only, tuple(args.engines))

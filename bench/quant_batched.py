@@ -16,7 +16,8 @@ fresh processes (atensor and baseline, then torch, then ggml); a config keeps it
 
 Columns: GFLOPS (2 * rows * cols * m / time) of atensor's default kernels (float32 activations: the
 float32 model's values), of the baseline tree's, of atensor's optional Q8 activations (`weights=
-"q8act"`, llama.cpp's numerics), of torch and of ggml; the packed weight bytes read per second by the
+"q8act"`, llama.cpp's numerics), of torch and of ggml, and from 2 rows of x on of each variant of the
+rows_f32 and rows_q8 families but the portable ones (backend/quant/variants_c.py, by table index); the packed weight bytes read per second by the
 default kernel; each engine's time over atensor's (above 1: atensor's default is faster). The step
 table sums each shape's time times its count per step (a decode step of m streams multiplies each of
 these once). ggml: llama.cpp's batched Q4_1 product as its mul_mat runs it on x86 (x's rows quantized
@@ -130,9 +131,9 @@ def worker_atensor(baseline: Optional[Path]) -> dict:
     if baseline is not None:
         libraries["baseline"] = baseline_library(baseline)
 
-    def call(lib, x, packed, shape: PackedShape, threads: int):
+    def call(lib, x, packed, shape: PackedShape, threads: int, variant: int = -1):
         y = np.empty((len(x), shape.rows), np.float32)  # the closure holds it: the kernel writes there
-        args = [ctypes.c_int(-1), ctypes.c_int(shape.kernel_code)] + [
+        args = [ctypes.c_int(variant), ctypes.c_int(shape.kernel_code)] + [
             ctypes.c_void_p(a.ctypes.data) for a in (x, packed, y)] + [
             ctypes.c_int64(len(x)), ctypes.c_int64(shape.cols), ctypes.c_int64(shape.rows), ctypes.c_int(threads)]
         return lambda: (lib.atq_matmul_run(*args), y)
@@ -145,6 +146,10 @@ def worker_atensor(baseline: Optional[Path]) -> dict:
                 blas.use(threads)  # as a packed kernel's runner sets it (blas.packed_threads)
                 calls = {name: call(lib, x, packed, default, threads) for name, lib in libraries.items()}
                 calls["q8act"] = call(libraries["atensor"], x, packed, q8, threads)
+                for family, shape in (("rows_f32", default), ("rows_q8", q8)) if m > 1 else ():
+                    for v in quant_kernels.variants(family):  # each contender by its index (not portable)
+                        if v.supported and v.rank != 0:
+                            calls[f"{family} {v.name}"] = call(libraries["atensor"], x, packed, shape, threads, v.index)
                 for name, seconds in _interleaved(calls, threads, _calls_per_block(rows, cols, m)).items():
                     out[f"{name}: {fname} {rows}x{cols} {m} {threads}"] = seconds
     return out
@@ -269,7 +274,8 @@ def collect(baseline: Optional[Path], rounds: int, shapes: list[dict]) -> dict[s
 def report(best: dict[str, dict[str, float]], shapes: list[dict], rounds: int) -> dict:
     """Prints the tables; returns what bench/results/quant_batched.json holds."""
     from atensor.graph.quant import FORMATS
-    engines = [e for e in ("atensor", "baseline", "q8act", "torch", "ggml") if e in best]
+    engines = [e for e in ("atensor", "baseline", "q8act", "torch", "ggml") if e in best] + sorted(
+        e for e in best if e.startswith("rows_"))  # the batched families' variants, by name
     results, lines = [], []
     for s in shapes:
         fmt = FORMATS[s["format"].lower()]

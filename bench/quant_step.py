@@ -1,7 +1,8 @@
 """Where a packed batch-1 decode step's time goes: SmolLM2-135M from its shipped Q4_1 GGUF, the packed
 kernels on one thread against two.
 
-    python bench/quant_step.py          # writes bench/results/quant_step.json
+    python bench/quant_step.py             # writes bench/results/quant_step.json
+    python bench/quant_step.py --variants  # each batch-1 kernel variant: bench/results/quant_step_variants.json
 
 Each thread count runs in a fresh process (ATENSOR_BLAS_THREADS fixes a big kernel's threads, which
 the packed kernels read: backend/quant/pool_c.py), alternating 1, 2, 1, 2 so a slow spell of the
@@ -121,18 +122,8 @@ def kernel_costs(rounds: int = 5, repeat: int = 20, activations: str = "float32"
     one and on two threads (alternating rounds, the median of each; wall time is what the load spoils)."""
     from atensor.backend.gemm import blas
     from atensor.backend.quant import kernels as quant_kernels
-    from atensor.graph.quant import FORMATS, PackedShape
-    from atensor.models.gguf import load_gguf
-    gguf = load_gguf()
-    counts: dict[PackedShape, int] = defaultdict(int)
-    data = {}
-    for name in gguf.weights:
-        stored = gguf.stored(name)
-        fmt = FORMATS.get(stored.type_name.lower())
-        if fmt is not None and len(stored.shape) == 2:
-            shape = PackedShape(fmt, *stored.shape, activations if fmt.block == 32 else "float32")
-            counts[shape] += 1
-            data.setdefault(shape, stored.data)
+    from atensor.graph.quant import PackedShape
+    counts, data = _step_shapes(activations)
     blas.use(1)
     x = {cols: np.random.default_rng(0).standard_normal((1, cols)).astype(np.float32)
          for cols in {s.cols for s in counts}}
@@ -161,6 +152,70 @@ def kernel_costs(rounds: int = 5, repeat: int = 20, activations: str = "float32"
     return {"per_token_ms": total, "by_shape_ms": {k: {f: statistics.median(v) for f, v in e.items()}
                                                      for k, e in per.items()},
             "count": {f"{s.format.name} {s.rows}x{s.cols}": c for s, c in counts.items()}}
+
+
+def _step_shapes(activations: str) -> tuple[dict, dict]:
+    """({PackedShape: count per decode step}, {PackedShape: the model's bytes}) of the file's 2-D packed
+    tensors (the tied embedding as the output projection), with `activations`' numerics."""
+    from atensor.graph.quant import FORMATS, PackedShape
+    from atensor.models.gguf import load_gguf
+    gguf = load_gguf()
+    counts: dict = defaultdict(int)
+    data = {}
+    for name in gguf.weights:
+        stored = gguf.stored(name)
+        fmt = FORMATS.get(stored.type_name.lower())
+        if fmt is not None and len(stored.shape) == 2:
+            shape = PackedShape(fmt, *stored.shape, activations if fmt.block == 32 else "float32")
+            counts[shape] += 1
+            data.setdefault(shape, stored.data)
+    return counts, data
+
+
+def variant_costs(activations: str, rounds: int = 7, repeat: int = 9) -> dict:
+    """Each variant (but the portable one) of the batch-1 family `activations` selects (gemv_f32 or
+    gemv_q8) on one decode step's packed matmuls, the model's bytes: thread CPU time per token on one
+    thread, every variant in each round (alternating, so a slow spell hits all), the median round."""
+    from atensor.backend.gemm import blas
+    from atensor.backend.quant import kernels as quant_kernels
+    counts, data = _step_shapes(activations)
+    family = "gemv_q8" if activations == "q8_0" else "gemv_f32"
+    names = [n for n in quant_kernels.runnable(family) if n != "portable"]
+    default = quant_kernels.selected(family).name
+    blas.use(1)
+    x = {c: np.random.default_rng(0).standard_normal((1, c)).astype(np.float32) for c in {s.cols for s in counts}}
+    ms: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(rounds):
+        for name in names:
+            total = 0.0
+            for shape, count in counts.items():
+                quant_kernels.matmul(x[shape.cols], data[shape], shape, name, threads=1)  # warm
+                cpu = time.thread_time()
+                for _ in range(repeat):
+                    quant_kernels.matmul(x[shape.cols], data[shape], shape, name, threads=1)
+                total += 1000 * (time.thread_time() - cpu) / repeat * count
+            ms[name].append(total)
+    med = {n: statistics.median(v) for n, v in ms.items()}
+    return {"family": family, "default": default, "ms_per_token": med, "rounds_ms": ms}
+
+
+def main_variants() -> None:
+    """--variants: the batch-1 variants' A/B on a decode step's matmuls (both numerics); prints and writes
+    bench/results/quant_step_variants.json."""
+    load_start = os.getloadavg()
+    out = {}
+    for act in ("float32", "q8_0"):
+        got = variant_costs(act)
+        out[act] = got
+        med, default = got["ms_per_token"], got["default"]
+        best = min(med, key=med.get)
+        print(table(f"{got['family']}: one decode step's packed matmuls, thread CPU ms per token, 1 thread (median of "
+                    f"7 alternating rounds); default {default}; load average {os.getloadavg()[0]:.1f}",
+                    ["variant", "ms per token", "over the fastest", "default over it"],
+                    [[n, v, v / med[best], med[default] / v] for n, v in sorted(med.items(), key=lambda t: t[1])]))
+    path = write_results("quant_step_variants", {**out, "load_average_start": load_start,
+                                                 "load_average": os.getloadavg()})
+    print(f"wrote {path}")
 
 
 def main() -> None:
@@ -210,7 +265,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--kernels"]:  # the kernels alone, printed (no model runs)
+    if sys.argv[1:] == ["--variants"]:  # each batch-1 kernel variant on a decode step's matmuls
+        main_variants()
+    elif sys.argv[1:] == ["--kernels"]:  # the kernels alone, printed (no model runs)
         print(json.dumps({act: kernel_costs(activations=act) for act in ("float32", "q8_0")}, indent=1))
     else:
         main()

@@ -1,13 +1,19 @@
-"""Shared test setup: a derandomized hypothesis profile for CI and the race checker on for every
-TaskGraph the scheduler produces."""
+"""Shared test setup: a derandomized hypothesis profile for CI, the race checker on for every
+TaskGraph the scheduler produces, and the kernel choices (atensor/tune/) measured once per run."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings as hsettings
 
-import atensor
+# kernel trials stay on (the suite runs the paths users get), into a cache file of this run's own, which
+# the processes the tests start inherit: each family is measured once per run, not in every process,
+# and never from a file an earlier run or another machine left (tests/tune/ use files of their own)
+os.environ.setdefault("ATENSOR_TUNE_CACHE", os.path.join(tempfile.mkdtemp(prefix="atensor-tune-"), "choices.json"))
+
+import atensor  # noqa: E402
 
 hsettings.register_profile("ci", derandomize=True, max_examples=40, deadline=None,
                            suppress_health_check=[HealthCheck.too_slow])

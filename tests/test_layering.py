@@ -10,7 +10,8 @@ counted: every module would then depend on its package's re-exports).
 The layers ("Layers" in docs/design.md), top to bottom: the package root, serve/ (the LLM server's library),
 models/, nn/, jit/, tensor/ (the
 Tensor and its op families), engine/, dist/, sched/, backend/, hcq/, ledger/ (the storage ledger: under
-sched/ and hcq/, which both write it), graph/, dtype.py and config.py, profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
+sched/ and hcq/, which both write it), graph/, tune/ (the kernel choice mechanism: backend/ declares its families),
+dtype.py and config.py, profiler/. `_MAY_IMPORT` says which layers each may import, besides itself.
 """
 from __future__ import annotations
 
@@ -28,23 +29,24 @@ _MAY_IMPORT: dict[str, set[str]] = {
     "dtype": set(),
     "config": set(),
     "porting": set(),
+    "tune": _BASE,
     "graph": {"dtype"},
     "ledger": {"graph"} | _BASE,
     "sched": {"ledger", "graph"} | _BASE,
-    "backend": {"graph", "profiler"} | _BASE,
-    "hcq": {"ledger", "graph", "profiler", "backend"} | _BASE,
-    "dist": {"hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
-    "engine": {"sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
-    "tensor": {"engine", "dist", "sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
-    "jit": {"tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
-    "nn": {"jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph", "profiler"} | _BASE,
-    "models": {"nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
+    "backend": {"graph", "profiler", "tune"} | _BASE,
+    "hcq": {"ledger", "graph", "profiler", "backend", "tune"} | _BASE,
+    "dist": {"hcq", "backend", "tune", "ledger", "graph", "profiler"} | _BASE,
+    "engine": {"sched", "hcq", "backend", "tune", "ledger", "graph", "profiler"} | _BASE,
+    "tensor": {"engine", "dist", "sched", "hcq", "backend", "tune", "ledger", "graph", "profiler"} | _BASE,
+    "jit": {"tensor", "engine", "dist", "sched", "hcq", "backend", "tune", "ledger", "graph", "profiler"} | _BASE,
+    "nn": {"jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "tune", "ledger", "graph", "profiler"} | _BASE,
+    "models": {"nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "tune", "ledger", "graph",
                "profiler"} | _BASE,
     "helpers": _BASE,
-    "serve": {"models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "ledger", "graph",
+    "serve": {"models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend", "tune", "ledger", "graph",
               "profiler"} | _BASE,
     "atensor": {"helpers", "models", "nn", "jit", "tensor", "engine", "dist", "sched", "hcq", "backend",
-                "ledger", "graph",
+                "tune", "ledger", "graph",
                 "profiler"} | _BASE,
 }
 
@@ -55,6 +57,8 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
         "dist.allreduce takes and returns Tensors (the user-facing collective across processes)",
     ("atensor.dist.collective", "atensor.tensor.multi"):
         "shares the table of reduce ops with Tensor.allreduce (_REDUCE_OPS)",
+    ("atensor.tune.__main__", "atensor.backend.quant.tuning"):
+        "the command imports the modules that declare the packed kernels' families, to list and measure them",
     ("atensor.dist.processes", "atensor"):
         "check_same compares atensor.__version__ across processes (a lazy import)",
 }

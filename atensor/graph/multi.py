@@ -5,7 +5,8 @@ node is `MULTI(shard_0, ..., shard_{n-1})` with arg `(axis, bounds)`: shard i ho
 rows `bounds[i]` of `axis` (`axis=None`: every shard holds the whole value, replicated). The node's
 shape is the logical (unsharded) shape and its device is the tuple of the shards' devices, as in
 tinygrad. Every Tensor method works unchanged because the rules below push each op through MULTI
-when the op's node is built (`Node.make` and `Node._movement` call into this module): elementwise
+when the op's node is built (`Node.make` and `Node._movement` call into this module, through the rules
+graph/__init__.py hands graph/node.py): elementwise
 ops and reductions over other axes run per shard, movement ops move each shard and recompute the
 bounds, a reduction over the sharded axis becomes per-device partials combined by ALLREDUCE, and a
 copy to one device gathers.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from atensor.dtype import DType
-from atensor.graph.node import GraphError, Node, ledger_hooks, register_multi
+from atensor.graph.node import GraphError, Node, ledger_hooks
 from atensor.graph.ops import Ops, ReduceOp
 from atensor.graph.semantics import reduce_identity
 from atensor.graph.view import View
@@ -433,5 +434,3 @@ def _reshape(m: Node, shape: tuple[int, ...]) -> Node:
                              (new_axis, new))
     return movement(reshard(m, m.device, None), "reshape", shape)
 
-
-register_multi(push, view, movement, infer)  # graph/node.py makes MULTI nodes through these

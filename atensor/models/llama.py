@@ -37,6 +37,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from atensor.backend.quant import tuning as quant_tuning
 from atensor.graph.quant import FORMATS
 from atensor.graph.symbolic import Variable
 from atensor.hcq.device import Device
@@ -184,6 +185,12 @@ class Llama:
                                       Tensor(np.zeros(shape, np.float32), device=device)))
         cos, sin = rope_tables(cfg, context)
         self.rope_cos, self.rope_sin = t(cos), t(sin)
+        # the packed kernels' variants, chosen by a trial on this model's shapes (atensor/tune/): a layer's
+        # projections (every layer's are the same) and the output's, which a prefill runs on its last rows only
+        layer = [p.shape for proj in (self.layers[0].qkv, self.layers[0].wo, self.layers[0].gate_up,
+                                      self.layers[0].down) for p in proj.packed or ()] if self.layers else []
+        output = [p.shape for p in self.output.packed or ()]
+        quant_tuning.prepare_model(layer, output, layers=cfg.n_layers)
 
     @staticmethod
     def from_gguf(path: Optional[str] = None, slots: int = 1, context: int = 512, device: str = "CPU",

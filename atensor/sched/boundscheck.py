@@ -15,7 +15,7 @@ What is checked, per kernel AST (STORE(view of PARAM 0, value)):
   over the variables' whole bounds: a length `n+1` over a buffer of 8 is rejected when n may be 8;
 - the store target *without* its mask (the backend writes every element of it) and with the
   value's shape;
-- indexed loads (gathers), declared by the op that performs them through `register_indexed_load`:
+- indexed loads (gathers), listed in `INDEXED_LOADS` (one table, here, whatever else is imported):
   a flat index computed by the kernel and the guard under which the load happens. Interval
   arithmetic on the index first; z3 when it cannot decide, with the index and guard as exact
   integer terms (sched/indexexpr.py), where data and floats are unconstrained: a guard that relies
@@ -54,14 +54,20 @@ class IndexedLoad:
     valid: Optional[Node] = None
 
 
-INDEXED_LOADS: dict[Ops, Callable[[Node], Sequence[IndexedLoad]]] = {}
+def _gather_loads(node: Node) -> list[IndexedLoad]:
+    """GATHER(source, index) reads `source` at `index`, guarded by 0 <= index < len(source) (the guard
+    tensor/indexing.py builds into every gather)."""
+    source, index = node.src
+    zero = Node.const(0, index.dtype, index.device, index.shape)
+    size = Node.const(source.shape[0], index.dtype, index.device, index.shape)
+    valid = index.alu(Ops.CMPLT, zero).alu(Ops.NOT).alu(Ops.AND, index.alu(Ops.CMPLT, size))
+    return [IndexedLoad(source, index, valid)]
 
 
-def register_indexed_load(op: Ops, loads: Callable[[Node], Sequence[IndexedLoad]]) -> None:
-    """Declares that nodes of `op` access memory at computed positions: `loads(node)` lists them, and
-    each is proved in bounds under its guard. (GATHER registers itself here; a scatter's writes are
-    checked the same way.)"""
-    INDEXED_LOADS[op] = loads
+# the ops whose nodes access memory at computed positions: `loads(node)` lists them, and each is proved
+# in bounds under its guard. Built here, not registered by the op's module when it is imported, so that
+# the checker's rules do not depend on which modules a process imported (tests/test_registrations.py)
+INDEXED_LOADS: dict[Ops, Callable[[Node], Sequence[IndexedLoad]]] = {Ops.GATHER: _gather_loads}
 
 
 class CacheStats:

@@ -21,7 +21,8 @@ from contextlib import ContextDecorator
 from typing import Any, Callable, Optional, Self
 
 from atensor.config import training_mode
-from atensor.graph.gradient import combine_shards, compute_gradient
+from atensor.graph import gradient_cache
+from atensor.graph.gradient import combine_shards
 from atensor.graph.node import GraphError, Node, toposort
 from atensor.graph.ops import Ops
 
@@ -158,7 +159,8 @@ def _gradients(root: Node, seed: Node, nodes: list[Node], used: Optional[list[bo
     float ops). A multi-device node is differentiated shard by shard and its gradient laid out like it.
     `used`, when given, gets per node whether `root`'s graph contains it at all (a node used only
     through comparisons has gradient zero, not none)."""
-    in_graph = dict.fromkeys(toposort([root]))
+    order = toposort([root])
+    in_graph = {n: i for i, n in enumerate(order)}  # each node's position (the backward's cache key)
     newest: dict[Any, Node] = {}
     for n in in_graph:
         if n.op in (Ops.BUFFER, Ops.ASSIGN):
@@ -167,7 +169,9 @@ def _gradients(root: Node, seed: Node, nodes: list[Node], used: Optional[list[bo
     keys = [[_gradient_key(s, in_graph, newest) for s in parts] for parts in shards]
     leaves = frozenset(k for n, ks in zip(nodes, keys) if n.op is Ops.MULTI and n.arg[0] is None
                        for k in ks if k is not None)
-    grads = compute_gradient(root, seed, {k for ks in keys for k in ks if k is not None}, leaves)
+    # compute_gradient, or its record for this forward's structure (graph/gradient_cache.py)
+    grads = gradient_cache.gradients(order, in_graph, root, seed, {k for ks in keys for k in ks if k is not None},
+                                     leaves)
     if used is not None:
         used.extend(any(k is not None for k in ks) for ks in keys)
     out: list[Optional[Node]] = []

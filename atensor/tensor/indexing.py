@@ -468,26 +468,6 @@ def _inverse(order: Sequence[int]) -> list[int]:
     return inv
 
 
-def _register_bounds_rules() -> None:
-    """GATHER reads its source at computed positions, guarded by 0 <= index < N: the bounds checker
-    proves each such load (sched/boundscheck.py)."""
-    try:
-        from atensor.sched.boundscheck import IndexedLoad, register_indexed_load
-    except ImportError:  # the checker is optional
-        return
-
-    def gather_loads(node: Node) -> list:
-        source, index = node.src
-        zero = Node.const(0, index.dtype, index.device, index.shape)
-        size = Node.const(source.shape[0], index.dtype, index.device, index.shape)
-        valid = index.alu(Ops.CMPLT, zero).alu(Ops.NOT).alu(Ops.AND, index.alu(Ops.CMPLT, size))
-        return [IndexedLoad(source, index, valid)]
-    register_indexed_load(Ops.GATHER, gather_loads)
-
-
-_register_bounds_rules()
-
-
 def _symbolic_slice(index: slice, size: int, dim: int) -> tuple[Any, Any]:
     """The (start, stop) shrink bounds of a slice whose bounds are bound Variables or expressions of them
     (`cache[:, pos:pos + n]`: a fixed length at a symbolic offset). The length must come out an int:

@@ -399,3 +399,28 @@ def test_a_background_warm_up_between_requests_keeps_cached_prefixes_true_and_gr
     texts = trio.run(main)
     assert texts[0] and texts == [texts[0]] * 3
     assert batcher.slots.hits == 1  # the second request reused the first one's prefix; the third found it cut
+
+
+def test_every_exact_kernel_variant_this_cpu_runs_gives_transformers_logits_and_greedy_ids(engine, reference):
+    """Each gemv_f32 variant (the decode steps) and rows_f32 variant (the prefill) of the packed kernels
+    (backend/quant/variants_c.py), selected in turn, keeps the exact path: prefill logits within 1e-3
+    and the greedy continuation token for token (the portable variants, 10-80x slower, are held to the
+    others in tests/backend/test_quant_variants.py)."""
+    from atensor.backend.quant import kernels as quant_kernels
+    gemv = [n for n in quant_kernels.runnable("gemv_f32") if n != "portable"]
+    rows = [n for n in quant_kernels.runnable("rows_f32") if n != "portable"]
+    if not gemv:
+        pytest.skip("only the portable variants run on this CPU")
+    ids, expected = reference["json"]["prompts"][0], reference["json"]["generated"][0]
+    m = engine.model
+    try:
+        for i, name in enumerate(gemv):
+            quant_kernels.select("gemv_f32", name)
+            quant_kernels.select("rows_f32", rows[i % len(rows)])
+            out = m.forward(Tensor(np.array([ids], np.int32)), Tensor(m.position_ids(len(ids), [0])),
+                            m.causal_mask(len(ids), [0]), [0]).numpy()[0]
+            np.testing.assert_allclose(out, reference["logits"], atol=1e-3, rtol=0, err_msg=rows[i % len(rows)])
+            assert list(engine.generate(ids, NEW_TOKENS)) == expected, name
+    finally:
+        quant_kernels.select("gemv_f32", None)
+        quant_kernels.select("rows_f32", None)

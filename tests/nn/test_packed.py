@@ -32,15 +32,20 @@ def _packed(fmt, rows: int, cols: int, seed: int = 0) -> tuple[np.ndarray, np.nd
     return data, gguf.quants.dequantize(data, kind).reshape(rows, cols).astype(np.float32)
 
 
+def _names(shape: PackedShape, m: int) -> list[str]:
+    """The variants this CPU runs of the family a product of `m` rows of x through `shape` falls in."""
+    return quant_kernels.runnable(quant_kernels.family_of(shape, m))
+
+
 @pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
 def test_every_path_decodes_each_format_exactly_as_the_gguf_package_does(fmt):
     data, expected = _packed(fmt, 24, 96)
     shape = PackedShape(fmt, 24, 96)
     np.testing.assert_array_equal(numpy_dequantize(data, shape), expected)
-    paths = quant_kernels.available_paths()
-    assert "portable" in paths
-    for path in paths:
-        np.testing.assert_array_equal(quant_kernels.dequantize(data, shape, path), expected, err_msg=path)
+    names = quant_kernels.runnable("dequant")
+    assert names[0] == "portable"
+    for name in names:
+        np.testing.assert_array_equal(quant_kernels.dequantize(data, shape, name), expected, err_msg=name)
 
 
 @pytest.mark.parametrize("fmt", list(KINDS), ids=lambda f: f.name)
@@ -51,8 +56,8 @@ def test_simd_and_portable_matmuls_agree_with_the_decoded_matrix_for_one_and_man
     for m in (1, 5, 16):  # one decode row, a few, sixteen streams (blocked on AVX2; portable: sgemm panels)
         x = rng.standard_normal((m, 160)).astype(np.float32)
         exact = x.astype(np.float64) @ expected.T.astype(np.float64)
-        results = {path: quant_kernels.matmul(x, data, shape, path) for path in quant_kernels.available_paths()}
-        results["best"] = quant_kernels.matmul(x, data, shape)
+        results = {name: quant_kernels.matmul(x, data, shape, name) for name in _names(shape, m)}
+        results["selected"] = quant_kernels.matmul(x, data, shape)
         for path, got in results.items():
             np.testing.assert_allclose(got, exact, atol=2e-5, rtol=0, err_msg=f"{path}, {m} rows")
             np.testing.assert_allclose(got, results["portable"], atol=2e-5, rtol=0, err_msg=path)
@@ -70,7 +75,7 @@ def test_two_threads_give_one_threads_result_bit_for_bit_on_every_path(fmt):
     for m in (1, 3, 16):  # one decode row, a few, many (blocked on AVX2; portable: scratch row, sgemm)
         x = rng.standard_normal((m, 256)).astype(np.float32)
         exact = x.astype(np.float64) @ expected.T.astype(np.float64)
-        for path in quant_kernels.available_paths():
+        for path in _names(shape, m):
             one = quant_kernels.matmul(x, data, shape, path, threads=1)
             two = quant_kernels.matmul(x, data, shape, path, threads=2)
             three = quant_kernels.matmul(x, data, shape, path, threads=3)  # the pool grows after use
@@ -116,18 +121,6 @@ def test_a_forked_child_runs_two_thread_kernels_on_workers_of_its_own():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_the_avx512_path_matches_the_portable_one_where_the_cpu_has_it():
-    if "avx512" not in quant_kernels.available_paths():
-        pytest.skip("this CPU has no AVX-512 F/BW/VL (see /proc/cpuinfo): its path cannot run here; "
-                    "the portable and AVX2 paths are tested")
-    data, expected = _packed(Q4_1, 128, 64, seed=9)
-    shape = PackedShape(Q4_1, 128, 64)
-    x = np.random.default_rng(10).standard_normal((5, 64)).astype(np.float32)
-    for threads in (1, 2):
-        np.testing.assert_allclose(quant_kernels.matmul(x, data, shape, "avx512", threads),
-                                   quant_kernels.matmul(x, data, shape, "portable", threads), atol=2e-5, rtol=0)
-
-
 def test_q8_activations_quantize_x_as_llama_cpp_does():
     from atensor.backend.quant.numpy_kernels import quantize_rows_q8
     x = np.random.default_rng(11).standard_normal((3, 64)).astype(np.float32)
@@ -161,7 +154,7 @@ def test_q8_activation_matmuls_match_numpy_integer_block_products_on_every_path(
         want = qmatmul_q8act(x, data, shape)
         exact = x @ expected.T  # the float32 activations' product: q8 is near it, not equal
         assert np.abs(want - exact).max() < 0.05 * np.abs(exact).max()
-        for path in quant_kernels.available_paths():
+        for path in _names(shape, m):
             one = quant_kernels.matmul(x, data, shape, path, threads=1)
             np.testing.assert_allclose(one, want, atol=3e-5, rtol=0, err_msg=f"{path}, {m} rows")
             np.testing.assert_array_equal(quant_kernels.matmul(x, data, shape, path, threads=2), one,
@@ -185,11 +178,6 @@ def test_a_q8_activation_packed_weight_runs_in_the_graph_and_f16_keeps_float_act
     assert "q_qmatmul_q4_1_q8act 2x96x64" in {s.name for s in prof.spans}
     with pytest.raises(ValueError, match="activations are one of"):
         PackedShape(Q4_1, 64, 96, "int4")
-
-
-def test_the_compiled_path_is_the_best_this_cpu_allows():
-    paths = quant_kernels.available_paths()
-    assert quant_kernels.best_path() == paths[-1]
 
 
 @pytest.mark.parametrize("native", ["all", "0"])
@@ -270,19 +258,18 @@ def test_loading_a_gguf_model_shows_as_load_spans_in_the_profile():
 @pytest.mark.parametrize("activations", ["float32", "q8_0"])
 @pytest.mark.parametrize("fmt", [Q4_0, Q4_1, Q8_0], ids=lambda f: f.name)
 def test_a_batch_one_rows_result_does_not_depend_on_the_group_of_four_rows_it_ran_in(fmt, activations):
-    # 37 weight rows: AVX2 runs groups of four from the first row, then one alone; starting 1-3 rows
+    # 37 weight rows: a variant of N rows a pass runs groups of N from the first row, then one alone; starting 1-3 rows
     # later regroups every row, which must not change a bit (backend/quant/gemv_c.py's invariant)
     from atensor.backend.gemm import blas
     blas.use(1)
     data, _ = _packed(fmt, 37, 96, seed=21)
     rows = data.reshape(37, -1)
     x = np.random.default_rng(22).standard_normal((1, 96)).astype(np.float32)
-    lib = quant_kernels.library()
-    lib.atq_gemv_count.restype = ctypes.c_uint64
-    for path in quant_kernels.available_paths():
-        before = lib.atq_gemv_count()
+    family = quant_kernels.family_of(PackedShape(fmt, 37, 96, activations), 1)
+    for path in quant_kernels.runnable(family):
+        before = quant_kernels.calls(family, path)
         full = quant_kernels.matmul(x, data, PackedShape(fmt, 37, 96, activations), path, threads=1)
-        assert (lib.atq_gemv_count() > before) == (path != "portable"), f"{path}: the four-row kernel ran or not"
+        assert quant_kernels.calls(family, path) == before + 1, f"{path} ran"
         for skip in (1, 2, 3):
             part = quant_kernels.matmul(x, rows[skip:], PackedShape(fmt, 37 - skip, 96, activations), path, threads=1)
             np.testing.assert_array_equal(part, full[:, skip:], err_msg=f"{path}, from row {skip}")
@@ -321,7 +308,7 @@ def test_the_blocked_kernel_runs_batched_rows_and_matches_the_decoded_matrix(fmt
     blas.use(1)
     lib = quant_kernels.library()
     lib.atq_gemm_count.restype = ctypes.c_uint64
-    blocked = [p for p in quant_kernels.available_paths() if p != "portable"]
+    blocked = quant_kernels.runnable("rows_f32")[1:]
     rng = np.random.default_rng(50)
     for cols, taken in ((4096, True), (4128, False)):
         data, expected = _packed(fmt, 38, cols, seed=51)
@@ -344,7 +331,7 @@ def test_a_batched_rows_result_does_not_depend_on_the_rows_beside_it_or_the_thre
     # the portable path's sgemm panels from 8 rows on make no such promise)
     from atensor.backend.gemm import blas
     blas.use(1)
-    blocked = [p for p in quant_kernels.available_paths() if p != "portable"]
+    blocked = quant_kernels.runnable("rows_f32")[1:]
     if not blocked:
         pytest.skip("no AVX2 on this CPU: no blocked kernel")
     data, _ = _packed(fmt, 200, 576, seed=60)
@@ -356,5 +343,5 @@ def test_a_batched_rows_result_does_not_depend_on_the_rows_beside_it_or_the_thre
         for lo, hi in ((3, 5), (0, 3), (9, 14)):
             part = quant_kernels.matmul(x[lo:hi], data, shape, path, threads=2)
             np.testing.assert_array_equal(part, full[lo:hi], err_msg=f"{path}, rows {lo}:{hi}")
-        alone = quant_kernels.matmul(x[4:5], data, shape, path, threads=1)
+        alone = quant_kernels.matmul(x[4:5], data, shape, threads=1)  # the gemv family's selection
         np.testing.assert_allclose(alone, full[4:5], atol=2e-5, rtol=0, err_msg=path)

@@ -33,6 +33,7 @@ from atensor.graph import rewrite
 from atensor.graph.view import View
 from atensor.backend.numpy import plans as numpy_plans
 from atensor.backend.quant import kernels as quant_kernels
+from atensor.backend.quant import tuning as quant_tuning
 from atensor.backend.numpy.plans import AddPads, Contraction, RowsThenAddPads, Window
 
 _cache: dict[Node, Callable[..., None]] = {}
@@ -505,7 +506,7 @@ def render(ast: Node, name: str) -> tuple[str, dict[str, Any]]:
         elif n.op is Ops.SCATTER:
             expr = f"_scatter({src[0]}, {src[1]}, {src[2]}, {n.arg!r})"
         elif n.op is Ops.QMATMUL:
-            expr = f"{const(quant_kernels.run_qmatmul)}({src[0]}, {src[1]}, {const(n.arg)})"
+            expr = f"{const(quant_tuning.run_qmatmul)}({src[0]}, {src[1]}, {const(n.arg)})"
         elif n.op is Ops.DEQUANT:
             expr = f"{const(quant_kernels.run_dequant)}({src[0]}, {const(n.arg)})"
         else:

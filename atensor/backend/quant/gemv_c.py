@@ -47,7 +47,7 @@ ATQ_INLINE ATQ_AVX2 __m256i atq_nibbles_avx2(const uint8_t *qs) {
 /* NR weight rows (rb bytes apart) . one float32 row x: y[0..NR) */
 ATQ_INLINE ATQ_AVX2 void atq_rows_f32_avx2(int fmt, const uint8_t *w, int64_t rb, const float *x, int64_t nb,
                                            float *y, const int NR) {
-  __m256 acc0[4], acc1[4];
+  __m256 acc0[8], acc1[8];  /* NR <= 8 (backend/quant/avx512_c.py runs 8 with its 32 registers) */
   for (int r = 0; r < NR; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
   int64_t bytes = atq_row_bytes(fmt, 32);
   const __m256i nib = _mm256_set1_epi32(0x0F);
@@ -150,16 +150,11 @@ ATQ_GEMV_FORMAT(ATQ_Q4_0, 4)
 ATQ_GEMV_FORMAT(ATQ_Q4_1, 4)
 ATQ_GEMV_FORMAT(ATQ_Q8_0, 1)  /* one row: SmolLM2's 30 MB Q8_0 output projection streams from memory,
                                   and four interleaved row streams took it 2x longer (3.4 -> 6.6 ms) */
-static uint64_t atq_gemv_runs;  /* calls of atq_gemv_avx2 (racy counts: the tests see that it ran) */
-uint64_t atq_gemv_count(void) { return __atomic_load_n(&atq_gemv_runs, __ATOMIC_RELAXED); }
 static ATQ_AVX2 void atq_gemv_avx2(int fmt, int q8, const uint8_t *w, const void *x, float *y, int64_t cols,
                                    int64_t r0, int64_t r1) {  /* fmt: Q4_0, Q4_1 or Q8_0 */
-  __atomic_store_n(&atq_gemv_runs, atq_gemv_count() + 1, __ATOMIC_RELAXED);
   if (fmt == ATQ_Q4_0) atq_gemv_avx2_ATQ_Q4_0(q8, w, x, y, cols, r0, r1);
   else if (fmt == ATQ_Q4_1) atq_gemv_avx2_ATQ_Q4_1(q8, w, x, y, cols, r0, r1);
   else atq_gemv_avx2_ATQ_Q8_0(q8, w, x, y, cols, r0, r1);
 }
-#else
-uint64_t atq_gemv_count(void) { return 0; }
 #endif
 """

@@ -42,30 +42,6 @@ POOL_SOURCE = r"""
 #include <sched.h>
 #include <time.h>
 
-/* the path the compiler's target allows (-march=native: this CPU's), chosen at compile time */
-#if defined(ATQ_X86) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
-#define ATQ_BEST_CODE 2
-const char *atq_best_path(void) { return "avx512"; }
-#elif defined(ATQ_X86) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define ATQ_BEST_CODE 1
-const char *atq_best_path(void) { return "avx2"; }
-#else
-#define ATQ_BEST_CODE 0
-const char *atq_best_path(void) { return "portable"; }
-#endif
-
-typedef void (*atq_rows_fn)(int, const float *, const uint8_t *, float *, int64_t, int64_t, int64_t, int64_t,
-                            int64_t);
-static atq_rows_fn atq_path_fn(int path, int q8) {  /* 0 portable, 1 avx2, 2 avx512, -1 the compiled best */
-  if (path < 0) path = ATQ_BEST_CODE;
-#ifdef ATQ_X86
-  if (q8 && path >= 1) return atq_q8_rows_avx2;  /* backend/quant/q8_c.py: AVX-512 runs the AVX2 code */
-  if (path == 2) return atq_matmul_rows_avx512;
-  if (path == 1) return atq_matmul_rows_avx2;
-#endif
-  return q8 ? atq_q8_rows_portable : atq_matmul_rows_portable;
-}
-
 /* ---- BLAS's thread count: the kernel's threads ---------------------------------------------------- */
 typedef int (*atq_get_threads_t)(void);
 typedef void (*atq_set_threads_t)(int);
@@ -196,28 +172,22 @@ static int atq_pool_run(const atq_job *job, int parts, int64_t chunks) {
   return 1;
 }
 
-/* whether `path`'s float32 kernel runs several rows of x through the blocked kernel (backend/quant/gemm_c.py)
-   rather than sgemm's panels: the condition atq_gemm_avx2 checks */
-static int atq_takes_blocked(int path, int64_t cols) {
-#ifdef ATQ_X86
-  return (path < 0 ? ATQ_BEST_CODE : path) >= 1 && cols % 32 == 0 && cols <= ATQ_GEMM_COLS;
-#else
-  (void)path; (void)cols;
-  return 0;
-#endif
-}
-
 /* ---- the entry points ------------------------------------------------------------------------------
-   y (m, rows) = x (m, cols) . W^T, W packed (rows, cols), through `path` on `threads` threads; `fmt` with
+   y (m, rows) = x (m, cols) . W^T, W packed (rows, cols), through `variant` (backend/quant/variants_c.py's table; -1: the family's
+   selection) on `threads` threads; `fmt` with
    ATQ_Q8ACT set: x's rows quantized to Q8_0 first (backend/quant/q8_c.py) */
 #define ATQ_MIN_ROWS_PER_THREAD 64  /* fewer rows a thread: one thread (the split would cost more than it saves) */
 #define ATQ_CHUNKS_PER_THREAD 4     /* chunks per thread, claimed in turn: a late thread takes fewer */
 #define ATQ_MIN_ROWS_PER_CHUNK 32
 static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
                              int64_t cols, int64_t rows, int threads, int may_gemm);
-void atq_matmul_run(int path, int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+/* the family of a call (backend/quant/variants_c.py): Q8 activations only for the block formats (F16 and
+   BF16 weights keep float32 activations) */
+static int atq_call_q8(int fmt) { return (fmt & ATQ_Q8ACT) && (fmt & ~ATQ_Q8ACT) <= ATQ_Q8_0; }
+int atq_call_family(int fmt, int64_t m) { return atq_family_of(atq_call_q8(fmt), m); }
+void atq_matmul_run(int variant, int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
                     int64_t rows, int threads) {
-  int q8 = (fmt & ATQ_Q8ACT) && (fmt & ~ATQ_Q8ACT) <= ATQ_Q8_0;  /* F16, BF16: float32 activations */
+  int q8 = atq_call_q8(fmt);
   fmt &= ~ATQ_Q8ACT;
   void *quantized = NULL;
   if (q8) {  /* x's rows quantized once, here; the rows functions read the blocks where x was */
@@ -225,9 +195,23 @@ void atq_matmul_run(int path, int fmt, const float *x, const uint8_t *w, float *
     if (quantized == NULL) q8 = 0;  /* no memory for the blocks: the float32 kernel, whose results are exact */
     else { atq_quantize_x(x, (atq_xblock *)quantized, m, cols); x = (const float *)quantized; }
   }
-  atq_rows_fn fn = atq_path_fn(path, q8);
-  atq_matmul_split(fn, fmt, x, w, y, m, cols, rows, threads, !q8 && !atq_takes_blocked(path, cols));
+  int family = atq_family_of(q8, m);  /* a variant of another family (or none, -1): this family's selection */
+  if (variant < 0 || variant >= ATQ_VARIANTS || atq_variants[variant].family != family || !atq_variant_supported(variant))
+    variant = atq_selection(family);
+  atq_count_call(variant);
+  const atq_variant *v = &atq_variants[variant];
+  int blocked = cols % 32 == 0 && cols <= v->blocked_cols;
+  atq_matmul_split(v->rows, fmt, x, w, y, m, cols, rows, threads, !q8 && !blocked);
   free(quantized);
+}
+
+/* the time of `calls` calls of variant v on these operands, in nanoseconds of wall time (atensor/tune/'s
+   trials: the kernel alone, without the ctypes call around each) */
+double atq_time_variant(int variant, int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols,
+                        int64_t rows, int threads, int calls) {
+  uint64_t start = atq_clock();
+  for (int i = 0; i < calls; i++) atq_matmul_run(variant, fmt, x, w, y, m, cols, rows, threads);
+  return (double)(atq_clock() - start);
 }
 
 static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint8_t *w, float *y, int64_t m,
@@ -252,17 +236,20 @@ static void atq_matmul_split(atq_rows_fn fn, int fmt, const float *x, const uint
   fn(fmt, x, w, y, m, cols, rows, 0, rows);
 }
 
-/* a QMATMUL kernel's call (backend/c/prelude.py's at_packed_qmatmul): the best path, on the kernel's BLAS threads */
+/* a QMATMUL kernel's call (backend/c/prelude.py's at_packed_qmatmul): its family's selected variant, on the
+   kernel's BLAS threads */
 void atq_matmul(int fmt, const float *x, const uint8_t *w, float *y, int64_t m, int64_t cols, int64_t rows) {
   atq_matmul_run(-1, fmt, x, w, y, m, cols, rows, atq_threads());
 }
+/* a decode through variant v of the dequant family (-1: its selection) */
+void atq_dequant_run(int variant, int fmt, const uint8_t *w, float *out, int64_t rows, int64_t cols) {
+  if (variant < 0 || variant >= ATQ_VARIANTS || atq_variants[variant].family != ATQ_DEQUANT ||
+      !atq_variant_supported(variant))
+    variant = atq_selection(ATQ_DEQUANT);
+  atq_count_call(variant);
+  atq_variants[variant].dequant(fmt, w, out, rows, cols);
+}
 void atq_dequant(int fmt, const uint8_t *w, float *out, int64_t rows, int64_t cols) {
-#if ATQ_BEST_CODE == 2
-  atq_dequant_avx512(fmt, w, out, rows, cols);
-#elif ATQ_BEST_CODE == 1
-  atq_dequant_avx2(fmt, w, out, rows, cols);
-#else
-  atq_dequant_portable(fmt, w, out, rows, cols);
-#endif
+  atq_dequant_run(-1, fmt, w, out, rows, cols);
 }
 """

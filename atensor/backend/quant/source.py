@@ -8,10 +8,12 @@ an fma of an exact product is) and multiplies it by the float32 activation, summ
 paths differ only in the order of the sums (lanes), so the SIMD and portable paths agree to rounding.
 
 Paths: each function exists as `_portable`, `_avx2` and `_avx512` (GCC/Clang `target` attributes, so
-one compile holds all three on x86); backend/quant/pool_c.py's entry points pick the best the compiler's
--march=native allows, at compile time, and run it on the kernel's threads (rows of W split over them).
-The tests call every path the running CPU has (`atq_has_avx2`, `atq_has_avx512`) through
-`atq_matmul_run`, on one thread and on two.
+one compile holds all of them on x86, and the portable code builds on any CPU); wider kernels of one
+job are variants of their own (rows per pass, VNNI). backend/quant/variants_c.py's table names every
+variant by family with the CPU features it needs, checked at run time; the entry points of
+backend/quant/pool_c.py run each family's selected variant (by default the supported one measured
+best, until atensor/tune/ chooses) on the kernel's threads (rows of W split over them). The tests
+call every variant the running CPU has through `atq_matmul_run`, on one thread and on two.
 
 Batched rows: on AVX2 (and AVX-512) `atq_matmul` with two rows of x or more (a prefill, 16 decode
 streams) runs the blocked kernel of backend/quant/gemm_c.py (`atq_blocked_<path>`; rows up to ATQ_GEMM_COLS
@@ -24,7 +26,7 @@ decode-and-dot in registers, where a scratch row's store and load would cost mor
 
 `render_packed` is a QMATMUL or DEQUANT kernel's own C (backend/c/render.py calls it): one call through the
 prelude's `at_packed_qmatmul` / `at_packed_dequant` pointers, which backend/quant/kernels.py sets to this library's
-best-path `atq_matmul` / `atq_dequant`.
+`atq_matmul` / `atq_dequant` (each call runs its family's selected variant).
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ from atensor.backend.quant.pool_c import POOL_SOURCE
 from atensor.backend.quant.gemv_c import GEMV_SOURCE
 from atensor.backend.quant.gemm_c import GEMM_SOURCE
 from atensor.backend.quant.q8_c import Q8_SOURCE
+from atensor.backend.quant.variants_c import VARIANTS_SOURCE
+from atensor.backend.quant.avx512_c import AVX512_SOURCE
 
 PACKED_CALL = "at_packed_"  # + "qmatmul(" / "dequant(": the prelude's pointers to the packed-weight kernels
 
@@ -168,7 +172,8 @@ static float atq_dot_dense_portable(const float *a, const float *b, int64_t n) {
   return sum;
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* ATQ_PORTABLE_ONLY: the build of a CPU without x86 vectors (ARM, ...), checked on x86 by the tests */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATQ_PORTABLE_ONLY)
 #define ATQ_X86 1
 #define ATQ_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ATQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -481,15 +486,12 @@ ATQ_MATMUL(portable, )
 #ifdef ATQ_X86
 ATQ_MATMUL(avx2, ATQ_AVX2)
 ATQ_MATMUL(avx512, ATQ_AVX512)
-int atq_has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
-int atq_has_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && atq_has_avx2(); }
-#else
-int atq_has_avx2(void) { return 0; }
-int atq_has_avx512(void) { return 0; }
 #endif
 
 """
 SOURCE += Q8_SOURCE  # the optional Q8-activation kernels (llama.cpp's numerics)
 SOURCE += GEMV_SOURCE  # batch-1 AVX2 kernels, four weight rows per pass
 SOURCE += GEMM_SOURCE  # many rows of x on AVX2: the blocked kernel
+SOURCE += AVX512_SOURCE  # AVX-512 and VNNI variants: rows per pass, blocked 4x4, vpdpbusd, vdpbf16ps
+SOURCE += VARIANTS_SOURCE  # the table of variants by family, the CPU's features, the selection
 SOURCE += POOL_SOURCE  # the thread pool and the entry points (atq_matmul, atq_dequant, atq_matmul_run)
