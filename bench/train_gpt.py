@@ -284,12 +284,13 @@ def main() -> None:
                   f" ms); busy per step " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in b["busy_per_step_s"].items())
                   + f"; host gaps {100 * b['host_gap_fraction']:.1f}% of the step")
     if "stall_fraction" in run:
-        print(f"example run ({example_steps} steps with its pipeline): data stall {100 * run['stall_fraction']:.2f}% "
-              f"of wall time, {run['tokens_per_second']:.0f} tokens/s including the jit's first steps")
+        print(f"example run ({example_steps} steps with its pipeline): {run['tokenize_seconds']:.2f} s tokenizing in "
+              f"the worker thread, data stall {100 * run['stall_fraction']:.2f}% of wall time, "
+              f"{run['tokens_per_second']:.0f} tokens/s including the jit's first steps")
     path = write_results("train_gpt", {"machine_detail": machine, "load_at_end": os.getloadavg(),
                                        "flops_per_step": flops, "steps": args.steps, "warmup": args.warmup,
                                        "results": results,
-                                       "example_run": {k: run.get(k) for k in ("stall_fraction", "tokens_per_second",
+                                       "example_run": {k: run.get(k) for k in ("stall_fraction", "tokenize_seconds", "tokens_per_second",
                                                                                "peak_rss_bytes", "error")}})
     print(f"wrote {path}")
 

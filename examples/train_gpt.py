@@ -127,6 +127,7 @@ class Result:
     tokens_per_second: float = 0.0
     stall_seconds: float = 0.0
     stall_fraction: float = 0.0
+    tokenize_seconds: float = 0.0       # the pipeline's worker thread, tokenizing (hidden unless stalled)
     peak_rss_bytes: int = 0
     parameters: int = 0
     sample: Optional[str] = None
@@ -382,6 +383,7 @@ async def run(cfg: RunConfig, data: Optional[Data] = None, sample: Optional[str]
     result.tokens_per_second = tokens / max(result.seconds, 1e-9)
     result.stall_seconds = pipeline.stats.wait_ns / 1e9
     result.stall_fraction = result.stall_seconds / max(result.seconds, 1e-9)
+    result.tokenize_seconds = pipeline.stats.encode_ns / 1e9
     result.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if not result.evals and cfg.eval_every:  # --steps 0 (or no step): the held-out loss of the weights
         result.evals.append({"step": start_step, "loss": await trainer.heldout_loss(data.heldout)})
@@ -541,8 +543,8 @@ def main(argv: Optional[list[str]] = None) -> Optional[Result]:
     if result.steps:
         first, last = result.steps[0].loss, result.steps[-1].loss
         print(f"{len(result.steps)} steps in {result.seconds:.1f} s ({result.tokens_per_second:,.0f} tokens/s) on "
-              f"{cfg.devices} device(s){processes}; loss {first:.3f} -> {last:.3f}; data stall "
-              f"{100 * result.stall_fraction:.2f}% of the time; peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
+              f"{cfg.devices} device(s){processes}; loss {first:.3f} -> {last:.3f}; data: {result.tokenize_seconds:.1f} s "
+              f"tokenizing, stalled {100 * result.stall_fraction:.2f}% of the time; peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
     if result.evals:
         print(f"held-out loss {result.evals[-1]['loss']:.4f} at step {result.evals[-1]['step']}")
     if cfg.profile:
