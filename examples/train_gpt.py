@@ -36,7 +36,7 @@ uninterrupted run has.
 
 A larger run: the defaults fit 2 cores (about 2 minutes to a visibly falling loss; ~4.5M parameters).
 GPT-2 small is `--layers 12 --heads 12 --dim 768 --context 1024 --vocab 50257` (124M parameters): it
-needs ~2 GB for weights and Adam state at float32 plus activations of ~1 GB per sequence, and on
+needs ~2 GB for weights, gradients and Adam state at float32 plus a few GB of activations per sequence, and on
 a 2-core CPU about a minute per sequence; give it many cores, `--devices N` (one per core group) or
 `mpiexec` over machines, and hours.
 """
