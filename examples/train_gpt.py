@@ -462,7 +462,8 @@ async def eval_file(cfg: RunConfig, path: str) -> float:
 def parse(argv: Optional[list[str]] = None) -> tuple[RunConfig, argparse.Namespace]:
     d = RunConfig()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__[__doc__.index("A larger run"):])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__[__doc__.index("A larger run"):])
     model = p.add_argument_group("model")
     model.add_argument("--layers", type=int, default=d.layers)
     model.add_argument("--heads", type=int, default=d.heads)
@@ -542,9 +543,10 @@ def main(argv: Optional[list[str]] = None) -> Optional[Result]:
     processes = f" x {world.size} processes" if world.size > 1 else ""
     if result.steps:
         first, last = result.steps[0].loss, result.steps[-1].loss
-        print(f"{len(result.steps)} steps in {result.seconds:.1f} s ({result.tokens_per_second:,.0f} tokens/s) on "
-              f"{cfg.devices} device(s){processes}; loss {first:.3f} -> {last:.3f}; data: {result.tokenize_seconds:.1f} s "
-              f"tokenizing, stalled {100 * result.stall_fraction:.2f}% of the time; peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
+        print(f"{len(result.steps)} steps in {result.seconds:.1f} s ({result.tokens_per_second:,.0f} tokens/s) "
+              f"on {cfg.devices} device(s){processes}; loss {first:.3f} -> {last:.3f}; data: "
+              f"{result.tokenize_seconds:.1f} s tokenizing, stalled {100 * result.stall_fraction:.2f}% of the time; "
+              f"peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
     if result.evals:
         print(f"held-out loss {result.evals[-1]['loss']:.4f} at step {result.evals[-1]['step']}")
     if cfg.profile:

@@ -27,8 +27,8 @@ from atensor.nn.state import load_state_dict
 from atensor.porting import missing_name
 from atensor.tensor.tensor import Tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "Muon", "newton_schulz", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
-           "OneCycleLR", "LinearWarmup", "WarmupCosineLR"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "Muon", "newton_schulz", "LRScheduler", "StepLR",
+           "MultiStepLR", "CosineAnnealingLR", "OneCycleLR", "LinearWarmup", "WarmupCosineLR"]
 
 
 def _constant(values: np.ndarray, like: Tensor) -> Tensor:
