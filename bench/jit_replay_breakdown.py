@@ -6,7 +6,7 @@ Times each stage of the replay by wrapping its function with a perf_counter_ns t
 call, in microseconds), as bench/round_trip_breakdown.py does for an eager realize. Stages nest (an
 indented row is part of the row above it) and each wrapper adds about 0.3 us. "the rest" is the call
 minus the top-level stages: the jit's driver, the key (of the general path), the handle and the await.
-A tree with jit/direct.py replays directly (the two "direct" rows; ReplayRecord.run is then part of
+A tree with jit/direct.py replays directly (the two "direct" rows; Plan.run_record is then part of
 the direct replay's row), an older one through the mapping and run_inline. The one foreign call of a record replay (engine/replay.py) is timed alone at the end.
 A stage a checkout does not have is left out, so the same command runs on an older commit
 (`PYTHONPATH=OTHER_CHECKOUT python bench/jit_replay_breakdown.py --json`) for before/after tables.
@@ -44,7 +44,7 @@ STAGES = [
     ("atensor.engine.plan", "Plan.submit", "        Plan.submit"),
     ("atensor.engine.plan", "Plan._runners", "          runners (rebind the slots)"),
     ("atensor.hcq.queue", "Queue.run_here", "          run the batch here (Python path)"),
-    ("atensor.engine.replay", "ReplayRecord.run", "          ReplayRecord.run (one C call)"),
+    ("atensor.engine.plan", "Plan.run_record", "          Plan.run_record (one C call, via Queue.run_here)"),
     ("atensor.hcq.device", "Device.allocate", "            allocate the result's memory"),
     ("atensor.hcq.signal", "Signal.set", "            publish the value"),
 ]

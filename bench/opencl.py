@@ -158,8 +158,7 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
 BREAKDOWN_STAGES = [
     ("atensor.engine.dispatch", "Dispatcher.run_inline", "plan and submit on the calling thread"),
     ("atensor.engine.plan", "Plan.submit", "  Plan.submit"),
-    ("atensor.engine.cl_replay", "CLReplay.submit", "    the lean replay (engine/cl_replay.py)"),
-    ("atensor.hcq.cl_queue", "CLQueue.submit_sequence", "      its launches, one command"),
+    ("atensor.engine.cl_replay", "CLReplay.bind", "    the lean replay's binding (engine/cl_replay.py)"),
     ("atensor.engine.plan", "Plan._runners", "    runners (rebound in place, or made again)"),
     ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
     ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),

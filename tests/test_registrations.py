@@ -1,5 +1,6 @@
 """No import order matters: what one module hands another (graph/multi.py's rules to graph/node.py, the
-ledger's `set_head` to graph/, the bounds checker's indexed loads) is in place whichever modules a
+ledger's `set_head` to graph/, the bounds checker's indexed loads, the packed kernels' variant choice
+before a compile) is in place whichever modules a
 process imports, in whichever order.
 
 Each case runs in a fresh interpreter. All but one replace the `atensor` package's init with an empty
@@ -58,6 +59,13 @@ m = Node.make(Ops.MULTI, dtypes.float32, (a, b), (0, ((0, 2), (2, 4))))
 one = Node.make(Ops.COPY, dtypes.float32, (m,), "CPU:0")
 result = [one.op.name, list(one.shape), one.device]
 """,
+    "tuning": """
+import sys
+from atensor.backend.c import registry
+# registry.prepare chooses the packed kernels' variants (backend/quant/tuning.py) before it compiles:
+# the chooser is there whenever the registry is, not only when some other module imported it
+result = ["atensor.backend.quant.tuning" in sys.modules, registry.prepare.__module__]
+""",
     "bounds": """
 from atensor.dtype import dtypes
 from atensor.graph.node import Node
@@ -78,6 +86,8 @@ CASES = [
     ("multi", ["atensor.graph.multi", "atensor.graph.node"]),
     ("assemble", ["atensor.ledger", "atensor.graph.node"]),
     ("assemble", ["atensor.graph.node", "atensor.graph.multi", "atensor.ledger"]),
+    ("tuning", ["atensor.backend.c.registry"]),
+    ("tuning", ["atensor.backend.c.programs", "atensor.backend.c.registry"]),
     ("bounds", ["atensor.sched.boundscheck"]),
     ("bounds", ["atensor.graph.node", "atensor.sched.boundscheck"]),
     ("bounds", ["atensor.tensor.indexing", "atensor.sched.boundscheck"]),

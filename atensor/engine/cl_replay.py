@@ -1,20 +1,22 @@
 """`CLReplay`: a jit replay of a plan on one OpenCL queue, enqueued as ONE command with no bookkeeping
-per task.
+per task: the general path's fast case for that plan, made and submitted by `Plan.submit`.
 
 Why: the general `Plan.submit` makes, on every submission, a Command per task with its wait tuple,
 notes every buffer through the layout, and hands the list to `CLQueue.submit`, which walks each
 command's waits and hands each command to the completion thread: ~60-80 us of Python for a one-kernel
 replay whose kernel pocl enqueues in ~10-20 us (bench/opencl.py --breakdown). For a kept-runner plan
 whose tasks are all device commands of one CL queue, everything but the buffers and the Variables'
-values is the same on every replay, so the plan builds this record once (`lean_for`) and a replay is:
+values is the same on every replay, so the plan builds this record once (`lean_for`) and a replay
+(`Plan.submit`, the one module that hands commands to queues) is:
 
 1. the swapped buffers' memories stored into the runners' argument lists (`Runner.device_args`;
    fresh result buffers get their memory here) and the bound Variables' values refreshed
    (`Runner.rebind`): each kernel's enqueue sets only the arguments that changed (lower_cl.py);
 2. the queue's values reserved as one block, as the general path does;
-3. each task's `enqueue`, in task order, with no wait list, as ONE command whose value is the block's
-   last (`CLQueue.submit_sequence`): one record for the completion thread, one `poll` by the awaiting
-   host, whatever the task count;
+3. ONE command whose value is the block's last, submitted as any (`Queue.submit`): its runner's
+   `enqueue` is every task's `enqueue`, in task order, with no wait list (`sequence`), so the queue
+   keeps one record for the completion thread and the awaiting host polls once, whatever the task
+   count;
 4. the buffers told that value (`Buffer.note_all`, as `Plan._note`).
 
 What it keeps from the general path (tests/opencl/test_cl_replay.py checks each):
@@ -30,11 +32,18 @@ Not this path (`Plan.submit`'s general one): a profile or DEBUG=2 (a span per ta
 queue, a task whose runner has a host part (`failed`: a host kernel), starts on the host (`here`), or
 is made again per replay (a copy that touches a swapped buffer).
 
-Invariant: `submit` is called by the dispatching thread only, while every queue is idle.
+Why it stays a record of its own inside the plan, measured: a one-kernel jitted awaited call on CL
+(pocl, 16 elements, trio, the calling thread's CPU per call, alternating rounds of 500 calls in
+fresh processes, load ~10, AMD EPYC Zen 4, 2 cores, at 4715a1c): 51-56 us with it, 69-74 us with
+`lean_for` returning None (the general path's kept runners), in 2 of 3 rounds (the third, at a load
+spike, 105 against 69). A hot eager graph on one CL device takes it too (engine/program.py's twin).
+
+Invariant: `bind`, `command` and `note` are called by the dispatching thread only (Plan.submit),
+while every queue is idle.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from atensor import ledger
 from atensor.backend.runner import Runner
@@ -44,14 +53,27 @@ from atensor.graph.taskgraph import Task
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.cl_queue import CLQueue
 from atensor.hcq.device import Device
-from atensor.hcq.loop import in_running_loop
 from atensor.hcq.queue import Command
 from atensor.hcq.signal import Signal
 
 
 def _host_never_runs() -> None:
-    raise RuntimeError("a lean CL replay's command runs on its OpenCL queue only (CLQueue.submit_sequence); "
+    raise RuntimeError("a lean CL replay's command runs on its OpenCL queue only (its runner's enqueue); "
                        "nothing runs it from the host")
+
+
+def sequence(enqueues: Sequence) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """One `Runner.enqueue` that enqueues each of `enqueues` in order (the first after `events`, the
+    rest after it by the queue's order): (the first launch's first event, the last one's last)."""
+    def enqueue(queue: Any, events: Any) -> tuple[Any, Any]:
+        first = last = None
+        for one in enqueues:
+            start, last = one(queue, events)
+            events = ()
+            if first is None:
+                first = start
+        return first, last
+    return enqueue
 
 
 class CLReplay:
@@ -64,7 +86,6 @@ class CLReplay:
                  first: Task):
         self.queue, self.signal = queue, queue.signal
         self.count = len(runs)
-        self.enqueues = [run.enqueue for run in runs]
         self.rebinds = [run.rebind for run in runs if run.rebind is not None]
         places = slots.device_slots if slots is not None else [[] for _ in swapped]
         # (place in `swapped`, its device, (argument list, index) of each runner that passes it)
@@ -83,7 +104,8 @@ class CLReplay:
         # names the replay's work for the queue's short-command test (CLQueue.poll): its device time
         # at the last replay; one record, one key
         self.slots = slots
-        self.runner = Runner(_host_never_runs, device_key=("cl replay", id(self)))
+        self.runner = Runner(_host_never_runs, enqueue=sequence([run.enqueue for run in runs]),
+                             device_key=("cl replay", id(self)))
         self.first = first  # the task a failure is reported against (`Submission.placed`)
 
     def reads_of(self, new_specs: list[BufferSpec]) -> list[tuple[Buffer, str]]:
@@ -93,9 +115,10 @@ class CLReplay:
         of = Buffer.of
         return self.reads_fixed + [(of(new_specs[j]), name) for j, name in self.reads_swapped]
 
-    def submit(self, new_specs: list[BufferSpec]) -> tuple[int, list[tuple[Signal, int, Task]]]:
-        """Binds `new_specs` (the swapped buffers' replacements) and enqueues the whole replay as one
-        command; returns its value and the submission's `placed` list (one entry: the command)."""
+    def bind(self, new_specs: list[BufferSpec]) -> list[Optional[Buffer]]:
+        """Stores `new_specs`' memories (the swapped buffers' replacements; a fresh one allocated here)
+        into the runners' argument lists and refreshes the bound Variables; returns the Buffers bound
+        (None for a swapped buffer no launch passes), which the command keeps alive."""
         runtime = ledger.runtime
         buffers: list[Optional[Buffer]] = [None] * len(new_specs)
         for j, device, entries in self.bound:
@@ -111,12 +134,17 @@ class CLReplay:
             self.slots.bound = []
         for rebind in self.rebinds:
             rebind()
-        queue, signal, count = self.queue, self.signal, self.count
-        base = queue.reserve(count)
-        value = base + count
-        command = Command(value, (), self.runner, self.name, "kernel", self.first.id, self.nbytes, self.flops,
-                          (), count)
-        queue.submit_sequence(command, self.enqueues, buffers, in_running_loop())
+        return buffers
+
+    def command(self, base: int, buffers: list[Optional[Buffer]]) -> Command:
+        """The replay's one command, its value the last of the block reserved from `base`, keeping
+        `buffers` (from `bind`) until it is published."""
+        return Command(base + self.count, (), self.runner, self.name, "kernel", self.first.id, self.nbytes,
+                       self.flops, (), self.count, keep=buffers)
+
+    def note(self, base: int, buffers: list[Optional[Buffer]], new_specs: list[BufferSpec]) -> None:
+        """Tells each buffer the values of its last write and read in the replay from `base`."""
+        signal = self.signal
         for buf, entries in self.notes_fixed:
             buf.note_all([(signal, base + offset, write) for offset, write in entries])
         of = Buffer.of
@@ -125,7 +153,10 @@ class CLReplay:
             if buf is None:
                 buf = of(new_specs[j])
             buf.note_all([(signal, base + offset, write) for offset, write in entries])
-        return value, [(signal, value, self.first)]
+
+    def placed(self, value: int) -> list[tuple[Signal, int, Task]]:
+        """The submission's `placed` list: one entry, the command (a failure is reported against it)."""
+        return [(self.signal, value, self.first)]
 
 
 def lean_for(queues: Sequence, runs: Sequence[Optional[Runner]], remake: Sequence[int],

@@ -19,7 +19,10 @@ realized before, submits the `CapturedProgram` (engine/program.py) of its schedu
 whose plan is lowered from the template's slots (every buffer is in each submission's mapping, runners
 are made per submission, and each submission is an eager one); a jit keeps one CapturedProgram per
 captured realize, whose plans keep their runners, and submits them on every replay. All go through
-`submit`, and this is the only module that hands command lists to queues.
+`submit`, and this is the only module that hands command lists to queues (`Queue.reserve`, `submit`,
+`run_here`, `start_here`; tests/test_one_submitter.py): the one-call record (engine/replay.py) and the
+lean CL replay (engine/cl_replay.py) make the commands of their fast cases, and `submit` reserves
+their values and hands them to the queue through the same interface as every other command.
 
 Lowering choices, all inside `submit` (a plan submitted once keeps one command per task):
 - a replay of a light plan (layout.py's bytes and flops bounds, at most replay.py's RECORD_MAX_TASKS
@@ -42,7 +45,8 @@ Lowering choices, all inside `submit` (a plan submitted once keeps one command p
   ends at a task another queue waits for (its value is published as soon as it is done) and starts at
   a task that waits for another queue.
 - a replay of ONE task on an idle queue whose runner can start on this thread (`Runner.here`: a net
-  command) starts it here (`Queue.start_here`); the runner submits its command only when it is
+  command) starts it here (`Queue.start_here`; with native programs, from its `NetAlone` record,
+  engine/net_replay.py: none of the choices above is made again per replay); the runner submits its command only when it is
   still in flight after its bound (or before it starts, for a long one), and the queue's worker
   takes it over from this thread and finishes it; in a replay of native programs of more tasks, a
   queue's first task that is such a command and waits for nothing is started here the same way,
@@ -75,6 +79,7 @@ from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task, TaskGraph
 from atensor.engine import cl_replay, lower_cl
 from atensor.engine.layout import Layout
+from atensor.engine.net_replay import NetAlone, net_alone_for
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.engine.replay import RECORD_MAX_TASKS, ReplayRecord, record_for
@@ -200,6 +205,8 @@ class Plan:
         self.record: Optional[ReplayRecord] | bool | None = None
         # the lean replay of a plan on one OpenCL queue (engine/cl_replay.py), made with `record`
         self.lean: Optional[cl_replay.CLReplay] = None
+        # the lean replay of a plan whose one task is a net command started here (engine/net_replay.py)
+        self.net: Optional[NetAlone] = None
 
     # ---- runners ---------------------------------------------------------------------------------
     def _lower_runners(self) -> None:
@@ -274,9 +281,24 @@ class Plan:
             self.lean = cl_replay.lean_for(L.queues, self.kept, self.remake, self.slots, self.swapped,
                                            self.fixed_bufs, L.notes, self.swapped_index, L.read_first,
                                            self._program_summary(0), L.tasks[0])
+            if self.lean is None and not L.from_slots:
+                self.net = net_alone_for(L.queues, self.kept, self.remake, self._program_summary(0), L.tasks[0])
         return self.record
 
     # ---- submission ------------------------------------------------------------------------------
+    def run_record(self, new_specs: list[BufferSpec]) -> int:
+        """The plan's `ReplayRecord` run on this thread with `new_specs` (the swapped buffers'
+        replacements, in `swapped`'s order); returns the value its queue is at when it returns. The
+        caller checked what `submit` checks first: every queue idle, no profile, DEBUG < 2, no read of
+        a failed task's contents (`submit` does; so does jit/direct.py, its fast caller)."""
+        record = self.record
+        queue = record.queue
+        command = record.command(queue.reserve(record.count), new_specs)
+        queue.run_here([command])
+        value = command.value
+        self.last_final = [(record.signal, value)]
+        return value
+
     def submit(self, mapping: Optional[dict[BufferSpec, BufferSpec]] = None) -> Submission:
         """Puts the tasks on the queues, with the buffers `mapping` swaps (captured -> new); returns
         what to await. The mapping's keys must be the same on every submission of a plan."""
@@ -289,9 +311,7 @@ class Plan:
             for buf, name in record.reads_of(new_specs):
                 if buf.writes or buf.failure is not None:
                     _refuse_failed_read(buf, name)
-            value = record.run(new_specs)
-            self.last_final = [(record.signal, value)]
-            return Submission({record.queue: value}, [])
+            return Submission({record.queue: self.run_record(new_specs)}, [])
         lean = self.lean
         if lean is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
             # a replay on one idle OpenCL queue: its launches as one command (engine/cl_replay.py)
@@ -299,26 +319,24 @@ class Plan:
             for buf, name in lean.reads_of(new_specs):
                 if buf.writes or buf.failure is not None:
                     _refuse_failed_read(buf, name)
-            value, placed = lean.submit(new_specs)
+            buffers = lean.bind(new_specs)
+            queue = lean.queue
+            base = queue.reserve(lean.count)
+            queue.submit([lean.command(base, buffers)])
+            lean.note(base, buffers, new_specs)
+            value = base + lean.count
             self.last_final = [(lean.signal, value)]
-            return Submission({lean.queue: value}, placed)
+            return Submission({queue: value}, lean.placed(value))
+        net = self.net
+        if net is not None and not collector.is_active() and current_settings().debug < 2 and all_idle():
+            return self._submit_net_alone(net, mapping)
         if self.swapped is None:  # the buffers of the graph that submissions swap
             self.swapped_index = [bi for bi, s in enumerate(L.buffers) if s in mapping]
             self.swapped = [L.buffers[bi] for bi in self.swapped_index]
             # a plan of slots has no buffers of its own (every one is in the mapping)
             self.fixed_bufs = [] if L.from_slots else [Buffer.of(s) for s in L.buffers]
         new_specs = [mapping[s] for s in self.swapped]
-        bufs = self.fixed_bufs
-        if L.from_slots:
-            bufs = [Buffer.of(spec) for spec in new_specs]
-        elif new_specs:
-            bufs = bufs.copy()
-            for bi, spec in zip(self.swapped_index, new_specs):
-                bufs[bi] = Buffer.of(spec)
-        for bi, name in L.read_first:
-            buf = bufs[bi]
-            if buf.writes or buf.failure is not None:
-                _refuse_failed_read(buf, name)
+        bufs = self._buffers_of(new_specs)
         if all_idle():  # the common case between steps: nothing can be pending, no snapshot to take
             if record is None and self.kept is not None:
                 self._make_record()  # used from the next submission on
@@ -411,6 +429,44 @@ class Plan:
             return sub
         for queue, commands in lists:
             queue.submit(commands)
+        return sub
+
+    def _buffers_of(self, new_specs: list[BufferSpec]) -> list[Buffer]:
+        """The Buffer of each of the graph's buffers in a submission with `new_specs` (the swapped
+        ones' replacements); raises, before anything is submitted, when a task reads a buffer before
+        the graph writes it whose contents come from a task that failed."""
+        bufs = self.fixed_bufs
+        if self.layout.from_slots:
+            bufs = [Buffer.of(spec) for spec in new_specs]
+        elif new_specs:
+            bufs = bufs.copy()
+            for bi, spec in zip(self.swapped_index, new_specs):
+                bufs[bi] = Buffer.of(spec)
+        for bi, name in self.layout.read_first:
+            buf = bufs[bi]
+            if buf.writes or buf.failure is not None:
+                _refuse_failed_read(buf, name)
+        return bufs
+
+    def _submit_net_alone(self, net: NetAlone, mapping: dict[BufferSpec, BufferSpec]) -> Submission:
+        """A replay of the plan's one net command, started on this thread (engine/net_replay.py): the
+        kept runner pointed at the swapped buffers, one value, the buffers told, `Queue.start_here`."""
+        L = self.layout
+        new_specs = [mapping[s] for s in self.swapped]
+        bufs = self._buffers_of(new_specs)
+        if self.slots is not None:
+            self.slots.bind(new_specs)  # every queue is idle: no command still uses the slots
+        queue = net.queue
+        base = queue.reserve(1)
+        command = net.command(base, take_task_ids(1))
+        value = base + 1
+        if net.program:
+            self._note_program(bufs, L.signals, [base])
+        else:
+            self._note(bufs, L.signals, [base])
+        self.last_final = [(net.signal, value)]
+        sub = Submission({queue: value}, [(net.signal, value, net.task)])
+        queue.start_here(command, net.here, [command])  # done here, or submitted by it
         return sub
 
     def _lead(self, runs: list) -> Optional[Callable[[Callable[[], None], bool], bool]]:

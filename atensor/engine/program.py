@@ -34,6 +34,10 @@ a kept-runner program of the same tasks, so its later hits cost what a jit repla
   foreign call. Otherwise the hit submits the template's own program, one command per task, as
   before. A light twin whose plan does not get a record (several queues, a runner not one-thread
   native) is dropped and the template's program kept;
+- a light plan of kernels on ONE OpenCL device gets a twin too (no compiler needed: its kernels are
+  built as the plan is lowered), whose plan takes the lean CL replay (engine/cl_replay.py): one command
+  of the device's queue per hit, its runners kept, their argument lists pointed at the hit's buffers;
+  a twin whose plan gets neither a record nor a lean replay is dropped;
 - a plan too heavy for a record (a training step: matmuls past layout.py's flops bound) still gets a
   twin when its placeholders hold at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`): every hit submits it,
   idle queues or not, and `Plan.submit` points its kept runners at the hit's buffers (engine/patching.py,
@@ -47,6 +51,11 @@ program runs it; native kernels cannot fail, and a failed input is refused befor
 Measured on the loaded 2-core machine (`x = x + 1; await x.realize()` on 16 elements, main thread CPU
 per round trip, 6 alternating rounds of 2000): 265 us median against 315 before; in
 bench/round_trip_breakdown.py, Plan.submit of a hit 37 us against 98-102 (runners made per hit).
+Why the twin stays a program of its own (it is the eager path's fast case: the same entry,
+`for_fill` then `submit`, and the same commit), measured again on the same loop (3 alternating
+rounds of 500 in fresh processes, load ~10, AMD EPYC Zen 4, 2 cores): at 4715a1c, 92-104 us of the
+calling thread's CPU per round trip with it, 126-142 us with HOT_HITS out of reach (runners made per
+hit); on one CL device (pocl), with its lean replay, 148-160 us against 199-228 without the twin.
 
 Invariant: a program's plans are lowered and submitted by the dispatching thread only (the dispatcher,
 or a caller planning inline while it holds it, engine/dispatch.py), so `plans` and the twin's state
@@ -162,9 +171,10 @@ class CapturedProgram:
             if self.twin_heavy:  # kept runners, pointed at this hit's buffers (no record: any time)
                 return twin, dict(zip(self.placeholders, [fill[index] for _, index in self.slot_fill]))
             if all_idle():
-                if twin.plan().record is not False:
+                plan = twin.plan()
+                if plan.record is not False or plan.lean is not None:  # a record, or the lean CL replay
                     return twin, dict(zip(self.placeholders, [fill[index] for _, index in self.slot_fill]))
-                self.twin, self.twin_state = None, "off"  # no record for it: the template's program stays
+                self.twin, self.twin_state = None, "off"  # no fast case for it: the template's program stays
         elif self.twin_state != "ready" and self.twin_state != "off":
             self._warm(fill)
         return self, self.mapping_of_fill(fill)
@@ -179,7 +189,9 @@ class CapturedProgram:
             if not self._twin_may_run(fill):
                 self.twin_state = "off"
                 return
-            self.twin_kernels = [task.work.ast for task in self.tasks if isinstance(task.work, Kernel)]
+            # the CPU kernels it waits for (an OpenCL plan's kernels are built as it is lowered)
+            self.twin_kernels = [task.work.ast for task in self.tasks if isinstance(task.work, Kernel)
+                                 and Device.get(task.work.device).kind == "CPU"]
             self.twin_state = "compiling"
         # compiling: a kernel the compiler refuses stays None here, and the template keeps its
         # program (a dictionary lookup per kernel and hit is all that costs)
@@ -203,10 +215,15 @@ class CapturedProgram:
     def _twin_may_run(self, fill: Sequence[BufferSpec]) -> bool:
         """Whether a twin may be made: kernels and copies on CPU devices, no Variables, native kernels
         allowed and a compiler present, and a light plan (its twin replays by record) or placeholders
-        of at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`: its twin keeps its runners only)."""
+        of at most HEAVY_TWIN_MAX_BYTES (`twin_heavy`: its twin keeps its runners only); or a light
+        plan of kernels on one OpenCL device (its twin replays by the lean CL replay)."""
+        layout = self.plan().layout
+        if self._on_one_cl_device():
+            self.twin_heavy = False
+            return layout.light
         if settings.native == "0" or compiler.path() is None:
             return False
-        heavy = not self.plan().layout.light
+        heavy = not layout.light
         if heavy and sum(fill[index].nbytes for _, index in self.slot_fill) > HEAVY_TWIN_MAX_BYTES:
             return False
         for task in self.tasks:
@@ -221,6 +238,17 @@ class CapturedProgram:
                 return False
         self.twin_heavy = heavy
         return True
+
+    def _on_one_cl_device(self) -> bool:
+        """Whether every task is a kernel without Variables on one OpenCL device (a plan the lean CL
+        replay may take: engine/cl_replay.py)."""
+        devices = set()
+        for task in self.tasks:
+            work = task.work
+            if type(work) is not Kernel or work.var_vals:
+                return False
+            devices.add(work.device)
+        return len(devices) == 1 and Device.get(devices.pop()).cl is not None
 
     def _make_twin(self, fill: Sequence[BufferSpec]) -> None:
         """The twin: this program's tasks with a placeholder buffer (shaped like `fill`'s) in each

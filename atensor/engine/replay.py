@@ -6,11 +6,12 @@ case (one queue, every task a native kernel or copy of one BLAS thread, a light 
 and flops bounds of layout.py's INLINE_MAX_*, at most RECORD_MAX_TASKS tasks) everything but the buffers is the same on every replay, so the plan builds
 this record once and a replay is:
 
-1. the swapped buffers' addresses (fresh result buffers get memory from their device here),
-2. the queue's next value reserved,
-3. ONE call, `at_replay(record)` (backend/c/replay.py): the addresses are written into the kept
-   argument blocks and the queue's native program runs on this thread with the GIL released,
-4. the value published with the call's stamps, the buffers it wrote told that they were overwritten.
+1. the swapped buffers' addresses (fresh result buffers get memory from their device here: `command`),
+2. the queue's next value reserved (by the plan, the one module that hands commands to queues),
+3. the record's one command run on this thread (`Queue.run_here`): its runner is ONE call,
+   `at_replay(record)` (backend/c/replay.py): the addresses are written into the kept argument blocks
+   and the queue's native program runs with the GIL released; the buffers it wrote are told that they
+   were overwritten, and the queue publishes the value with its stamps, as for any command.
 
 The await then finds the replay done and returns without a wake-up (engine/handle.py).
 
@@ -25,8 +26,8 @@ What it keeps from the Python path (tests/engine/test_replay_record.py checks ea
 - a profile, DEBUG=2 echo, Variables, numpy kernels or kernels of more BLAS threads, a collective:
   not this record; `Plan.submit` takes its Python path for those.
 
-Invariant: `run` is called by the dispatching thread only (as `Plan.submit`), while every queue is
-idle; the arrays the record points into live as long as the record (it holds them).
+Invariant: `command` and its run are called by the dispatching thread only (`Plan.run_record`), while
+every queue is idle; the arrays the record points into live as long as the record (it holds them).
 """
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ from atensor.engine.patching import AddressSlots
 from atensor.graph.node import BufferSpec
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.device import Device
-from atensor.hcq.queue import Queue
-from atensor.profiler import counters
+from atensor.hcq.queue import Command, Queue
 
 # the most tasks of a replay run on the calling thread by one record: its bytes and flops are bounded
 # (layout.py's `light`), so what the count adds is the calls themselves, ~50 ns a kernel in C; a 100-kernel
@@ -93,6 +93,12 @@ class ReplayRecord:
         # Buffer, or the place in `swapped` of a swapped one (Plan.submit refuses a failed one's read)
         self.reads_fixed = [(buf, name) for buf, name in reads if not isinstance(buf, int)]
         self.reads_swapped = [(j, name) for j, name in reads if isinstance(j, int)]
+        # the one command every replay runs (its value set per replay by `command`): one foreign call
+        # with the GIL released, so the queue runs it without numpy's error state
+        self._command = Command(0, (), Runner(self._run, gil_free=True), self.name, "kernel", 0, self.nbytes,
+                                self.flops, (), self.count)
+        self._bound: Sequence[Buffer] = ()
+        self._specs: Sequence[BufferSpec] = ()
 
     def reads_of(self, new_specs: list[BufferSpec]) -> list[tuple[Buffer, str]]:
         """The buffers the replay with `new_specs` reads before writing them, each with its reader."""
@@ -101,9 +107,10 @@ class ReplayRecord:
         of = Buffer.of
         return self.reads_fixed + [(of(new_specs[j]), name) for j, name in self.reads_swapped]
 
-    def run(self, new_specs: list[BufferSpec]) -> int:
-        """Binds `new_specs` (the swapped buffers' replacements), runs the program here and publishes
-        its value; returns that value (the queue is at it when this returns)."""
+    def command(self, base: int, new_specs: list[BufferSpec]) -> Command:
+        """Binds `new_specs` (the swapped buffers' replacements) and returns the record's one command,
+        its value the last of the block reserved from `base`, to run on this thread at once
+        (`Queue.run_here`): one command object, reused by every replay."""
         addresses = self.addresses
         record_of = ledger.record_of
         bound = []  # the Buffers of `self.bound`, in its order
@@ -115,15 +122,20 @@ class ReplayRecord:
                 buf = device.allocate(spec)
             addresses[j] = buf._address or buf.address()
             bound.append(buf)
-        queue = self.queue
-        value = queue.reserve(self.count) + self.count
+        self._bound, self._specs = bound, new_specs
+        command = self._command
+        command.value = base + self.count
+        return command
+
+    def _run(self) -> None:
+        """The command's work: the one foreign call, then the written buffers told they were overwritten."""
         blas.use(1)  # the program runs one-thread kernels only (the C runner sets the count to 1 too)
         self.call(self.address)
         if self.slots is not None:  # the program has run: nothing reads the blocks before the next
             self.slots.bound = []      # bind, so the plan keeps no realize's buffers alive (an eager
             # hit's outputs go with their tensors; the addresses left in the blocks are never used)
-        record = self.record
-        start, end = record[10], record[11]
+        bound, new_specs = self._bound, self._specs
+        self._bound = self._specs = ()
         if self.written:
             Buffer.all_overwritten(self.written)
         if self.written_places is not None:  # every written swapped buffer was bound above
@@ -134,10 +146,6 @@ class ReplayRecord:
         elif self.written_swapped:
             of = Buffer.of
             Buffer.all_overwritten([of(new_specs[j]) for j in self.written_swapped])
-        queue.commands_run += 1
-        counters.count("kernel", self.count, self.nbytes, self.flops, start, end)
-        self.signal.set(value, (start, end))
-        return value
 
 
 def record_for(queue: Queue, runs: Sequence[Optional[Runner]], slots: Optional[AddressSlots],

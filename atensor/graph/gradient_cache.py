@@ -115,6 +115,10 @@ def gradients(order: list[Node], index: dict[Node, int], root: Node, seed: Node,
         return compute_gradient(root, seed, targets, leaves)
     key = (structure(order, index), seed, tuple(sorted(index[t] for t in targets)),
            tuple(sorted(index[leaf] for leaf in leaves)))
+    try:
+        hash(key)
+    except TypeError:  # an arg that cannot be a key (none is today: node args are interning keys too)
+        return compute_gradient(root, seed, targets, leaves)
     with cache.lock:
         record = cache.entries.pop(key, False)
         if record is not False:

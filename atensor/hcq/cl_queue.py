@@ -24,11 +24,14 @@ command on this machine, more than the tiny kernel itself) and that thread then 
 Values are published in order (an in-order queue completes in order; `_publish_ready` keeps it so for
 `poll` too), so a waiter that finds a value reached finds every failure up to it.
 
-A jit replay's lean path (engine/cl_replay.py) hands over its launches as ONE command
-(`submit_sequence`): no waits (every queue was idle when it was planned), one record, one value,
-its stamps the first launch's start and the last one's end. Submitted on a thread that runs an
-event loop (an inline replay, whose awaiting task polls it before it can be cancelled), its record
-is deferred: not handed to the completion thread, whose wake-up and GIL traffic cost more than the
+A command's runner may enqueue a whole sequence of launches (a jit replay's lean path,
+engine/cl_replay.py): the queue takes it through `submit` like any command, as ONE record and one
+value, its stamps the first launch's start and the last one's end. That is what an OpenCL queue
+adds to the queue interface (queue.py), not a second submit.
+
+A submission of ONE command that waits for nothing, made on a thread that runs an event loop (an
+inline realize or replay, whose awaiting task polls it before it can be cancelled), is deferred: its
+record is not handed to the completion thread, whose wake-up and GIL traffic cost more than the
 kernel (whole-process CPU of 8000 awaited one-kernel replays 14% lower deferred, farm-bench A/B,
 5 pairs). It is handed over when the awaiting host's `poll` cannot publish it, when anyone else
 waits for the signal (`Signal.on_wait`, which every wait calls once registered; the submitter
@@ -59,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from atensor.hcq.cl_runtime import CLDevice
+from atensor.hcq.loop import in_running_loop
 from atensor.config import settings
 from atensor.hcq.queue import Command, DependencyFailed, KernelError, Queue, lower_priority
 from atensor.hcq.signal import Signal
@@ -82,7 +86,6 @@ class _InFlight:
     user_events: list[Any] = field(default_factory=list)  # set by the host (kept until published)
     error: Optional[BaseException] = None
     stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
-    keep: Any = None  # what its launches use that nothing else holds (a lean replay's bound buffers)
 
 
 class CLQueue(Queue):
@@ -112,51 +115,20 @@ class CLQueue(Queue):
         return f"CLQueue({self.device}/{self.kind})"
 
     def submit(self, commands: list[Command]) -> None:
-        """Enqueues every command on the OpenCL queue, in order, without waiting for any."""
+        """Enqueues every command on the OpenCL queue, in order, without waiting for any. One command
+        that waits for nothing, submitted on a thread that runs an event loop, is deferred (see the
+        module docstring)."""
         if self._completer is None:
             self._completer = _Completer(self)
         if self._deferred:  # the completer takes them in submission order, before these
             self._hand_over()
         records = [self._enqueue(command) for command in commands]
         self.cl.flush()  # a GPU driver may hold enqueued commands until a flush
-        self._completer.watch(records)
-
-    def submit_sequence(self, command: Command, enqueues: list, keep: Any, defer: bool = False) -> None:
-        """Enqueues `enqueues` (each `Runner.enqueue`) in order as ONE command: no wait list (the caller
-        checked that nothing is pending anywhere, and the queue is in order), its value published once
-        the last launch completes: one record for the completion thread and one for `poll`, whatever
-        the launches (a jit replay's lean path, engine/cl_replay.py). `keep` stays referenced until
-        the value is published. An enqueue that raises publishes KernelError, as `submit` does.
-        `defer`: the submitting thread will poll the value next (see the module docstring)."""
-        if self._completer is None:
-            self._completer = _Completer(self)
-        if self._deferred:
-            self._hand_over()
-        record = _InFlight(command, keep=keep)
-        with self._lock:
-            self._inflight[command.value] = record
-        queue = self.cl
-        first = last = None
-        try:
-            for enqueue in enqueues:
-                start, last = enqueue(queue, ())
-                if first is None:
-                    first = start
-        except Exception as exc:
-            import pyopencl as cl
-            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) could not be enqueued "
-                                f"on {self.device}/{self.kind}: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            record.error = error
-            last = cl.enqueue_marker(queue)  # after what was enqueued: the value still comes in order
-            first = first or last
-        record.first, record.last = first, last
-        queue.flush()
-        if not defer:
-            self._completer.records.put(record)
+        if len(records) != 1 or commands[0].waits or not in_running_loop():
+            self._completer.watch(records)
             return
         with self._defer_lock:
-            self._deferred.append(record)
+            self._deferred.append(records[0])
         if self.signal.has_waiters():  # it waited before the record was deferred: hand it over now
             self._hand_over()
 
@@ -329,7 +301,7 @@ class CLQueue(Queue):
             handle = self.handle
             for value, record in ready:
                 command, (start, end) = record.command, record.stamps
-                record.keep = None  # done with: a deferred record may outlive its publication a while
+                command.keep = None  # done with: a deferred record may outlive its publication a while
                 self.commands_run += 1
                 self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error)
                 if collector.is_active():

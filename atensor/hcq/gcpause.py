@@ -4,7 +4,7 @@ Why: CPython's cyclic collector stops every thread, the event loop's included, f
 with the number of tracked objects it traverses. The dispatcher and the queue workers therefore pause
 automatic collection while they plan or run work; a realize's own objects (tasks, commands) are
 freed by reference counting (the graph is acyclic), so nothing accumulates that only the collector
-could free.
+could free (tests/engine/test_step_garbage.py holds a repeated eager training step to that).
 
 What the pause leaves behind: everything allocated meanwhile that is still alive sits in the young
 generation, and the first automatic collection after the pause traverses all of it. A realize of

@@ -9,6 +9,13 @@ lowers a whole TaskGraph into one list per queue, each command being `wait(sig, 
 the worker never asks the host what to do next. Dependencies between queues are waits on the other
 queues' timeline signals.
 
+One interface for every device's queue (a CPU queue here, an OpenCL queue in cl_queue.py): values are
+reserved (`reserve`), and a command list is handed over (`submit`), run on the submitting thread
+(`run_here`), or its one command started there (`start_here`). What a device can do with a list is
+a property of that interface, not a second entry: an OpenCL queue takes a command whose runner
+enqueues a whole sequence of launches as one command (cl_queue.py). engine/plan.py is the only module
+that calls it (tests/test_one_submitter.py).
+
 The GIL is shared with the trio loop. A worker that runs Python between short GIL-releasing calls
 can starve the loop thread for over a second (the convoy effect; docs/design.md), so the worker gives the GIL
 back with `time.sleep(0)`. A `sleep(0)` costs about 55 us on these machines (the kernel's timer
@@ -54,28 +61,34 @@ class DependencyFailed(RuntimeError):
 
 class _RingClaim:
     """Whether a ring program's run is counted yet (Queue.poll and the worker race to count it), and
-    its command (what GlobalCounters adds, by whichever counts it)."""
-    __slots__ = ("counted", "command")
+    what GlobalCounters adds for its command, by whichever counts it. The counts are copied, not the
+    command: the command holds its claim, and a claim holding its command back was a reference cycle
+    per ring program (with the command's runner, its closure and argument block), which only the cyclic
+    collector freed: most of the collections of an eager training step."""
+    __slots__ = ("counted", "kind", "kernels", "nbytes", "flops")
 
     def __init__(self, command: "Command") -> None:
         self.counted = False
-        self.command = command
+        self.kind, self.kernels, self.nbytes, self.flops = command.kind, command.kernels, command.nbytes, command.flops
 
 
 class Command:
     """One entry of a queue's list: wait for `waits`, run `run`, publish `value` with a stamp."""
     __slots__ = ("value", "waits", "run", "name", "kind", "task_id", "nbytes", "flops", "deps", "started",
-                 "claim", "kernels", "echo")
+                 "claim", "kernels", "echo", "keep")
 
     def __init__(self, value: int, waits: tuple, run: Optional[Runner], name: str, kind: str,
                  task_id: int, nbytes: int = 0, flops: int = 0, deps: tuple[int, ...] = (),
-                 kernels: int = 1, echo: bool = False):
+                 kernels: int = 1, echo: bool = False, keep: object = None):
         self.value, self.waits, self.run, self.name, self.kind = value, waits, run, name, kind
         self.task_id, self.nbytes, self.flops, self.deps = task_id, nbytes, flops, deps
         self.kernels = kernels  # the tasks it runs (a batch of native kernels is one command): GlobalCounters
         self.echo = echo  # print it as it finishes (the `debug` setting of the realize that made it)
         self.started = 0  # set by `Queue.start_here` when it submits a command it starts: its stamp's start
         self.claim: Optional[_RingClaim] = None  # set by `Queue.submit` when the doorbell ring holds its program
+        # what its run uses that nothing else holds (a replay's bound buffers): the queue references
+        # the command until its value is published, so this memory outlives the run
+        self.keep = keep
 
 
 YIELD_EVERY_NS = 500_000
@@ -133,6 +146,11 @@ class Queue:
         (waits, run, publish with stamps, failures). Only the dispatching thread calls it, right after
         `idle()` said nothing is before them, so the queue's order still holds (engine/plan.py runs a
         tiny eager plan this way: no hand-off to the worker and back)."""
+        if len(commands) == 1:  # one foreign call (a replay's one-call program): no numpy error state
+            run = commands[0].run
+            if run is not None and run.gil_free:
+                self._execute(commands[0])
+                return
         with np.errstate(all="ignore"):  # as the worker runs (see _work)
             for command in commands:
                 self._execute(command)
@@ -200,8 +218,7 @@ class Queue:
                 and self._doorbell.finished(number):
             if self._count_ring_program(claim):  # counted once it is published: the statistics agree
                 stamps = self._doorbell.stamps  # the newest program's (this one), written as it ran
-                command = claim.command
-                counters.count(command.kind, command.kernels, command.nbytes, command.flops, stamps[0], stamps[1])
+                counters.count(claim.kind, claim.kernels, claim.nbytes, claim.flops, stamps[0], stamps[1])
             signal.reach(value)
             return True
         return False

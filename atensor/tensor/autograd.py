@@ -3,7 +3,9 @@ and no-grad modes, with tinygrad's names and semantics.
 
 Gradients are lazy graph like everything else (graph/gradient.py builds them from the forward's
 nodes), so `loss.backward()` runs nothing: one `await Tensor.realize(*params, *grads, loss)` later
-runs the forward, the backward and an optimizer's update as one task graph.
+runs the forward, the backward and an optimizer's update as one task graph. A training loop's
+backward is built rule by rule once per forward structure; later steps remake its nodes from that
+record (graph/gradient_cache.py), the same nodes a fresh build gives.
 
 Which tensors get a `.grad`: every live tensor with `requires_grad=True` that the loss depends on.
 Those tensors are kept in a weak set (setting `requires_grad` adds a tensor to it), so `backward()`

@@ -38,7 +38,9 @@ class ContractOps:
             return (a.reshape(k, 1) * b).sum(-2)
         if a.ndim == 2 and b.ndim == 2 and dt.kind == "f":
             # a Linear layer's case: the nodes of the general lines below, made on the nodes (a third of
-            # their Python calls; under no_grad only the result is detached, not each step)
+            # their Python calls; under no_grad only the result is detached, not each step). Why it
+            # stays: an (8, 16) @ (16, 4) built 28-31 us a call against 56-80 by the general lines
+            # (3 alternating rounds of 300 in fresh processes, load ~10, AMD EPYC Zen 4, at 4715a1c)
             n, m = a.shape[0], b.shape[1]
             full = (n, m, k)
             rows = a.node.reshape((n, 1, k)).expand(full)

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Optional
 
-from atensor.backend.quant import tuning as _quant_tuning  # noqa: F401 - registers the packed families
+from atensor.backend.quant import tuning as _quant_tuning
 from atensor.config import settings
 from atensor.tune import cache, family as tune, machine as machines
 

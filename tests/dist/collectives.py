@@ -21,7 +21,8 @@ the world's result with numpy alone. Checked:
   starts the first one once the program is submitted, and the worker takes it over ("lead").
 Prints one line: the number of checks, whether the net commands ran in C ("native": true/false), and
 for each of the four last cases how many calls finished on the calling thread, how many replays
-there were, and how many calls were submitted and tested there meanwhile ("here").
+there were, and how many calls were submitted and tested there meanwhile ("here"), and how many replays
+the plan's lean record of its one net command submitted ("lean_net", engine/net_replay.py).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import trio
 import atensor
 from atensor import Tensor, dist
 from atensor.dist import native_net, processes
+from atensor.engine.net_replay import NetAlone
 from atensor.hcq.device import Device
 
 N = 1000
@@ -99,7 +101,14 @@ async def main() -> None:
             for shard in got.shards:
                 check(shard.numpy(), want, f"hierarchical {op} call {call}")
     net = Device.get("CPU:0").queue("net")
-    here = []
+    here, lean_net = [], []  # per case: ...; the replays submitted by the plan's NetAlone record
+    lean_calls = [0]
+    original_command = NetAlone.command
+
+    def counting_command(self: NetAlone, base: int, task_id: int):
+        lean_calls[0] += 1
+        return original_command(self, base, task_id)
+    NetAlone.command = counting_command
     cases = ((60_000_000_000, 0.0, 2 << 20), (1, 0.2, 2 << 20), (2_000_000, 0.0, 0), (2_000_000, 0.2, 0))
     for here_ns, late_s, here_max_bytes in cases:
         # read when the net runner is made (the capture lowers it)
@@ -109,7 +118,7 @@ async def main() -> None:
         async def plain(x: Tensor) -> Tensor:
             return dist.allreduce(x)
         jitted = atensor.jit(plain)
-        ran_here = net.ran_here
+        ran_here, lean_before = net.ran_here, lean_calls[0]
         for call in range(7):  # a plain call, the capture, the verify, then replays
             if call >= 2 and world.rank == 1:
                 time.sleep(late_s)
@@ -118,6 +127,7 @@ async def main() -> None:
             check(got.numpy(), want, f"replay here (wait there {here_ns} ns, peer late {late_s} s) call {call}")
         here.append((net.ran_here - ran_here, jitted.stats["replays"],
                      sum(native_net.shared.values()) - shared))
+        lean_net.append(lean_calls[0] - lean_before)
     processes.HERE_NS, processes.HERE_MAX_BYTES = 2_000_000, 2 << 20
 
     async def three(a: Tensor, b: Tensor, c: Tensor) -> tuple:
@@ -133,7 +143,7 @@ async def main() -> None:
     lead = (jitted.stats["replays"], sum(native_net.shared.values()) - shared)
     if world.is_root:
         print(json.dumps({"checks": checks, "native": world.native is not None, "ranks": world.size,
-                          "here": here, "lead": lead}))
+                          "here": here, "lead": lead, "lean_net": lean_net}))
 
 
 if __name__ == "__main__":

@@ -164,6 +164,11 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
     assert late_shared == (late_replays if c_poll else 0), got
     for here, replays, shared in got["here"][2:]:
         assert replays >= 2 and here == 0 and shared == (replays if c_poll else 0), got
+    # from the third replay on (the first lowers the runners, the second makes the record), a polling C
+    # net command alone is submitted by its plan's NetAlone record (engine/net_replay.py), with the
+    # same outcomes as above; no other kind has one
+    for (_, replays, _), lean in zip(got["here"], got["lean_net"]):
+        assert lean == (replays - 2 if c_poll else 0), got
     # three allreduces in one replayed call: the first started on the calling thread, taken over
     replays, shared = got["lead"]
     assert replays >= 2 and shared == (replays if c_poll else 0), got

@@ -23,13 +23,13 @@ def run_on(library: str, main: Callable[[], Any]) -> Any:
 
 
 def count_record_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Wraps ReplayRecord.run for the test: the list it returns gets one entry per run (the number of
-    fresh buffers that run bound)."""
+    """Wraps ReplayRecord.command (bound once per run of the record) for the test: the list it returns
+    gets one entry per run (the number of swapped buffers that run bound)."""
     calls: list[int] = []
-    original = ReplayRecord.run
+    original = ReplayRecord.command
 
-    def counting(self: ReplayRecord, new_specs: list) -> int:
+    def counting(self: ReplayRecord, base: int, new_specs: list):
         calls.append(len(new_specs))
-        return original(self, new_specs)
-    monkeypatch.setattr(ReplayRecord, "run", counting)
+        return original(self, base, new_specs)
+    monkeypatch.setattr(ReplayRecord, "command", counting)
     return calls

@@ -15,7 +15,6 @@ import atensor
 from atensor import Tensor
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Queue
-from atensor.engine.replay import ReplayRecord
 from tests.engine.loops import run_on
 
 pytestmark = pytest.mark.default_settings
@@ -23,21 +22,15 @@ pytestmark = pytest.mark.default_settings
 
 @pytest.fixture
 def ran_here(monkeypatch) -> list[str]:
-    """The names of the commands run on the planning thread (Queue.run_here, or a one-queue replay's
-    one foreign call, engine/replay.py), in order."""
+    """The names of the commands run on the planning thread (Queue.run_here, which a one-queue
+    replay's one foreign call goes through too, engine/replay.py), in order."""
     names: list[str] = []
     original = Queue.run_here
-    original_record = ReplayRecord.run
 
     def counting(self: Queue, commands: list) -> None:
         names.extend(c.name for c in commands)
         original(self, commands)
-
-    def counting_record(self: ReplayRecord, new_specs: list) -> int:
-        names.append(self.name)
-        return original_record(self, new_specs)
     monkeypatch.setattr(Queue, "run_here", counting)
-    monkeypatch.setattr(ReplayRecord, "run", counting_record)
     return names
 
 

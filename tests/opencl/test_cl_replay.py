@@ -25,12 +25,12 @@ RNG = np.random.default_rng(5)
 def lean(monkeypatch) -> list[CLReplay]:
     """One entry per replay that went through the lean path (the record it used)."""
     calls: list[CLReplay] = []
-    original = CLReplay.submit
+    original = CLReplay.bind  # once per lean replay, before its one command is submitted
 
     def counting(self: CLReplay, new_specs: list):
         calls.append(self)
         return original(self, new_specs)
-    monkeypatch.setattr(CLReplay, "submit", counting)
+    monkeypatch.setattr(CLReplay, "bind", counting)
     return calls
 
 
@@ -98,17 +98,17 @@ def test_a_failed_enqueue_fails_the_call_its_result_is_refused_and_the_next_call
             np.testing.assert_array_equal(got.numpy(), 3 * (np.arange(4) + k) + 1)
         assert lean
         record = lean[-1]
-        good = record.enqueues
+        good = record.runner.enqueue  # its launches, as the one command's enqueue
 
         def refuse(queue, wait_for):
             raise RuntimeError("out of resources (injected)")
-        record.enqueues = [refuse]
+        record.runner.enqueue = refuse
         try:  # the jit's own replay entry, to keep the failed call's result tensor
             handle, _, results = step._replay_now((Tensor(np.arange(4, dtype=np.float32), device="CL"),))
             with pytest.raises(KernelError, match="injected"):
                 await handle
         finally:
-            record.enqueues = good
+            record.runner.enqueue = good
         assert lean[-1] is record
         with pytest.raises(RuntimeError, match="failed"):  # its result is refused as an input
             await step(results[0])
@@ -264,4 +264,30 @@ def test_awaited_replays_leave_at_most_one_deferred_record_and_none_once_awaited
         stats = compute.statistics()
         assert stats["pending_commands"] == 0 and stats["signal"] == stats["reserved"], stats
         assert len(lean) >= 20
+    run_on(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_eager_cl_loop_replays_its_twin_through_the_lean_path(library, lean, monkeypatch):
+    """An eager graph on one OpenCL device realized again and again (a schedule-cache template's hits)
+    gets a kept-runner twin (engine/program.py), whose plan takes the lean CL replay: each hit binds its
+    own input and result buffers, and earlier results keep their values."""
+    from atensor.engine import program as program_module
+    monkeypatch.setattr(program_module, "HOT_HITS", 2)
+    compute = Device.get("CL").compute
+
+    async def main() -> None:
+        kept = []
+        for k in range(12):
+            a_np = RNG.standard_normal(24).astype(np.float32)
+            before = compute.commands_run
+            y = (Tensor(a_np, device="CL") * 3 - 1).relu()  # one kernel
+            await y.realize()
+            np.testing.assert_allclose(y.numpy(), np.maximum(a_np * 3 - 1, 0), rtol=1e-6)
+            kept.append((y, a_np))
+            if k >= 8:
+                assert compute.commands_run - before <= 2  # the upload and the one replay command
+        assert len(lean) >= 4, len(lean)
+        for y, a_np in kept:  # each hit wrote its own buffer
+            np.testing.assert_allclose(y.numpy(), np.maximum(a_np * 3 - 1, 0), rtol=1e-6)
     run_on(library, main)

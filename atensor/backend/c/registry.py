@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from atensor.backend.c import compiler, library
 from atensor.backend.c import flags as c_flags
@@ -36,6 +36,7 @@ from atensor.backend.c.programs import RUNTIME
 from atensor.backend.c.render import Unsupported, render_c, variable_slots
 from atensor.backend.gemm import openblas
 from atensor.backend.quant import kernels as quant_kernels
+from atensor.backend.quant import tuning as quant_tuning
 from atensor.backend.quant.source import PACKED_CALL
 from atensor.graph.node import Node
 from atensor.graph.symbolic import Variable
@@ -129,24 +130,13 @@ def lookup(ast: Node) -> Optional[NativeKernel]:
     return REGISTRY.kernels.get(ast)
 
 
-_before_prepare: list[Callable[[list[Node]], None]] = []
-
-
-def before_prepare(hook: Callable[[list[Node]], None]) -> None:
-    """Has `hook` called with the ASTs of every batch of kernels `prepare` is given, before they compile:
-    backend/quant/tuning.py chooses the packed kernels' variants on their shapes there (it imports this
-    module, so it registers itself rather than being imported here)."""
-    _before_prepare.append(hook)
-
-
 def prepare(kernels: Iterable[tuple[Node, str]]) -> int:
     """Compiles the (ast, name) kernels not compiled yet, in one compiler call (two at once when some
     are longer than LARGE_SOURCE); returns how many were added (compiled, or bound to a loaded kernel
     of the same code). Blocking (seconds at worst, the GIL released while the compiler runs): call it from a
     worker thread, not the event loop. While profiling, the time is a "compile" host span naming them."""
     kernels = list(kernels)
-    for hook in _before_prepare:  # backend/quant/tuning.py: the packed kernels' variants chosen first
-        hook([ast for ast, _ in kernels])
+    quant_tuning.prepare_kernels([ast for ast, _ in kernels])  # the packed kernels' variants, chosen first
     if not collector.is_active():
         return _prepare(kernels)
     known, refused = REGISTRY.kernels, FAILURES.refused

@@ -12,7 +12,7 @@ portable variant runs: the C's own default is never what a family runs by its na
 
 When: `prepare(calls)` with the QMATMUL calls about to run: a model's projections at its load
 (models/llama.py, `prepare_model`), a batch of kernels before they compile (backend/c/registry.py's
-`prepare` calls `prepare_kernels`, registered with `registry.before_prepare`), one eager QMATMUL
+`prepare` calls `prepare_kernels`), one eager QMATMUL
 (`run_qmatmul`, the numpy backend's). Each family is chosen once per
 process, on every call of that family in the first batch that holds one (a decode step's products of
 every weight matrix of the model: its real shapes, summed). The shape class names the formats and
@@ -28,7 +28,6 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from atensor.backend.c import registry
 from atensor.backend.quant import kernels, source
 from atensor.config import settings
 from atensor.graph.node import Node, toposort
@@ -183,7 +182,7 @@ _eager_done: set[tuple[bool, bool]] = set()
 
 def prepare_kernels(asts: list[Node]) -> None:
     """`prepare` for the QMATMUL nodes of kernels about to be compiled (backend/c/registry.py's prepare
-    calls it: `before_prepare`): a decode step's program holds every projection of the model, so its
+    calls it): a decode step's program holds every projection of the model, so its
     family is chosen on all of them."""
     if len(_selected) == len(_MATMUL_FAMILIES):
         return
@@ -191,8 +190,6 @@ def prepare_kernels(asts: list[Node]) -> None:
     if calls:
         prepare(calls)
 
-
-registry.before_prepare(prepare_kernels)
 
 
 def prepare_model(shapes: Sequence[PackedShape], last_only: Sequence[PackedShape] = (), layers: int = 1,
