@@ -254,21 +254,67 @@ def push(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> Node:
         return view(src[0], arg)
     if op in (Ops.ASSIGN, Ops.STORE, Ops.PARAM):
         raise GraphError(f"{op.name} on a multi-device value: assign per shard (Tensor.assign does)")
+    if op is Ops.GATHER:
+        return _gather(dtype, src, arg)
+    if op is Ops.SCATTER:
+        return _scatter(dtype, src, arg)
     return _per_shard(op, dtype, src, arg)
+
+
+def _all_multi(op: Ops, src: tuple[Node, ...]) -> tuple[str, ...]:
+    """The devices of `src`, all MULTI on the same ones (else the error _per_shard gives)."""
+    if any(s.op is not Ops.MULTI for s in src):
+        raise GraphError(f"{op.name} on tensors of different devices ({[s.device for s in src]}): move one "
+                         f"with .to(devices) or .shard(devices, axis) first")
+    devices = src[0].device
+    if any(s.device != devices for s in src):
+        raise GraphError(f"{op.name} on tensors sharded over different devices: {[s.device for s in src]}")
+    return devices
+
+
+def _gather(dtype: DType, src: tuple[Node, ...], arg: Any) -> Node:
+    """GATHER(source (N,), index): the positions index the whole source, so every device gathers from
+    its whole copy of a replicated source with its own part of the index; the result is laid out like
+    the index. (The elementwise rule would split the source like the index, and each device would
+    read the wrong values.) A sharded source is refused: gathering it here would be copies the
+    gradient does not flow through."""
+    devices = _all_multi(Ops.GATHER, src)
+    source, index = src
+    if source.arg[0] is not None:
+        raise GraphError("indexing a tensor sharded over devices with a tensor index: replicate it first "
+                         "(t.to(devices)), or index each shard")
+    out = tuple(Node.make(Ops.GATHER, dtype, (s, i), arg) for s, i in zip(source.src, index.src))
+    return Node.make(Ops.MULTI, dtype, out, index.arg)
+
+
+def _scatter(dtype: DType, src: tuple[Node, ...], arg: Any) -> Node:
+    """SCATTER(base (N,), index, values): the whole (N,) value, replicated like the base. With the index
+    sharded (an embedding's gradient in data-parallel training) and reduce "sum", each device scatters
+    its part into zeros and one ALLREDUCE sums the partials, as a reduction over a sharded axis does;
+    the base is added after. Another reduce ("set", "max", "prod") with a sharded index is refused:
+    every device would need all of the index and values (replicate them first)."""
+    devices = _all_multi(Ops.SCATTER, src)
+    base, index, values = src
+    if base.arg[0] is not None:
+        raise GraphError("scatter into a tensor sharded over devices: replicate it first (t.to(devices))")
+    if index.arg[0] is None and values.arg[0] is None:
+        out = tuple(Node.make(Ops.SCATTER, dtype, parts, arg) for parts in zip(base.src, index.src, values.src))
+        return Node.make(Ops.MULTI, dtype, out, (None, None))
+    if arg != "sum" or index.arg != values.arg:
+        raise GraphError(f"scatter (reduce {arg!r}) with the index or values sharded over devices: only a "
+                         f"sum of values laid out like the index is; replicate them first (t.to(devices))")
+    partials = [Node.make(Ops.SCATTER, dtype, (Node.const(0, dtype, b.device, b.shape), i, v), arg)
+                for b, i, v in zip(base.src, index.src, values.src)]
+    summed = allreduce(partials, ReduceOp.SUM)
+    return Node.make(Ops.MULTI, dtype, tuple(b.alu(Ops.ADD, t) for b, t in zip(base.src, summed.src)),
+                     (None, None))
 
 
 def _per_shard(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> Node:
     """An op that keeps its operands' shape (elementwise, contiguous, detach, ...), run on each device
     with its operands laid out alike: the first sharded operand's layout wins, replicated operands
     are sliced (a view, no copy), and an operand split differently is resharded."""
-    for s in src:
-        if s.op is not Ops.MULTI:
-            devices = [x.device for x in src]
-            raise GraphError(f"{op.name} on tensors of different devices ({devices}): move one with "
-                             f".to(devices) or .shard(devices, axis) first")
-    devices = src[0].device
-    if any(s.device != devices for s in src):
-        raise GraphError(f"{op.name} on tensors sharded over different devices: {[s.device for s in src]}")
+    devices = _all_multi(op, src)
     axis, bounds = next((s.arg for s in src if s.arg[0] is not None), (None, None))
     aligned = [s.src if s.arg == (axis, bounds) else reshard(s, devices, axis, bounds).src for s in src]
     out = tuple(Node.make(op, dtype, tuple(parts), arg) for parts in zip(*aligned))

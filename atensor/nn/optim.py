@@ -23,19 +23,25 @@ import numpy as np
 
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
+from atensor.nn.state import load_state_dict
 from atensor.porting import missing_name
 from atensor.tensor.tensor import Tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "Muon", "newton_schulz", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
-           "OneCycleLR", "LinearWarmup"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "Muon", "newton_schulz", "LRScheduler", "StepLR",
+           "MultiStepLR", "CosineAnnealingLR", "OneCycleLR", "LinearWarmup", "WarmupCosineLR"]
+
+
+def _constant(values: np.ndarray, like: Tensor) -> Tensor:
+    """A tensor with storage holding `values`, on `like`'s device (replicated when it is sharded)."""
+    t = Tensor(values)
+    if isinstance(like.device, tuple):
+        return t.shard(like.device).clone()
+    return t.to(like.device).clone() if like.device != t.device else t
 
 
 def _scalar(value: float, like: Tensor) -> Tensor:
     """A one-element float32 tensor with storage, on `like`'s device (replicated when it is sharded)."""
-    t = Tensor(np.array([value], dtype=np.float32))
-    if isinstance(like.device, tuple):
-        return t.shard(like.device).clone()
-    return t.to(like.device).clone() if like.device != t.device else t
+    return _constant(np.array([value], dtype=np.float32), like)
 
 
 def _state_like(t: Tensor) -> Tensor:
@@ -90,9 +96,15 @@ class Optimizer:
     `fused=True` moves all parameters into one flat buffer (per device) that they become views of,
     as tinygrad's FUSE_OPTIM and PyTorch's flat-parameter schemes do: the gradient is then one flat
     tensor (one allreduce for data parallel training) and the update a few kernels over it instead
-    of a few per parameter."""
+    of a few per parameter.
 
-    def __init__(self, params: Sequence[Tensor], lr: float, fused: bool = False):
+    `max_grad_norm` clips the gradients as `torch.nn.utils.clip_grad_norm_` does before the update:
+    every gradient times min(1, max_grad_norm / (norm + 1e-6)), `norm` the 2-norm of all of them
+    together; each step leaves that norm (before clipping) in `grad_norm`, a tensor of the step's
+    graph (realize it with the step to read it)."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float, fused: bool = False,
+                 max_grad_norm: Optional[float] = None):
         for t in params:
             if t.requires_grad is None:
                 t.requires_grad = True
@@ -106,6 +118,10 @@ class Optimizer:
         self._consts: dict[tuple, Tensor] = {}
         self.lr = _scalar(lr, self.params[0])
         self.state: list[Tensor] = [self.lr]
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be positive (or None: no clipping), got {max_grad_norm}")
+        self.max_grad_norm = max_grad_norm
+        self.grad_norm: Optional[Tensor] = None
 
     def _c(self, value: float, like: Tensor) -> Tensor:
         """A constant shaped and placed like `like`, made once: building an update from cached
@@ -130,7 +146,7 @@ class Optimizer:
         grads = [t.grad if t.grad is not None else t.zeros_like() for t in targets]
         devices = targets[0].device
         if not isinstance(devices, tuple):
-            self._update(targets, grads, lambda t: t)
+            self._update(targets, self._clipped(grads, first=True), lambda t: t)
             return targets + self.buffers + self.state
         # replicated parameters: every device updates its own replica from the (allreduced) gradient,
         # built per device on the shards, which is cheaper than pushing each op through MULTI
@@ -143,8 +159,44 @@ class Optimizer:
                         raise ValueError(f"optimizer tensors on {t.device}, parameters on {devices}")
                     picked[id(t)] = t.shards[k]
                 return picked[id(t)]
-            self._update([on_device(t) for t in targets], [on_device(g) for g in grads], on_device)
+            self._update([on_device(t) for t in targets], self._clipped([on_device(g) for g in grads], k == 0),
+                         on_device)
         return targets + self.buffers + self.state
+
+    def _clipped(self, grads: list[Tensor], first: bool) -> list[Tensor]:
+        """`grads` scaled to a total 2-norm of at most `max_grad_norm` (PyTorch's clip_grad_norm_
+        rule); the norm goes to `grad_norm` when `first` (the first device's, for replicated ones)."""
+        if self.max_grad_norm is None:
+            return grads
+        squares = [(g.float() * g.float()).sum() for g in grads]
+        norm = squares[0]
+        for more in squares[1:]:
+            norm = norm + more
+        norm = norm.sqrt()
+        if first:
+            self.grad_norm = norm
+        scale = (self.max_grad_norm / (norm + 1e-6)).minimum(1.0)
+        return [g * scale.cast(g.dtype) for g in grads]
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The optimizer's state tensors by attribute name, for a checkpoint: "lr", and per update
+        target i its slots ("m.0", "v.0" for Adam; "b.0" for SGD) and running values ("b1_t")."""
+        kept = {id(t) for t in self.state}
+        out: dict[str, Tensor] = {}
+        for name, value in vars(self).items():
+            if name == "state":
+                continue
+            if isinstance(value, Tensor) and id(value) in kept:
+                out[name] = value
+            elif isinstance(value, list):
+                out.update((f"{name}.{i}", t) for i, t in enumerate(value) if isinstance(t, Tensor) and id(t) in kept)
+        return out
+
+    def load_state_dict(self, arrays: dict[str, Any]) -> list[Tensor]:
+        """Assigns a `state_dict()`'s saved values (arrays or tensors) into this optimizer's state
+        (lazily; realize the returned tensors, or just step: the assigns run first). The keys and
+        shapes must match: the same model, optimizer and `fused` setting."""
+        return load_state_dict(self.state_dict(), arrays)
 
     def step(self, *also: Tensor) -> Any:
         """Realizes one update of every parameter, together with `also` (pass the loss: a value that
@@ -192,6 +244,21 @@ class SGD(Optimizer):
             first.assign(first * 0)
 
 
+def _decay_masks(opt: Optimizer, exempt: Sequence[Tensor]) -> list[Optional[Tensor]]:
+    """Per update target, where weight decay applies: None (all of it), or a 0/1 tensor laid out like
+    the target (the fused flat buffer, where exempt parameters' slices are 0). An unfused exempt
+    parameter is left out of `decayed` instead (no mask to read)."""
+    skip = {id(t) for t in exempt}
+    unknown = skip - {id(t) for t in opt.params}
+    if unknown:
+        raise ValueError(f"{len(unknown)} tensor(s) exempted from weight decay are not parameters of the optimizer")
+    if not skip or opt.targets is opt.params:
+        return [None] * len(opt.targets)
+    flat = opt.targets[0]
+    mask = np.concatenate([np.full(p.numel(), 0.0 if id(p) in skip else 1.0, flat.dtype.np) for p in opt.params])
+    return [_constant(mask, flat)]
+
+
 def _init_moments(opt: Optimizer, b1: float, b2: float, eps: float, wd: float) -> None:
     """Adam's and LAMB's state: the running powers b1^t, b2^t and the first and second moments."""
     opt.b1, opt.b2, opt.eps, opt.wd = b1, b2, eps, wd
@@ -209,16 +276,21 @@ def _advance_powers(opt: Optimizer, state: Callable[[Tensor], Tensor]) -> tuple[
 
 class Adam(Optimizer):
     """Adam (Kingma and Ba) with bias correction, PyTorch's rule; `weight_decay` adds wd * p to the
-    gradient (L2); AdamW decouples it instead."""
+    gradient (L2); AdamW decouples it instead. `no_decay`: parameters weight decay leaves alone (as a
+    PyTorch parameter group with weight_decay 0 would: biases and norms, in GPT training)."""
     decoupled = False
 
     def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
                  eps: float = 1e-8, weight_decay: float = 0.0, betas: Optional[tuple[float, float]] = None,
-                 fused: bool = False):
-        super().__init__(params, lr, fused)
+                 fused: bool = False, max_grad_norm: Optional[float] = None, no_decay: Sequence[Tensor] = ()):
+        super().__init__(params, lr, fused, max_grad_norm)
         if betas is not None:
             b1, b2 = betas
         _init_moments(self, b1, b2, eps, weight_decay)
+        self.decay_masks = _decay_masks(self, no_decay)
+        exempt = {id(t) for t in no_decay}
+        self.decayed = [bool(weight_decay) and id(t) not in exempt for t in self.targets]  # fused: and the mask
+        self.state += [m for m in self.decay_masks if m is not None]
 
     def _update(self, params: list[Tensor], grads: list[Tensor], state: Callable[[Tensor], Tensor]) -> None:
         c, lr = self._c, state(self.lr)
@@ -229,14 +301,17 @@ class Adam(Optimizer):
         root = (1.0 - b2_t).rsqrt()
         for i, (t, g) in enumerate(zip(params, grads)):
             p = t.detach()
-            if self.wd and not self.decoupled:
-                g = g + p * c(self.wd, p)
+            mask = None if self.decay_masks[i] is None else state(self.decay_masks[i])
+            decays = self.decayed[i]
+            if decays and not self.decoupled:
+                g = g + (p * c(self.wd, p) if mask is None else p * mask * c(self.wd, p))
             m, v = state(self.m[i]), state(self.v[i])
             m = m.assign(m * c(self.b1, p) + g * c(1.0 - self.b1, p))
             v = v.assign(v * c(self.b2, p) + (g * g) * c(1.0 - self.b2, p))
             update = m * step / (v.sqrt() * root + c(self.eps, p))
-            if self.wd and self.decoupled:
-                update = update + p * (lr * self.wd)
+            if decays and self.decoupled:
+                decay = p * (lr * self.wd)
+                update = update + (decay if mask is None else decay * mask)
             t.assign((p - update).cast(t.dtype))
 
 
@@ -246,8 +321,8 @@ class AdamW(Adam):
 
     def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
                  eps: float = 1e-8, weight_decay: float = 0.01, betas: Optional[tuple[float, float]] = None,
-                 fused: bool = False):
-        super().__init__(params, lr, b1, b2, eps, weight_decay, betas, fused)
+                 fused: bool = False, max_grad_norm: Optional[float] = None, no_decay: Sequence[Tensor] = ()):
+        super().__init__(params, lr, b1, b2, eps, weight_decay, betas, fused, max_grad_norm, no_decay)
 
 
 class LAMB(Optimizer):
@@ -415,6 +490,25 @@ class LinearWarmup(LRScheduler):
         frac = min(1.0, self.epoch / max(1, self.warmup_steps))
         return self.lr0 * (self.start_factor + (1 - self.start_factor) * frac)
 
+
+class WarmupCosineLR(LRScheduler):
+    """GPT training's schedule (nanoGPT's get_lr): lr rises linearly to the base rate over
+    `warmup_steps` (base * (step + 1) / warmup_steps), then follows a half cosine down to `min_lr` at
+    `total_steps`, and stays there."""
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0):
+        if warmup_steps < 0 or total_steps < 1:
+            raise ValueError(f"WarmupCosineLR needs warmup_steps >= 0 and total_steps >= 1, got "
+                             f"{warmup_steps} and {total_steps}")
+        self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        if self.epoch < self.warmup_steps:
+            return self.lr0 * (self.epoch + 1) / self.warmup_steps
+        decay_steps = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (self.epoch - self.warmup_steps) / decay_steps)
+        return self.min_lr + (self.lr0 - self.min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
 
 def __getattr__(name: str) -> object:

@@ -24,11 +24,12 @@ SPAN_KINDS: tuple[str, ...] = ("kernel", "copy", "allreduce", "wait")
 
 # What the host (the event loop's thread, the dispatcher, the compiler thread) can be doing:
 # scheduling and planning, compiling kernels, submitting, awaiting results, a job waiting in the
-# dispatcher's queue, a cyclic garbage collection, loading or saving weights, a jitted call, and a
-# trio or asyncio task's own code running on the loop thread (tasks.py). The summary's "host" table and its
-# coverage line (summary.py) are made of these.
+# dispatcher's queue, a cyclic garbage collection, loading or saving weights, a jitted call, a
+# trio or asyncio task's own code running on the loop thread (tasks.py), and a data pipeline's work
+# (tokenizing, batching, the training loop waiting for a batch: atensor/nn/data.py). The summary's "host"
+# table and its coverage line (summary.py) are made of these.
 HOST_CATEGORIES: tuple[str, ...] = (
-    "schedule", "compile", "submit", "await", "wait", "gc", "load", "call", "task",
+    "schedule", "compile", "submit", "await", "wait", "gc", "load", "call", "task", "data",
 )
 
 

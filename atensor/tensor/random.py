@@ -43,6 +43,18 @@ def manual_seed(seed: int) -> None:
         _state["seed"], _state["counter"] = int(seed) & (2**64 - 1), 0
 
 
+def get_state() -> tuple[int, int]:
+    """The generator's (seed, counter): what a checkpoint saves to continue the same stream."""
+    with _lock:
+        return _state["seed"], _state["counter"]
+
+
+def set_state(seed: int, counter: int) -> None:
+    """Puts the generator at `seed` and `counter` (a state `get_state` returned)."""
+    with _lock:
+        _state["seed"], _state["counter"] = int(seed) & (2**64 - 1), int(counter)
+
+
 def take(count: int) -> tuple[int, int]:
     """(seed, first counter) of the next `count` counters, which no later draw gets."""
     with _lock:

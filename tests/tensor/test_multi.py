@@ -264,3 +264,32 @@ def test_from_shards_refuses_parts_that_do_not_fit():
         Tensor.from_shards([Tensor([[1.0, 2.0]], device="CPU:0"), Tensor([[1.0]], device="CPU:1")], axis=0)
     with pytest.raises(GraphError, match="replicas must have one shape"):
         Tensor.from_shards([Tensor([1.0, 2.0], device="CPU:0"), Tensor([1.0], device="CPU:1")])
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_an_embedding_lookup_with_a_sharded_index_reads_the_whole_replicated_table_and_its_gradient_sums(n):
+    # GATHER indexes the whole flat source: each device reads its rows of the index from its whole copy
+    # of the table (the elementwise rule split the table like the index: wrong values). The gradient, a
+    # scatter-add of every device's rows, is summed over the devices (one allreduce), replicated.
+    table = RNG.standard_normal((11, 4)).astype(np.float32)
+    idx = RNG.integers(0, 11, size=(5, 3)).astype(np.int32)
+    upstream = RNG.standard_normal((5, 3, 4)).astype(np.float32)
+    expected_grad = np.zeros_like(table)
+    np.add.at(expected_grad, idx, upstream)
+    w = Tensor(table).to(devices(n))
+    w.requires_grad = True
+    out = w[Tensor(idx).shard(devices(n), axis=0)]
+    (out * Tensor(upstream).shard(devices(n), axis=0)).sum().backward()
+    check(out, table[idx])
+    assert w.grad.device == devices(n)
+    check(w.grad, expected_grad)
+
+
+def test_indexing_a_sharded_table_or_scattering_a_sharded_set_says_to_replicate_first():
+    idx = Tensor(np.array([0, 3, 3, 4], np.int32)).shard(devices(2), axis=0)
+    with pytest.raises(GraphError, match="replicate it first"):
+        Tensor(X).shard(devices(2), axis=0)[idx]
+    base = Tensor(np.zeros(9, np.float32)).to(devices(2))
+    vals = Tensor(np.ones(4, np.float32)).shard(devices(2), axis=0)
+    with pytest.raises(GraphError, match="replicate them first"):
+        base.scatter(0, idx, vals)
