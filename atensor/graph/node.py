@@ -29,8 +29,8 @@ _uid_lock = threading.Lock()
 
 class _MultiRules:
     """How nodes over sharded (MULTI) sources are made: graph/multi.py's `push`, `view`, `movement`
-    and `infer`, which it registers here when imported (`register_multi`), so that this module does
-    not import it back. `import atensor` always imports graph/multi.py (through tensor/multi.py)."""
+    and `infer`, handed here by graph/__init__.py (`register_multi`) before any graph module is used,
+    so that this module does not import graph/multi.py back (the import order does not matter)."""
     push: Any
     view: Any
     movement: Any
