@@ -34,7 +34,7 @@ from atensor.hcq.queue import lower_priority
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-from atensor.engine.plan import Submission
+from atensor.engine.submission import Submission
 
 
 class Recording(list):

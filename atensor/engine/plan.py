@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import ctypes
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional
 
 from atensor.config import current_settings, settings
@@ -83,37 +82,13 @@ from atensor.engine.net_replay import NetAlone, net_alone_for
 from atensor.engine.lower import fill_slots, runner_for, swap_buffers
 from atensor.engine.patching import AddressSlots
 from atensor.engine.replay import RECORD_MAX_TASKS, ReplayRecord, record_for
+from atensor.engine.submission import Submission
 from atensor.hcq.buffer import Buffer, Clock
 from atensor.hcq.device import all_idle
-from atensor.hcq.queue import Command, DependencyFailed, Queue
+from atensor.hcq.queue import Command, Queue
 from atensor.hcq.signal import Signal
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
-
-
-@dataclass
-class Submission:
-    """What one submission put on the queues: the last value per queue and each task's place."""
-    final: dict[Queue, int] = field(default_factory=dict)
-    placed: list[tuple[Signal, int, Task]] = field(default_factory=list)
-
-    def waits(self) -> list[tuple[Signal, int]]:
-        """The (signal, value) pairs that are all reached once every command of it has run."""
-        return [(q.signal, v) for q, v in self.final.items()]
-
-    def first_failure(self) -> Optional[BaseException]:
-        """The root-cause error of the graph (a failed task, not one that was skipped because of it)."""
-        if not any(queue.signal.has_failures() for queue in self.final):
-            return None  # the common case: no value of these queues ever failed
-        skipped: Optional[BaseException] = None
-        for signal, value, _ in self.placed:
-            err = signal.failure(value)
-            if err is None:
-                continue
-            if not isinstance(err, DependencyFailed):
-                return err
-            skipped = skipped or err
-        return skipped
 
 
 _next_task_id = 0

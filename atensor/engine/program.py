@@ -71,7 +71,8 @@ from atensor.backend.c import compiler, programs, registry
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Access, Copy, Kernel, Task
 from atensor.engine.lower import fill_slots
-from atensor.engine.plan import Plan, Submission
+from atensor.engine.plan import Plan
+from atensor.engine.submission import Submission
 from atensor.hcq.device import Device, all_idle
 from atensor.profiler import collector
 from atensor.sched.cache import Template

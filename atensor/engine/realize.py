@@ -34,7 +34,8 @@ from atensor.hcq.gcpause import gc_paused
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.dispatch import Job, Recording, dispatcher, recording
 from atensor.sched import cache, schedule as sched
-from atensor.engine.plan import Submission, execute
+from atensor.engine.plan import execute
+from atensor.engine.submission import Submission
 from atensor.engine.program import CapturedProgram
 from atensor.ledger import versions
 from atensor.profiler import collector

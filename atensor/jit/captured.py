@@ -23,7 +23,7 @@ from atensor.graph.taskgraph import Task
 from atensor.hcq.buffer import Buffer
 from atensor.engine.dispatch import Job, Recording
 from atensor.engine.handle import RealizeHandle
-from atensor.engine.plan import Submission
+from atensor.engine.submission import Submission
 from atensor.engine.program import CapturedProgram
 from atensor.jit.callkey import ProgramKey, _leaves, program_key
 from atensor.ledger import versions
