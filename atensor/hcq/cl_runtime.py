@@ -223,11 +223,23 @@ def program(handle: CLDevice, source: str) -> Any:
                 built = cl.Program(handle.context, source).build(devices=[handle.device])
             except cl.Error as exc:
                 raise RuntimeError(f"OpenCL could not build a program for CL:{handle.index} "
-                                   f"({handle.description}): {exc}\n--- source ---\n{source}") from None
+                                   f"({handle.description}): {exc}{_driver_hint(str(exc))}"
+                                   f"\n--- source ---\n{source}") from None
             programs_built += 1
             _store(path, built.get_info(cl.program_info.BINARIES)[0])
         handle.programs[source] = built
     return built
+
+
+def _driver_hint(log: str) -> str:
+    """What to do when the build failed for the driver's own reason, not the program's: pocl built on an
+    LLVM older than the CPU (the pip wheel's LLVM 14 on an AMD Zen 5) names the CPU 'generic', which that
+    LLVM rejects, so no kernel builds at all."""
+    if "unknown target CPU" not in log:
+        return ""
+    return ("\n(the OpenCL driver's compiler does not know this CPU, so it builds no program: use a pocl built "
+            "on a newer LLVM, e.g. Debian's or Ubuntu's `apt install pocl-opencl-icd`, which pyopencl's ICD "
+            "loader lists before the wheel's pocl, or set POCL_LLVM_CPU_NAME to a CPU it knows (pocl 5 and later))")
 
 
 def build_together(handle: CLDevice, prelude: str, bodies: list[str]) -> None:
