@@ -75,7 +75,8 @@ async def test_a_background_compile_is_on_its_own_track(monkeypatch, tmp_path):
 
 async def test_a_job_waiting_for_the_dispatcher_is_a_wait_span_before_its_scheduling():
     x = Tensor(np.arange(64, dtype=np.float32))
-    with atensor.profile() as prof:
+    # race proofs send every realize to the dispatcher (a small one is otherwise planned inline, unqueued)
+    with atensor.Context(racecheck=True), atensor.profile() as prof:
         await ((x + 1) * 3).sum().realize()
     waits = [h for h in prof.host_spans if h.category == "wait" and h.track == "dispatcher queue"]
     assert waits, prof.host_spans
