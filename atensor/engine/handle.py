@@ -34,6 +34,17 @@ class RealizeHandle:
         self.job, self.result = job, result
         self._error: Optional[BaseException] = None
 
+    @staticmethod
+    def finished(result: Any, error: Optional[BaseException] = None) -> RealizeHandle:
+        """The handle of a realize that ran to its end while it was issued, with no job or submission
+        (engine/eager_replay.py): awaiting it is a checkpoint, then `error` raised when it failed.
+        Without a result or an error, one shared handle: nothing about it changes."""
+        if result is None and error is None:
+            return _FINISHED
+        job = Job(None, [])
+        job.error = error
+        return RealizeHandle(job, result)
+
     def __await__(self) -> Generator[Any, None, Any]:
         return self._wait_async().__await__()
 
@@ -120,6 +131,9 @@ class RealizeHandle:
                     break
         if err is not None:
             raise_kept(err)
+
+
+_FINISHED = RealizeHandle(Job(None, []), None)  # `RealizeHandle.finished`'s shared handle
 
 
 def planned_so_far() -> Optional[RealizeHandle]:
