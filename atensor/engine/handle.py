@@ -2,7 +2,8 @@
 
 A realize is already dispatched when `realize()` returns (engine/dispatch.py's dispatcher plans and
 submits it); the handle waits for the dispatcher's timeline value of the job, then for every
-queue value its submission published.
+queue value its submission published. A realize that ran to its end while it was issued (an eager
+replay, engine/eager_replay.py) has a finished handle instead, with no job to wait for.
 
 Cancellation: cancelling `await handle` stops the waiting only. The job is dispatched and its
 commands run to completion, like commands on a GPU; a later await of the same tensor finds the
@@ -44,6 +45,11 @@ class RealizeHandle:
         job = Job(None, [])
         job.error = error
         return RealizeHandle(job, result)
+
+    def _finished_await(self) -> Generator[Any, None, Any]:
+        """`__await__` of the shared finished handle: the checkpoint alone (nothing to wait for or raise,
+        no span: it never ran under a profile), without `_wait_async`'s frame and checks."""
+        return checkpoint().__await__()
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self._wait_async().__await__()
@@ -133,7 +139,12 @@ class RealizeHandle:
             raise_kept(err)
 
 
-_FINISHED = RealizeHandle(Job(None, []), None)  # `RealizeHandle.finished`'s shared handle
+class _Finished(RealizeHandle):
+    """`RealizeHandle.finished`'s shared handle (no result, no error): awaiting it is one checkpoint."""
+    __await__ = RealizeHandle._finished_await
+
+
+_FINISHED = _Finished(Job(None, []), None)
 
 
 def planned_so_far() -> Optional[RealizeHandle]:
