@@ -46,9 +46,11 @@ from atensor.backend.c import registry
 from atensor.engine.plan import Plan
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
-from atensor.graph.node import BufferSpec, Node
+from atensor.graph.node import Node
 from atensor.hcq.buffer import Buffer
+from atensor.ledger import record_of as _record_of
 from atensor.ledger.versions import record_realized
+from atensor.sched.cache import GraphKey, Template
 
 
 @dataclass(eq=False)
@@ -80,39 +82,38 @@ class EagerReplay:
         current = self.twin._current
         return current is self.current and current[0] == registry.REGISTRY.epoch
 
-    def run(self, fill: list[BufferSpec], realized: list[tuple[Node, BufferSpec]], order: list[Node],
-            roots: list[Node]) -> Optional[BaseException]:
-        """Runs the hit whose buffers are `fill` (`Template.fill`'s) and commits what it realizes
-        (`realized`, the graph's nodes `order` and its `roots`, as `Schedule.commit` would). Returns None
-        when done, or what the run raised (committed all the same, its written buffers marked failed, as
-        the general path leaves a failed submission). The caller checked `reads_ok` first."""
-        record = self.record
+    def run(self, key: GraphKey, template: Template, roots: list[Node]) -> Optional[BaseException] | bool:
+        """Runs the hit of `template` whose graph `key` describes (its `roots`, the assigns it realizes)
+        and commits what it realizes, as `Schedule.commit` would. Returns None when done; False, with
+        nothing changed, when it declines: a stale read (`check_versions`) or a read of a failed task's
+        contents (`Plan.submit`'s read-first check), which the general path raises; or what the run
+        raised, committed all the same and its written buffers marked failed, as the general path
+        leaves a failed submission."""
+        record_of = _record_of
+        for node in key.buffer_nodes:  # `check_versions`, without its raise
+            spec, version = node.arg
+            found = record_of(spec.uid)
+            if found is not None and version < found.version:
+                return False
+        fill, realized, _ = template.fill(key)
         new_specs = [fill[i] for i in self.swapped_fill]
+        record = self.record
+        reads = record.reads_fixed if not record.reads_swapped else record.reads_of(new_specs)
+        for buf, _ in reads:
+            if buf.writes:
+                buf.pending_writes()  # folds a finished write that failed into `failure`
+            if buf.failure is not None:
+                return False
         failure: Optional[BaseException] = None
         try:
             self.plan.run_record(new_specs)
         except BaseException as exc:  # (native kernels cannot fail: a failed allocation, an interrupt)
             failure = exc
-        record_realized(realized, order, {}, roots, roots)
+        record_realized(realized, key.order, {}, roots, roots)
         if failure is not None:
             for j in record.written_swapped:
                 Buffer.of(new_specs[j]).failure = failure
         return failure
-
-    def reads_ok(self, fill: list[BufferSpec]) -> bool:
-        """False when a buffer the plan reads before writing it holds a failed task's contents (the
-        general path refuses the read, so this declines): `Plan.submit`'s read-first check."""
-        record = self.record
-        reads = [buf for buf, _ in record.reads_fixed]
-        if record.reads_swapped:
-            swapped_fill, of = self.swapped_fill, Buffer.of
-            reads += [of(fill[swapped_fill[j]]) for j, _ in record.reads_swapped]
-        for buf in reads:
-            if buf.writes:
-                buf.pending_writes()  # folds a finished write that failed into `failure`
-            if buf.failure is not None:
-                return False
-        return True
 
 
 __all__ = ["EagerReplay"]

@@ -188,14 +188,9 @@ def _hot_hit(items: list[tuple[Node, Optional[Storage]]], config: Any,
         replay = program.eager = EagerReplay.of(program)
         if replay is None:
             return None, found
-    try:
-        versions.check_versions(key.buffer_nodes)
-    except versions.StaleReadError:
-        return None, found  # the general path raises it
-    fill, realized, _ = template.fill(key)
-    if not replay.reads_ok(fill):
-        return None, found  # the general path refuses the read
-    failure = replay.run(fill, realized, key.order, roots)
+    failure = replay.run(key, template, roots)
+    if failure is False:
+        return None, found  # a stale or failed read: the general path raises it
     if failure is not None and not isinstance(failure, Exception):
         raise failure  # (an interrupt: raised from the call, as the general path's inline plan does)
     return RealizeHandle.finished(result, failure), None

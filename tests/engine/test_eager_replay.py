@@ -31,9 +31,11 @@ def replays(monkeypatch) -> list[int]:
     runs: list[int] = []
     run = eager_replay.EagerReplay.run
 
-    def counting(self, fill, realized, order, roots):
-        runs.append(len(fill))
-        return run(self, fill, realized, order, roots)
+    def counting(self, key, template, roots):
+        failure = run(self, key, template, roots)
+        if failure is not False:  # (False: declined, nothing ran)
+            runs.append(len(roots))
+        return failure
     monkeypatch.setattr(eager_replay.EagerReplay, "run", counting)
     return runs
 
