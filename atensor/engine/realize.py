@@ -153,8 +153,8 @@ def _job(items: list[tuple[Node, Optional[Storage]]], given: list[tuple[BufferSp
 
 
 # a graph's key and its template (None: a miss), found by `_hot_hit` on these roots while holding the
-# dispatcher, for `schedule` to use rather than walk the graph again
-_Found = tuple[cache.GraphKey, Optional[cache.Template], list[Node]]
+# dispatcher, for `schedule` to use rather than walk the graph again (no key: the walk met a realized value)
+_Found = tuple[Optional[cache.GraphKey], Optional[cache.Template], list[Node]]
 
 
 def _hot_hit(items: list[tuple[Node, Optional[Storage]]], config: Any,
@@ -176,8 +176,8 @@ def _hot_hit(items: list[tuple[Node, Optional[Storage]]], config: Any,
         bases.setdefault(id(base), base)
     roots = list(bases.values())
     key = cache.walk_key(roots, (config.allreduce_bucket_bytes,), ledger.value_entry)
-    if key is None:
-        return None, None
+    if key is None:  # a realized value in the graph: `schedule` substitutes it, without this walk again
+        return None, (None, None, roots)
     template = cache.lookup(key)
     found = (key, template, roots)
     program = _programs.get(template) if template is not None else None
@@ -350,7 +350,7 @@ def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[
 
 
 def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[Recording] = None,
-          found: Optional[tuple[cache.GraphKey, Optional[cache.Template]]] = None) -> Submission:
+          found: Optional[tuple[Optional[cache.GraphKey], Optional[cache.Template]]] = None) -> Submission:
     start = time.perf_counter_ns()
     result = sched.schedule(roots, pending, record.since_uid if record is not None else None, found)
     if record is not None:  # atensor.jit is capturing this call: keep what it ran

@@ -217,3 +217,26 @@ def test_a_profiled_or_busy_hit_takes_the_general_path(replays):
     assert len([s for s in prof.spans if s.kind == "kernel"]) == 2  # one span per task
     step(4.0)
     _expect(replays, 1)
+
+
+def test_a_declined_hit_hands_its_walk_to_schedule_so_the_graph_is_walked_once(replays, monkeypatch):
+    """What `_hot_hit` found (the key and template, or that the walk met a realized value) goes on to
+    `schedule`: one walk per realize, and a realized value in the graph is read from its buffer."""
+    from atensor.sched import cache
+    walks: list[int] = []
+    walk_key = cache.walk_key
+
+    def counting(roots, settings, has_entry):
+        walks.append(len(roots))
+        return walk_key(roots, settings, has_entry)
+    monkeypatch.setattr(cache, "walk_key", counting)
+    x = Tensor(np.arange(6, dtype=np.float32)).realize().wait()
+    a = (x + 1).contiguous()
+    held = a.node  # (held: the ledger keeps a realized value as long as its node lives)
+    a.realize().wait()  # a miss: walked once, then scheduled afresh
+    assert len(walks) == 1
+    b = ((x + 1).contiguous() * 2).realize().wait()  # the same (interned) x + 1: its value is a's buffer
+    assert len(walks) == 2
+    assert b.tolist() == [2.0 * (k + 1) for k in range(6)]
+    assert replays == []
+    del held  # (alive until b was scheduled)
