@@ -23,7 +23,8 @@ A lowering choice of the one mechanism, not a second engine: the template, its p
 and the twin plan's record are the schedule cache's and `Plan.submit`'s own; this only skips the
 glue between them. What it keeps from the general path (tests/engine/test_eager_replay.py checks each):
 - the order: it runs only with the dispatcher claimed (nothing queued or being planned) and every
-  queue idle (`all_idle`), no profile, no capture, no race proofs, DEBUG < 2, nothing pending;
+  queue idle (`all_idle`), no profile, no capture, no race proofs, DEBUG < 2, no pending assign
+  to realize along (`_flush_along`);
 - the ledger: the same versions, realized values and heads (`record_realized` with the same
   arguments); the record runs before the commit, so no other thread sees a committed version whose
   data is not written yet (the general path holds those buffers in flight across that window);

@@ -129,9 +129,9 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
         dispatcher.submit(job)
         return RealizeHandle(job, result)
     found = None  # planned here, holding the dispatcher: first as a hot template's replay, if it is one
-    if record is None and not given and not pending and config.schedule_cache:
+    if record is None and not given and config.schedule_cache:
         try:
-            handle, found = _hot_hit(items, config, result)
+            handle, found = _hot_hit(items, pending, config, result)
         except BaseException:
             dispatcher.unclaim()
             raise
@@ -157,12 +157,13 @@ def _job(items: list[tuple[Node, Optional[Storage]]], given: list[tuple[BufferSp
 _Found = tuple[Optional[cache.GraphKey], Optional[cache.Template], list[Node]]
 
 
-def _hot_hit(items: list[tuple[Node, Optional[Storage]]], config: Any,
+def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], config: Any,
              result: Any) -> tuple[Optional[RealizeHandle], Optional[_Found]]:
     """A realize of computed tensors whose graph hits a hot template with an `EagerReplay`
     (engine/eager_replay.py), run here: (its finished handle, None). Otherwise (declined, nothing run
     or committed) (None, what was found of its key and template, or None). The caller holds the
-    dispatcher, and nothing is pending, captured or claimed along."""
+    dispatcher; nothing is captured or claimed along, and of the `pending` assigns none may have to
+    be realized along (`_flush_along`: one reads a version this graph overwrites), else it declines."""
     if collector.is_active() or config.debug >= 2 or not all_idle():
         return None, None
     bases: dict[int, Node] = {}
@@ -175,6 +176,8 @@ def _hot_hit(items: list[tuple[Node, Optional[Storage]]], config: Any,
             return None, None
         bases.setdefault(id(base), base)
     roots = list(bases.values())
+    if pending and len(versions._flush_along(roots, pending)) != len(roots):
+        return None, None  # (`schedule` takes them along)
     key = cache.walk_key(roots, (config.allreduce_bucket_bytes,), ledger.value_entry)
     if key is None:  # a realized value in the graph: `schedule` substitutes it, without this walk again
         return None, (None, None, roots)

@@ -96,8 +96,8 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
     capture, jit/jit.py), a value realized into a buffer older than that id is computed again
     rather than read from there: the graph then depends only on what the capture was given.
     `found`: the `walk_key` of `roots` and its `cache.lookup` (None, None when the walk stopped at a
-    realized value), which the caller made with nothing pending, no `since_uid` and the cache on, and
-    nothing committed since (engine/realize.py `_hot_hit`)."""
+    realized value), which the caller made with no pending assign to take
+    along, no `since_uid` and the cache on, and nothing committed since (engine/realize.py `_hot_hit`)."""
     requested = len(roots)
     if pending:
         roots = _flush_along(roots, pending)

@@ -240,3 +240,39 @@ def test_a_declined_hit_hands_its_walk_to_schedule_so_the_graph_is_walked_once(r
     assert b.tolist() == [2.0 * (k + 1) for k in range(6)]
     assert replays == []
     del held  # (alive until b was scheduled)
+
+
+def test_an_unrelated_pending_assign_stays_pending_and_one_the_graph_overwrites_goes_along(replays):
+    """A lazy assign elsewhere does not stop the replay (and stays pending); one that reads a version
+    the graph overwrites must be realized along, before the overwrite: the replay declines and the
+    general path takes it along (ledger/versions.py `_flush_along`)."""
+    def step(x: Tensor) -> Tensor:
+        return (x * 3).contiguous().realize().wait()
+    _warm(lambda: step(Tensor(np.ones(14, dtype=np.float32))))
+    elsewhere = Tensor(np.zeros(5, dtype=np.float32)).realize().wait()
+    elsewhere.assign(Tensor(np.ones(5, dtype=np.float32)) * 4)  # pending, unrelated
+    replays.clear()
+    assert step(Tensor(np.full(14, 2.0, dtype=np.float32))).tolist() == [6.0] * 14
+    _expect(replays, 1)
+    from atensor.ledger import versions
+    assert len(versions.pending_heads()) >= 1  # still pending: not realized along
+    assert elsewhere.tolist() == [4.0] * 5
+    # a graph that realizes a pending assign into x along (x's node is that assign) overwrites x: a
+    # pending assign that reads x's older version must go first
+    def step_over(value: float, saved=None) -> tuple:
+        x = Tensor(np.full(14, value, dtype=np.float32)).realize().wait()
+        if saved is not None:
+            saved.assign(x + 0)  # pending: reads x's version 0
+        x.assign(x * 3)  # pending: overwrites it
+        y = (x + 1).contiguous().realize().wait()
+        return x, y
+    _warm(lambda: step_over(1.0))
+    replays.clear()
+    x, y = step_over(2.0)
+    assert x.tolist() == [6.0] * 14 and y.tolist() == [7.0] * 14
+    _expect(replays, 1)
+    saved = Tensor(np.zeros(14, dtype=np.float32)).realize().wait()
+    replays.clear()
+    x, y = step_over(5.0, saved)
+    assert replays == []
+    assert saved.tolist() == [5.0] * 14 and x.tolist() == [15.0] * 14 and y.tolist() == [16.0] * 14

@@ -71,26 +71,7 @@ int main(void) {{
 @functools.lru_cache(maxsize=None)
 def vector_math(cc: str) -> bool:
     """Whether `cc` compiles the prelude's `omp declare simd` libm declarations and links them with
-    libmvec: probed once per machine, compiler and flags, the answer kept beside the compiled libraries
-    (backend/c/library.py's cache). Why kept: the probe is a compile and a link, 150-250 ms on the
-    loaded 2-core machine, which every process paid before its first kernel library, even one loaded
-    from the cache (a hot eager loop ran ~600 round trips on numpy kernels meanwhile). False keeps the
-    scalar libm calls."""
-    from atensor.backend.c import library  # (it imports this module)
-    key = library._key(_PROBE, cc, *FLAGS)
-    answers = {flag: library.cache_dir() / f"mvec-{key}.{flag}" for flag in ("yes", "no")}
-    if answers["yes"].exists() or answers["no"].exists():
-        return answers["yes"].exists()
-    found = _probe_vector_math(cc)
-    try:
-        answers["yes" if found else "no"].touch()
-    except OSError:
-        pass  # (asked again by the next process)
-    return found
-
-
-def _probe_vector_math(cc: str) -> bool:
-    """`vector_math`'s probe: compiles and links a program calling the vector libm functions."""
+    libmvec (probed once per compiler, a fraction of a second); False keeps the scalar libm calls."""
     with tempfile.TemporaryDirectory(prefix="atensor-mvec-") as tmp:
         source = Path(tmp) / "probe.c"
         source.write_text(_PROBE.format(declarations=MVEC_DECLARATIONS))
