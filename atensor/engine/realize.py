@@ -343,10 +343,11 @@ def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[
         buf = Buffer.of(versions.storage_of(root))
         job.in_flight.hold(buf)
         job.wait_for.append(buf)
-    if found is not None and (len(found[2]) != len(roots) or any(a is not b for a, b in zip(found[2], roots))):
+    if found is not None and (len(found[2]) != len(roots)
+                              or any(a is not b for a, b in zip(found[2], roots))):
         found = None  # (found for other roots: never, as `_hot_hit` collects them as this does)
     try:
-        return _plan(roots, pending, job.record, found[:2] if found is not None else None) if roots else None
+        return _plan(roots, pending, job.record, None if found is None else found[:2]) if roots else None
     except BaseException:
         ledger.unclaim(given)
         raise
