@@ -143,6 +143,10 @@ class _Finished(RealizeHandle):
     """`RealizeHandle.finished`'s shared handle (no result, no error): awaiting it is one checkpoint."""
     __await__ = RealizeHandle._finished_await
 
+    def done(self) -> bool:
+        """Always: it ran to its end before it was made."""
+        return True
+
 
 _FINISHED = _Finished(Job(None, []), None)
 

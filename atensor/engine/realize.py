@@ -254,7 +254,8 @@ class Storage:
             with _storage_lock:
                 found = self._node
                 if found is None:
-                    found = self._node = _with_storage(self.lazy)
+                    lazy = self.lazy
+                    found = self._node = _with_storage(lazy) if lazy.op is Ops.MULTI else _new_storage(lazy)
         return found
 
 
@@ -277,8 +278,12 @@ def _with_storage(node: Node) -> Node:
     if node.op is Ops.MULTI:
         parts = tuple(_with_storage(s) for s in node.src)
         return node if parts == node.src else Node.make(Ops.MULTI, node.dtype, parts, node.arg)
-    if _storage_base(node) is not None:
-        return node
+    return node if _storage_base(node) is not None else _new_storage(node)
+
+
+def _new_storage(node: Node) -> Node:
+    """A view of a new buffer whose pending ASSIGN (claimed) computes `node`, a computed value (no
+    storage under it: a `Storage` is made only for such a node, or a MULTI, `_storages`)."""
     shape = node.shape
     size = shape[0] if len(shape) == 1 else node.size
     spec = BufferSpec(node.device, size, node.dtype)
