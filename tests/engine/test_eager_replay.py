@@ -162,6 +162,7 @@ def test_a_stale_read_declines_and_the_general_path_raises_stale_read_error(repl
     _expect(replays, 1)
 
 
+@pytest.mark.skipif(not COMPILED, reason="without a compiler no plan has a record to run")
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
 def test_a_run_that_raises_is_committed_and_raised_at_the_await_like_the_general_path(library, replays,
                                                                                       monkeypatch):
