@@ -45,6 +45,9 @@ STAGES = [
     ("atensor.hcq.queue", "Queue.submit", "    hand the list to the queue"),
     ("atensor.hcq.queue", "Queue.run_here", "    run the kernel here"),
     ("atensor.engine.realize", "_prepare", "  _prepare (all of the planning)"),
+    ("atensor.engine.realize", "_hot_hit", "  hot template: key, lookup, eager replay"),
+    ("atensor.engine.plan", "Plan.run_record", "    the record's one call (run_record)"),
+    ("atensor.engine.eager_replay", "record_realized", "    the replay's commit (record_realized)"),
     ("atensor.tensor", "Tensor._raise_write_failure", "  await: tensor takes its storage"),
     ("atensor.tensor", "Tensor._stored_buffer", "  await: the stored buffer (in flight or failed)"),
 ]

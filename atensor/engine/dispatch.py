@@ -118,6 +118,12 @@ class Dispatcher:
             if self._jobs or self._busy:
                 return False
             self._busy = True
+        self.run_claimed(job, keep_error)
+        return True
+
+    def run_claimed(self, job: Job, keep_error: bool = False) -> None:
+        """`run_inline`'s planning of `job`, for a caller that holds the role already (`claim`), which
+        this gives back (engine/realize.py: an eager realize that first tried its hot template's replay)."""
         try:
             with gc_paused():
                 job.submission = job.plan()
@@ -134,7 +140,6 @@ class Dispatcher:
                 self._busy = False
                 if self._jobs:  # one came while this was planned; else the idle dispatcher need not wake
                     self._cond.notify()
-        return True
 
     def claim(self) -> bool:
         """Takes the dispatching role for the calling thread, as `run_inline` does for a job, when

@@ -2,7 +2,8 @@
 
 A realize is already dispatched when `realize()` returns (engine/dispatch.py's dispatcher plans and
 submits it); the handle waits for the dispatcher's timeline value of the job, then for every
-queue value its submission published.
+queue value its submission published. A realize that ran to its end while it was issued (an eager
+replay, engine/eager_replay.py) has a finished handle instead, with no job to wait for.
 
 Cancellation: cancelling `await handle` stops the waiting only. The job is dispatched and its
 commands run to completion, like commands on a GPU; a later await of the same tensor finds the
@@ -33,6 +34,22 @@ class RealizeHandle:
     def __init__(self, job: Job, result: Any):
         self.job, self.result = job, result
         self._error: Optional[BaseException] = None
+
+    @staticmethod
+    def finished(result: Any, error: Optional[BaseException] = None) -> RealizeHandle:
+        """The handle of a realize that ran to its end while it was issued, with no job or submission
+        (engine/eager_replay.py): awaiting it is a checkpoint, then `error` raised when it failed.
+        Without a result or an error, one shared handle: nothing about it changes."""
+        if result is None and error is None:
+            return _FINISHED
+        job = Job(None, [])
+        job.error = error
+        return RealizeHandle(job, result)
+
+    def _finished_await(self) -> Generator[Any, None, Any]:
+        """`__await__` of the shared finished handle: the checkpoint alone (nothing to wait for or raise,
+        no span: it never ran under a profile), without `_wait_async`'s frame and checks."""
+        return checkpoint().__await__()
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self._wait_async().__await__()
@@ -120,6 +137,18 @@ class RealizeHandle:
                     break
         if err is not None:
             raise_kept(err)
+
+
+class _Finished(RealizeHandle):
+    """`RealizeHandle.finished`'s shared handle (no result, no error): awaiting it is one checkpoint."""
+    __await__ = RealizeHandle._finished_await
+
+    def done(self) -> bool:
+        """Always: it ran to its end before it was made."""
+        return True
+
+
+_FINISHED = _Finished(Job(None, []), None)
 
 
 def planned_so_far() -> Optional[RealizeHandle]:

@@ -112,6 +112,7 @@ class CapturedProgram:
     twin: Optional[CapturedProgram] = None
     twin_heavy: bool = False  # the twin is of a plan too heavy for a record (module docstring)
     placeholders: list[BufferSpec] = field(default_factory=list)
+    eager: Any = None  # its twin's EagerReplay (engine/eager_replay.py), made by engine/realize.py
 
     @staticmethod
     def of_template(template: Template) -> CapturedProgram:

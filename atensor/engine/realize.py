@@ -7,7 +7,10 @@ caller does at once, for a small graph while the dispatcher is idle): each compu
 execution (engine/plan.py): a graph structured like one realized before submits the CapturedProgram of
 its schedule-cache template (`program_of`, engine/program.py) with its own buffers in the template's
 slots, so it is neither built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the
-schedules that this path ran and keeps them as CapturedPrograms.
+schedules that this path ran and keeps them as CapturedPrograms. A small realize planned inline whose
+graph hits a hot template with a twin replayed by record is run before any `Job` is made, as that
+twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`): when it declines, the key and template it
+found go on to `schedule`, so nothing is walked twice.
 
 When a tensor's storage is decided: when `realize()` is called (a `Storage` on the tensor's `_swap`
 slot), not when the realize is planned. Deciding it at planning let a write issued meanwhile
@@ -37,6 +40,8 @@ from atensor.sched import cache, schedule as sched
 from atensor.engine.plan import execute
 from atensor.engine.submission import Submission
 from atensor.engine.program import CapturedProgram
+from atensor.engine.eager_replay import EagerReplay
+from atensor.hcq.device import all_idle
 from atensor.ledger import versions
 from atensor.profiler import collector
 from atensor.profiler.events import HostSpan
@@ -116,15 +121,82 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     if given:
         ledger.claim(given)
     pending = versions.pending_heads()
-    job = Job(None, [])
-    job.record = recording.get()
-    job.plan = lambda: _prepare(job, items, given, pending)
+    record = recording.get()
     config = current_settings()
     if config.racecheck or config.native == "all" \
-            or not _small([n for n, _ in items] + pending, INLINE_MAX_NODES) \
-            or not dispatcher.run_inline(job, keep_error=True):
+            or not _small([n for n, _ in items] + pending, INLINE_MAX_NODES) or not dispatcher.claim():
+        job = _job(items, given, pending, record, None)
         dispatcher.submit(job)
+        return RealizeHandle(job, result)
+    found = None  # planned here, holding the dispatcher: first as a hot template's replay, if it is one
+    if record is None and not given and config.schedule_cache:
+        try:
+            handle, found = _hot_hit(items, pending, config, result)
+        except BaseException:
+            dispatcher.unclaim()
+            raise
+        if handle is not None:
+            dispatcher.unclaim()
+            return handle
+    job = _job(items, given, pending, record, found)
+    dispatcher.run_claimed(job, keep_error=True)
     return RealizeHandle(job, result)
+
+
+def _job(items: list[tuple[Node, Optional[Storage]]], given: list[tuple[BufferSpec, Node]],
+         pending: list[Node], record: Optional[Recording], found: Optional[_Found]) -> Job:
+    """The general path's `Job` of a realize (`_prepare` on the dispatching thread)."""
+    job = Job(None, [])
+    job.record = record
+    job.plan = lambda: _prepare(job, items, given, pending, found)
+    return job
+
+
+# a graph's key and its template (None: a miss), found by `_hot_hit` on these roots while holding the
+# dispatcher, for `schedule` to use rather than walk the graph again (no key: the walk met a realized value)
+_Found = tuple[Optional[cache.GraphKey], Optional[cache.Template], list[Node]]
+
+
+def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], config: Any,
+             result: Any) -> tuple[Optional[RealizeHandle], Optional[_Found]]:
+    """A realize of computed tensors whose graph hits a hot template with an `EagerReplay`
+    (engine/eager_replay.py), run here: (its finished handle, None). Otherwise (declined, nothing run
+    or committed) (None, what was found of its key and template, or None). The caller holds the
+    dispatcher; nothing is captured or claimed along, and of the `pending` assigns none may have to
+    be realized along (`_flush_along`: one reads a version this graph overwrites), else it declines."""
+    if collector.is_active() or config.debug >= 2 or not all_idle():
+        return None, None
+    bases: dict[int, Node] = {}
+    for _, storage in items:
+        if storage is None:
+            return None, None
+        stored = storage.node()
+        base = stored.src[0] if stored.op is _VIEW else stored
+        if base.op is not _ASSIGN:  # (a sharded tensor's MULTI)
+            return None, None
+        bases.setdefault(id(base), base)
+    roots = list(bases.values())
+    if pending and len(versions._flush_along(roots, pending)) != len(roots):
+        return None, None  # (`schedule` takes them along)
+    key = cache.walk_key(roots, (config.allreduce_bucket_bytes,), ledger.value_entry)
+    if key is None:  # a realized value in the graph: `schedule` substitutes it, without this walk again
+        return None, (None, None, roots)
+    template = cache.lookup(key)
+    found = (key, template, roots)
+    program = _programs.get(template) if template is not None else None
+    if program is None or program.twin is None:
+        return None, found
+    replay = program.eager
+    if replay is None or not replay.valid():
+        replay = program.eager = EagerReplay.of(program)
+        if replay is None:
+            return None, found
+    failure = replay.run(key, template, roots)
+    if failure is False:
+        return None, found  # a stale or failed read: the general path raises it
+    if failure is not None and not isinstance(failure, Exception):
+        raise failure  # (an interrupt: raised from the call, as the general path's inline plan does)
+    return RealizeHandle.finished(result, failure), None
 
 
 def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Optional[Storage]]],
@@ -182,7 +254,8 @@ class Storage:
             with _storage_lock:
                 found = self._node
                 if found is None:
-                    found = self._node = _with_storage(self.lazy)
+                    lazy = self.lazy
+                    found = self._node = _with_storage(lazy) if lazy.op is Ops.MULTI else _new_storage(lazy)
         return found
 
 
@@ -205,8 +278,12 @@ def _with_storage(node: Node) -> Node:
     if node.op is Ops.MULTI:
         parts = tuple(_with_storage(s) for s in node.src)
         return node if parts == node.src else Node.make(Ops.MULTI, node.dtype, parts, node.arg)
-    if _storage_base(node) is not None:
-        return node
+    return node if _storage_base(node) is not None else _new_storage(node)
+
+
+def _new_storage(node: Node) -> Node:
+    """A view of a new buffer whose pending ASSIGN (claimed) computes `node`, a computed value (no
+    storage under it: a `Storage` is made only for such a node, or a MULTI, `_storages`)."""
     shape = node.shape
     size = shape[0] if len(shape) == 1 else node.size
     spec = BufferSpec(node.device, size, node.dtype)
@@ -249,7 +326,7 @@ if core.ccore is not None:  # the same walk in C (atensor/core/walk.c)
 
 
 def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[tuple[BufferSpec, Node]],
-             pending: list[Node]) -> Optional[Submission]:
+             pending: list[Node], found: Optional[_Found] = None) -> Optional[Submission]:
     """The part of a realize that runs on the dispatcher thread (or inline): each tensor's storage
     (made here unless its thread made it already), the output buffers, then scheduling and
     submission. If it fails before anything is committed, the ASSIGNs that storage holds stay claimed
@@ -271,17 +348,20 @@ def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[
         buf = Buffer.of(versions.storage_of(root))
         job.in_flight.hold(buf)
         job.wait_for.append(buf)
+    if found is not None and (len(found[2]) != len(roots)
+                              or any(a is not b for a, b in zip(found[2], roots))):
+        found = None  # (found for other roots: never, as `_hot_hit` collects them as this does)
     try:
-        return _plan(roots, pending, job.record) if roots else None
+        return _plan(roots, pending, job.record, None if found is None else found[:2]) if roots else None
     except BaseException:
         ledger.unclaim(given)
         raise
 
 
-def _plan(roots: list[Node], pending: Optional[list[Node]] = None,
-          record: Optional[Recording] = None) -> Submission:
+def _plan(roots: list[Node], pending: Optional[list[Node]] = None, record: Optional[Recording] = None,
+          found: Optional[tuple[Optional[cache.GraphKey], Optional[cache.Template]]] = None) -> Submission:
     start = time.perf_counter_ns()
-    result = sched.schedule(roots, pending, record.since_uid if record is not None else None)
+    result = sched.schedule(roots, pending, record.since_uid if record is not None else None, found)
     if record is not None:  # atensor.jit is capturing this call: keep what it ran
         record.append(result)
     # a graph structured like one realized before (a schedule-cache hit) reuses the Plan lowered from

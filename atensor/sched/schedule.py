@@ -88,20 +88,27 @@ def _cached_in(since_uid: Optional[int]) -> Callable[[Node], Optional[Node]]:
 
 
 def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
-             since_uid: Optional[int] = None) -> Schedule:
+             since_uid: Optional[int] = None,
+             found: Optional[tuple[Optional[cache.GraphKey], Optional[cache.Template]]] = None) -> Schedule:
     """Turns ASSIGN roots into a TaskGraph of kernels and copies; records what becomes realized.
     `pending` (from `pending_heads()`) are lazy assigns to realize along when this graph overwrites
     a version they read; `Schedule.outputs` has one entry per given root. With `since_uid` (a jit
     capture, jit/jit.py), a value realized into a buffer older than that id is computed again
-    rather than read from there: the graph then depends only on what the capture was given."""
+    rather than read from there: the graph then depends only on what the capture was given.
+    `found`: the `walk_key` of `roots` and its `cache.lookup` (None, None when the walk stopped at a
+    realized value), which the caller made with no pending assign to take
+    along, no `since_uid` and the cache on, and nothing committed since (engine/realize.py `_hot_hit`)."""
     requested = len(roots)
     if pending:
         roots = _flush_along(roots, pending)
     config = current_settings()
     # the common case in one pass: no node of the graph has a value the ledger may hold (nothing to
     # substitute), so the order and the key come from one walk (sched/cache.py `walk_key`)
-    key = cache.walk_key(roots, (config.allreduce_bucket_bytes,), _value_entry) if config.schedule_cache \
-        else None
+    if found is not None:
+        key = found[0]
+    else:
+        key = cache.walk_key(roots, (config.allreduce_bucket_bytes,), _value_entry) if config.schedule_cache \
+            else None
     if key is not None:
         original, mapping = key.order, {}
     else:
@@ -132,7 +139,8 @@ def schedule(roots: list[Node], pending: Optional[list[Node]] = None,
     new_roots = [subbed.get(r, r) for r in roots] if subbed else roots
     if key is None and config.schedule_cache:  # with nothing substituted, `original` is new_roots' order
         key = cache.graph_key(toposort(new_roots) if mapping else original, (config.allreduce_bucket_bytes,))
-    template = cache.lookup(key) if key is not None else None
+    template = found[1] if found is not None and found[0] is not None else \
+        cache.lookup(key) if key is not None else None
     fill = None
     if template is not None:
         check_versions(key.buffer_nodes)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = os.environ.get("ATENSOR_CC", "").strip().lower() == "none"
 # the jit and plan tests whose semantics the C replay path must keep (test_replay_record.py skips there)
 FILES = ["tests/engine/test_no_compiler.py", "tests/engine/test_replay_record.py", "tests/engine/test_jit.py",
-         "tests/engine/test_eager_twin.py",
+         "tests/engine/test_eager_twin.py", "tests/engine/test_eager_replay.py",
          "tests/engine/test_jit_tiny_replay.py", "tests/engine/test_jit_variables.py"]
 
 

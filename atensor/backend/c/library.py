@@ -98,6 +98,25 @@ def build(cc: str, sources: list[tuple[tuple[str, ...], str]], defines: tuple[st
     return [ctypes.CDLL(str(path)) for path in paths]
 
 
+@functools.lru_cache(maxsize=None)
+def kernel_defines(cc: str) -> tuple[str, ...]:
+    """`c_flags.defines(cc)` (the vector math every kernel library is compiled with), its probe's answer
+    kept in `cache_dir()` per machine, compiler and flags. Why kept: the probe is a compile and a link
+    (145 ms measured with cProfile, 150-250 ms at load 7 on the 2-core machine) that every process paid
+    before its first kernel library, even one loaded from this cache; a hot eager loop ran ~600 round
+    trips on numpy kernels meanwhile (engine/program.py's twin waits for its kernels)."""
+    key = _key(c_flags._PROBE, cc, *c_flags.FLAGS)
+    answers = {found: cache_dir() / f"mvec-{key}.{found}" for found in ("yes", "no")}
+    if answers["yes"].exists() or answers["no"].exists():
+        return c_flags.MVEC_DEFINES if answers["yes"].exists() else ()
+    defines = c_flags.defines(cc)
+    try:
+        answers["yes" if defines else "no"].touch()
+    except OSError:
+        pass  # (probed again by the next process)
+    return defines
+
+
 def load_helper(name: str, source: str) -> ctypes.CDLL:
     """A standalone C helper library (not a kernel: its own entry points, no prelude), compiled once per
     machine, compiler, flags and source into `cache_dir()` and loaded. Raises `RuntimeError` without a

@@ -201,7 +201,7 @@ def _prepare(kernels: Iterable[tuple[Node, str]]) -> int:
             reg.epoch += 1  # new kernels, as a loaded library's
     if not todo:
         return bound
-    defines = (("-DATENSOR_ILP64",) if blas is not None and blas.ilp64 else ()) + c_flags.defines(cc)
+    defines = (("-DATENSOR_ILP64",) if blas is not None and blas.ilp64 else ()) + library.kernel_defines(cc)
     large = c_flags.LARGE_SOURCE
     groups = [(c_flags.FLAGS, {a: v for a, v in todo.items() if len(v[1]) <= large}),
               (c_flags.LARGE_FLAGS, {a: v for a, v in todo.items() if len(v[1]) > large})]

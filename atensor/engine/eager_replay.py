@@ -1,0 +1,124 @@
+"""`EagerReplay`: an eager realize that hits a hot template, bound and run from the caller's thread.
+
+Why: an eager `x = x + 1; await x.realize()` whose graph hits a hot schedule-cache template already
+ends in one foreign call (the twin's `ReplayRecord`, engine/replay.py), but the general path reaches
+it through ~30 Python functions around it: a `Job` run by `Dispatcher.run_inline` (with the
+collector paused), `_prepare`'s output buffers held in flight, a `Schedule` with a commit closure,
+`for_fill`'s mapping dict, the written buffers held in flight again, `CapturedProgram.submit`,
+`Plan.submit`'s checks, a `Submission` and a handle on the job (measured at 17a658c on the loaded
+2-core Zen 5: 31 us in `_prepare` of a 51 us round trip, schedule 6, commit 3, `Plan.submit` 9.5).
+For a template's twin whose plan has a record, what is the same on every hit is fixed here once
+(the twin's plan, its record, the place in `Template.fill`'s list of each buffer the record binds),
+so a hit is, on the thread that claimed the dispatcher (engine/realize.py `realize`):
+
+1. the graph's key (`walk_key`) and template (`cache.lookup`): what the general path's `schedule`
+   computes first, handed on to it when this declines, so nothing is walked twice;
+2. the version check and the record's read-first check, which decline (nothing changed) where the
+   general path would raise or wait: it then raises exactly what it raises;
+3. the record run (`Plan.run_record`: the plan is still the one module that hands commands to a
+   queue), then the commit (`record_realized`, with what `Schedule.commit` passes it);
+4. no job, no submission: the caller gets a finished handle (engine/handle.py `RealizeHandle.finished`).
+
+Measured (bench/round_trip_breakdown.py --count 2000, 3 alternating rounds against 17a658c, C core,
+load 8-10, the same Zen 5): 35.1-38.0 us a round trip under trio and asyncio against 52.0-68.0; with
+the Python core 53.3-58.7 against 72.8-78.7.
+
+A lowering choice of the one mechanism, not a second engine: the template, its program, its twin
+and the twin plan's record are the schedule cache's and `Plan.submit`'s own; this only skips the
+glue between them. What it keeps from the general path (tests/engine/test_eager_replay.py checks each):
+- the order: it runs only with the dispatcher claimed (nothing queued or being planned) and every
+  queue idle (`all_idle`), no profile, no capture, no race proofs, DEBUG < 2, no pending assign
+  to realize along (`_flush_along`);
+- the ledger: the same versions, realized values and heads (`record_realized` with the same
+  arguments); the record runs before the commit, so no other thread sees a committed version whose
+  data is not written yet (the general path holds those buffers in flight across that window);
+- failures: a stale read or a read of a failed task's contents declines, and the general path raises;
+  the record's native kernels cannot fail; anything its run raises is committed and kept as the general
+  path keeps a failed submission (written buffers marked failed, raised at the await);
+- the twin's state: made only from a plan whose record exists (`Plan.submit` makes it on the twin's
+  first submission), and invalid once the plan is not the twin's current one (`valid`: re-lowered for
+  newer kernels, or a profile), as jit/direct.py's `DirectReplay` is.
+
+Invariant: `run` is called by the thread holding the dispatcher (engine/dispatch.py `claim`), while
+every queue is idle; the plan's state needs no lock then.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from atensor.backend.c import registry
+from atensor.engine.plan import Plan
+from atensor.engine.program import CapturedProgram
+from atensor.engine.replay import ReplayRecord
+from atensor.graph.node import Node
+from atensor.hcq.buffer import Buffer
+from atensor.ledger import record_of as _record_of
+from atensor.ledger.versions import record_realized
+from atensor.sched.cache import GraphKey, Template
+
+
+@dataclass(eq=False)
+class EagerReplay:
+    """A hot template's twin plan and its record, with where each buffer it binds sits in a hit's fill
+    list (see the module docstring)."""
+    twin: CapturedProgram
+    current: tuple               # twin._current when made: (epoch, profiling, plan)
+    plan: Plan
+    record: ReplayRecord
+    swapped_fill: list[int]      # per buffer the record binds (the plan's `swapped` order): its fill index
+
+    @staticmethod
+    def of(program: CapturedProgram) -> Optional[EagerReplay]:
+        """The eager replay of a template's `program` whose twin (a light one) has a plan with a record,
+        else None (not hot yet, heavy, or its plan has no record yet)."""
+        twin = program.twin
+        if twin is None or program.twin_heavy or not twin.lowered():
+            return None
+        plan = twin.plan()
+        record = plan.record
+        if not isinstance(record, ReplayRecord) or plan.swapped is None:
+            return None
+        at = {placeholder: index for placeholder, (_, index) in zip(program.placeholders, program.slot_fill)}
+        return EagerReplay(twin, twin._current, plan, record, [at[spec] for spec in plan.swapped])
+
+    def valid(self) -> bool:
+        """False once the twin's plan is not the one this was made from (re-lowered, or a profile)."""
+        current = self.twin._current
+        return current is self.current and current[0] == registry.REGISTRY.epoch
+
+    def run(self, key: GraphKey, template: Template, roots: list[Node]) -> Optional[BaseException] | bool:
+        """Runs the hit of `template` whose graph `key` describes (its `roots`, the assigns it realizes)
+        and commits what it realizes, as `Schedule.commit` would. Returns None when done; False, with
+        nothing changed, when it declines: a stale read (`check_versions`) or a read of a failed task's
+        contents (`Plan.submit`'s read-first check), which the general path raises; or what the run
+        raised, committed all the same and its written buffers marked failed, as the general path
+        leaves a failed submission."""
+        record_of = _record_of
+        for node in key.buffer_nodes:  # `check_versions`, without its raise
+            spec, version = node.arg
+            found = record_of(spec.uid)
+            if found is not None and version < found.version:
+                return False
+        fill, realized, _ = template.fill(key)
+        new_specs = [fill[i] for i in self.swapped_fill]
+        record = self.record
+        reads = record.reads_fixed if not record.reads_swapped else record.reads_of(new_specs)
+        for buf, _ in reads:
+            if buf.writes:
+                buf.pending_writes()  # folds a finished write that failed into `failure`
+            if buf.failure is not None:
+                return False
+        failure: Optional[BaseException] = None
+        try:
+            self.plan.run_record(new_specs)
+        except BaseException as exc:  # (native kernels cannot fail: a failed allocation, an interrupt)
+            failure = exc
+        record_realized(realized, key.order, {}, roots, roots)
+        if failure is not None:
+            for j in record.written_swapped:
+                Buffer.of(new_specs[j]).failure = failure
+        return failure
+
+
+__all__ = ["EagerReplay"]
