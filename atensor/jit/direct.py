@@ -52,10 +52,11 @@ from typing import Any, Optional
 from atensor import ledger
 from atensor.backend.c import registry
 from atensor.config import current_settings
-from atensor.engine.dispatch import Job, dispatcher
+from atensor.engine.dispatch import Job, dispatcher, reaper
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
+from atensor.engine.submission import Submission
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.hcq.device import all_idle
@@ -186,11 +187,11 @@ class DirectReplay:
                 plan.run_record(new_specs)
                 handle = None
             else:  # what the general path's job would have planned (run_records of one record)
-                job = Job(None, [])
-                job.submission = plan.submit(dict(zip(plan.swapped, new_specs)))
-                handle = RealizeHandle(job, None)
+                submission = plan.submit(dict(zip(plan.swapped, new_specs)))
         finally:
             dispatcher.unclaim()
+        if record is None:
+            handle = None if _finished(submission) else _handle_of(submission)
         make_like = Node.make_like
         tensors = []
         for recipe in self.results:
@@ -201,6 +202,28 @@ class DirectReplay:
             view = recipe.view
             tensors.append(Tensor(buffer if view is None else make_like(view, (buffer,), view.arg)))
         return tensors, handle
+
+
+def _finished(submission: Submission) -> bool:
+    """True when every command of `submission` has run and none failed, its values published here:
+    each queue's `poll` publishes a command found done, and a CL queue waits for a short one on this
+    thread (hcq/cl_queue.py), so such a replay needs no handle and its await is one checkpoint, as a
+    record's is. False leaves the rest to the handle, which raises what failed."""
+    for queue, value in submission.final.items():
+        if not queue.poll(value):
+            return False
+    if submission.first_failure() is not None:
+        return False
+    reaper.release(submission.placed)  # as the handle does once awaited
+    submission.placed = []
+    return True
+
+
+def _handle_of(submission: Submission) -> RealizeHandle:
+    """The handle that awaits `submission`, as the general path's inline job would have made it."""
+    job = Job(None, [])
+    job.submission = submission
+    return RealizeHandle(job, None)
 
 
 @dataclass(eq=False)
