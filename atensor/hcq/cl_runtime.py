@@ -16,6 +16,11 @@ values, a copy into a CPU device's memory run by that device's copy queue). The 
 waits on an event the host has to set, so a blocking read there cannot wait behind a command that
 waits for the reading thread.
 
+A device whose compiler cannot build for it is refused when opened (CLUnavailable, saying why): pocl
+names the host CPU by its LLVM, and an LLVM older than the CPU (pocl 3.0's LLVM 14 on an AMD Zen 5)
+names it "generic", which pocl's clang then rejects for every kernel ("unknown target CPU 'generic'").
+Only such a device (its version string ends "-generic") builds a trial kernel at open, ~1 s once.
+
 Compiled programs are kept on disk (cache_dir()/cl/<key>.bin), the key a hash of the source, the
 device's name and driver, and pyopencl's version: pocl takes 0.5-1 s to build a program from source
 and ~10 ms to load a binary (measured here).
@@ -122,11 +127,27 @@ def _open(index: int, platform: Any, device: Any) -> CLDevice:
         context = _contexts[platform.int_ptr] = cl.Context(platform.get_devices())
     props = cl.command_queue_properties.PROFILING_ENABLE
     queues = [cl.CommandQueue(context, device, properties=props) for _ in range(3)]
+    _check_compiler(cl, context, device, index)
     fp64 = bool(device.double_fp_config)  # 0 on a device without doubles
     handle = CLDevice(index, device, context, *queues, fp64=fp64,
                       description=f"{device.name} ({platform.name}, {device.version})")
     handle.clock_offset = _clock_offset(handle)
     return handle
+
+
+def _check_compiler(cl: Any, context: Any, device: Any, index: int) -> None:
+    """Raises CLUnavailable when `device` is pocl's on a CPU its LLVM does not know (see the module
+    docstring) and a trial kernel does not build: every kernel would fail to build the same way."""
+    if not device.version.rstrip().endswith("-generic"):
+        return
+    try:
+        cl.Program(context, "__kernel void probe(__global float *a) { a[0] = 1.0f; }").build(devices=[device])
+    except cl.Error as exc:
+        log = str(exc).strip().splitlines()
+        reason = next((line for line in log if "error:" in line), log[-1] if log else "")
+        raise CLUnavailable(f"device CL:{index} ({device.name}, {device.version}) cannot build kernels: "
+                            f"{reason.strip()}; its OpenCL driver's compiler does not know this CPU (pocl "
+                            f"names it 'generic'): install a pocl built with a newer LLVM") from None
 
 
 def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:

@@ -17,6 +17,10 @@ def _why_not() -> str | None:
     from atensor.hcq import cl_runtime
     if not cl_runtime.listed_devices():
         return "no OpenCL platform is listed; pip install 'atensor[opencl]' or install a vendor's driver"
+    try:
+        cl_runtime.open_device(0)
+    except cl_runtime.CLUnavailable as exc:  # a driver whose compiler cannot build for this machine
+        return str(exc)
     return None
 
 
