@@ -191,8 +191,33 @@ class CLQueue(Queue):
         except Exception:  # an event that failed, or one the driver no longer answers for: the
             return False   # completion thread publishes it, with its error
         self.host_published += 1
-        self._completed(record, 0)
+        self._publish_oldest(record)
         return self.signal.value >= value
+
+    def _publish_oldest(self, record: _InFlight) -> None:
+        """`_completed` then `_publish_ready` for a record `_poll` found complete, the oldest in flight,
+        with nothing that made it fail (checked there): its stamps, then its value, at once. Unless the
+        completion thread marked it first; then it publishes it."""
+        stamps = _device_stamps(record)
+        command = record.command
+        run, value = command.run, command.value
+        if run is not None and run.device_key is not None:
+            self._last_ns[run.device_key] = stamps[1] - stamps[0]
+        with self._publish_lock:
+            with self._lock:
+                if record.stamps is not None or next(iter(self._inflight), None) != value:
+                    return
+                record.deps = record.user_events = _NONE
+                record.stamps = stamps
+                del self._inflight[value]
+            command.keep = None
+            self.commands_run += 1
+            offset = self.handle.clock_offset
+            self.signal.set(value, (stamps[0] + offset, stamps[1] + offset), None)
+            if collector.is_active():
+                self._span(command, stamps)
+        if self._inflight:  # later commands the completion thread marked, held back behind this one
+            self._publish_ready()
 
     def _short(self, record: _InFlight) -> bool:
         """Whether the host may wait for `record`'s command on its own thread: its runner ran before and
@@ -318,9 +343,13 @@ class CLQueue(Queue):
                 self.commands_run += 1
                 self.signal.set(value, (start + offset, end + offset), record.error)
                 if collector.is_active():
-                    collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
-                                               command.kind, start, end, command.nbytes, command.flops,
-                                               command.deps))
+                    self._span(command, record.stamps)
+
+    def _span(self, command: Command, stamps: tuple[int, int]) -> None:
+        """Records `command`'s span for the profile, on the device's clock (the collector puts it on the
+        host's)."""
+        collector.record_span(Span(self.device, self.kind, command.task_id, command.name, command.kind,
+                                   stamps[0], stamps[1], command.nbytes, command.flops, command.deps))
 
 
 class _Completer:

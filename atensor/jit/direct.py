@@ -17,10 +17,13 @@ module fixes all of that once, so a call is:
    - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
      plan): its one foreign call binds and runs the program here, and the await is one
      `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
-   - otherwise (a collective's net command, a plan too big for a record, several queues), with at
-     most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here, as the general path's
-     inline job would, and a handle on the submission, awaited as any;
-3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views).
+   - otherwise (a CL plan's lean replay, a collective's net command, a plan too big for a record,
+     several queues), with at most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here,
+     as the general path's inline job would;
+3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views);
+4. a submitted plan polled (`_finished`: each queue's `poll`, which publishes a command found done
+   and, on a CL queue, waits on this thread for a short one, hcq/cl_queue.py): done and not failed,
+   the await is one checkpoint as a record's; else a handle on the submission, awaited as any.
 
 What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
 or being planned, claimed as `run_inline` does; a record only while every queue is idle, as
@@ -154,8 +157,8 @@ class DirectReplay:
 
     def run(self, inputs: list[BufferSpec]) -> Optional[tuple[list[Tensor], Optional[RealizeHandle]]]:
         """Binds `inputs` and fresh result buffers and submits the program from here: (the result
-        tensors, None) when the record ran it (the tensors are realized), (the result tensors, the
-        handle to await) when the plan was submitted; None, with nothing changed, when it cannot run
+        tensors, None) when the record ran it or the submitted plan is done (the tensors are realized),
+        (the result tensors, the handle to await) when the plan is still running; None, with nothing changed, when it cannot run
         now (the general path then submits the call). Raises what the submission raises (a read of a
         failed task's contents; nothing of the replay is then kept)."""
         record = self.record
@@ -190,8 +193,6 @@ class DirectReplay:
                 submission = plan.submit(dict(zip(plan.swapped, new_specs)))
         finally:
             dispatcher.unclaim()
-        if record is None:
-            handle = None if _finished(submission) else _handle_of(submission)
         make_like = Node.make_like
         tensors = []
         for recipe in self.results:
@@ -201,6 +202,8 @@ class DirectReplay:
                 buffer = make_like(buffer, (), (spec, buffer.arg[1]))
             view = recipe.view
             tensors.append(Tensor(buffer if view is None else make_like(view, (buffer,), view.arg)))
+        if record is None:  # after the tensors: the device runs meanwhile
+            handle = None if _finished(submission) else _handle_of(submission)
         return tensors, handle
 
 

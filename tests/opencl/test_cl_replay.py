@@ -294,3 +294,42 @@ def test_a_hot_eager_cl_loop_replays_its_twin_through_the_lean_path(library, lea
         for y, a_np in kept:  # each hit wrote its own buffer
             np.testing.assert_allclose(y.numpy(), np.maximum(a_np * 3 - 1, 0), rtol=1e-6)
     run_on(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_short_replay_is_published_on_the_calling_thread_without_a_handle(library, lean):
+    """The direct replay of a CL plan (jit/direct.py) polls its queue as it submits: a short kernel is
+    waited for on the calling thread and published there, with its device stamps, so the call returns
+    no handle (its await is one checkpoint) and nothing is left deferred; a first launch, whose device
+    time the queue does not know yet, still leaves a handle."""
+    compute = Device.get("CL").compute
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x * 3 - 1
+
+    async def main() -> None:
+        handles = []
+        for k in range(14):
+            value = compute._reserved + 1
+            published = compute.statistics()["host_published"]
+            found = step._replay_now((Tensor(np.full(4, k, np.float32), device="CL"),))
+            if found is None:  # not a replay yet: the general path
+                got = await step(Tensor(np.full(4, k, np.float32), device="CL"))
+            else:
+                handle, _, results = found
+                handles.append(handle)
+                if handle is not None:
+                    await handle
+                else:
+                    assert compute.signal.value >= value and compute.signal.stamp(value) is not None
+                    assert compute.statistics()["host_published"] == published + 1
+                    assert compute.statistics()["deferred"] <= 1
+                got = results[0]
+            np.testing.assert_array_equal(got.numpy(), np.full(4, 3 * k - 1, np.float32))
+        # short once its device time is known (a kernel preempted past SHORT_NS on a loaded machine
+        # makes the next call's a handle again): most of the last calls need none
+        assert handles[-6:].count(None) >= 4, handles
+        stats = compute.statistics()
+        assert stats["pending_commands"] == 0 and stats["signal"] == stats["reserved"], stats
+    run_on(library, main)
