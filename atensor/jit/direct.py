@@ -215,8 +215,8 @@ def _finished(submission: Submission) -> bool:
     for queue, value in submission.final.items():
         if not queue.poll(value):
             return False
-    if submission.first_failure() is not None:
-        return False
+        if queue.signal.has_failures() and submission.first_failure() is not None:
+            return False  # (`first_failure` reads the queues' failures; one that never failed has none)
     reaper.release(submission.placed)  # as the handle does once awaited
     submission.placed = []
     return True
