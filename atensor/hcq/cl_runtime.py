@@ -21,6 +21,13 @@ names the host CPU by its LLVM, and an LLVM older than the CPU (pocl 3.0's LLVM 
 names it "generic", which pocl's clang then rejects for every kernel ("unknown target CPU 'generic'").
 Only such a device (its version string ends "-generic") builds a trial kernel at open, ~1 s once.
 
+Device memory is recycled (`CLPool`): a dead buffer's CLMemory goes back to its device's pool and
+the next buffer of that byte size takes it, so a jit replay's `y = step(y)` passes the same two
+memories in turn, which the kernel objects' sets of engine/lower_cl.py keep as their arguments (pocl
+enqueues a kernel whose arguments stand faster than one whose buffers changed). A buffer dies only
+once no command in flight keeps it (cl_queue.py's invariant), so memory is never handed out while a
+command still uses it.
+
 Compiled programs are kept on disk (cache_dir()/cl/<key>.bin), the key a hash of the source, the
 device's name and driver, and pyopencl's version: pocl takes 0.5-1 s to build a program from source
 and ~10 ms to load a binary (measured here).
@@ -47,6 +54,46 @@ class CLUnavailable(ValueError):
     """No OpenCL device of that number: pyopencl or a platform is missing, or the index is too high."""
 
 
+class CLPool:
+    """The CLMemory of a device's dead buffers, per byte size, for the next buffer of that size (see the
+    module docstring). At most MAX_BYTES are kept, each at most MAX_ONE: a buffer that does not fit is
+    freed. Invariant: a CLMemory is in the pool only while no Buffer holds it."""
+    MAX_BYTES = 256 << 20
+    MAX_ONE = 64 << 20
+
+    def __init__(self) -> None:
+        self.free: dict[int, list[CLMemory]] = {}
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def take(self, device: CLDevice, nbytes: int, dtype: DType) -> CLMemory:
+        """A CLMemory of `nbytes` holding `dtype`s: a dead buffer's, else a new one."""
+        if self.free.get(nbytes):
+            with self.lock:
+                found = self.free.get(nbytes)
+                if found:
+                    memory = found.pop()
+                    self.bytes -= max(nbytes, 1)
+                    memory.dtype = dtype
+                    return memory
+        return CLMemory(device, nbytes, dtype)
+
+    def give(self, memory: CLMemory) -> None:
+        """Keeps a dead buffer's `memory` for the next buffer of its size (or frees it, the pool full)."""
+        size = max(memory.nbytes, 1)
+        if size > self.MAX_ONE:
+            return
+        with self.lock:
+            if self.bytes + size <= self.MAX_BYTES:
+                self.free.setdefault(memory.nbytes, []).append(memory)
+                self.bytes += size
+
+    def clear(self) -> None:
+        """Frees every kept buffer."""
+        with self.lock:
+            self.free, self.bytes = {}, 0
+
+
 @dataclass
 class CLDevice:
     """One OpenCL device: its context, its three in-order queues and its host clock offset."""
@@ -62,6 +109,7 @@ class CLDevice:
     description: str = ""
     programs: dict[str, Any] = field(default_factory=dict)  # source -> built pyopencl.Program
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: CLPool = field(default_factory=CLPool)  # dead buffers' memory, for the next of each size
 
     def host_ns(self, device_ns: int) -> int:
         """A device profiling timestamp on the host's perf_counter clock."""
@@ -280,5 +328,5 @@ def _store(path: Path, binary: bytes) -> None:
         pass
 
 
-__all__ = ["CLDevice", "CLMemory", "CLUnavailable", "INSTALL_HINT", "cache_dir", "listed_devices",
+__all__ = ["CLDevice", "CLMemory", "CLPool", "CLUnavailable", "INSTALL_HINT", "cache_dir", "listed_devices",
            "build_together", "open_device", "program"]
