@@ -156,13 +156,17 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
 
 # (module, attribute path, label) of the stages `breakdown` times; a leading space: part of the row above
 BREAKDOWN_STAGES = [
-    ("atensor.engine.dispatch", "Dispatcher.run_inline", "plan and submit on the calling thread"),
+    ("atensor.engine.dispatch", "Dispatcher.run_inline", "plan and submit on the calling thread (general path)"),
+    ("atensor.jit.jit", "Jit._replay_now", "the jit's replay on the calling thread"),
+    ("atensor.jit.direct", "LastCall.inputs_of", "  the call's key (jit/direct.py LastCall)"),
+    ("atensor.jit.direct", "DirectReplay.run", "  the direct replay (jit/direct.py)"),
     ("atensor.engine.plan", "Plan.submit", "  Plan.submit"),
     ("atensor.engine.cl_replay", "CLReplay.bind", "    the lean replay's binding (engine/cl_replay.py)"),
     ("atensor.engine.plan", "Plan._runners", "    runners (rebound in place, or made again)"),
     ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
     ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),
     ("pyopencl", "enqueue_nd_range_kernel", "        clEnqueueNDRangeKernel (pocl)"),
+    ("atensor.jit.direct", "_finished", "  the direct replay's poll (CLQueue.poll: a short wait, publish)"),
     ("atensor.engine.handle", "RealizeHandle._polled", "the await: CLQueue.poll"),
     ("atensor.hcq.cl_queue", "CLQueue._completed", "  completion (stamps, publish); any thread"),
 ]

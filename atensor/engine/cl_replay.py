@@ -104,8 +104,8 @@ class CLReplay:
         # names the replay's work for the queue's short-command test (CLQueue.poll): its device time
         # at the last replay; one record, one key
         self.slots = slots
-        self.runner = Runner(_host_never_runs, enqueue=sequence([run.enqueue for run in runs]),
-                             device_key=("cl replay", id(self)))
+        enqueue = runs[0].enqueue if len(runs) == 1 else sequence([run.enqueue for run in runs])
+        self.runner = Runner(_host_never_runs, enqueue=enqueue, device_key=("cl replay", id(self)))
         self.first = first  # the task a failure is reported against (`Submission.placed`)
 
     def reads_of(self, new_specs: list[BufferSpec]) -> list[tuple[Buffer, str]]:

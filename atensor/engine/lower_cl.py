@@ -3,11 +3,12 @@
 Why beside lower.py and not inside it: the same choice (what runs for a work) with different
 materials. A kernel is rendered by backend/gpu/render.py from the same AST the C backend renders, in the
 OpenCL dialect, built once per source and device (cl_runtime.program: memory, then disk), its
-kernel objects made once per program (pyopencl takes ~0.5 ms for one); a runner holds its arguments in
-one list, `Runner.device_args` (buffers, temporaries it owns, bound Variables' values, which
-`Runner.rebind` refreshes before a jit replay's submission; a replay's plan stores its buffers there,
-engine/patching.py), and as it enqueues sets those the shared kernel objects do not hold already
-(`_Kernels`: a replay with the same buffers sets none). A copy is one OpenCL copy:
+kernel objects made once per program and set (pyopencl takes ~55 us for one on pocl); a runner holds
+its arguments in one list, `Runner.device_args` (buffers, temporaries it owns, bound Variables' values,
+which `Runner.rebind` refreshes before a jit replay's submission; a replay's plan stores its buffers
+there, engine/patching.py), and as it enqueues picks the set of shared kernel objects that holds them
+already and sets those that set does not hold (`_Kernels`: a replay whose buffers one set holds sets
+none, `y = step(y)`'s two memories in turn included). A copy is one OpenCL copy:
 host to device (non-blocking: the runner holds the host array until the command is published, see
 cl_queue.py), device to device (the devices of one platform share a context), or device to host,
 which runs on the CPU device's copy queue as a blocking read on the OpenCL device's host queue.
@@ -67,19 +68,59 @@ def rendered(work: Kernel, handle: cl_runtime.CLDevice) -> GPUProgram | None:
 
 @dataclass
 class _Kernels:
-    """A built program's kernel objects, made once (pyopencl makes each in ~0.5 ms) and shared by the
-    runners of its source: a runner sets the arguments that differ from the ones the objects hold and
-    enqueues under `lock` (OpenCL takes the arguments at enqueue time).
+    """A built program's kernel objects, made once per set and shared by the runners of its source: a
+    runner picks the set that holds its arguments already (`pick`), sets the arguments that differ from
+    the ones that set holds and enqueues, all under `lock` (OpenCL takes the arguments at enqueue time).
 
-    Invariant: `held[j][i]` says what argument i of `kernels[j]` was last set to, None before it is
+    Why up to SETS sets: pocl's enqueue of a kernel object whose buffer arguments changed since its last
+    enqueue costs more than one whose arguments stand (raw pyopencl, `b = a + 1` on 16 floats enqueued
+    and waited for, AMD EPYC Zen 5, load ~7.5: 23-28 us with the two buffers swapped by clSetKernelArg per
+    call against 17 us alternating two kernel objects that each keep their arguments, as a kernel
+    enqueued with the same ones). A jit replay's `y = step(y)` passes two memories in turn (the device's
+    pool hands the dead one back, cl_runtime.CLPool), so with two sets neither is set again.
+
+    Invariant: `held[s][j][i]` says what argument i of `sets[s][j]` was last set to, None before it is
     set: a weak reference to the CLMemory of a buffer argument, the value of a scalar one. An argument
     is set again unless it is that same live CLMemory (or an equal value). Weak, so the kernel objects
     keep no memory alive; to the CLMemory and not to its cl_mem handle, whose address a driver may hand
     to a new buffer once the old one is freed, while a driver may have resolved the old buffer's device
     address when the argument was set."""
-    kernels: list
-    held: list[list]
+    SETS = 2
+    built: Any                 # the pyopencl.Program the kernel objects are made from
+    names: list[str]           # its kernels' names, in launch order
+    count: int                 # the arguments of each kernel
+    sets: list[list] = field(default_factory=list)   # per set: its kernel objects, in launch order
+    held: list[list[list]] = field(default_factory=list)  # per set, per kernel: what each argument holds
+    turn: int = 0              # the set a miss takes next once there are SETS
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pick(self, args: list, memories: int) -> int:
+        """The set whose kernel objects hold `args` already (the first `memories` CLMemory, the rest
+        values), else one never used, else a new set while there are fewer than SETS, else the next in
+        turn. Under `lock`."""
+        for s, held in enumerate(self.held):
+            if _holds(held, args, memories):
+                return s
+        for s, held in enumerate(self.held):
+            if all(was is None for kernel_held in held for was in kernel_held):
+                return s
+        if len(self.sets) < self.SETS:
+            import pyopencl as cl
+            self.sets.append([cl.Kernel(self.built, name) for name in self.names])
+            self.held.append([[None] * self.count for _ in self.names])
+            return len(self.sets) - 1
+        self.turn = (self.turn + 1) % len(self.sets)
+        return self.turn
+
+
+def _holds(held: list[list], args: list, memories: int) -> bool:
+    """Whether every kernel of a set holds `args` (`held`: per kernel, what each argument holds)."""
+    for kernel_held in held:
+        for i, arg in enumerate(args):
+            was = kernel_held[i]
+            if was is None or (was() is not arg if i < memories else was != arg):
+                return False
+    return True
 
 
 _kernel_objects: dict[tuple[int, str], _Kernels] = {}
@@ -92,11 +133,12 @@ def _kernels(handle: cl_runtime.CLDevice, prog: GPUProgram) -> _Kernels:
     key = (handle.index, prog.source)
     found = _kernel_objects.get(key)
     if found is None:
-        import pyopencl as cl
         built = cl_runtime.program(handle, prog.source)
         count = prog.buffers + len(prog.temp_bytes) + len(prog.variables)
-        found = _kernel_objects.setdefault(key, _Kernels([cl.Kernel(built, k.name) for k in prog.kernels],
-                                                         [[None] * count for _ in prog.kernels]))
+        made = _Kernels(built, [k.name for k in prog.kernels], count)
+        with made.lock:
+            made.pick([None] * count, count)  # the first set, made here rather than at the first enqueue
+        found = _kernel_objects.setdefault(key, made)
     return found
 
 
@@ -121,8 +163,7 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     def set_values() -> None:  # the bound Variables' values, as the kernels' last arguments
         args[memories:] = [np.int64(var_vals[v]) for v in prog.variables]
     set_values()
-    launches = [(kernel, held, (k.global_size,), (k.local_size,))
-                for kernel, held, k in zip(kernels.kernels, kernels.held, prog.kernels)]
+    sizes = [((k.global_size,), (k.local_size,)) for k in prog.kernels]
     enqueue_nd = cl.enqueue_nd_range_kernel
     lock = kernels.lock
     ref = weakref.ref
@@ -131,7 +172,8 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
         global args_set
         first = last = None
         with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
-            for kernel, held, global_size, local_size in launches:
+            s = kernels.pick(args, memories)
+            for kernel, held, (global_size, local_size) in zip(kernels.sets[s], kernels.held[s], sizes):
                 for i, arg in enumerate(args):
                     was = held[i]
                     if i < memories:

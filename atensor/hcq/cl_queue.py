@@ -58,7 +58,6 @@ from __future__ import annotations
 import queue as queue_module
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from atensor.hcq.cl_runtime import CLDevice
@@ -76,16 +75,23 @@ _queues: weakref.WeakValueDictionary[int, CLQueue] = weakref.WeakValueDictionary
 SHORT_NS = 250_000
 
 
-@dataclass(eq=False)
 class _InFlight:
-    """One enqueued command until its value is published: its events and what can make it fail."""
-    command: Command
-    first: Any = None                    # its first OpenCL event (the stamp's start)
-    last: Any = None                     # its last OpenCL event (the value's completion)
-    deps: list[_InFlight] = field(default_factory=list)  # records of other CL queues it waits for
-    user_events: list[Any] = field(default_factory=list)  # set by the host (kept until published)
-    error: Optional[BaseException] = None
-    stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
+    """One enqueued command until its value is published: its events and what can make it fail. A
+    slotted class, its lists made only for a command that waits (one made per command: a jit replay's
+    submission makes one)."""
+    __slots__ = ("command", "first", "last", "deps", "user_events", "error", "stamps")
+
+    def __init__(self, command: Command):
+        self.command = command
+        self.first: Any = None           # its first OpenCL event (the stamp's start)
+        self.last: Any = None            # its last OpenCL event (the value's completion)
+        self.deps: list[_InFlight] = _NONE        # records of other CL queues it waits for
+        self.user_events: list[Any] = _NONE       # set by the host (kept until published)
+        self.error: Optional[BaseException] = None
+        self.stamps: Optional[tuple[int, int]] = None  # (start, end) on the device clock, once it completed
+
+
+_NONE: list = []  # an _InFlight's empty lists, shared: never appended to (`_enqueue` makes its own)
 
 
 class CLQueue(Queue):
@@ -120,15 +126,16 @@ class CLQueue(Queue):
         module docstring)."""
         if self._completer is None:
             self._completer = _Completer(self)
-        if self._deferred:  # the completer takes them in submission order, before these
-            self._hand_over()
+        deferred = self._deferred
+        if deferred and (len(deferred) > 1 or deferred[0].stamps is None):
+            self._hand_over()  # the completer takes them in submission order, before these
         records = [self._enqueue(command) for command in commands]
         self.cl.flush()  # a GPU driver may hold enqueued commands until a flush
         if len(records) != 1 or commands[0].waits or not in_running_loop():
             self._completer.watch(records)
             return
-        with self._defer_lock:
-            self._deferred.append(records[0])
+        with self._defer_lock:  # what is left there was published by the awaiting host: dropped
+            self._deferred = records
         if self.signal.has_waiters():  # it waited before the record was deferred: hand it over now
             self._hand_over()
 
@@ -168,7 +175,7 @@ class CLQueue(Queue):
         with self._lock:  # only the oldest command in flight: every value before it is published
             record = next(iter(self._inflight.values()), None)
         if record is None or record.command.value != value or record.last is None \
-                or record.error is not None or _failure_before(record) is not None:
+                or record.error is not None or (record.deps and _failure_before(record) is not None):
             return False
         run = record.command.run
         if run is not None and run.failed is not None:  # a host part's error is read once: by the
@@ -184,8 +191,33 @@ class CLQueue(Queue):
         except Exception:  # an event that failed, or one the driver no longer answers for: the
             return False   # completion thread publishes it, with its error
         self.host_published += 1
-        self._completed(record, 0)
+        self._publish_oldest(record)
         return self.signal.value >= value
+
+    def _publish_oldest(self, record: _InFlight) -> None:
+        """`_completed` then `_publish_ready` for a record `_poll` found complete, the oldest in flight,
+        with nothing that made it fail (checked there): its stamps, then its value, at once. Unless the
+        completion thread marked it first; then it publishes it."""
+        stamps = _device_stamps(record)
+        command = record.command
+        run, value = command.run, command.value
+        if run is not None and run.device_key is not None:
+            self._last_ns[run.device_key] = stamps[1] - stamps[0]
+        with self._publish_lock:
+            with self._lock:
+                if record.stamps is not None or next(iter(self._inflight), None) != value:
+                    return
+                record.deps = record.user_events = _NONE
+                record.stamps = stamps
+                del self._inflight[value]
+            command.keep = None
+            self.commands_run += 1
+            offset = self.handle.clock_offset
+            self.signal.set(value, (stamps[0] + offset, stamps[1] + offset), None)
+            if collector.is_active():
+                self._span(command, stamps)
+        if self._inflight:  # later commands the completion thread marked, held back behind this one
+            self._publish_ready()
 
     def _short(self, record: _InFlight) -> bool:
         """Whether the host may wait for `record`'s command on its own thread: its runner ran before and
@@ -194,6 +226,8 @@ class CLQueue(Queue):
         if run is None or run.device_key is None \
                 or self._last_ns.get(run.device_key, SHORT_NS + 1) > SHORT_NS:
             return False
+        if not record.user_events and not record.deps:
+            return True
         pending = [user for user in record.user_events] + [dep.last for dep in record.deps if dep.stamps is None]
         return all(event.command_execution_status == 0 for event in pending)
 
@@ -221,10 +255,14 @@ class CLQueue(Queue):
             if dep is not None and dep.last is not None:
                 events.append(dep.last)
                 if check:
+                    if record.deps is _NONE:
+                        record.deps = []
                     record.deps.append(dep)
                 continue
             # a CPU queue's value, or one not enqueued yet: the host sets a user event when it is reached
             user = cl.UserEvent(self.handle.context)
+            if record.user_events is _NONE:
+                record.user_events = []
             record.user_events.append(user)
             events.append(user)
             signal.when_reached(value, _UserWait(record, user, signal, value, check).reached)
@@ -260,7 +298,7 @@ class CLQueue(Queue):
                 return
         command = record.command
         error = record.error
-        if error is None:
+        if error is None and record.deps:
             failed = _failure_before(record)
             if failed is not None:
                 error = _dependency_failed(command, failed)
@@ -281,7 +319,7 @@ class CLQueue(Queue):
             if record.stamps is not None:
                 return
             record.error = error
-            record.deps, record.user_events = [], []  # a chain of records is only as long as what is in flight
+            record.deps = record.user_events = _NONE  # a chain of records is only as long as what is in flight
             record.stamps = stamps  # last: it marks the record complete
         self._publish_ready()
 
@@ -298,16 +336,20 @@ class CLQueue(Queue):
                     ready.append((value, record))
                 for value, _ in ready:
                     del self._inflight[value]
-            handle = self.handle
+            offset = self.handle.clock_offset  # the stamps on the host's clock (CLDevice.host_ns)
             for value, record in ready:
                 command, (start, end) = record.command, record.stamps
                 command.keep = None  # done with: a deferred record may outlive its publication a while
                 self.commands_run += 1
-                self.signal.set(value, (handle.host_ns(start), handle.host_ns(end)), record.error)
+                self.signal.set(value, (start + offset, end + offset), record.error)
                 if collector.is_active():
-                    collector.record_span(Span(self.device, self.kind, command.task_id, command.name,
-                                               command.kind, start, end, command.nbytes, command.flops,
-                                               command.deps))
+                    self._span(command, record.stamps)
+
+    def _span(self, command: Command, stamps: tuple[int, int]) -> None:
+        """Records `command`'s span for the profile, on the device's clock (the collector puts it on the
+        host's)."""
+        collector.record_span(Span(self.device, self.kind, command.task_id, command.name, command.kind,
+                                   stamps[0], stamps[1], command.nbytes, command.flops, command.deps))
 
 
 class _Completer:

@@ -16,6 +16,18 @@ values, a copy into a CPU device's memory run by that device's copy queue). The 
 waits on an event the host has to set, so a blocking read there cannot wait behind a command that
 waits for the reading thread.
 
+A device whose compiler cannot build for it is refused when opened (CLUnavailable, saying why): pocl
+names the host CPU by its LLVM, and an LLVM older than the CPU (pocl 3.0's LLVM 14 on an AMD Zen 5)
+names it "generic", which pocl's clang then rejects for every kernel ("unknown target CPU 'generic'").
+Only such a device (its version string ends "-generic") builds a trial kernel at open, ~1 s once.
+
+Device memory is recycled (`CLPool`): a dead buffer's CLMemory goes back to its device's pool and
+the next buffer of that byte size takes it, so a jit replay's `y = step(y)` passes the same two
+memories in turn, which the kernel objects' sets of engine/lower_cl.py keep as their arguments (pocl
+enqueues a kernel whose arguments stand faster than one whose buffers changed). A buffer dies only
+once no command in flight keeps it (cl_queue.py's invariant), so memory is never handed out while a
+command still uses it.
+
 Compiled programs are kept on disk (cache_dir()/cl/<key>.bin), the key a hash of the source, the
 device's name and driver, and pyopencl's version: pocl takes 0.5-1 s to build a program from source
 and ~10 ms to load a binary (measured here).
@@ -42,6 +54,46 @@ class CLUnavailable(ValueError):
     """No OpenCL device of that number: pyopencl or a platform is missing, or the index is too high."""
 
 
+class CLPool:
+    """The CLMemory of a device's dead buffers, per byte size, for the next buffer of that size (see the
+    module docstring). At most MAX_BYTES are kept, each at most MAX_ONE: a buffer that does not fit is
+    freed. Invariant: a CLMemory is in the pool only while no Buffer holds it."""
+    MAX_BYTES = 256 << 20
+    MAX_ONE = 64 << 20
+
+    def __init__(self) -> None:
+        self.free: dict[int, list[CLMemory]] = {}
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def take(self, device: CLDevice, nbytes: int, dtype: DType) -> CLMemory:
+        """A CLMemory of `nbytes` holding `dtype`s: a dead buffer's, else a new one."""
+        if self.free.get(nbytes):
+            with self.lock:
+                found = self.free.get(nbytes)
+                if found:
+                    memory = found.pop()
+                    self.bytes -= max(nbytes, 1)
+                    memory.dtype = dtype
+                    return memory
+        return CLMemory(device, nbytes, dtype)
+
+    def give(self, memory: CLMemory) -> None:
+        """Keeps a dead buffer's `memory` for the next buffer of its size (or frees it, the pool full)."""
+        size = max(memory.nbytes, 1)
+        if size > self.MAX_ONE:
+            return
+        with self.lock:
+            if self.bytes + size <= self.MAX_BYTES:
+                self.free.setdefault(memory.nbytes, []).append(memory)
+                self.bytes += size
+
+    def clear(self) -> None:
+        """Frees every kept buffer."""
+        with self.lock:
+            self.free, self.bytes = {}, 0
+
+
 @dataclass
 class CLDevice:
     """One OpenCL device: its context, its three in-order queues and its host clock offset."""
@@ -57,6 +109,7 @@ class CLDevice:
     description: str = ""
     programs: dict[str, Any] = field(default_factory=dict)  # source -> built pyopencl.Program
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: CLPool = field(default_factory=CLPool)  # dead buffers' memory, for the next of each size
 
     def host_ns(self, device_ns: int) -> int:
         """A device profiling timestamp on the host's perf_counter clock."""
@@ -122,11 +175,29 @@ def _open(index: int, platform: Any, device: Any) -> CLDevice:
         context = _contexts[platform.int_ptr] = cl.Context(platform.get_devices())
     props = cl.command_queue_properties.PROFILING_ENABLE
     queues = [cl.CommandQueue(context, device, properties=props) for _ in range(3)]
+    _check_compiler(cl, context, device, index)
     fp64 = bool(device.double_fp_config)  # 0 on a device without doubles
     handle = CLDevice(index, device, context, *queues, fp64=fp64,
                       description=f"{device.name} ({platform.name}, {device.version})")
     handle.clock_offset = _clock_offset(handle)
     return handle
+
+
+def _check_compiler(cl: Any, context: Any, device: Any, index: int) -> None:
+    """Raises CLUnavailable when `device` is pocl's on a CPU its LLVM does not know (see the module
+    docstring) and a trial kernel does not build: every kernel would fail to build the same way."""
+    if not device.version.rstrip().endswith("-generic"):
+        return
+    try:
+        cl.Program(context, "__kernel void probe(__global float *a) { a[0] = 1.0f; }").build(devices=[device])
+    except cl.Error as exc:
+        log = str(exc).strip().splitlines()
+        reason = next((line for line in log if "error:" in line), log[-1] if log else "")
+        raise CLUnavailable(f"device CL:{index} ({device.name}, {device.version}) cannot build kernels: "
+                            f"{reason.strip()}; its OpenCL driver's compiler does not know this CPU (pocl "
+                            f"names it 'generic'): install a pocl built with a newer LLVM (Debian's or Ubuntu's "
+                            f"`apt install pocl-opencl-icd`, which pyopencl's ICD loader lists before the wheel's "
+                            f"pocl, as .ci/run does)") from None
 
 
 def _clock_offset(handle: CLDevice, rounds: int = 5) -> int:
@@ -223,23 +294,11 @@ def program(handle: CLDevice, source: str) -> Any:
                 built = cl.Program(handle.context, source).build(devices=[handle.device])
             except cl.Error as exc:
                 raise RuntimeError(f"OpenCL could not build a program for CL:{handle.index} "
-                                   f"({handle.description}): {exc}{_driver_hint(str(exc))}"
-                                   f"\n--- source ---\n{source}") from None
+                                   f"({handle.description}): {exc}\n--- source ---\n{source}") from None
             programs_built += 1
             _store(path, built.get_info(cl.program_info.BINARIES)[0])
         handle.programs[source] = built
     return built
-
-
-def _driver_hint(log: str) -> str:
-    """What to do when the build failed for the driver's own reason, not the program's: pocl built on an
-    LLVM older than the CPU (the pip wheel's LLVM 14 on an AMD Zen 5) names the CPU 'generic', which that
-    LLVM rejects, so no kernel builds at all."""
-    if "unknown target CPU" not in log:
-        return ""
-    return ("\n(the OpenCL driver's compiler does not know this CPU, so it builds no program: use a pocl built "
-            "on a newer LLVM, e.g. Debian's or Ubuntu's `apt install pocl-opencl-icd`, which pyopencl's ICD "
-            "loader lists before the wheel's pocl, or set POCL_LLVM_CPU_NAME to a CPU it knows (pocl 5 and later))")
 
 
 def build_together(handle: CLDevice, prelude: str, bodies: list[str]) -> None:
@@ -271,5 +330,5 @@ def _store(path: Path, binary: bytes) -> None:
         pass
 
 
-__all__ = ["CLDevice", "CLMemory", "CLUnavailable", "INSTALL_HINT", "cache_dir", "listed_devices",
+__all__ = ["CLDevice", "CLMemory", "CLPool", "CLUnavailable", "INSTALL_HINT", "cache_dir", "listed_devices",
            "build_together", "open_device", "program"]

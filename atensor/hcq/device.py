@@ -146,11 +146,11 @@ class Device:
             buf.memory = NullMemory(spec.size)
             return buf
         if self.cl is not None:  # device memory; `data` (host values) is written into it
-            memory = cl_runtime.CLMemory(self.cl, spec.nbytes, spec.dtype)
+            memory = self.cl.pool.take(self.cl, spec.nbytes, spec.dtype)  # a dead buffer's, when one fits
             if data is not None:
                 memory.write(data)
             buf.memory = memory
-            buf.release = (self._account, -spec.nbytes)
+            buf.release = (self._release_cl, memory)
             self._account(spec.nbytes)
             return buf
         if data is not None:
@@ -234,6 +234,11 @@ class Device:
             used[nbytes] = now
             self._pooled_bytes += nbytes
 
+    def _release_cl(self, memory: cl_runtime.CLMemory) -> None:
+        """A dead buffer's device memory goes back to its device's pool (cl_runtime.CLPool)."""
+        self._account(-memory.nbytes)
+        self.cl.pool.give(memory)
+
     def empty_cache(self) -> None:
         """Returns the memory kept for reuse to the system."""
         with self._mem_lock:
@@ -241,6 +246,8 @@ class Device:
             self._pool_used.clear()
             self._pooled_bytes = 0
         self._small.clear()
+        if self.cl is not None:
+            self.cl.pool.clear()
 
     def _account(self, delta: int) -> None:
         with self._mem_lock:

@@ -17,10 +17,13 @@ module fixes all of that once, so a call is:
    - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
      plan): its one foreign call binds and runs the program here, and the await is one
      `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
-   - otherwise (a collective's net command, a plan too big for a record, several queues), with at
-     most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here, as the general path's
-     inline job would, and a handle on the submission, awaited as any;
-3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views).
+   - otherwise (a CL plan's lean replay, a collective's net command, a plan too big for a record,
+     several queues), with at most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here,
+     as the general path's inline job would;
+3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views);
+4. a submitted plan polled (`_finished`: each queue's `poll`, which publishes a command found done
+   and, on a CL queue, waits on this thread for a short one, hcq/cl_queue.py): done and not failed,
+   the await is one checkpoint as a record's; else a handle on the submission, awaited as any.
 
 What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
 or being planned, claimed as `run_inline` does; a record only while every queue is idle, as
@@ -52,10 +55,11 @@ from typing import Any, Optional
 from atensor import ledger
 from atensor.backend.c import registry
 from atensor.config import current_settings
-from atensor.engine.dispatch import Job, dispatcher
+from atensor.engine.dispatch import Job, dispatcher, reaper
 from atensor.engine.handle import RealizeHandle
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
+from atensor.engine.submission import Submission
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.hcq.device import all_idle
@@ -153,8 +157,8 @@ class DirectReplay:
 
     def run(self, inputs: list[BufferSpec]) -> Optional[tuple[list[Tensor], Optional[RealizeHandle]]]:
         """Binds `inputs` and fresh result buffers and submits the program from here: (the result
-        tensors, None) when the record ran it (the tensors are realized), (the result tensors, the
-        handle to await) when the plan was submitted; None, with nothing changed, when it cannot run
+        tensors, None) when the record ran it or the submitted plan is done (the tensors are realized),
+        (the result tensors, the handle to await) when the plan is still running; None, with nothing changed, when it cannot run
         now (the general path then submits the call). Raises what the submission raises (a read of a
         failed task's contents; nothing of the replay is then kept)."""
         record = self.record
@@ -186,9 +190,7 @@ class DirectReplay:
                 plan.run_record(new_specs)
                 handle = None
             else:  # what the general path's job would have planned (run_records of one record)
-                job = Job(None, [])
-                job.submission = plan.submit(dict(zip(plan.swapped, new_specs)))
-                handle = RealizeHandle(job, None)
+                submission = plan.submit(dict(zip(plan.swapped, new_specs)))
         finally:
             dispatcher.unclaim()
         make_like = Node.make_like
@@ -200,7 +202,31 @@ class DirectReplay:
                 buffer = make_like(buffer, (), (spec, buffer.arg[1]))
             view = recipe.view
             tensors.append(Tensor(buffer if view is None else make_like(view, (buffer,), view.arg)))
+        if record is None:  # after the tensors: the device runs meanwhile
+            handle = None if _finished(submission) else _handle_of(submission)
         return tensors, handle
+
+
+def _finished(submission: Submission) -> bool:
+    """True when every command of `submission` has run and none failed, its values published here:
+    each queue's `poll` publishes a command found done, and a CL queue waits for a short one on this
+    thread (hcq/cl_queue.py), so such a replay needs no handle and its await is one checkpoint, as a
+    record's is. False leaves the rest to the handle, which raises what failed."""
+    for queue, value in submission.final.items():
+        if not queue.poll(value):
+            return False
+        if queue.signal.has_failures() and submission.first_failure() is not None:
+            return False  # (`first_failure` reads the queues' failures; one that never failed has none)
+    reaper.release(submission.placed)  # as the handle does once awaited
+    submission.placed = []
+    return True
+
+
+def _handle_of(submission: Submission) -> RealizeHandle:
+    """The handle that awaits `submission`, as the general path's inline job would have made it."""
+    job = Job(None, [])
+    job.submission = submission
+    return RealizeHandle(job, None)
 
 
 @dataclass(eq=False)

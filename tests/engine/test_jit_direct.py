@@ -21,14 +21,15 @@ pytestmark = pytest.mark.default_settings
 @pytest.fixture
 def direct_runs(monkeypatch) -> list[str]:
     """One entry per call that the direct replay ran (not declined): "record" when its one foreign
-    call ran the program, "submitted" when it submitted the plan and returned a handle."""
+    call ran the program, "submitted" when it submitted the plan (and returned a handle, unless the
+    submission had run by then)."""
     runs: list[str] = []
     original = DirectReplay.run
 
     def counting(self: DirectReplay, inputs: list) -> object:
         found = original(self, inputs)
         if found is not None:
-            runs.append("record" if found[1] is None else "submitted")
+            runs.append("record" if self.record is not None else "submitted")
         return found
     monkeypatch.setattr(DirectReplay, "run", counting)
     return runs

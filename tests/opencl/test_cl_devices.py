@@ -43,6 +43,35 @@ def test_without_a_platform_the_error_says_what_to_install_or_set(monkeypatch):
         Device.get("CL:6")
 
 
+def test_a_device_whose_compiler_does_not_know_the_cpu_is_refused_saying_why():
+    """pocl 3.0's LLVM names a CPU newer than itself 'generic' and then builds no kernel: opening such a
+    device builds a trial kernel and refuses the device with the compiler's reason; any other device
+    builds nothing at open."""
+    built = []
+
+    class FakeCL:
+        class Error(Exception):
+            pass
+
+        class Program:
+            def __init__(self, context, source):
+                built.append(source)
+
+            def build(self, devices):
+                raise FakeCL.Error("clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\nerror: unknown target CPU 'generic'\n")
+
+    class FakeDevice:
+        name = "pthread-AMD EPYC"
+        version = "OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-generic"
+    with pytest.raises(cl_runtime.CLUnavailable, match=r"CL:3 .*cannot build kernels: error: unknown target "
+                                                       r"CPU 'generic'.*newer LLVM"):
+        cl_runtime._check_compiler(FakeCL, None, FakeDevice(), 3)
+    assert len(built) == 1
+    FakeDevice.version = "OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-znver4"
+    cl_runtime._check_compiler(FakeCL, None, FakeDevice(), 3)
+    assert len(built) == 1  # a CPU the driver names: no trial build
+
+
 def test_values_go_to_cl_and_back_through_tensor_and_to():
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     t = Tensor(a, device="CL")

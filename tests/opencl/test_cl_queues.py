@@ -355,8 +355,8 @@ def test_a_jit_replay_on_cl_sets_only_the_kernel_arguments_whose_buffers_changed
         return acc
 
     @atensor.jit
-    def scale(x):  # a new result buffer per call, the input changed or not
-        return x * w + 1
+    def scale(x):  # a new result buffer per call, the input changed or not (its memory may be a dead
+        return x * w + 1  # result's, from the device's pool, which a kernel set holds already)
     x_np = RNG.standard_normal(16).astype(np.float32)
     x = Tensor(x_np, device="CL")
     for k in range(5):
@@ -370,8 +370,8 @@ def test_a_jit_replay_on_cl_sets_only_the_kernel_arguments_whose_buffers_changed
         new = k >= 4  # the last calls pass another input: its argument is set, with the new result's
         a = RNG.standard_normal(16).astype(np.float32) if new else x_np
         np.testing.assert_allclose(scale(Tensor(a, device="CL") if new else x).numpy(), a * w_np + 1, rtol=1e-6)
-        if scale.stats["replays"]:
-            assert lower_cl.args_set - before == (2 if new else 1)
+        if scale.stats["replays"]:  # w is never set again; a new input always is; the result may be
+            assert (1 if new else 0) <= lower_cl.args_set - before <= (2 if new else 1)
     assert scale.stats["replays"] >= 2
 
 
@@ -401,7 +401,7 @@ def test_a_cl_replay_submitted_while_the_last_one_is_in_flight_gets_its_own_argu
         dev.compute.submit([Command(value, (), Runner(lambda: None, enqueue=enqueue), "gate", "kernel", 0)])
         inputs = [RNG.standard_normal(16).astype(np.float32) for _ in range(2)]
         results = [None, None]
-        replays, built = scale.stats["replays"], lower_cl.args_set
+        replays = scale.stats["replays"]
         made.clear()
 
         async def call(k):
@@ -412,7 +412,8 @@ def test_a_cl_replay_submitted_while_the_last_one_is_in_flight_gets_its_own_argu
             await trio.sleep(0.05)  # both submitted, neither can run
             assert all(r is None for r in results)
             gate.set_status(cl.command_execution_status.COMPLETE)
-        assert scale.stats["replays"] == replays + 2 and lower_cl.args_set > built
+        # (each replay's arguments may be held by a kernel set already: pooled memories recur)
+        assert scale.stats["replays"] == replays + 2
         assert len(made) == 1  # the first replay rebound the kept runner; the second got a fresh one
         for k in range(2):  # the second replay's runner was made afresh, the first's arguments untouched
             np.testing.assert_allclose(results[k].numpy(), inputs[k] * w_np + 1, rtol=1e-6)
@@ -424,6 +425,7 @@ def test_the_shared_kernel_objects_keep_no_buffer_alive_and_set_a_new_buffer_aga
     import weakref
     from atensor.engine import lower_cl
     x_np = RNG.standard_normal(16).astype(np.float32)
+    Device.get("CL").empty_cache()  # x's memory made for it, not a dead buffer's that a kept runner names
     x = Tensor(x_np, device="CL")
     np.testing.assert_allclose((x * 3).numpy(), x_np * 3, rtol=1e-6)
     memory = weakref.ref(x._stored_buffer().memory)
@@ -431,6 +433,7 @@ def test_the_shared_kernel_objects_keep_no_buffer_alive_and_set_a_new_buffer_aga
     deadline = time.monotonic() + 10  # the completion thread lets go of its last command as it takes it
     while memory() is not None and time.monotonic() < deadline:
         gc.collect()
+        Device.get("CL").empty_cache()  # the device's pool keeps a dead buffer's memory for reuse
         time.sleep(0.01)
     assert memory() is None  # the kernel objects held its argument by a weak reference only
     before = lower_cl.args_set

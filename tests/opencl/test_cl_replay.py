@@ -202,11 +202,14 @@ def _to_thread(library: str):
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
-def test_a_deferred_replay_is_published_for_a_thread_that_waits_for_it(library, lean):
+def test_a_deferred_replay_is_published_for_a_thread_that_waits_for_it(library, lean, monkeypatch):
     """A replay submitted on the loop's thread is deferred (its awaiting task publishes it); a thread
     that waits for its value instead (a CPU queue's worker would) gets it published all the same,
-    whether it started waiting after the replay was submitted or before."""
+    whether it started waiting after the replay was submitted or before. (The direct replay's own poll
+    right after it submits, jit/direct.py `_finished`, is turned off: the replay stays deferred.)"""
     import threading
+    from atensor.jit import direct
+    monkeypatch.setattr(direct, "_finished", lambda submission: False)
     compute = Device.get("CL").compute
 
     @atensor.jit
@@ -290,4 +293,43 @@ def test_a_hot_eager_cl_loop_replays_its_twin_through_the_lean_path(library, lea
         assert len(lean) >= 4, len(lean)
         for y, a_np in kept:  # each hit wrote its own buffer
             np.testing.assert_allclose(y.numpy(), np.maximum(a_np * 3 - 1, 0), rtol=1e-6)
+    run_on(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_short_replay_is_published_on_the_calling_thread_without_a_handle(library, lean):
+    """The direct replay of a CL plan (jit/direct.py) polls its queue as it submits: a short kernel is
+    waited for on the calling thread and published there, with its device stamps, so the call returns
+    no handle (its await is one checkpoint) and nothing is left deferred; a first launch, whose device
+    time the queue does not know yet, still leaves a handle."""
+    compute = Device.get("CL").compute
+
+    @atensor.jit
+    async def step(x: Tensor) -> Tensor:
+        return x * 3 - 1
+
+    async def main() -> None:
+        handles = []
+        for k in range(14):
+            value = compute._reserved + 1
+            published = compute.statistics()["host_published"]
+            found = step._replay_now((Tensor(np.full(4, k, np.float32), device="CL"),))
+            if found is None:  # not a replay yet: the general path
+                got = await step(Tensor(np.full(4, k, np.float32), device="CL"))
+            else:
+                handle, _, results = found
+                handles.append(handle)
+                if handle is not None:
+                    await handle
+                else:
+                    assert compute.signal.value >= value and compute.signal.stamp(value) is not None
+                    assert compute.statistics()["host_published"] == published + 1
+                    assert compute.statistics()["deferred"] <= 1
+                got = results[0]
+            np.testing.assert_array_equal(got.numpy(), np.full(4, 3 * k - 1, np.float32))
+        # short once its device time is known (a kernel preempted past SHORT_NS on a loaded machine
+        # makes the next call's a handle again): most of the last calls need none
+        assert handles[-6:].count(None) >= 4, handles
+        stats = compute.statistics()
+        assert stats["pending_commands"] == 0 and stats["signal"] == stats["reserved"], stats
     run_on(library, main)
