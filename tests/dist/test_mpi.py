@@ -172,3 +172,25 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
     # three allreduces in one replayed call: the first started on the calling thread, taken over
     replays, shared = got["lead"]
     assert replays >= 2 and shared == (replays if c_poll else 0), got
+
+
+def test_a_gradient_buckets_allreduce_overlaps_a_later_buckets_backward_in_the_profile(tmp_path):
+    """tests/dist/overlap.py: a profiled training step on 2 ranks, one weight's gradient a bucket. On
+    every rank some bucket's net command overlaps in time a kernel of a later bucket's backward (one
+    that another bucket waits for, this one not), and the merged trace holds both ranks' net and
+    compute tracks; with one bucket for every gradient (its net command waits for the whole backward)
+    no span overlaps one, so the check itself can fail."""
+    from atensor.profiler.collector import Profile
+    found = {}
+    for name, extra in (("buckets", []), ("one bucket", ["--bucket-bytes", str(1 << 30)])):
+        out, trace = tmp_path / f"{name}.json", tmp_path / f"{name}.trace.json"
+        done = mpiexec(2, "tests/dist/overlap.py", "--out", str(out), "--trace", str(trace), *extra)
+        assert done.returncode == 0, done.stderr
+        found[name] = json.loads(out.read_text())["ranks"]
+        tracks = {(s.device, s.queue) for s in Profile.load(trace).spans}
+        assert {(f"rank{r}/CPU:0", q) for r in (0, 1) for q in ("net", "compute")} <= tracks
+    for rank, got in enumerate(found["buckets"]):
+        assert len(got["nets"]) == 8, got["nets"]  # 4 weights and 4 biases, each its own bucket
+        assert got["overlaps"], f"rank {rank}: no bucket's allreduce overlapped a later bucket's backward"
+    for rank, got in enumerate(found["one bucket"]):
+        assert len(got["nets"]) == 1 and got["overlaps"] == [], got
