@@ -24,6 +24,16 @@ class Submission:
         """The (signal, value) pairs that are all reached once every command of it has run."""
         return [(q.signal, v) for q, v in self.final.items()]
 
+    def settled(self) -> bool:
+        """True when every command of it has run and none of its queues ever had a value fail: nothing is
+        left to await or to report (a net command finished on the submitting thread, a tiny plan run
+        there). A queue that ever failed answers False, so its failures are looked for by a handle."""
+        for queue, value in self.final.items():
+            signal = queue.signal
+            if signal.value < value or signal.has_failures():
+                return False
+        return True
+
     def first_failure(self) -> Optional[BaseException]:
         """The root-cause error of the graph (a failed task, not one that was skipped because of it)."""
         if not any(queue.signal.has_failures() for queue in self.final):

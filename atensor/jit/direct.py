@@ -19,7 +19,9 @@ module fixes all of that once, so a call is:
      `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
    - otherwise (a collective's net command, a plan too big for a record, several queues), with at
      most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here, as the general path's
-     inline job would, and a handle on the submission, awaited as any;
+     inline job would, and a handle on the submission, awaited as any; unless the submission is
+     `settled` when it returns (a net command finished on this thread, engine/net_replay.py: every
+     command ran, no value failed), then no handle: the await is one checkpoint, as for a record;
 3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views).
 
 What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
@@ -186,9 +188,13 @@ class DirectReplay:
                 plan.run_record(new_specs)
                 handle = None
             else:  # what the general path's job would have planned (run_records of one record)
-                job = Job(None, [])
-                job.submission = plan.submit(dict(zip(plan.swapped, new_specs)))
-                handle = RealizeHandle(job, None)
+                submission = plan.submit(dict(zip(plan.swapped, new_specs)))
+                if submission.settled():  # it ran here (a net command started here): nothing to await
+                    handle = None
+                else:
+                    job = Job(None, [])
+                    job.submission = submission
+                    handle = RealizeHandle(job, None)
         finally:
             dispatcher.unclaim()
         make_like = Node.make_like
