@@ -19,7 +19,8 @@ processes) a spinning waiter takes the core from the very work it waits for, so 
 ns per byte (the core goes to whoever else can run on it, else the loop goes on testing at once),
 then with a short sleep between tests (a peer late by milliseconds, or hung, costs no core).
 `net_wait="block"` calls MPI's blocking collective, whose wait is MPI's own (the better choice when
-every rank has cores to spare; it has no timeout). The wait runs in C without the GIL when this
+every rank has cores to spare; it has no timeout); a jit replay of one such collective of at most
+HERE_MAX_BYTES makes that call on the calling thread, as mpi4py does (no hand-off to the worker). The wait runs in C without the GIL when this
 MPI's ABI is known (native_net.py: MPICH's family and Open MPI), else in Python through mpi4py
 (the same policy, with os.sched_yield and time.sleep(0)).
 
