@@ -2,15 +2,16 @@
 the data-parallel step of the flagship on 2 ranks x 1 device, 1 rank x 2 devices and torch DDP
 (gloo) over 2 processes, and weak scaling beside the machine's floor.
 
-    python bench/mpi.py [--quick] [--only allreduce,step,weak] [--baseline OTHER_CHECKOUT --rounds N]
+    python bench/mpi.py [--quick] [--only allreduce,step,weak] [--sizes 1M,4M] [--baseline OTHER_CHECKOUT --rounds N]
 
+`--sizes` measures the allreduce at those sizes only (K and M suffixes; default: all of SIZES).
 `--baseline` alternates rounds of another checkout's atensor (e.g. /work/main) and this one's, for
 A/B figures of a change: per round, each tree's ratios measured in the same processes.
 
 Each configuration runs in fresh processes (`mpiexec -n 2` for the multi-process ones):
 - allreduce, 4 KiB..64 MiB of float32 over 2 ranks: `dist.allreduce(x)` in an `atensor.jit`
   function (a replay of that one NetAllReduce task starts the collective in C on the calling thread:
-  up to 2 MiB it waits there up to 2 ms, and only a collective still in flight then is submitted to
+  up to 4 MiB it waits there up to 2 ms, and only a collective still in flight then is submitted to
   CPU:0's net queue; a larger one is submitted first; a submitted one is tested on the calling thread
   until the queue's worker takes it over and finishes it, GIL released; the result buffer is new on
   every call, as a step's would be), and the same with 8 allreduces in one jitted call (a step's
@@ -82,7 +83,13 @@ def anchor(comm: Any, name: str, count: int, hot: tuple, rot: list, rot8: list) 
         comm.Allreduce(*pairs[k % len(pairs)])
 
 
-def worker_allreduce(quick: bool) -> dict:
+def parse_sizes(text: str) -> list[int]:
+    """"1M,4M" -> [1 << 20, 4 << 20] (K, M suffixes; a bare number is bytes)."""
+    units = {"K": 1 << 10, "M": 1 << 20}
+    return [int(p[:-1]) * units[p[-1].upper()] if p[-1].upper() in units else int(p) for p in text.split(",")]
+
+
+def worker_allreduce(quick: bool, sizes: list[int]) -> dict:
     import numpy as np
     import trio
     from mpi4py import MPI
@@ -159,7 +166,7 @@ def worker_allreduce(quick: bool) -> dict:
         return {"calls_per_block": calls, "blocks": blocks, "modes": modes}
 
     async def main() -> None:
-        for nbytes in SIZES:
+        for nbytes in sizes:
             n = nbytes // 4
             values = [1.0 + world.rank, 10.0 + world.rank]  # input k of rank r
             want = [sum(v + r for r in range(world.size)) for v in (1.0, 10.0)]
@@ -355,7 +362,7 @@ def worker_ddp(batch: int, steps: int, port: int) -> dict:
 def worker(config: dict) -> dict:
     kind = config["kind"]
     if kind == "allreduce":
-        return worker_allreduce(config["quick"])
+        return worker_allreduce(config["quick"], config.get("sizes", SIZES))
     if kind == "step":
         return worker_step(config["devices"], config["batch"], config["steps"])
     return worker_ddp(config["batch"], config["steps"], config["port"])
@@ -562,7 +569,7 @@ def _spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
-def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) -> dict:
+def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int, sizes: list[int]) -> dict:
     """`rounds` alternating rounds (baseline then this tree, then this tree then baseline, ...) of the
     allreduce and step measurements; per-round figures and their medians and ranges."""
     trees = {"baseline": baseline, "this": ROOT}
@@ -571,7 +578,7 @@ def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) ->
         order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
         for name, tree in order:
             if "allreduce" in parts:
-                got[name]["allreduce"].append(run({"kind": "allreduce", "quick": quick}, 2, tree))
+                got[name]["allreduce"].append(run({"kind": "allreduce", "quick": quick, "sizes": sizes}, 2, tree))
             if "step" in parts:
                 got[name]["step"].append(measure_steps(steps, tree, torch=False))
         print(f"round {round_ + 1}/{rounds} done", flush=True)
@@ -580,7 +587,7 @@ def ab(baseline: Path, rounds: int, parts: set[str], quick: bool, steps: int) ->
         rows = []
         for name in trees:
             runs = [r for r in got[name]["allreduce"] if "rows" in r]
-            for i, nbytes in enumerate(SIZES):
+            for i, nbytes in enumerate(sizes):
                 pick = [r["rows"][i] for r in runs]
                 if not pick:
                     continue
@@ -629,6 +636,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--only", default="allreduce,step,weak",
                         help="comma-separated parts to run: allreduce, step, weak (default: all)")
+    parser.add_argument("--sizes", type=parse_sizes, default=SIZES,
+                        help="allreduce sizes, comma-separated with K/M suffixes (default: all)")
     parser.add_argument("--baseline", type=Path,
                         help="another atensor checkout: alternate rounds of it and this one (allreduce, step)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --baseline (default 3)")
@@ -654,14 +663,14 @@ def main() -> None:
                   "mpiexec": mpi[0] if mpi else "", "command": " ".join(sys.argv)}
     print(f"threads: {data['threads']}; {data['note']}; {data['mpiexec']}\n")
     if args.baseline is not None:
-        data["ab"] = ab(args.baseline.resolve(), args.rounds, parts, args.quick, steps)
+        data["ab"] = ab(args.baseline.resolve(), args.rounds, parts, args.quick, steps, args.sizes)
         path = write_results(args.out, data)
         print(f"\nwritten: {path.relative_to(ROOT)}")
         return
     ar: dict = {}
     step: dict = {}
     if "allreduce" in parts:
-        ar = data["allreduce"] = run({"kind": "allreduce", "quick": args.quick}, ranks=2)
+        ar = data["allreduce"] = run({"kind": "allreduce", "quick": args.quick, "sizes": args.sizes}, ranks=2)
         print_allreduce(ar)
     if "step" in parts:
         step = data["step"] = measure_steps(steps)

@@ -43,7 +43,9 @@ worker's wake-up leaves the critical path. The hand-over: before the submission 
 SHARED; the worker sets TAKE and waits until SHARED is clear; the caller looks at TAKE before each
 MPI_Test and clears SHARED as it leaves (taken, done, failed, or `here_ns` passed), so only one
 thread at a time tests a request. Done or failed on the caller's thread after the submission, STATE
-says so (2, 3) and the worker only publishes it.
+says so (2, 3) and the worker only publishes it. A blocking wait (`Wait.blocking`) alone and short is
+MPI's blocking MPI_Allreduce on the caller's thread, as mpi4py's `Allreduce` calls it (MPI's own wait,
+no bound: the caller chose it); a long one, or one leading several, is the worker's call.
 
 Invariants: the argument block's slots 0 and 1 hold the send and receive addresses (`Runner.args`,
 so a replay rewrites them in place, engine/patching.py); every other slot is fixed when the runner
@@ -319,7 +321,8 @@ class Wait:
     from `nap_ns[0]` to `nap_ns[1]`; it gives up after `timeout_ns` (0: never). Times from its start.
     `here_ns`: how long a start on the caller's thread (`Runner.here`) may wait before it hands the
     rest of the wait to the queue, and then how long it may go on testing until the queue's worker
-    takes over (0: never started there; a blocking wait never is). `here_rings_first`: the worker is
+    takes over (0: never started there). A blocking wait started there is MPI's own, unbounded: the
+    collective alone is one blocking call on the caller's thread, as mpi4py's `Allreduce`. `here_rings_first`: the worker is
     rung before the start there (a collective too long to finish within `here_ns`), not after it."""
     blocking: bool
     spin_ns: int
@@ -374,7 +377,7 @@ class Helper:
         for slot, value in values.items():
             block[slot] = value
         entry, start, share = self.entry, self.start, self.share
-        ring_first = wait.here_rings_first
+        ring_first, blocking = wait.here_rings_first, wait.blocking
 
         def check(rc: int) -> None:
             if rc == 1:
@@ -389,10 +392,16 @@ class Helper:
             # starts it on the caller's thread; False: it was submitted (`submit`), and `run` or the
             # program takes it over from this thread and publishes it
             if alone and not ring_first:
+                if blocking:  # MPI's blocking call, here, as mpi4py's Allreduce makes it
+                    check(entry(block))
+                    return True
                 rc = start(block)
                 if rc != 3:
                     check(rc)
                     return True
+            if blocking:  # the worker makes the blocking call (one thread in it: nothing to share)
+                submit()
+                return False
             block[SHARED] = 1  # before the submission: the worker then asks this thread for it
             submitted = time.perf_counter_ns()
             submit()
@@ -401,7 +410,7 @@ class Helper:
             return False
         run.texts = texts  # type: ignore[attr-defined]  # the messages live as long as the runner's fn
         return Runner(run, native=(self.program_entry, block), gil_free=True,
-                      here=here if wait.here_ns > 0 and not wait.blocking else None)
+                      here=here if wait.here_ns > 0 else None)
 
 
 def _handle(MPI: Any, obj: Any) -> int:

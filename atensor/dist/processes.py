@@ -19,7 +19,8 @@ processes) a spinning waiter takes the core from the very work it waits for, so 
 ns per byte (the core goes to whoever else can run on it, else the loop goes on testing at once),
 then with a short sleep between tests (a peer late by milliseconds, or hung, costs no core).
 `net_wait="block"` calls MPI's blocking collective, whose wait is MPI's own (the better choice when
-every rank has cores to spare; it has no timeout). The wait runs in C without the GIL when this
+every rank has cores to spare; it has no timeout); a jit replay of one such collective of at most
+HERE_MAX_BYTES makes that call on the calling thread, as mpi4py does (no hand-off to the worker). The wait runs in C without the GIL when this
 MPI's ABI is known (native_net.py: MPICH's family and Open MPI), else in Python through mpi4py
 (the same policy, with os.sched_yield and time.sleep(0)).
 
@@ -60,15 +61,17 @@ YIELD_NS, YIELD_NS_PER_BYTE = 2_000_000, 4
 NAP_NS = (10_000, 50_000)  # ... then sleeps between tests: 10 us, doubling up to 50 us (native_net.py)
 # a jit replay whose only task is a net command starts it on the calling thread (the event loop's) and
 # tests it there (tight, then yielding the core) while the net queue's worker is not involved: a
-# collective of at most HERE_MAX_BYTES (~0.5 ms idle: 4x headroom for load) for at most HERE_NS, and
+# collective of at most HERE_MAX_BYTES (~0.6 ms idle at 4 MiB: 3x headroom for load) for at most HERE_NS, and
 # done by then it is published there (no hand-off, no wake-up). Still in flight then, its command is
 # submitted and the caller goes on testing it until the worker takes the collective over (at most
 # HERE_NS more; native_net.py `atensor_net_share`): no gap in the collective's progress while the
 # worker wakes. A larger collective rings the worker first and is started and tested here meanwhile:
 # the worker's wake-up (~200 us on an idle VM) overlaps the collective instead of preceding it.
 # (Before the take-over, a start here that did not finish left a gap mid-collective: measured at 4 MiB
-# the ratio to mpi4py fell from 0.91-0.97 to 0.79-0.84, so only <= 2 MiB started here.)
-HERE_NS, HERE_MAX_BYTES = 2_000_000, 2 << 20
+# the ratio to mpi4py fell from 0.91-0.97 to 0.79-0.84, so only <= 2 MiB started here. With the take-over
+# there is no gap, and ringing the worker first cost a 4 MiB call ~110 us before the collective and
+# ~110 after it (the worker's wake-up on a busy core, the awaiting task's wake-up): 4 MiB starts here.)
+HERE_NS, HERE_MAX_BYTES = 2_000_000, 4 << 20
 # set by the launchers of MPICH (hydra), Open MPI and PMIx-based ones (slurm's srun --mpi=pmix)
 _LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 

@@ -110,6 +110,7 @@ async def main() -> None:
         return original_command(self, base, task_id)
     NetAlone.command = counting_command
     cases = ((60_000_000_000, 0.0, 2 << 20), (1, 0.2, 2 << 20), (2_000_000, 0.0, 0), (2_000_000, 0.2, 0))
+    defaults = processes.HERE_NS, processes.HERE_MAX_BYTES
     for here_ns, late_s, here_max_bytes in cases:
         # read when the net runner is made (the capture lowers it)
         processes.HERE_NS, processes.HERE_MAX_BYTES = here_ns, here_max_bytes
@@ -128,7 +129,7 @@ async def main() -> None:
         here.append((net.ran_here - ran_here, jitted.stats["replays"],
                      sum(native_net.shared.values()) - shared))
         lean_net.append(lean_calls[0] - lean_before)
-    processes.HERE_NS, processes.HERE_MAX_BYTES = 2_000_000, 2 << 20
+    processes.HERE_NS, processes.HERE_MAX_BYTES = defaults
 
     async def three(a: Tensor, b: Tensor, c: Tensor) -> tuple:
         return dist.allreduce(a), dist.allreduce(b, "max"), dist.allreduce(c)

@@ -156,19 +156,43 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
     # a replay of one net task: finished on the calling thread when the peer is on time (the wait
     # there is long enough), else handed to the net queue (1 ns there, the peer 200 ms late) after
     # that thread's tests; a long one (all are, in the last two cases) is submitted first and tested
-    # there until the worker takes it over; only a polling C net command starts there
+    # there until the worker takes it over; only a C net command starts there, and a blocking one
+    # is MPI's blocking call there, whatever the peer's lateness (no bound, nothing shared)
     (on_time, replays, on_time_shared), (late, late_replays, late_shared) = got["here"][:2]
     assert replays >= 2 and late_replays >= 2, got
-    c_poll = (wait, path) == ("poll", "C")
-    assert (on_time, late, on_time_shared) == ((replays, 0, 0) if c_poll else (0, 0, 0)), got
+    c_poll, c_block = (wait, path) == ("poll", "C"), (wait, path) == ("block", "C")
+    assert (on_time, late, on_time_shared) == ((replays, 0, 0) if c_poll else (replays, late_replays, 0)
+                                               if c_block else (0, 0, 0)), got
     assert late_shared == (late_replays if c_poll else 0), got
     for here, replays, shared in got["here"][2:]:
         assert replays >= 2 and here == 0 and shared == (replays if c_poll else 0), got
-    # from the third replay on (the first lowers the runners, the second makes the record), a polling C
-    # net command alone is submitted by its plan's NetAlone record (engine/net_replay.py), with the
-    # same outcomes as above; no other kind has one
+    # from the third replay on (the first lowers the runners, the second makes the record), a C net
+    # command alone is submitted by its plan's NetAlone record (engine/net_replay.py), with the same
+    # outcomes as above; the Python one has none
     for (_, replays, _), lean in zip(got["here"], got["lean_net"]):
-        assert lean == (replays - 2 if c_poll else 0), got
+        assert lean == (replays - 2 if path == "C" else 0), got
     # three allreduces in one replayed call: the first started on the calling thread, taken over
     replays, shared = got["lead"]
     assert replays >= 2 and shared == (replays if c_poll else 0), got
+
+
+def test_a_gradient_buckets_allreduce_overlaps_a_later_buckets_backward_in_the_profile(tmp_path):
+    """tests/dist/overlap.py: a profiled training step on 2 ranks, one weight's gradient a bucket. On
+    every rank some bucket's net command overlaps in time a kernel of a later bucket's backward (one
+    that another bucket waits for, this one not), and the merged trace holds both ranks' net and
+    compute tracks; with one bucket for every gradient (its net command waits for the whole backward)
+    no span overlaps one, so the check itself can fail."""
+    from atensor.profiler.collector import Profile
+    found = {}
+    for name, extra in (("buckets", []), ("one bucket", ["--bucket-bytes", str(1 << 30)])):
+        out, trace = tmp_path / f"{name}.json", tmp_path / f"{name}.trace.json"
+        done = mpiexec(2, "tests/dist/overlap.py", "--out", str(out), "--trace", str(trace), *extra)
+        assert done.returncode == 0, done.stderr
+        found[name] = json.loads(out.read_text())["ranks"]
+        tracks = {(s.device, s.queue) for s in Profile.load(trace).spans}
+        assert {(f"rank{r}/CPU:0", q) for r in (0, 1) for q in ("net", "compute")} <= tracks
+    for rank, got in enumerate(found["buckets"]):
+        assert len(got["nets"]) == 8, got["nets"]  # 4 weights and 4 biases, each its own bucket
+        assert got["overlaps"], f"rank {rank}: no bucket's allreduce overlapped a later bucket's backward"
+    for rank, got in enumerate(found["one bucket"]):
+        assert len(got["nets"]) == 1 and got["overlaps"] == [], got

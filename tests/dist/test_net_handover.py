@@ -73,14 +73,19 @@ def block_for(mpi: FakeMPI, n: int = 64, here_ns: int = 5_000_000_000):
     return block, entry, share
 
 
-def run_both(block, entry, share, worker_delay_s: float, caller_delay_s: float = 0.0) -> tuple[int, int]:
+def run_both(block, entry, share, worker_delay_s: float, caller_delay_s: float = 0.0,
+             worker_after=None) -> tuple[int, int]:
     """The caller's side (SHARED set, then `share` after `caller_delay_s`) and a worker that calls
-    the entry after `worker_delay_s`; returns (share's code, the entry's code)."""
+    the entry after `worker_delay_s` (and, with `worker_after`, once that returns true: an order
+    the test needs whatever the machine's load); returns (share's code, the entry's code)."""
     codes = {}
     block[nn.SHARED] = 1  # set before the submission, as Runner.here does
 
     def worker() -> None:
         time.sleep(worker_delay_s)
+        deadline = time.monotonic() + 20
+        while worker_after is not None and not worker_after() and time.monotonic() < deadline:
+            time.sleep(1e-3)
         codes["worker"] = entry(block)
     thread = threading.Thread(target=worker)
     thread.start()
@@ -134,6 +139,7 @@ def test_a_caller_past_its_bound_leaves_the_collective_in_flight_for_the_worker(
 def test_a_start_that_fails_on_the_calling_thread_is_reported_by_the_worker():
     mpi = FakeMPI(done_after=1, start_error=13)
     block, entry, share = block_for(mpi)
-    caller, worker = run_both(block, entry, share, worker_delay_s=0.05)
+    # the worker comes once the caller's start has failed (on a loaded machine 50 ms may not be enough)
+    caller, worker = run_both(block, entry, share, worker_delay_s=0.05, worker_after=lambda: mpi.starts >= 1)
     assert (caller, worker) == (2, 2) and block[nn.ERROR_CODE] == 13
     assert mpi.starts == 1 and not mpi.tests and block[nn.STATE] == 0
