@@ -10,7 +10,8 @@ thread's state (/proc/<pid>/task/<tid>/syscall): the loop's longest gaps (20-50 
 in a futex, waiting for the GIL, while the dispatcher planned; with the interval at 0.5 ms while it
 plans, the futex time in those gaps fell to under a millisecond.
 
-The design: `with gil_shared():` makes the interval at most `settings.loop_switch_us` while any thread
+The design: `with gil_shared():` makes the interval at most the `loop_switch_us` setting (process-wide,
+as the interval is: `config.process_settings()`, whatever `Context` the caller is in) while any thread
 is inside (counted: several threads enter and leave independently), and gives back the interval it
 found when the last one leaves. A waiting thread then gets the GIL within that time; a thread that
 nobody waits for is never interrupted (CPython only forces a switch when a thread asks), so the cost
@@ -36,7 +37,7 @@ import sys
 import threading
 from typing import Optional
 
-from atensor.config import settings
+from atensor.config import process_settings
 
 _lock = threading.Lock()
 _depth = 0
@@ -45,9 +46,10 @@ _set: Optional[float] = None  # the interval set then (None: none was), as the i
 
 
 class gil_shared:
-    """`with gil_shared():` the interpreter's switch interval is at most `settings.loop_switch_us`
-    inside, for every thread (the event loop's included): a thread waiting for the GIL gets it within
-    that time. Reentrant across threads; restores the interval it found when the last thread leaves.
+    """`with gil_shared():` the interpreter's switch interval is at most the process-wide setting
+    `loop_switch_us` inside, for every thread (the event loop's included): a thread waiting for the
+    GIL gets it within that time. Reentrant across threads; restores the interval it found when the
+    last thread leaves.
 
         with gil_shared():
             plan_a_big_graph()   # the loop's thread still runs every ~0.5 ms
@@ -59,7 +61,7 @@ class gil_shared:
         with _lock:
             if _depth == 0:
                 _set = None
-                limit = settings.loop_switch_us * 1e-6
+                limit = process_settings().loop_switch_us * 1e-6
                 found = sys.getswitchinterval()
                 if 0 < limit < found:
                     _found = found

@@ -1,6 +1,6 @@
 """hcq/gilshare.py: while a thread is inside `gil_shared`, the interpreter's switch interval is at most
-`settings.loop_switch_us`; the interval found comes back when the last thread leaves, unless the
-application set its own meanwhile."""
+the process-wide setting `loop_switch_us`; the interval found comes back when the last thread leaves,
+unless the application set its own meanwhile."""
 from __future__ import annotations
 
 import sys
@@ -8,20 +8,19 @@ import threading
 
 import pytest
 
-from atensor.config import settings
+from atensor.config import process_settings
 from atensor.hcq import gilshare
 from atensor.hcq.gilshare import gil_shared
 
 
 @pytest.fixture
-def interval():
+def interval(monkeypatch):
     """The default interval (5 ms) and the default setting (500 us) for the test; restored after."""
-    old, old_setting = sys.getswitchinterval(), settings.loop_switch_us
+    old = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
-    settings.loop_switch_us = 500
+    monkeypatch.setattr(process_settings(), "loop_switch_us", 500)
     yield
     sys.setswitchinterval(old)
-    settings.loop_switch_us = old_setting
 
 
 def test_inside_the_interval_is_the_setting_and_the_one_found_comes_back(interval):
@@ -79,8 +78,8 @@ def test_a_shorter_interval_already_in_force_is_left_alone(interval):
     assert sys.getswitchinterval() == pytest.approx(100e-6)
 
 
-def test_a_setting_of_zero_leaves_the_interval_alone(interval):
-    settings.loop_switch_us = 0
+def test_a_setting_of_zero_leaves_the_interval_alone(interval, monkeypatch):
+    monkeypatch.setattr(process_settings(), "loop_switch_us", 0)
     with gil_shared():
         assert sys.getswitchinterval() == pytest.approx(0.005)
     assert sys.getswitchinterval() == pytest.approx(0.005)
