@@ -12,7 +12,18 @@
    the wake-up of the awaiting task), and the seam's wake-up alone (a worker thread sets a
    hcq.loop.Wakeup that the task awaits). Target: asyncio's round trip within 1.2x of trio's.
 
-Timings on a shared machine are noisy: compare the loops within one run, not across runs.
+Timings on a shared machine are noisy: compare the loops within one run, not across runs. The "core
+wait" column is the loop thread's wait for a core during the work (other processes had both): part of
+every gap on a loaded machine, and nothing this process can shorten.
+
+What a gap of the tiny workloads is made of (issue 49; measured per tick with the loop thread's
+schedstat and an outside sampler of its state): the loop's own first step (the `realize()` call of
+3,000 outputs: 2.5-3 ms of CPU, each tensor's storage and the job), then one tick per wake-up while the
+dispatcher plans (the 1 ms timer and the wait for the GIL: 5 ms at CPython's default switch interval,
+0.5 ms under hcq/gilshare.py), the worker's run (it yields every 0.5 ms, hcq/queue.py), and the
+awaiting task's last step (for the chain, dropping the 3,000-node lazy graph: ~2.3 ms of deallocation).
+A collection of what the realize left alive landed in the window too (16-70 ms) until hcq/gcpause.py
+froze it from 5,000 young objects.
 """
 from __future__ import annotations
 
