@@ -160,15 +160,15 @@ class _CurrentSettings:
 
 
 settings = _CurrentSettings()
+# the Settings in effect in this context, read once by a hot path that reads several (`settings.x` is a
+# Python call per read)
+current_settings = _current.get
 
 
 def process_settings() -> Settings:
     """The process-wide settings (those outside any `Context` block), for a setting that acts on the
     whole process whichever context reads it (`loop_switch_us`: the interpreter's switch interval)."""
     return _defaults
-# the Settings in effect in this context, read once by a hot path that reads several (`settings.x` is a
-# Python call per read)
-current_settings = _current.get
 
 # Training mode (`Tensor.training`, `Tensor.train()`, tinygrad's TRAINING), per context like the settings:
 # two trio tasks, one training and one evaluating, each see their own. It lives here, beside the settings,

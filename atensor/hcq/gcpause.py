@@ -14,10 +14,10 @@ collection of them took 160-540 ms on these shared 2-core machines, on any threa
 loop too (bench/loop_lag.py, tests/engine/test_async.py). They are long-lived data, not garbage: so when
 the collector resumes with at least FREEZE_AT young objects (a few thousand: a collection of that many
 costs about a millisecond), they are moved to the permanent generation (`gc.freeze()`, constant time),
-as servers do with their startup state. Frozen objects are still freed
-by reference counting; only a reference cycle among them (garbage that other code made while
-atensor worked) waits, until `release_frozen()` (gc.unfreeze() and one full collection: a stall the
-application schedules, say between epochs or when idle). atensor never unfreezes on its own: an
+as servers do with their startup state. Frozen objects are still freed by reference counting; only a
+reference cycle among them (garbage that other code made while atensor worked) waits, until
+`release_frozen()` (gc.unfreeze() and one full collection: a stall the application schedules, say
+between epochs or when idle). atensor never unfreezes on its own: an
 automatic reset would put one full collection of the whole heap at an arbitrary moment, the stall this
 module exists to avoid, and deciding when needs `gc.get_freeze_count()`, which walks the whole frozen
 list (8 ms per 400,000 objects here) with the GIL held.

@@ -25,7 +25,9 @@ Alternatives rejected:
   and every other thread of the application would switch that often too, for nothing while atensor
   is idle.
 - lowering the worker threads' OS priority (`worker_nice`): a preempted thread that holds the GIL
-  keeps the loop waiting longer (priority inversion).
+  keeps the loop waiting longer (priority inversion). Measured with this module in place, 4 alternating
+  runs at load 7.5: ATENSOR_WORKER_NICE=10 against 0, median worst gap of the chain 39 against 24 ms
+  (asyncio), 28 against 25 (trio); of the 3,000 outputs 22 against 25 and 18 against 18.
 
 The interval is process-wide. Only a value smaller than the one in force is set, and the one found is
 restored only if nobody changed it meanwhile: an application that sets its own interval keeps it.
