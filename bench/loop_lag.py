@@ -1,6 +1,7 @@
 """Event-loop lag and the await round trip, under trio, asyncio and uvloop in the same run.
 
     python bench/loop_lag.py                 # --tiny 10000 --round-trips 2000
+    python bench/loop_lag.py --tiny 3000 --explain   # where the tiny workloads' gaps go
 
 1. Lag: the longest gap of a 1 ms ticker (atensor.profiler.ticking, on whichever loop runs) while a
    realize runs. Workloads: a few big kernels (matmuls), TINY tiny kernels as TINY outputs, and a
@@ -146,6 +147,45 @@ def numpy_in_loop_tiny() -> Callable[[], Awaitable[None]]:
     return work
 
 
+def thread_clock() -> tuple[float, float]:
+    """The calling thread's CPU time and its wait for a core so far, in seconds (Linux's schedstat;
+    zeros elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) * 1e-9, int(waited) * 1e-9
+    except OSError:
+        return 0.0, 0.0
+
+
+async def explain_case(make: Callable[[], Callable[[], Awaitable[None]]], warm: bool) -> dict[str, float]:
+    """Like `lag_case`, with a 1 ms ticker of its own that splits each gap into the loop thread's own CPU,
+    its wait for a core (other processes) and the rest: the timer's 1 ms and the waits for the GIL.
+    Returns the worst gap and its parts, and the median and worst rest (ms)."""
+    if warm:
+        await measure(make())
+    work, ticks, done = make(), [], False
+
+    async def ticker() -> None:
+        last, (ran, waited) = time.perf_counter(), thread_clock()
+        while not done:
+            await anyio.sleep(0.001)
+            now, (ran_now, waited_now) = time.perf_counter(), thread_clock()
+            gap, cpu, core = now - last, ran_now - ran, waited_now - waited
+            ticks.append((gap, cpu, core, gap - cpu - core))
+            last, ran, waited = now, ran_now, waited_now
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await anyio.sleep(0.02)
+        ticks.clear()
+        await work()
+        done = True
+    worst = max(ticks)
+    rests = sorted(t[3] for t in ticks)
+    return {"gap": worst[0] * 1e3, "cpu": worst[1] * 1e3, "core": worst[2] * 1e3, "rest": worst[3] * 1e3,
+            "median_rest": statistics.median(rests) * 1e3, "worst_rest": rests[-1] * 1e3}
+
+
 async def lag_case(make: Callable[[], Callable[[], Awaitable[None]]],
                    warm: bool) -> tuple[float, float, int, float]:
     if warm:
@@ -196,9 +236,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", type=int, default=TINY, help="tiny kernels per tiny workload")
     parser.add_argument("--round-trips", type=int, default=2000)
+    parser.add_argument("--explain", action="store_true",
+                        help="only the tiny workloads, each gap split into the loop thread's CPU, its wait for a "
+                             "core and the rest (timer and GIL); writes no file")
     args = parser.parse_args()
     TINY = args.tiny
     loops = ["trio", "asyncio"] + (["uvloop"] if uvloop is not None else [])
+    if args.explain:
+        rows = []
+        for name, make in ((f"{TINY} tiny kernels", atensor_tiny), (f"chain of {TINY} tiny kernels",
+                                                                      atensor_tiny_chain)):
+            for k, loop in enumerate(loops):
+                r = run_on(loop, explain_case, make, k == 0)
+                rows.append((name, loop, r["gap"], r["cpu"], r["core"], r["rest"], r["median_rest"],
+                             r["worst_rest"]))
+        print(table("longest gap (ms) and its parts: the loop's CPU, its wait for a core, the rest (the 1 ms "
+                    "timer and waits for the GIL); the rest over all ticks",
+                    ["workload", "loop", "gap", "cpu", "core wait", "rest", "median rest", "worst rest"], rows))
+        return
     cases = [("big kernels (4 x 1024^3 matmul chains)", "atensor await realize", atensor_big, loops),
              ("big kernels (4 x 1024^3 matmul chains)", "numpy in the task", numpy_in_loop_big, loops[:2]),
              (f"{TINY} tiny kernels", "atensor await realize", atensor_tiny, loops),
