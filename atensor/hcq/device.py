@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from atensor import ledger
 from atensor.config import settings
 from atensor.graph.node import BufferSpec
 from atensor.backend.gemm import blas
@@ -81,7 +82,8 @@ class Device:
         self._pool_used: dict[int, float] = {}  # per size in the pool: when it was last taken or given back
         self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
-        self._small = SmallPool()  # the dead small buffers' memory, typed and with its address (smallpool.py)
+        # the dead small buffers' memory, typed and with its address, counted here (smallpool.py)
+        self._small = SmallPool(owner=self)
 
     def __repr__(self) -> str:
         return f"Device({self.name})"
@@ -157,15 +159,10 @@ class Device:
             buf.memory = data
             buf.release = (self._account, -spec.nbytes)  # run when the Buffer goes, with its spec
         elif 0 < (nbytes := spec.nbytes) < SmallPool.MAX_NBYTES:  # recycled: see hcq/smallpool.py
-            entry = self._small.take(nbytes, spec.dtype.np)
+            small = self._small
+            entry = small.take(nbytes, spec.dtype.np)  # (counted in bytes_in_use by the pool)
             buf.memory, buf._address = entry[1], entry[2]
-            buf.release = (self._give_small, entry)
-            with self._mem_lock:  # `_account(nbytes)` without its calls (every fresh result comes here)
-                self.bytes_in_use = in_use = self.bytes_in_use + nbytes
-                if in_use > self.peak_bytes:
-                    self.peak_bytes = in_use
-            if collector._active:
-                collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
+            buf.release = (small.give, entry)
             return buf
         else:
             raw = self._take(spec.nbytes)
@@ -174,13 +171,18 @@ class Device:
         self._account(spec.nbytes)
         return buf
 
-    def _give_small(self, entry: tuple) -> None:
-        """A dead small buffer's memory (its spec died: nothing can read it) goes back to the pool."""
-        with self._mem_lock:  # `_account(-nbytes)` without its calls
-            self.bytes_in_use = in_use = self.bytes_in_use - entry[0][0]
-        if collector._active:
-            collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
-        self._small.give(entry)
+    def fresh_small(self, spec: BufferSpec, version: int) -> Buffer:
+        """The Buffer of `spec`, a spec made just now that nothing else has seen (a jit replay's fresh
+        result, jit/direct.py), on this CPU device with 0 < `spec.nbytes` < SmallPool.MAX_NBYTES: what
+        `allocate` gives it (recycled memory), with the spec's ledger record made at `version` in the
+        same step (`ledger.attach_new`: no second lookup, no version advance afterwards)."""
+        buf = Buffer(spec)
+        small = self._small
+        entry = small.take(spec.nbytes, spec.dtype.np)
+        buf.memory, buf._address = entry[1], entry[2]
+        buf.release = (small.give, entry)
+        ledger.attach_new(spec, buf, version)
+        return buf
 
     # A caching allocator: large fresh arrays cost a page fault per 4 KiB on first touch (an output of
     # 256 MiB pays ~65,000 of them), so memory of a dead buffer is kept per size and handed to the next

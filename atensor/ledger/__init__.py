@@ -170,6 +170,16 @@ def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
     return found
 
 
+def attach_new(spec: BufferSpec, runtime: Any, version: int) -> None:
+    """Records `spec`, made just now and seen by nothing else yet (no record can exist: a jit replay's
+    fresh result, hcq/device.py `fresh_small`), with its runtime buffer and `version` realized assigns:
+    what `attach_runtime` then `versions.advance_versions` would leave, in one record made once."""
+    record = _new_record(spec)
+    record.version, record.runtime = version, runtime
+    with lock:
+        _records[spec.uid] = record
+
+
 def set_head(spec: BufferSpec, node: Node, claimed: bool = False) -> None:
     """Makes `node` (an ASSIGN into `spec`) the buffer's newest lazy version; `claimed` when an issued
     realize takes it along (see `claim`)."""
