@@ -132,6 +132,80 @@ done:
     return result;
 }
 
+/* ---- a new spec's record (atensor/ledger `attach_new`) ----------------------------------------- */
+
+static PyObject *drop_record, *ledger_acquire, *ledger_release;
+static Py_ssize_t r_runtime, r_uid;
+
+PyObject *configure_attach(PyObject *module, PyObject *args) {
+    PyObject *lock, *drop;
+    if (!PyArg_ParseTuple(args, "OO:configure_attach", &lock, &drop))
+        return NULL;
+    if (!ledger_configured() || slot_offset(record_type, "runtime", &r_runtime)
+            || slot_offset(record_type, "uid", &r_uid))
+        return NULL;
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (release == NULL) {
+        Py_XDECREF(acquire);
+        return NULL;
+    }
+    Py_XSETREF(ledger_acquire, acquire);
+    Py_XSETREF(ledger_release, release);
+    keep(&drop_record, drop);
+    Py_RETURN_NONE;
+}
+
+int attach_record(PyObject *spec, PyObject *runtime, PyObject *version) {
+    /* ledger.attach_new(spec, runtime, version): the record of a new spec, published under the lock */
+    if (drop_record == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's attach_new is not configured (atensor/ledger does it)");
+        return -1;
+    }
+    PyObject *record = PyObject_CallFunctionObjArgs((PyObject *)record_type, spec, drop_record, NULL);
+    if (record == NULL)
+        return -1;
+    Py_INCREF(version);
+    Py_XSETREF(SLOT(record, r_version), version);
+    Py_INCREF(Py_None);
+    Py_XSETREF(SLOT(record, r_head), Py_None);
+    Py_INCREF(runtime);
+    Py_XSETREF(SLOT(record, r_runtime), runtime);
+    PyObject *uid = SLOT(spec, s_uid);
+    Py_INCREF(uid);
+    Py_XSETREF(SLOT(record, r_uid), uid);
+    PyObject *held = PyObject_CallNoArgs(ledger_acquire);
+    if (held == NULL) {
+        Py_DECREF(record);
+        return -1;
+    }
+    Py_DECREF(held);
+    int failed = PyDict_SetItem(records, uid, record);
+    Py_DECREF(record);  /* (the table holds it) */
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    PyObject *released = PyObject_CallNoArgs(ledger_release);
+    if (released == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(trace);
+        return -1;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, trace);
+    return failed ? -1 : 0;
+}
+
+PyObject *attach_new(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyObject_TypeCheck(args[0], spec_type)) {
+        PyErr_SetString(PyExc_TypeError, "attach_new(spec: BufferSpec, runtime, version)");
+        return NULL;
+    }
+    if (!ledger_configured() || attach_record(args[0], args[1], args[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- a tensor's node at its storage's newest version (engine/realize.py `_follow_storage`) ------- */
 
 static PyObject *view_op, *follow_general;

@@ -12,11 +12,11 @@ import collections
 import re
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
-from atensor import ledger
+from atensor import core, ledger
 from atensor.config import settings
 from atensor.graph.node import BufferSpec
 from atensor.backend.gemm import blas
@@ -171,19 +171,6 @@ class Device:
         self._account(spec.nbytes)
         return buf
 
-    def fresh_small(self, spec: BufferSpec, version: int) -> Buffer:
-        """The Buffer of `spec`, a spec made just now that nothing else has seen (a jit replay's fresh
-        result, jit/direct.py), on this CPU device with 0 < `spec.nbytes` < SmallPool.MAX_NBYTES: what
-        `allocate` gives it (recycled memory), with the spec's ledger record made at `version` in the
-        same step (`ledger.attach_new`: no second lookup, no version advance afterwards)."""
-        buf = Buffer(spec)
-        small = self._small
-        entry = small.take(spec.nbytes, spec.dtype.np)
-        buf.memory, buf._address = entry[1], entry[2]
-        buf.release = (small.give, entry)
-        ledger.attach_new(spec, buf, version)
-        return buf
-
     # A caching allocator: large fresh arrays cost a page fault per 4 KiB on first touch (an output of
     # 256 MiB pays ~65,000 of them), so memory of a dead buffer is kept per size and handed to the next
     # buffer of that size. A buffer dies only when no node, task or queued command refers to its spec
@@ -264,6 +251,28 @@ class NullMemory:
 
     def __init__(self, size: int):
         self.size = size
+
+
+def fresh_small(device: Device, spec: BufferSpec, version: int, key: tuple[int, Any]) -> Buffer:
+    """The Buffer of `spec`, a spec made just now that nothing else has seen (a jit replay's fresh result,
+    jit/direct.py), on the CPU `device` with 0 < `spec.nbytes` < SmallPool.MAX_NBYTES: what
+    `Device.allocate` gives it (recycled memory, counted in the device's bytes), with the spec's ledger
+    record made at `version` in the same step (`ledger.attach_new`: no second lookup, no version advance
+    afterwards). `key` is the pool's key of the size, `(spec.nbytes, spec.dtype.np)`, made once by the
+    caller. In C with the compiled core (atensor/core/fresh.c; this function is its specification)."""
+    buf = Buffer(spec)
+    small = device._small
+    entry = small.take(key[0], key[1])
+    buf.memory, buf._address = entry[1], entry[2]
+    buf.release = (small.give, entry)
+    ledger.attach_new(spec, buf, version)
+    return buf
+
+
+python_fresh_small = fresh_small  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:
+    core.ccore.configure_fresh(Buffer, SmallPool, threading.Lock, collector, python_fresh_small)
+    fresh_small = core.ccore.fresh_small  # noqa: F811
 
 
 def all_idle() -> bool:

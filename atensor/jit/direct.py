@@ -14,7 +14,8 @@ module fixes all of that once, so a call is:
    no lazy assign pending that the program touches. No key tuple is built or hashed;
 2. the plan's swapped buffers, in its order, taken straight from the inputs and this call's fresh
    result specs (`sources`); a fresh result the record binds, of a size the device's SmallPool
-   recycles, gets its memory and its ledger record at its version in one step (`Device.fresh_small`:
+   recycles, gets its memory and its ledger record at its version in one step (hcq/device.py
+   `fresh_small`, in C with the compiled core:
    no allocation inside the binding, no version advance after it); then, a lowering choice made once
    per plan:
    - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
@@ -61,7 +62,7 @@ from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
-from atensor.hcq.device import Device, all_idle
+from atensor.hcq.device import Device, all_idle, fresh_small
 from atensor.hcq.smallpool import SmallPool
 from atensor.ledger import versions
 from atensor.tensor.autograd import grad_disabled
@@ -97,9 +98,9 @@ class DirectReplay:
     current: tuple                        # owner._current when made: (epoch, profiling, plan)
     record: Optional[ReplayRecord]        # the plan's one-call replay; None: Plan.submit it (module docstring)
     sources: list[tuple[bool, int]]       # per swapped buffer, in the record's order: (fresh?, index)
-    # (device, size, dtype, small, version) of each fresh result buffer: `small`, the CPU device whose
-    # `fresh_small` gives it memory and its ledger record at `version` (a result the record binds, of
-    # recycled size), or None: then the record's binding allocates it and `assigned` counts its version
+    # (device, size, dtype, small, version) of each fresh result buffer: `small`, the CPU device on which
+    # hcq/device.py's `fresh_small` gives it memory and its ledger record at `version` (a result the
+    # record binds, of recycled size), or None: then the record's binding allocates it and `assigned` counts its version
     fresh: list[tuple[str, int, Any, Optional[Device], int]]
     # the buffers each replay advances a version of (`CapturedProgram.assigned`, as run_records maps
     # them): ("fresh", k), ("input", i) or ("fixed", the program's own spec)
@@ -110,10 +111,10 @@ class DirectReplay:
 
     def __post_init__(self) -> None:
         # what `run` reads per call, unpacked once: the fresh results `fresh_small` makes, as (k, device,
-        # version), and per result (buffer, view, source kind, index), the kind one of the interned
+        # version, the pool's key of its size), and per result (buffer, view, source kind, index), the kind one of the interned
         # strings _FRESH, _INPUT, _FIXED (compared by identity)
-        self.small = [(k, small, version) for k, (_, _, _, small, version) in enumerate(self.fresh)
-                      if small is not None]
+        self.small = [(k, small, version, (size * dtype.itemsize, dtype.np))
+                      for k, (_, size, dtype, small, version) in enumerate(self.fresh) if small is not None]
         kinds = {"fresh": _FRESH, "input": _INPUT, "fixed": _FIXED}
         self.made = [(r.buffer, r.view, kinds[r.source[0]], r.source[1]) for r in self.results]
 
@@ -210,8 +211,8 @@ class DirectReplay:
             return None
         plan = self.current[2]
         try:
-            for k, small, version in self.small:
-                small.fresh_small(fresh[k], version)
+            for k, small, version, key in self.small:
+                fresh_small(small, fresh[k], version, key)
             if self.assigned:
                 versions.advance_versions([fresh[at] if kind == "fresh" else inputs[at] if kind == "input"
                                            else at for kind, at in self.assigned])

@@ -290,11 +290,14 @@ def _forget(key: int, ref: weakref.ref, get: Callable[..., Any] = _values_get,
 register_ledger(set_head)
 
 # the Python functions the compiled core replaces, kept for tests/core/'s comparisons (whichever runs)
-python_core = {"commit_assign_locked": commit_assign_locked, "set_value_locked": set_value_locked}
+python_core = {"commit_assign_locked": commit_assign_locked, "set_value_locked": set_value_locked,
+               "attach_new": attach_new}
 if core.ccore is not None:  # the commit in C (atensor/core/ledger.c): the same tables, the same lock rules
     core.ccore.configure_ledger(Record, _records, _new_record, _values, _pending)
+    core.ccore.configure_attach(lock, _drop_record)
     commit_assign_locked = core.ccore.commit_assign_locked  # noqa: F811
     set_value_locked = core.ccore.set_value_locked  # noqa: F811
+    attach_new = core.ccore.attach_new  # noqa: F811
 
 
 def statistics() -> dict[str, int]:

@@ -339,3 +339,117 @@ def test_the_compiled_follow_gives_what_the_python_follow_gives_at_every_version
         for node in views + [t._node, ledger.latest(spec)]:
             assert realize._follow_storage(node) is realize.python_follow_storage(node), (stage, node)
     np.testing.assert_array_equal(t.numpy(), np.arange(6, dtype=np.float32) + 1)
+
+
+# ---- a jit replay's fresh small result buffer --------------------------------------------------------
+
+def _buffer_state(buf) -> dict:
+    """Every slot of a hcq Buffer, its lock and dicts by kind (each Buffer has its own)."""
+    from atensor.hcq.buffer import Buffer
+    state = {}
+    for name in Buffer.__slots__:
+        if name == "__weakref__":
+            continue
+        value = getattr(buf, name)
+        if name == "_lock":
+            value = (type(value), value.locked())
+        elif name == "memory":
+            value = (value.shape, value.dtype, value.__array_interface__["data"][0])
+        elif name == "release":
+            value = (value[0].__func__, value[0].__self__, value[1][0], value[1][2])
+        state[name] = value
+    return state
+
+
+@compiled
+@pytest.mark.parametrize("version", [0, 1, 3])
+def test_the_compiled_fresh_small_leaves_what_its_python_specification_leaves(version):
+    """hcq/device.py's `fresh_small` in C (atensor/core/fresh.c) against `python_fresh_small`: the same
+    Buffer slot by slot, ledger record, recycled memory, device bytes and peak, pool; the memory comes
+    back to the pool when the spec dies. With no dead memory of the size, the C one runs the Python one."""
+    from atensor import ledger
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (48, np.dtype(np.float32))
+    found = {}
+    for way, fresh in (("c", device_module.fresh_small), ("python", device_module.python_fresh_small)):
+        assert (way == "c") == (fresh is core.ccore.fresh_small)
+        gc.collect()
+        dev._small.clear()
+        kept = dev._small.take(*key)  # one dead memory of the size, kept by the pool
+        dev._small.give(kept)
+        before, peak = dev.bytes_in_use, dev.peak_bytes
+        spec = BufferSpec("CPU:0", 12, dtypes.float32)
+        buf = fresh(dev, spec, version, key)
+        record = ledger.record_of(spec.uid)
+        assert record.runtime is buf and record.version == version and record.head is None and record.uid == spec.uid
+        assert ledger.version(spec) == version and ledger.runtime(spec) is buf and record() is spec
+        state = _buffer_state(buf)
+        assert state["memory"][2] == kept[2] and state["release"][1] is dev._small  # the recycled memory
+        state["uid"] = state["uid"] - spec.uid
+        for name, at in (("memory", 2), ("_address", None), ("release", 3)):  # the kept memory's address
+            value = state[name]
+            state[name] = "kept" if at is None else (*value[:at], "kept", *value[at + 1:])
+        found[way] = (state, dev.bytes_in_use - before, max(0, dev.peak_bytes - peak),
+                      dev._small.statistics())
+        del spec, buf, record
+        gc.collect()
+        assert dev.bytes_in_use == before and dev._small.take(*key) is kept  # given back with the spec
+    assert found["c"] == found["python"]
+    assert found["c"][1] == 48 and found["c"][3] == {"entries": 0, "kept_bytes": 0}
+
+
+@compiled
+def test_the_compiled_fresh_small_takes_the_python_path_without_dead_memory_or_under_a_profile(monkeypatch):
+    from atensor import ledger, profile
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (40, np.dtype(np.float32))
+    calls = []
+    python = device_module.python_fresh_small
+
+    def spec_path(*args):
+        calls.append(args[2])
+        return python(*args)
+    core.ccore.configure_fresh(device_module.Buffer, device_module.SmallPool, threading.Lock,
+                               device_module.collector, spec_path)
+    try:
+        dev._small.clear()
+        spec = BufferSpec("CPU:0", 10, dtypes.float32)
+        buf = core.ccore.fresh_small(dev, spec, 1, key)  # nothing kept: fresh memory, from Python
+        assert calls == [1] and ledger.runtime(spec) is buf and buf.memory.shape == (10,)
+        del spec, buf
+        gc.collect()  # now one is kept
+        with profile() as prof:
+            spec = BufferSpec("CPU:0", 10, dtypes.float32)
+            buf = core.ccore.fresh_small(dev, spec, 2, key)  # a profile: Python, which records the memory
+        assert calls == [1, 2] and ledger.version(spec) == 2
+        assert any(m.device == "CPU:0" for m in prof.memory)
+        spec = BufferSpec("CPU:0", 10, dtypes.float32)
+        buf = core.ccore.fresh_small(dev, spec, 0, key)
+        assert calls == [1, 2] or ledger.runtime(spec) is buf  # (C when the profile's memory was kept)
+    finally:
+        core.ccore.configure_fresh(device_module.Buffer, device_module.SmallPool, threading.Lock,
+                                   device_module.collector, python)
+
+
+@compiled
+def test_the_compiled_attach_new_records_what_the_python_one_records():
+    from atensor import ledger
+    died = []
+
+    class Runtime:  # what the record holds and tells when the spec dies (an hcq Buffer)
+        def spec_died(self):
+            died.append(self)
+    for attach in (ledger.attach_new, ledger.python_core["attach_new"]):
+        spec = BufferSpec("CPU:0", 3, dtypes.float32)
+        runtime = Runtime()
+        attach(spec, runtime, 5)
+        record = ledger.record_of(spec.uid)
+        assert (record.version, record.head, record.runtime, record.uid, record()) == (5, None, runtime, spec.uid, spec)
+        uid = spec.uid
+        del spec, record
+        gc.collect()
+        assert ledger.record_of(uid) is None and died[-1] is runtime  # dropped with its spec, runtime told
+    with pytest.raises(TypeError, match="BufferSpec"):
+        ledger.attach_new("buf", object(), 1)

@@ -241,17 +241,17 @@ def test_a_plan_lowered_again_for_newer_kernels_is_not_replayed_by_the_old_direc
 
 @pytest.mark.parametrize("library", ["trio", "asyncio", "blocking"])
 def test_a_direct_replays_small_result_is_made_by_fresh_small_and_counts_like_the_general_replay(library, monkeypatch):
-    """A direct replay's fresh 16-element result gets its memory and ledger record from
-    `Device.fresh_small` (one step, its version set there), and leaves what the general replay
+    """A direct replay's fresh 16-element result gets its memory and ledger record from hcq/device.py's
+    `fresh_small` (one step, its version set there), and leaves what the general replay
     leaves: the result's version, the value numpy computes, the device's byte count."""
-    from atensor.hcq.device import Device
+    from atensor.jit import direct
     made = []
-    original = Device.fresh_small
+    original = direct.fresh_small
 
-    def counting(self, spec, version):
+    def counting(device, spec, version, key):
         made.append(version)
-        return original(self, spec, version)
-    monkeypatch.setattr(Device, "fresh_small", counting)
+        return original(device, spec, version, key)
+    monkeypatch.setattr(direct, "fresh_small", counting)
 
     def body(x: Tensor) -> Tensor:
         return x * 3 - 1

@@ -115,12 +115,13 @@ def test_an_owned_pool_counts_its_memory_in_the_owners_bytes_until_it_comes_back
 
 
 def test_a_fresh_small_buffer_is_what_allocate_and_a_version_advance_leave():
-    """`Device.fresh_small` (a jit replay's fresh result, one step) against the general path
+    """hcq/device.py's `fresh_small` (a jit replay's fresh result, one step; the running one, C or Python) against the general path
     (`Device.allocate`, then `versions.advance_versions`): the same ledger record, memory and count,
     and the memory comes back to the pool when the spec dies."""
     from atensor import ledger
     from atensor.dtype import dtypes
     from atensor.graph.node import BufferSpec
+    from atensor.hcq import device as device_module
     from atensor.ledger import versions
     dev = Device.get("CPU:0")
     dev._small.clear()
@@ -134,7 +135,7 @@ def test_a_fresh_small_buffer_is_what_allocate_and_a_version_advance_leave():
                 buf = dev.allocate(spec)
                 versions.advance_versions([spec] * version)
             else:
-                buf = dev.fresh_small(spec, version)
+                buf = device_module.fresh_small(dev, spec, version, (64, np.dtype(np.float32)))
             assert ledger.runtime(spec) is buf and ledger.version(spec) == version and ledger.head(spec) is None
             assert buf.memory.shape == (16,) and buf.memory.dtype == np.float32
             assert buf.address() == buf.memory.__array_interface__["data"][0] and not buf.writes
