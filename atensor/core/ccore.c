@@ -151,6 +151,8 @@ static PyMethodDef methods[] = {
      "configure_attach(lock, drop_record): the ledger's lock and record callback (atensor/ledger does it)."},
     {"attach_new", (PyCFunction)(void (*)(void))attach_new, METH_FASTCALL,
      "attach_new(spec, runtime, version): atensor.ledger.attach_new."},
+    {"drop_record", drop_record_c, METH_O,
+     "drop_record(record): atensor.ledger._drop_record (the records' weak-reference callback)."},
     {"configure_fresh", configure_fresh, METH_VARARGS,
      "configure_fresh(Buffer, SmallPool, Lock, collector, python_fresh_small): hcq/device.py does it."},
     {"fresh_small", (PyCFunction)(void (*)(void))fresh_small, METH_FASTCALL,

@@ -46,9 +46,11 @@ PyObject *follow_storage(PyObject *module, PyObject *node);
 PyObject *configure_attach(PyObject *module, PyObject *args);
 int attach_record(PyObject *spec, PyObject *runtime, PyObject *version);
 PyObject *attach_new(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *drop_record_c(PyObject *module, PyObject *record);
 
 /* fresh.c */
 PyObject *configure_fresh(PyObject *module, PyObject *args);
 PyObject *fresh_small(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int buffer_spec_died(PyObject *runtime);
 
 #endif

@@ -6,27 +6,37 @@
    eleven slot stores, the pool's take, the device's count and the record cost ~1.3 us of ~11 (Zen 5,
    bench/jit_replay.py); here they are slot stores, two dict probes and two lock round trips.
 
+   And the way back: when the spec dies, the ledger's record callback (ledger.c `drop_record`) gives the
+   memory back to the pool here (`buffer_spec_died`: hcq/buffer.py `Buffer.spec_died` and hcq/smallpool.py
+   `SmallPool.give`), ~0.75 us of three Python functions and a lock per call in Python.
+
    What stays Python (`python_fresh_small`, the specification, called from here): a pool with no dead
-   memory of the size (fresh numpy memory) and a profile being taken (its memory events). Invariants
+   memory of the size (fresh numpy memory) and a profile being taken (its memory events); a runtime that
+   is not a plain Buffer, or memory that goes elsewhere than a SmallPool, is told through its own Python. Invariants
    kept as the Python keeps them: the pool's lists and the device's bytes change together under the
    pool's lock (the device's `_mem_lock`); the record is published under the ledger's lock; the spec is
    new (no record can exist: `attach_new`'s contract). */
 #include "ccore.h"
 
 static PyTypeObject *buffer_type, *pool_type;
-static PyObject *make_lock, *collector, *python_fresh_small;
-static PyObject *str_small, *str_active, *str_in_use, *str_peak, *str_give, *str_acquire, *str_release;
+static PyObject *make_lock, *collector, *python_fresh_small, *pool_give;
+static PyObject *str_small, *str_active, *str_in_use, *str_peak, *str_give, *str_acquire, *str_release,
+    *str_spec_died;
 static PyObject *zero, *empty_tuple;
 /* Buffer's slots, SmallPool's slots */
 static Py_ssize_t b_uid, b_size, b_device, b_memory, b_writes, b_reads, b_clocks, b_inflight, b_failure, b_lock,
     b_address, b_release;
-static Py_ssize_t p_free, p_kept, p_lock, p_owner;
+static Py_ssize_t p_free, p_kept, p_lock, p_owner, p_keep;
 
 PyObject *configure_fresh(PyObject *module, PyObject *args) {
     PyObject *buffer, *pool, *lock, *profiler, *python;
     if (!PyArg_ParseTuple(args, "O!O!OOO:configure_fresh", &PyType_Type, &buffer, &PyType_Type, &pool, &lock,
                           &profiler, &python))
         return NULL;
+    PyObject *give_fn = PyObject_GetAttrString(pool, "give");  /* SmallPool.give, the plain function */
+    if (give_fn == NULL)
+        return NULL;
+    Py_XSETREF(pool_give, give_fn);
     PyTypeObject *bt = (PyTypeObject *)buffer, *pt = (PyTypeObject *)pool;
     if (slot_offset(bt, "uid", &b_uid) || slot_offset(bt, "size", &b_size) || slot_offset(bt, "device", &b_device)
             || slot_offset(bt, "memory", &b_memory) || slot_offset(bt, "writes", &b_writes)
@@ -35,7 +45,7 @@ PyObject *configure_fresh(PyObject *module, PyObject *args) {
             || slot_offset(bt, "_lock", &b_lock) || slot_offset(bt, "_address", &b_address)
             || slot_offset(bt, "release", &b_release) || slot_offset(pt, "_free", &p_free)
             || slot_offset(pt, "kept_bytes", &p_kept) || slot_offset(pt, "_lock", &p_lock)
-            || slot_offset(pt, "owner", &p_owner))
+            || slot_offset(pt, "owner", &p_owner) || slot_offset(pt, "keep_bytes", &p_keep))
         return NULL;
     if (str_small == NULL && ((str_small = PyUnicode_InternFromString("_small")) == NULL
             || (str_active = PyUnicode_InternFromString("_active")) == NULL
@@ -44,6 +54,7 @@ PyObject *configure_fresh(PyObject *module, PyObject *args) {
             || (str_give = PyUnicode_InternFromString("give")) == NULL
             || (str_acquire = PyUnicode_InternFromString("acquire")) == NULL
             || (str_release = PyUnicode_InternFromString("release")) == NULL
+            || (str_spec_died = PyUnicode_InternFromString("spec_died")) == NULL
             || (zero = PyLong_FromLong(0)) == NULL || (empty_tuple = PyTuple_New(0)) == NULL))
         return NULL;
     keep((PyObject **)&buffer_type, buffer);
@@ -202,4 +213,123 @@ PyObject *fresh_small(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     return buf;
+}
+
+
+/* ---- the memory's return when its spec dies (hcq/buffer.py `Buffer.spec_died`, hcq/smallpool.py `give`) */
+
+static int profiling(void) {
+    PyObject *active = PyObject_GetAttr(collector, str_active);
+    if (active == NULL)
+        return -1;
+    int on = PyObject_IsTrue(active);
+    Py_DECREF(active);
+    return on;
+}
+
+/* Under the pool's lock: SmallPool.give's work (uncount the bytes, keep the entry when there is room) */
+static int give_locked(PyObject *pool, PyObject *entry, PyObject *key, PyObject *nbytes) {
+    PyObject *owner = SLOT(pool, p_owner);
+    if (owner != Py_None) {
+        PyObject *in_use = PyObject_GetAttr(owner, str_in_use);
+        PyObject *less = in_use ? PyNumber_Subtract(in_use, nbytes) : NULL;
+        Py_XDECREF(in_use);
+        int failed = less == NULL || PyObject_SetAttr(owner, str_in_use, less) < 0;
+        Py_XDECREF(less);
+        if (failed)
+            return -1;
+    }
+    PyObject *kept = PyNumber_Add(SLOT(pool, p_kept), nbytes);
+    if (kept == NULL)
+        return -1;
+    int room = PyObject_RichCompareBool(kept, SLOT(pool, p_keep), Py_LE);
+    if (room <= 0) {  /* full: the memory is freed with the entry */
+        Py_DECREF(kept);
+        return room;
+    }
+    PyObject *table = SLOT(pool, p_free);
+    PyObject *free = PyDict_GetItemWithError(table, key);  /* borrowed */
+    if (free == NULL) {
+        if (PyErr_Occurred() || (free = PyList_New(0)) == NULL) {
+            Py_DECREF(kept);
+            return -1;
+        }
+        int failed = PyDict_SetItem(table, key, free);
+        Py_DECREF(free);  /* (the table holds it) */
+        if (failed) {
+            Py_DECREF(kept);
+            return -1;
+        }
+    }
+    if (PyList_Append(free, entry) < 0) {
+        Py_DECREF(kept);
+        return -1;
+    }
+    Py_SETREF(SLOT(pool, p_kept), kept);
+    return 0;
+}
+
+static int give_c(PyObject *pool, PyObject *entry) {
+    int on = profiling();
+    if (on < 0)
+        return -1;
+    if (on || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
+            || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 0)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) != 2) {
+        PyObject *done = PyObject_CallMethodOneArg(pool, str_give, entry);  /* (its memory event, or its error) */
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    PyObject *key = PyTuple_GET_ITEM(entry, 0), *lock = SLOT(pool, p_lock);
+    Py_INCREF(lock);
+    if (call_method(lock, str_acquire) < 0) {
+        Py_DECREF(lock);
+        return -1;
+    }
+    int failed = give_locked(pool, entry, key, PyTuple_GET_ITEM(key, 0));
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    int released = call_method(lock, str_release);
+    Py_DECREF(lock);
+    if (type != NULL) {
+        PyErr_Restore(type, value, trace);
+        return -1;
+    }
+    return failed || released < 0 ? -1 : 0;
+}
+
+int buffer_spec_died(PyObject *runtime) {
+    /* `runtime.spec_died()` (hcq/buffer.py), in C for a Buffer whose memory goes back to a SmallPool */
+    if (buffer_type == NULL || Py_TYPE(runtime) != buffer_type) {
+        PyObject *done = PyObject_CallMethodNoArgs(runtime, str_spec_died);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    int finalizing = Py_IsFinalizing();
+#else
+    int finalizing = _Py_IsFinalizing();
+#endif
+    PyObject *release = SLOT(runtime, b_release);
+    if (release == NULL || release == Py_None || finalizing)  /* at exit the process gives everything back */
+        return 0;
+    Py_INCREF(release);
+    Py_INCREF(Py_None);
+    Py_XSETREF(SLOT(runtime, b_release), Py_None);
+    int result;
+    if (!PyTuple_CheckExact(release) || PyTuple_GET_SIZE(release) != 2) {
+        PyErr_SetString(PyExc_TypeError, "Buffer.release is not (fn, arg)");
+        result = -1;
+    } else {
+        PyObject *fn = PyTuple_GET_ITEM(release, 0), *arg = PyTuple_GET_ITEM(release, 1);
+        if (PyMethod_Check(fn) && PyMethod_GET_FUNCTION(fn) == pool_give
+                && Py_TYPE(PyMethod_GET_SELF(fn)) == pool_type) {
+            result = give_c(PyMethod_GET_SELF(fn), arg);
+        } else {
+            PyObject *done = PyObject_CallOneArg(fn, arg);
+            Py_XDECREF(done);
+            result = done == NULL ? -1 : 0;
+        }
+    }
+    Py_DECREF(release);
+    return result;
 }

@@ -138,7 +138,7 @@ static PyObject *drop_record, *ledger_acquire, *ledger_release;
 static Py_ssize_t r_runtime, r_uid;
 
 PyObject *configure_attach(PyObject *module, PyObject *args) {
-    PyObject *lock, *drop;
+    PyObject *lock, *drop;  /* `drop`: the callback of the records made here (the C drop_record) */
     if (!PyArg_ParseTuple(args, "OO:configure_attach", &lock, &drop))
         return NULL;
     if (!ledger_configured() || slot_offset(record_type, "runtime", &r_runtime)
@@ -153,6 +153,49 @@ PyObject *configure_attach(PyObject *module, PyObject *args) {
     Py_XSETREF(ledger_acquire, acquire);
     Py_XSETREF(ledger_release, release);
     keep(&drop_record, drop);
+    Py_RETURN_NONE;
+}
+
+PyObject *drop_record_c(PyObject *module, PyObject *record) {
+    /* ledger._drop_record(record): a spec died; its record (and pending mark) goes, its runtime is told
+       (an hcq Buffer in C, fresh.c `buffer_spec_died`; any other runtime through its `spec_died()`) */
+    if (!ledger_configured())
+        return NULL;
+    if (!PyObject_TypeCheck(record, record_type)) {
+        PyErr_SetString(PyExc_TypeError, "drop_record: a ledger Record is needed");
+        return NULL;
+    }
+    PyObject *uid = SLOT(record, r_uid);
+    if (uid == NULL) {  /* (a record not filled in yet: nothing of it was published) */
+        Py_RETURN_NONE;
+    }
+    /* held to the end: the weak reference's caller holds no reference to it while its callback runs, and
+       popping the table's entry below drops the last one (a Python callback's frame holds its argument) */
+    Py_INCREF(record);
+    Py_INCREF(uid);
+    int failed = 0;
+    PyObject *tables[2] = {records, pending};
+    for (int k = 0; k < 2 && !failed; k++) {
+        PyObject *found = PyDict_GetItemWithError(tables[k], uid);
+        if (found != NULL)
+            failed = PyDict_DelItem(tables[k], uid) < 0;
+        else
+            failed = PyErr_Occurred() != NULL;
+    }
+    Py_DECREF(uid);
+    PyObject *runtime = failed ? NULL : SLOT(record, r_runtime);
+    Py_XINCREF(runtime);
+    Py_DECREF(record);
+    if (failed)
+        return NULL;
+    if (runtime == NULL || runtime == Py_None) {
+        Py_XDECREF(runtime);
+        Py_RETURN_NONE;
+    }
+    int done = buffer_spec_died(runtime);
+    Py_DECREF(runtime);
+    if (done < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

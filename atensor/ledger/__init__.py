@@ -291,9 +291,12 @@ register_ledger(set_head)
 
 # the Python functions the compiled core replaces, kept for tests/core/'s comparisons (whichever runs)
 python_core = {"commit_assign_locked": commit_assign_locked, "set_value_locked": set_value_locked,
-               "attach_new": attach_new}
+               "attach_new": attach_new, "drop_record": _drop_record}
 if core.ccore is not None:  # the commit in C (atensor/core/ledger.c): the same tables, the same lock rules
     core.ccore.configure_ledger(Record, _records, _new_record, _values, _pending)
+    # a dead spec's record dropped in C, its Buffer's small memory given back in C (core/fresh.c); the
+    # records made from here on (by `_new_record` and `attach_new`) get it as their callback
+    _drop_record = core.ccore.drop_record  # noqa: F811
     core.ccore.configure_attach(lock, _drop_record)
     commit_assign_locked = core.ccore.commit_assign_locked  # noqa: F811
     set_value_locked = core.ccore.set_value_locked  # noqa: F811

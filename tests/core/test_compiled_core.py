@@ -453,3 +453,58 @@ def test_the_compiled_attach_new_records_what_the_python_one_records():
         assert ledger.record_of(uid) is None and died[-1] is runtime  # dropped with its spec, runtime told
     with pytest.raises(TypeError, match="BufferSpec"):
         ledger.attach_new("buf", object(), 1)
+
+
+@pytest.mark.parametrize("drop", ["running", "python"])
+def test_a_dead_specs_record_goes_and_its_small_memory_comes_back_to_the_pool_while_its_buffer_is_held(drop):
+    """The ledger's record callback (`_drop_record`, in C: ledger.c `drop_record` with fresh.c's
+    `buffer_spec_died`) against its Python specification: when the spec dies (its record's weak
+    reference the only thing left of it) the record and its pending mark go, the Buffer (held here,
+    so it outlives its record) gives its memory back to the pool once, uncounted from the device."""
+    from atensor import ledger
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (36, np.dtype(np.float32))
+    gc.collect()
+    dev._small.clear()
+    before = dev.bytes_in_use
+    spec = BufferSpec("CPU:0", 9, dtypes.float32)
+    buf = device_module.python_fresh_small(dev, spec, 1, key)
+    if drop == "python":  # the record's callback replaced by the Python one
+        record = ledger.record_of(spec.uid)
+        python_record = ledger.Record(spec, ledger.python_core["drop_record"])
+        python_record.version, python_record.head, python_record.runtime, python_record.uid = 1, None, buf, spec.uid
+        with ledger.lock:
+            ledger._records[spec.uid] = python_record
+        record.runtime = None  # (the replaced record tells nobody)
+        del record, python_record
+    uid, address = spec.uid, buf.address()
+    with ledger.lock:  # a pending mark (a head's, without the head that would keep the spec alive)
+        ledger._pending[uid] = None
+    assert dev.bytes_in_use == before + 36
+    del spec
+    gc.collect()
+    assert ledger.record_of(uid) is None and uid not in ledger._pending
+    assert buf.release is None and dev.bytes_in_use == before  # told once, with the buffer still held
+    assert dev._small.statistics() == {"entries": 1, "kept_bytes": 36}
+    assert dev._small.take(*key)[2] == address
+
+
+@compiled
+def test_the_compiled_record_callback_tells_other_runtimes_and_other_releases_through_their_python():
+    from atensor import ledger
+    from atensor.hcq.buffer import Buffer
+    told = []
+
+    class Runtime:
+        def spec_died(self):
+            told.append("runtime")
+    spec = BufferSpec("CPU:0", 2, dtypes.float32)
+    ledger.attach_new(spec, Runtime(), 0)
+    other = BufferSpec("CPU:0", 2, dtypes.float32)
+    buf = Buffer(other)
+    buf.release = (told.append, "release")  # memory that goes elsewhere than a SmallPool
+    ledger.attach_new(other, buf, 0)
+    del spec, other
+    gc.collect()
+    assert sorted(told) == ["release", "runtime"] and buf.release is None
