@@ -1,6 +1,7 @@
 /* atensor/core/ccore.h: what the compiled core's files share (ccore.c is the module and its
 configuration; node.c the node table and BufferSpec; walk.c the graph walks; ledger.c the ledger's commit,
-a new spec's record and the follow of a tensor's node; fresh.c a jit replay's fresh small result buffer). See ccore.c for why each object lives in C. */
+a new spec's record and the follow of a tensor's node; fresh.c a jit replay's fresh small result buffer).
+See ccore.c for why each object lives in C. */
 #ifndef ATENSOR_CCORE_H
 #define ATENSOR_CCORE_H
 #define PY_SSIZE_T_CLEAN

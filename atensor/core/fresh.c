@@ -12,7 +12,8 @@
 
    What stays Python (`python_fresh_small`, the specification, called from here): a pool with no dead
    memory of the size (fresh numpy memory) and a profile being taken (its memory events); a runtime that
-   is not a plain Buffer, or memory that goes elsewhere than a SmallPool, is told through its own Python. Invariants
+   is not a plain Buffer, or memory that goes elsewhere than a SmallPool, is told through its own Python.
+   Invariants
    kept as the Python keeps them: the pool's lists and the device's bytes change together under the
    pool's lock (the device's `_mem_lock`); the record is published under the ledger's lock; the spec is
    new (no record can exist: `attach_new`'s contract). */
@@ -24,8 +25,8 @@ static PyObject *str_small, *str_active, *str_in_use, *str_peak, *str_give, *str
     *str_spec_died;
 static PyObject *zero, *empty_tuple;
 /* Buffer's slots, SmallPool's slots */
-static Py_ssize_t b_uid, b_size, b_device, b_memory, b_writes, b_reads, b_clocks, b_inflight, b_failure, b_lock,
-    b_address, b_release;
+static Py_ssize_t b_uid, b_size, b_device, b_memory, b_writes, b_reads, b_clocks, b_inflight, b_failure,
+    b_lock, b_address, b_release;
 static Py_ssize_t p_free, p_kept, p_lock, p_owner, p_keep;
 
 PyObject *configure_fresh(PyObject *module, PyObject *args) {
@@ -38,7 +39,8 @@ PyObject *configure_fresh(PyObject *module, PyObject *args) {
         return NULL;
     Py_XSETREF(pool_give, give_fn);
     PyTypeObject *bt = (PyTypeObject *)buffer, *pt = (PyTypeObject *)pool;
-    if (slot_offset(bt, "uid", &b_uid) || slot_offset(bt, "size", &b_size) || slot_offset(bt, "device", &b_device)
+    if (slot_offset(bt, "uid", &b_uid) || slot_offset(bt, "size", &b_size)
+            || slot_offset(bt, "device", &b_device)
             || slot_offset(bt, "memory", &b_memory) || slot_offset(bt, "writes", &b_writes)
             || slot_offset(bt, "reads", &b_reads) || slot_offset(bt, "clocks", &b_clocks)
             || slot_offset(bt, "inflight", &b_inflight) || slot_offset(bt, "failure", &b_failure)
@@ -84,7 +86,8 @@ static PyObject *take_locked(PyObject *pool, PyObject *key, PyObject *nbytes) {
     PyObject *in_use = NULL, *peak = NULL, *more = NULL;
     int failed = owner == Py_None ? 0 : -1;
     if (owner != Py_None && (in_use = PyObject_GetAttr(owner, str_in_use)) != NULL
-            && (more = PyNumber_Add(in_use, nbytes)) != NULL && (peak = PyObject_GetAttr(owner, str_peak)) != NULL) {
+            && (more = PyNumber_Add(in_use, nbytes)) != NULL
+            && (peak = PyObject_GetAttr(owner, str_peak)) != NULL) {
         int above = PyObject_RichCompareBool(more, peak, Py_GT);
         failed = above < 0 || PyObject_SetAttr(owner, str_in_use, more) < 0
                  || (above && PyObject_SetAttr(owner, str_peak, more) < 0) ? -1 : 0;
@@ -115,11 +118,13 @@ PyObject *fresh_small(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* fresh_small(device, spec, version, key) -> Buffer: hcq/device.py's fresh_small */
     if (nargs != 4 || !PyObject_TypeCheck(args[1], spec_type) || !PyTuple_CheckExact(args[3])
             || PyTuple_GET_SIZE(args[3]) != 2) {
-        PyErr_SetString(PyExc_TypeError, "fresh_small(device, spec: BufferSpec, version, key: (nbytes, dtype))");
+        PyErr_SetString(PyExc_TypeError,
+                        "fresh_small(device, spec: BufferSpec, version, key: (nbytes, dtype))");
         return NULL;
     }
     if (buffer_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's fresh_small is not configured (hcq/device.py does it)");
+        PyErr_SetString(PyExc_RuntimeError,
+                        "atensor.core._ccore's fresh_small is not configured (hcq/device.py does it)");
         return NULL;
     }
     PyObject *device = args[0], *spec = args[1], *version = args[2], *key = args[3];
@@ -156,7 +161,8 @@ PyObject *fresh_small(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_XDECREF(entry);  /* (a malformed entry: a bug of the pool's) */
             Py_DECREF(pool);
             if (released == 0)
-                PyErr_SetString(PyExc_TypeError, "fresh_small: a SmallPool entry is not (key, view, address)");
+                PyErr_SetString(PyExc_TypeError,
+                                "fresh_small: a SmallPool entry is not (key, view, address)");
             return NULL;
         }
     }
@@ -274,8 +280,10 @@ static int give_c(PyObject *pool, PyObject *entry) {
     if (on < 0)
         return -1;
     if (on || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
-            || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 0)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) != 2) {
-        PyObject *done = PyObject_CallMethodOneArg(pool, str_give, entry);  /* (its memory event, or its error) */
+            || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 0))
+            || PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) != 2) {
+        /* (its memory event, or its error) */
+        PyObject *done = PyObject_CallMethodOneArg(pool, str_give, entry);
         Py_XDECREF(done);
         return done == NULL ? -1 : 0;
     }

@@ -202,7 +202,8 @@ PyObject *drop_record_c(PyObject *module, PyObject *record) {
 int attach_record(PyObject *spec, PyObject *runtime, PyObject *version) {
     /* ledger.attach_new(spec, runtime, version): the record of a new spec, published under the lock */
     if (drop_record == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's attach_new is not configured (atensor/ledger does it)");
+        PyErr_SetString(PyExc_RuntimeError,
+                        "atensor.core._ccore's attach_new is not configured (atensor/ledger does it)");
         return -1;
     }
     PyObject *record = PyObject_CallFunctionObjArgs((PyObject *)record_type, spec, drop_record, NULL);

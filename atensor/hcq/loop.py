@@ -279,7 +279,7 @@ YIELD_EVERY_NS = 500_000
 _last_yield_ns = 0  # when a done await last yielded (any loop's thread: several loops only yield more)
 
 
-_trio_lowlevel: Any = None  # trio.lowlevel, bound by the first trio checkpoint (trio is imported only when used)
+_trio_lowlevel: Any = None  # trio.lowlevel, bound by the first trio checkpoint (trio imported only when used)
 
 
 async def checkpoint() -> None:

@@ -39,9 +39,18 @@ declines, nothing has been changed and the call takes the general path.
 Why it stays beside the general replay, measured: it runs the plan's own fast cases through the plan's
 entries (`Plan.run_record`, `Plan.submit`, the only submitter), so what it skips is the jit's per-call
 key, mapping, job and handle. A one-kernel jitted awaited call on 16 elements under trio (`y = await
-step(y)`, the calling thread's CPU per call, 3 alternating rounds of 500 calls in fresh processes,
-load ~10, AMD EPYC Zen 4, 2 cores, at 4715a1c): 19.6-21.3 us with it, 29.6-35.7 us with it declined
-(`DirectReplay.possible` false): it saves 10-14 us a call, half the call.
+step(y)`, the calling thread's CPU per call, 3 alternating rounds of 500 calls in fresh processes, load
+~10, AMD EPYC Zen 4, 2 cores, at 4715a1c): 19.6-21.3 us with it, 29.6-35.7 us with it declined
+(`DirectReplay.possible` false): it saves 10-14 us a call, half the call. Where the rest went, and what
+took it out (bench/jit_replay.py, 4 alternating fresh-process rounds of 1000 calls, AMD EPYC Zen 5, 2
+cores, load ~4.6; bench/jit_replay_breakdown.py for the stages): 14.0 -> 9.6 us trio, 13.6 -> 9.7 asyncio,
+12.8 -> 9.2 blocking, by the fresh result made in one step in C (hcq/device.py `fresh_small`: its Buffer,
+pooled memory and ledger record at its version, ~1.3 us of Python before) and its death in C (the ledger's
+record callback and the memory's return to the pool, ~0.3 us), the pool's count under the device's one
+lock (~0.3 us), the checkpoint's loop lookup (~0.1 us), and per-call Python here (comprehensions, recipe
+unpacking, ~0.5 us). Left, per call: the Plan.run_record path through Queue.run_here (the bind, the
+command's run and its publish with GlobalCounters and the signal's stamp: ~3 us), the jit's driver and key
+(~1.5 us), the dispatcher claim (~0.4 us), the result Node and Tensor (~0.5 us).
 
 Invariant: a `DirectReplay` is valid for the plan it was made from (`current`, the program's
 `CapturedProgram._current` at the time); a re-lowered plan (newer kernels) or a profile makes it
@@ -100,7 +109,8 @@ class DirectReplay:
     sources: list[tuple[bool, int]]       # per swapped buffer, in the record's order: (fresh?, index)
     # (device, size, dtype, small, version) of each fresh result buffer: `small`, the CPU device on which
     # hcq/device.py's `fresh_small` gives it memory and its ledger record at `version` (a result the
-    # record binds, of recycled size), or None: then the record's binding allocates it and `assigned` counts its version
+    # record binds, of recycled size), or None: then the record's binding allocates it and `assigned`
+    # counts its version
     fresh: list[tuple[str, int, Any, Optional[Device], int]]
     # the buffers each replay advances a version of (`CapturedProgram.assigned`, as run_records maps
     # them): ("fresh", k), ("input", i) or ("fixed", the program's own spec)
@@ -111,8 +121,8 @@ class DirectReplay:
 
     def __post_init__(self) -> None:
         # what `run` reads per call, unpacked once: the fresh results `fresh_small` makes, as (k, device,
-        # version, the pool's key of its size), and per result (buffer, view, source kind, index), the kind one of the interned
-        # strings _FRESH, _INPUT, _FIXED (compared by identity)
+        # version, the pool's key of its size), and per result (buffer, view, source kind, index), the
+        # kind one of the interned strings _FRESH, _INPUT, _FIXED (compared by identity)
         self.small = [(k, small, version, (size * dtype.itemsize, dtype.np))
                       for k, (_, size, dtype, small, version) in enumerate(self.fresh) if small is not None]
         kinds = {"fresh": _FRESH, "input": _INPUT, "fixed": _FIXED}
@@ -157,8 +167,9 @@ class DirectReplay:
         small: list[Optional[Device]] = [None] * len(fresh)
         if record is not None:  # fresh results the record binds (it needs their memory) of a recycled size
             for j, device in record.bound:
-                if sources[j][0] and device.kind == "CPU" and 0 < fresh[sources[j][1]].nbytes < SmallPool.MAX_NBYTES:
-                    small[sources[j][1]] = device
+                is_fresh, k = sources[j]
+                if is_fresh and device.kind == "CPU" and 0 < fresh[k].nbytes < SmallPool.MAX_NBYTES:
+                    small[k] = device
         versions_of = [sum(1 for kind, at in assigned if kind == "fresh" and at == k) if small[k] is not None
                        else 0 for k in range(len(fresh))]
         assigned = [(kind, at) for kind, at in assigned if kind != "fresh" or small[at] is None]

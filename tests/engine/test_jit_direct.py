@@ -240,7 +240,8 @@ def test_a_plan_lowered_again_for_newer_kernels_is_not_replayed_by_the_old_direc
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio", "blocking"])
-def test_a_direct_replays_small_result_is_made_by_fresh_small_and_counts_like_the_general_replay(library, monkeypatch):
+def test_a_direct_replays_small_result_is_made_by_fresh_small_and_counts_like_the_general_replay(
+        library, monkeypatch):
     """A direct replay's fresh 16-element result gets its memory and ledger record from hcq/device.py's
     `fresh_small` (one step, its version set there), and leaves what the general replay
     leaves: the result's version, the value numpy computes, the device's byte count."""

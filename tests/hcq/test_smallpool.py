@@ -115,9 +115,9 @@ def test_an_owned_pool_counts_its_memory_in_the_owners_bytes_until_it_comes_back
 
 
 def test_a_fresh_small_buffer_is_what_allocate_and_a_version_advance_leave():
-    """hcq/device.py's `fresh_small` (a jit replay's fresh result, one step; the running one, C or Python) against the general path
-    (`Device.allocate`, then `versions.advance_versions`): the same ledger record, memory and count,
-    and the memory comes back to the pool when the spec dies."""
+    """hcq/device.py's `fresh_small` (a jit replay's fresh result, one step; the running one, C or
+    Python) against the general path (`Device.allocate`, then `versions.advance_versions`): the same
+    ledger record, memory and count, and the memory comes back to the pool when the spec dies."""
     from atensor import ledger
     from atensor.dtype import dtypes
     from atensor.graph.node import BufferSpec
@@ -136,7 +136,8 @@ def test_a_fresh_small_buffer_is_what_allocate_and_a_version_advance_leave():
                 versions.advance_versions([spec] * version)
             else:
                 buf = device_module.fresh_small(dev, spec, version, (64, np.dtype(np.float32)))
-            assert ledger.runtime(spec) is buf and ledger.version(spec) == version and ledger.head(spec) is None
+            assert ledger.runtime(spec) is buf and ledger.version(spec) == version
+            assert ledger.head(spec) is None
             assert buf.memory.shape == (16,) and buf.memory.dtype == np.float32
             assert buf.address() == buf.memory.__array_interface__["data"][0] and not buf.writes
             found[way, version] = (dev.bytes_in_use - before, buf.uid == spec.uid, buf.failure, buf.inflight)
