@@ -511,3 +511,40 @@ def test_the_compiled_record_callback_tells_other_runtimes_and_other_releases_th
     del spec, other
     gc.collect()
     assert sorted(told) == ["release", "runtime"] and buf.release is None
+
+
+def test_fresh_small_buffers_made_and_dropped_on_several_threads_leave_the_count_and_pool_consistent():
+    """Results made (hcq/device.py `fresh_small`) and dropped (the ledger's record callback) on four
+    threads at once, C or Python: every memory comes back once, the device's bytes return to where
+    they were, and no live buffer shares memory with another."""
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (28, np.dtype(np.float32))
+    gc.collect()
+    before = dev.bytes_in_use
+    shared_error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            held = []
+            for k in range(3000):
+                spec = BufferSpec("CPU:0", 7, dtypes.float32)
+                held.append((spec, device_module.fresh_small(dev, spec, k % 2, key)))
+                if len(held) > 5:
+                    del held[:3]
+            addresses = [buf.address() for _, buf in held]
+            assert len(set(addresses)) == len(addresses)
+        except BaseException as exc:  # noqa: BLE001 - reported on the main thread
+            shared_error.append(exc)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gc.collect()
+    assert not shared_error, shared_error
+    assert dev.bytes_in_use == before
+    taken = [dev._small.take(*key) for _ in range(24)]
+    assert len({entry[2] for entry in taken}) == len(taken)  # no memory kept twice
+    for entry in taken:
+        dev._small.give(entry)
