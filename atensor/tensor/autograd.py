@@ -179,11 +179,13 @@ def _gradients(root: Node, seed: Node, nodes: list[Node], used: Optional[list[bo
     out: list[Optional[Node]] = []
     summed: dict[tuple[Node, ...], Node] = {}  # a replicated storage's gradient, allreduced once
     for node, parts, ks in zip(nodes, shards, keys):
-        if node.op is Ops.MULTI and node.arg[0] is None and all(k is not None and k in grads for k in ks):
+        if node.op is Ops.MULTI and node.arg[0] is None and all(k is not None and k in grads for k in ks) \
+                and all(k.shape == ks[0].shape for k in ks):
             # replicated: the sum over the devices of the storage's gradient, then each target's own view
             # of it. Fused parameters are views of one flat buffer, so the flat tensor and every
             # parameter share one allreduce (one per target before: 7 for the flagship's MLP). The same
-            # values: an elementwise sum, sliced, is the slice summed
+            # values: an elementwise sum, sliced, is the slice summed. (Replicas keyed differently, a
+            # lazy copy beside a view of its source, take the rule below.)
             key = tuple(ks)
             total = summed.get(key)
             if total is None:
