@@ -241,6 +241,12 @@ def _resharded(node: Node, devices: tuple[str, ...], axis: Optional[int],
     """The shards `reshard` wraps in MULTI (checked arguments): the part of `node` each device holds.
     `_per_shard` takes them as they are (its operands' parts), without the MULTI it would drop."""
     full = tuple((0, s) for s in node.shape)
+    if node.op is Ops.MULTI and node.arg[0] is None and node.device == devices:
+        # replicated on these very devices (a bias or weight beside sharded activations): each device
+        # slices its own replica, what `region` finds for it, without searching the boxes for a source
+        if axis is None:
+            return node.src
+        return tuple(s.shrink(full[:axis] + (b,) + full[axis + 1:]) for s, b in zip(node.src, bounds))
     if axis is None:
         return tuple(region(node, dev, full) for dev in devices)
     return tuple(region(node, dev, full[:axis] + (b,) + full[axis + 1:]) for dev, b in zip(devices, bounds))
