@@ -27,6 +27,7 @@ are the steadier comparison.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -67,6 +68,7 @@ def flagship_step(devices: int, batch: int, jit: bool = True) -> tuple:
         for p in params:
             p.shard_(names)
     opt = optim.Adam(params, lr=1e-3, fused=True)  # as examples/train.py
+    gc.freeze()  # as examples/train.py: the heap made so far lives for the run, out of full collections
 
     async def step(x: Tensor, y: Tensor) -> Tensor:
         if devices > 1:  # as examples/train.py: the batch is split inside the step
@@ -206,7 +208,6 @@ def run_split(devices: int, batch: int, steps: int) -> dict:
     """Where the CPU goes in the flagship's step without the jit: each thread's CPU time per step (the
     main thread, the dispatcher, each queue's worker, BLAS's own threads as "other"), and the cyclic
     garbage collector's collections and CPU time on the main thread, over `steps` steps after a warm-up."""
-    import gc
     import threading
     import trio
     from atensor import Tensor
