@@ -68,7 +68,7 @@ def flagship_step(devices: int, batch: int, jit: bool = True) -> tuple:
         for p in params:
             p.shard_(names)
     opt = optim.Adam(params, lr=1e-3, fused=True)  # as examples/train.py
-    gc.freeze()  # as examples/train.py: the heap made so far lives for the run, out of full collections
+    train.quiet_collector()  # as examples/train.py: the collections the loop does not need, avoided
 
     async def step(x: Tensor, y: Tensor) -> Tensor:
         if devices > 1:  # as examples/train.py: the batch is split inside the step
