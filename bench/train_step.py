@@ -207,7 +207,8 @@ def _thread_cpu_ns() -> dict[int, int]:
 def run_split(devices: int, batch: int, steps: int) -> dict:
     """Where the CPU goes in the flagship's step without the jit: each thread's CPU time per step (the
     main thread, the dispatcher, each queue's worker, BLAS's own threads as "other"), and the cyclic
-    garbage collector's collections and CPU time on the main thread, over `steps` steps after a warm-up."""
+    garbage collector's collections and CPU time on the main thread, over `steps` steps after a warm-up
+    (with the flagship's collector settings, examples/train.py's `quiet_collector`)."""
     import threading
     import trio
     from atensor import Tensor
