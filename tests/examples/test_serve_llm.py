@@ -245,17 +245,22 @@ def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_429_wi
     async def run():
         async with httpx.AsyncClient(timeout=300) as client:
             async def stream(i):
+                # long enough (and past end-of-turn) that the first streams still generate when the last
+                # is queued: 24 tokens finished before the queue filled on a fast machine, and the wait
+                # below, then unbounded, polled forever
                 async with client.stream("POST", server + "/v1/completions",
-                                         json={"prompt": f"Story {i}:", "max_tokens": 24, "temperature": 0,
-                                               "stream": True}) as r:
+                                         json={"prompt": f"Story {i}:", "max_tokens": 96, "temperature": 0,
+                                               "stream": True, "ignore_eos": True}) as r:
                     return r.status_code, [line async for line in r.aiter_lines() if line.startswith("data")]
             tasks = [asyncio.create_task(stream(i)) for i in range(SLOTS + WAITING)]
-            await asyncio.sleep(0.5)
+            deadline = time.monotonic() + 60
             while True:  # every slot generating and the waiting queue full
                 stats = (await client.get(server + "/health")).json()
                 if stats["active"] == SLOTS and stats["active"] + stats["waiting"] == SLOTS + WAITING:
                     break
-                await asyncio.sleep(0.05)
+                assert time.monotonic() < deadline and not all(t.done() for t in tasks), \
+                    f"the slots and the queue never filled at once: {stats}"
+                await asyncio.sleep(0.01)
             over = await client.post(server + "/v1/completions", json={"prompt": "one more", "max_tokens": 2})
             latencies = []
             for _ in range(40):
