@@ -45,9 +45,11 @@ every queue is idle; the plan's state needs no lock then.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from atensor.backend.c import registry
+from atensor.engine.cl_replay import CLReplay
+from atensor.engine.handle import RealizeHandle, finished_here
 from atensor.engine.plan import Plan
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
@@ -60,40 +62,52 @@ from atensor.sched.cache import GraphKey, Template
 
 @dataclass(eq=False)
 class EagerReplay:
-    """A hot template's twin plan and its record, with where each buffer it binds sits in a hit's fill
-    list (see the module docstring)."""
+    """A hot template's twin plan and its fast case (a record, or the lean CL replay: exactly one is
+    set), with where each buffer it binds sits in a hit's fill list (see the module docstring)."""
     twin: CapturedProgram
     current: tuple               # twin._current when made: (epoch, profiling, plan)
     plan: Plan
-    record: ReplayRecord
-    swapped_fill: list[int]      # per buffer the record binds (the plan's `swapped` order): its fill index
+    record: Optional[ReplayRecord]   # the plan's one-call record, run here (`Plan.run_record`)
+    lean: Optional[CLReplay]         # else its lean CL replay, submitted here (`Plan.submit`)
+    swapped_fill: list[int]      # per buffer the plan binds (its `swapped` order): its fill index
+    written: list[int]           # places in `swapped` of the buffers it writes (marked failed if it raises)
 
     @staticmethod
     def of(program: CapturedProgram) -> Optional[EagerReplay]:
-        """The eager replay of a template's `program` whose twin (a light one) has a plan with a record,
-        else None (not hot yet, heavy, or its plan has no record yet)."""
+        """The eager replay of a template's `program` whose twin (a light one) has a plan with a record
+        or a lean CL replay, else None (not hot yet, heavy, or its plan has decided on neither yet)."""
         twin = program.twin
         if twin is None or program.twin_heavy or not twin.lowered():
             return None
         plan = twin.plan()
-        record = plan.record
-        if not isinstance(record, ReplayRecord) or plan.swapped is None:
+        record, lean = plan.record, plan.lean
+        if plan.swapped is None:
+            return None
+        if isinstance(record, ReplayRecord):
+            lean, written = None, list(record.written_swapped)
+        elif record is False and lean is not None:
+            record = None
+            written = [j for j, entries in lean.notes_swapped if any(write for _, write in entries)]
+        else:
             return None
         at = {placeholder: index for placeholder, (_, index) in zip(program.placeholders, program.slot_fill)}
-        return EagerReplay(twin, twin._current, plan, record, [at[spec] for spec in plan.swapped])
+        return EagerReplay(twin, twin._current, plan, record, lean, [at[spec] for spec in plan.swapped],
+                           written)
 
     def valid(self) -> bool:
         """False once the twin's plan is not the one this was made from (re-lowered, or a profile)."""
         current = self.twin._current
         return current is self.current and current[0] == registry.REGISTRY.epoch
 
-    def run(self, key: GraphKey, template: Template, roots: list[Node]) -> Optional[BaseException] | bool:
+    def run(self, key: GraphKey, template: Template, roots: list[Node], result: Any) -> RealizeHandle | bool:
         """Runs the hit of `template` whose graph `key` describes (its `roots`, the assigns it realizes)
-        and commits what it realizes, as `Schedule.commit` would. Returns None when done; False, with
-        nothing changed, when it declines: a stale read (`check_versions`) or a read of a failed task's
-        contents (`Plan.submit`'s read-first check), which the general path raises; or what the run
-        raised, committed all the same and its written buffers marked failed, as the general path
-        leaves a failed submission."""
+        and commits what it realizes, as `Schedule.commit` would; returns the handle that awaits it and
+        returns `result`: finished when it ran to its end here, else on the lean replay's submission.
+        Returns False, with nothing changed, when it declines: a stale read (`check_versions`) or a read
+        of a failed task's contents (`Plan.submit`'s read-first check), which the general path raises.
+        What the run or the submission raises is committed all the same, its written buffers marked
+        failed, as the general path leaves a failed submission: an error is raised at the await, an
+        interrupt (not an Exception) from here."""
         record_of = _record_of
         for node in key.buffer_nodes:  # `check_versions`, without its raise
             spec, version = node.arg
@@ -102,23 +116,31 @@ class EagerReplay:
                 return False
         fill, realized, _ = template.fill(key)
         new_specs = [fill[i] for i in self.swapped_fill]
-        record = self.record
-        reads = record.reads_fixed if not record.reads_swapped else record.reads_of(new_specs)
+        replay = self.record if self.record is not None else self.lean
+        reads = replay.reads_fixed if not replay.reads_swapped else replay.reads_of(new_specs)
         for buf, _ in reads:
             if buf.writes:
                 buf.pending_writes()  # folds a finished write that failed into `failure`
             if buf.failure is not None:
                 return False
         failure: Optional[BaseException] = None
+        submission = None
         try:
-            self.plan.run_record(new_specs)
+            if self.record is not None:
+                self.plan.run_record(new_specs)
+            else:  # the plan's lean case (its checks pass, as above); the device runs while this commits
+                submission = self.plan.submit(dict(zip(self.plan.swapped, new_specs)))
         except BaseException as exc:  # (native kernels cannot fail: a failed allocation, an interrupt)
             failure = exc
         record_realized(realized, key.order, {}, roots, roots)
         if failure is not None:
-            for j in record.written_swapped:
+            for j in self.written:
                 Buffer.of(new_specs[j]).failure = failure
-        return failure
+            if not isinstance(failure, Exception):
+                raise failure  # (an interrupt: raised from the call, as the general path's inline plan does)
+        if submission is None or finished_here(submission):
+            return RealizeHandle.finished(result, failure)
+        return RealizeHandle.of_submission(submission, result)
 
 
 __all__ = ["EagerReplay"]

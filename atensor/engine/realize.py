@@ -191,12 +191,10 @@ def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], c
         replay = program.eager = EagerReplay.of(program)
         if replay is None:
             return None, found
-    failure = replay.run(key, template, roots)
-    if failure is False:
+    handle = replay.run(key, template, roots, result)
+    if handle is False:
         return None, found  # a stale or failed read: the general path raises it
-    if failure is not None and not isinstance(failure, Exception):
-        raise failure  # (an interrupt: raised from the call, as the general path's inline plan does)
-    return RealizeHandle.finished(result, failure), None
+    return handle, None
 
 
 def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Optional[Storage]]],
