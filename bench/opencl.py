@@ -166,7 +166,7 @@ BREAKDOWN_STAGES = [
     ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
     ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),
     ("pyopencl", "enqueue_nd_range_kernel", "        clEnqueueNDRangeKernel (pocl)"),
-    ("atensor.jit.direct", "_finished", "  the direct replay's poll (CLQueue.poll: a short wait, publish)"),
+    ("atensor.jit.direct", "finished_here", "  the direct replay's poll (CLQueue.poll: a short wait, publish)"),
     ("atensor.engine.handle", "RealizeHandle._polled", "the await: CLQueue.poll"),
     ("atensor.hcq.cl_queue", "CLQueue._completed", "  completion (stamps, publish); any thread"),
 ]

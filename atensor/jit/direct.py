@@ -23,8 +23,9 @@ module fixes all of that once, so a call is:
 3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views);
 4. a submitted plan polled (engine/handle.py `finished_here`: each queue's `poll`, which publishes a
    command found done and, on a CL queue, waits on this thread for a short one, hcq/cl_queue.py; a
-   collective's net command that finished on this thread, engine/net_replay.py, is found done): done and not failed,
-   the await is one checkpoint as a record's; else a handle on the submission, awaited as any.
+   collective's net command that finished on this thread, engine/net_replay.py, is found done): done
+   and not failed, the await is one checkpoint as a record's; else a handle on the submission, awaited
+   as any.
 
 What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
 or being planned, claimed as `run_inline` does; a record only while every queue is idle, as
