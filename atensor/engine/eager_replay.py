@@ -19,6 +19,13 @@ so a hit is, on the thread that claimed the dispatcher (engine/realize.py `reali
    queue), then the commit (`record_realized`, with what `Schedule.commit` passes it);
 4. no job, no submission: the caller gets a finished handle (engine/handle.py `RealizeHandle.finished`).
 
+A twin on one OpenCL device has no record (its kernels are not native) but the plan's lean CL replay
+(engine/cl_replay.py: one command of all launches); a hit of it is steps 1-2, then `Plan.submit` of the
+twin's plan from here (its lean case: the plan is the submitter), the commit while the device runs, and
+one poll (engine/handle.py `finished_here`, as jit/direct.py polls): a short kernel is waited for on this
+thread and published, and the handle is finished; otherwise it is a handle on the submission
+(`RealizeHandle.of_submission`), awaited as the general path's.
+
 Measured (bench/round_trip_breakdown.py --count 2000, 3 alternating rounds against 17a658c, C core,
 load 8-10, the same Zen 5): 35.1-38.0 us a round trip under trio and asyncio against 52.0-68.0; with
 the Python core 53.3-58.7 against 72.8-78.7.
@@ -30,13 +37,17 @@ glue between them. What it keeps from the general path (tests/engine/test_eager_
   queue idle (`all_idle`), no profile, no capture, no race proofs, DEBUG < 2, no pending assign
   to realize along (`_flush_along`);
 - the ledger: the same versions, realized values and heads (`record_realized` with the same
-  arguments); the record runs before the commit, so no other thread sees a committed version whose
-  data is not written yet (the general path holds those buffers in flight across that window);
+  arguments); the record runs (or the lean replay's submission tells the buffers its pending writes)
+  before the commit, so no other thread sees a committed version whose data is not written, or not
+  known to be pending, yet (the general path holds those buffers in flight across that window);
 - failures: a stale read or a read of a failed task's contents declines, and the general path raises;
-  the record's native kernels cannot fail; anything its run raises is committed and kept as the general
-  path keeps a failed submission (written buffers marked failed, raised at the await);
-- the twin's state: made only from a plan whose record exists (`Plan.submit` makes it on the twin's
-  first submission), and invalid once the plan is not the twin's current one (`valid`: re-lowered for
+  the record's native kernels cannot fail; anything its run or the submission raises is committed and
+  kept as the general path keeps a failed submission (written buffers marked failed, raised at the
+  await); a CL launch that fails publishes KernelError on its command, the poll leaves it to the
+  handle on the submission, and the await raises it, as the general path's (tests/opencl/
+  test_cl_eager_replay.py);
+- the twin's state: made only from a plan whose record (or lean replay) exists (`Plan.submit` makes
+  it on the twin's first submission), and invalid once the plan is not the twin's current one (`valid`: re-lowered for
   newer kernels, or a profile), as jit/direct.py's `DirectReplay` is.
 
 Invariant: `run` is called by the thread holding the dispatcher (engine/dispatch.py `claim`), while
