@@ -8,9 +8,9 @@ execution (engine/plan.py): a graph structured like one realized before submits 
 its schedule-cache template (`program_of`, engine/program.py) with its own buffers in the template's
 slots, so it is neither built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the
 schedules that this path ran and keeps them as CapturedPrograms. A small realize planned inline whose
-graph hits a hot template with a twin replayed by record (or, on one CL device, by its lean replay) is
-run before any `Job` is made, as that twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`): when it declines, the key and template it
-found go on to `schedule`, so nothing is walked twice.
+graph hits a hot template with a twin replayed by record (or, on one CL device, by its lean replay)
+is run before any `Job` is made, as that twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`):
+when it declines, the key and template it found go on to `schedule`, so nothing is walked twice.
 
 When a tensor's storage is decided: when `realize()` is called (a `Storage` on the tensor's `_swap`
 slot), not when the realize is planned. Deciding it at planning let a write issued meanwhile
