@@ -28,7 +28,12 @@ thread and published, and the handle is finished; otherwise it is a handle on th
 
 Measured (bench/round_trip_breakdown.py --count 2000, 3 alternating rounds against 17a658c, C core,
 load 8-10, the same Zen 5): 35.1-38.0 us a round trip under trio and asyncio against 52.0-68.0; with
-the Python core 53.3-58.7 against 72.8-78.7.
+the Python core 53.3-58.7 against 72.8-78.7. On CL (pocl's pthread driver, 16 floats, `bench/opencl.py
+--round-trip --calls 2000`, 5 alternating rounds against main at dc6c8e7, C core, load 4.2-4.5, the same
+Zen 5): the eager row's median 70.1 (trio) and 58.7 (asyncio) us against 81.1 and 90.9; the calling
+thread's CPU per round trip 63 and 59 against 75 and 78. Of the rest (`bench/opencl.py --breakdown`):
+`Plan.submit` ~29 (pocl's clEnqueueNDRangeKernel 13-15 of it: a fresh output per hit sets the kernel's
+arguments again), the poll ~5-14 (the kernel's own time, waited for), the commit 3, the key 1.5.
 
 A lowering choice of the one mechanism, not a second engine: the template, its program, its twin
 and the twin plan's record are the schedule cache's and `Plan.submit`'s own; this only skips the
