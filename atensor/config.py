@@ -14,6 +14,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | allreduce_bucket_bytes | ATENSOR_BUCKET_BYTES | 25 MiB | cap of an allreduce bucket; a full bucket starts while later gradients compute |
 | malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy/plans.py); 0: malloc's defaults |
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start: > 0 lets the event loop's thread win a core on a busy machine |
+| loop_switch_us | ATENSOR_LOOP_SWITCH_US | 500 | the interpreter's switch interval (µs) at most while the dispatcher thread plans a realize (hcq/gilshare.py): the event loop's thread waits that long at most for the GIL, not the default 5 ms; process-wide (a `Context` does not change it: `process_settings()`), restored after; 0: the interval is left alone |
 | net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` calls MPI's blocking collective (MPI's own wait, no timeout); read when a net command is lowered |
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
 | max_devices | ATENSOR_MAX_DEVICES | 16 | devices per kind (CPU:0 ... CPU:15): a higher index is an error when the device is used, not a silently made one |
@@ -121,6 +122,7 @@ class Settings:
     native: str = os.environ.get("ATENSOR_NATIVE", "jit")
     core: str = os.environ.get("ATENSOR_CORE", "c").strip().lower()
     worker_nice: int = env_number("ATENSOR_WORKER_NICE", "0")
+    loop_switch_us: int = env_number("ATENSOR_LOOP_SWITCH_US", "500")
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
     net_timeout_s: float = env_number("ATENSOR_NET_TIMEOUT", "300", kind=float)
     max_devices: int = env_number("ATENSOR_MAX_DEVICES", "16")
@@ -161,6 +163,12 @@ settings = _CurrentSettings()
 # the Settings in effect in this context, read once by a hot path that reads several (`settings.x` is a
 # Python call per read)
 current_settings = _current.get
+
+
+def process_settings() -> Settings:
+    """The process-wide settings (those outside any `Context` block), for a setting that acts on the
+    whole process whichever context reads it (`loop_switch_us`: the interpreter's switch interval)."""
+    return _defaults
 
 # Training mode (`Tensor.training`, `Tensor.train()`, tinygrad's TRAINING), per context like the settings:
 # two trio tasks, one training and one evaluating, each see their own. It lives here, beside the settings,

@@ -35,6 +35,7 @@ from atensor import Tensor  # noqa: E402
 STAGES = [
     ("atensor.jit.direct", "LastCall.inputs_of", "  the key: the arguments against the last call's (direct)"),
     ("atensor.jit.direct", "DirectReplay.run", "  direct replay: fresh buffers, the record, result tensors"),
+    ("atensor.jit.direct", "fresh_small", "    a fresh result's buffer and ledger record (fresh_small)"),
     ("atensor.jit.jit", "_Program.replay", "  mapping, fresh result buffers, result tensors"),
     ("atensor.jit.captured", "CallProgram.replay", "  mapping, fresh result buffers, result tensors"),
     ("atensor.engine.dispatch", "Dispatcher.run_inline", "  run_inline: the submission on this thread"),

@@ -1,6 +1,7 @@
 """Event-loop lag and the await round trip, under trio, asyncio and uvloop in the same run.
 
     python bench/loop_lag.py                 # --tiny 10000 --round-trips 2000
+    python bench/loop_lag.py --tiny 3000 --explain   # where the tiny workloads' gaps go
 
 1. Lag: the longest gap of a 1 ms ticker (atensor.profiler.ticking, on whichever loop runs) while a
    realize runs. Workloads: a few big kernels (matmuls), TINY tiny kernels as TINY outputs, and a
@@ -12,7 +13,18 @@
    the wake-up of the awaiting task), and the seam's wake-up alone (a worker thread sets a
    hcq.loop.Wakeup that the task awaits). Target: asyncio's round trip within 1.2x of trio's.
 
-Timings on a shared machine are noisy: compare the loops within one run, not across runs.
+Timings on a shared machine are noisy: compare the loops within one run, not across runs. The "core
+wait" column is the loop thread's wait for a core during the work (other processes had both): part of
+every gap on a loaded machine, and nothing this process can shorten.
+
+What a gap of the tiny workloads is made of (issue 49; measured per tick with the loop thread's
+schedstat and an outside sampler of its state): the loop's own first step (the `realize()` call of
+3,000 outputs: 2.5-3 ms of CPU, each tensor's storage and the job), then one tick per wake-up while the
+dispatcher plans (the 1 ms timer and the wait for the GIL: 5 ms at CPython's default switch interval,
+0.5 ms under hcq/gilshare.py), the worker's run (it yields every 0.5 ms, hcq/queue.py), and the
+awaiting task's last step (for the chain, dropping the 3,000-node lazy graph: ~2.3 ms of deallocation).
+A collection of what the realize left alive landed in the window too (16-70 ms) until hcq/gcpause.py
+froze it from 5,000 young objects.
 """
 from __future__ import annotations
 
@@ -54,12 +66,25 @@ def run_on(loop: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     return uvloop.run(fn(*args))
 
 
-async def measure(work: Callable[[], Awaitable[None]]) -> tuple[float, float, int]:
+def core_wait() -> float:
+    """Seconds the calling thread has waited for a core so far (runnable, not running: other processes
+    had the cores), from Linux's schedstat; 0 elsewhere. On a loaded machine, a gap includes this wait,
+    which no code in the process can shorten."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) * 1e-9
+    except OSError:
+        return 0.0
+
+
+async def measure(work: Callable[[], Awaitable[None]]) -> tuple[float, float, int, float]:
+    """The work's time, the loop's longest gap and its tick count meanwhile, and the loop thread's wait
+    for a core during the work (see `core_wait`)."""
     async with ticking(settle=0.02) as lag:
-        start = time.perf_counter()
+        start, waited = time.perf_counter(), core_wait()
         await work()
-        elapsed = time.perf_counter() - start
-    return elapsed, lag.worst, lag.ticks
+        elapsed, waited = time.perf_counter() - start, core_wait() - waited
+    return elapsed, lag.worst, lag.ticks, waited
 
 
 def big_inputs() -> list[np.ndarray]:
@@ -122,7 +147,47 @@ def numpy_in_loop_tiny() -> Callable[[], Awaitable[None]]:
     return work
 
 
-async def lag_case(make: Callable[[], Callable[[], Awaitable[None]]], warm: bool) -> tuple[float, float, int]:
+def thread_clock() -> tuple[float, float]:
+    """The calling thread's CPU time and its wait for a core so far, in seconds (Linux's schedstat;
+    zeros elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) * 1e-9, int(waited) * 1e-9
+    except OSError:
+        return 0.0, 0.0
+
+
+async def explain_case(make: Callable[[], Callable[[], Awaitable[None]]], warm: bool) -> dict[str, float]:
+    """Like `lag_case`, with a 1 ms ticker of its own that splits each gap into the loop thread's own CPU,
+    its wait for a core (other processes) and the rest: the timer's 1 ms and the waits for the GIL.
+    Returns the worst gap and its parts, and the median and worst rest (ms)."""
+    if warm:
+        await measure(make())
+    work, ticks, done = make(), [], False
+
+    async def ticker() -> None:
+        last, (ran, waited) = time.perf_counter(), thread_clock()
+        while not done:
+            await anyio.sleep(0.001)
+            now, (ran_now, waited_now) = time.perf_counter(), thread_clock()
+            gap, cpu, core = now - last, ran_now - ran, waited_now - waited
+            ticks.append((gap, cpu, core, gap - cpu - core))
+            last, ran, waited = now, ran_now, waited_now
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await anyio.sleep(0.02)
+        ticks.clear()
+        await work()
+        done = True
+    worst = max(ticks)
+    rests = sorted(t[3] for t in ticks)
+    return {"gap": worst[0] * 1e3, "cpu": worst[1] * 1e3, "core": worst[2] * 1e3, "rest": worst[3] * 1e3,
+            "median_rest": statistics.median(rests) * 1e3, "worst_rest": rests[-1] * 1e3}
+
+
+async def lag_case(make: Callable[[], Callable[[], Awaitable[None]]],
+                   warm: bool) -> tuple[float, float, int, float]:
     if warm:
         await measure(make())  # compiles, caches: not what this measures
     return await measure(make())
@@ -171,9 +236,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", type=int, default=TINY, help="tiny kernels per tiny workload")
     parser.add_argument("--round-trips", type=int, default=2000)
+    parser.add_argument("--explain", action="store_true",
+                        help="only the tiny workloads, each gap split into the loop thread's CPU, its wait for a "
+                             "core and the rest (timer and GIL); writes no file")
     args = parser.parse_args()
     TINY = args.tiny
     loops = ["trio", "asyncio"] + (["uvloop"] if uvloop is not None else [])
+    if args.explain:
+        rows = []
+        for name, make in ((f"{TINY} tiny kernels", atensor_tiny), (f"chain of {TINY} tiny kernels",
+                                                                      atensor_tiny_chain)):
+            for k, loop in enumerate(loops):
+                r = run_on(loop, explain_case, make, k == 0)
+                rows.append((name, loop, r["gap"], r["cpu"], r["core"], r["rest"], r["median_rest"],
+                             r["worst_rest"]))
+        print(table("longest gap (ms) and its parts: the loop's CPU, its wait for a core, the rest (the 1 ms "
+                    "timer and waits for the GIL); the rest over all ticks",
+                    ["workload", "loop", "gap", "cpu", "core wait", "rest", "median rest", "worst rest"], rows))
+        return
     cases = [("big kernels (4 x 1024^3 matmul chains)", "atensor await realize", atensor_big, loops),
              ("big kernels (4 x 1024^3 matmul chains)", "numpy in the task", numpy_in_loop_big, loops[:2]),
              (f"{TINY} tiny kernels", "atensor await realize", atensor_tiny, loops),
@@ -183,12 +263,13 @@ def main() -> None:
     rows, results = [], []
     for workload, system, make, on in cases:
         for k, loop in enumerate(on):
-            elapsed, worst, ticks = run_on(loop, lag_case, make, k == 0)
-            rows.append((workload, system, loop, elapsed * 1e3, worst * 1e3, ticks))
+            elapsed, worst, ticks, waited = run_on(loop, lag_case, make, k == 0)
+            rows.append((workload, system, loop, elapsed * 1e3, worst * 1e3, ticks, waited * 1e3))
             results.append({"workload": workload, "system": system, "loop": loop, "elapsed_ms": elapsed * 1e3,
-                            "longest_gap_ms": worst * 1e3, "ticks": ticks})
-    print(table("event-loop lag: longest gap of a 1 ms ticker during the work (lower is better)",
-                ["workload", "system", "loop", "work ms", "longest gap ms", "ticks"], rows))
+                            "longest_gap_ms": worst * 1e3, "ticks": ticks, "loop_core_wait_ms": waited * 1e3})
+    print(table("event-loop lag: longest gap of a 1 ms ticker during the work (lower is better); the loop "
+                "thread's wait for a core (other processes): near 0 on a quiet machine",
+                ["workload", "system", "loop", "work ms", "longest gap ms", "ticks", "core wait ms"], rows))
 
     trips: dict[str, dict[str, float]] = {}
     for loop in loops:

@@ -2,6 +2,7 @@
 on 1 and 2 devices against PyTorch CPU and tinygrad CPU, and weak scaling.
 
     python bench/train_step.py [--steps 30]
+    python bench/train_step.py --split        # where the CPU goes in the step without the jit
 
 Each configuration runs in its own process (BLAS thread limits and devices are per process):
 - `atensor 1 dev` / `atensor 2 dev`: batch 256 (split 128 + 128 on 2 devices), BLAS threads as
@@ -26,6 +27,7 @@ are the steadier comparison.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -66,6 +68,7 @@ def flagship_step(devices: int, batch: int, jit: bool = True) -> tuple:
         for p in params:
             p.shard_(names)
     opt = optim.Adam(params, lr=1e-3, fused=True)  # as examples/train.py
+    train.quiet_collector()  # as examples/train.py: the collections the loop does not need, avoided
 
     async def step(x: Tensor, y: Tensor) -> Tensor:
         if devices > 1:  # as examples/train.py: the batch is split inside the step
@@ -189,10 +192,66 @@ def run_kernel_pair(steps: int) -> dict:
             "alone_s": statistics.median(alone), "ratio": statistics.median(ratios)}
 
 
+def _thread_cpu_ns() -> dict[int, int]:
+    """CPU time of each of this process's threads, by thread id (Linux's schedstat; empty elsewhere)."""
+    found = {}
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ():
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                found[int(tid)] = int(f.read().split()[0])
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def run_split(devices: int, batch: int, steps: int) -> dict:
+    """Where the CPU goes in the flagship's step without the jit: each thread's CPU time per step (the
+    main thread, the dispatcher, each queue's worker, BLAS's own threads as "other"), and the cyclic
+    garbage collector's collections and CPU time on the main thread, over `steps` steps after a warm-up
+    (with the flagship's collector settings, examples/train.py's `quiet_collector`)."""
+    import threading
+    import trio
+    from atensor import Tensor
+    run, params, names, x_np, y_np = flagship_step(devices, batch, jit=False)
+    started: list[float] = []
+    collected = {"count": 0, "seconds": 0.0}
+
+    def on_gc(phase: str, info: dict) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if phase == "start":
+            started.append(time.thread_time())
+        elif started:
+            collected["count"] += 1
+            collected["seconds"] += time.thread_time() - started.pop()
+
+    async def loop() -> tuple[dict, dict]:
+        await Tensor.realize(*params)
+        with Tensor.train():
+            for _ in range(4 * WARMUP):  # past the compiles and the first schedules
+                (await run(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))).item()
+            before = _thread_cpu_ns()
+            gc.callbacks.append(on_gc)
+            for _ in range(steps):
+                (await run(Tensor(x_np, device=names[0]), Tensor(y_np, device=names[0]))).item()
+            gc.callbacks.remove(on_gc)
+            return before, _thread_cpu_ns()
+    before, after = trio.run(loop)
+    named = {t.native_id: t.name for t in threading.enumerate()}
+    split: dict[str, float] = {}
+    for tid, ns in after.items():
+        name = "main" if tid == os.getpid() else named.get(tid, "other (BLAS)")
+        split[name] = split.get(name, 0.0) + (ns - before.get(tid, 0)) / steps / 1e3
+    return {"cpu_us": split, "gc_main_us": collected["seconds"] / steps * 1e6,
+            "gc_main_per_step": collected["count"] / steps}
+
+
 def worker(config: dict) -> dict:
     kind = config["kind"]
     if kind == "kernel_pair":
         return run_kernel_pair(config["steps"])
+    if kind == "split":
+        return run_split(config["devices"], config["batch"], config["steps"])
     if kind == "atensor":
         times = run_atensor(config["devices"], config["batch"], config["steps"], config.get("jit", True))
     elif kind == "torch":
@@ -256,6 +315,20 @@ def alternating_rounds(steps: int, rounds: int) -> dict:
             "kernel_floor_per_round": kernel_floor}
 
 
+def print_split(steps: int) -> None:
+    """`--split`: the per-thread CPU table of the step without the jit, 1 and 2 devices."""
+    for devices in (1, 2):
+        r = measure({"kind": "split", "devices": devices, "batch": 256, "steps": steps})
+        if "error" in r:
+            print(f"{devices} device(s): skipped: {r['error']}")
+            continue
+        rows = [[name, us] for name, us in sorted(r["cpu_us"].items(), key=lambda kv: -kv[1])]
+        rows.append(["all threads", sum(r["cpu_us"].values())])
+        print(table(f"\nno-jit step, {devices} device(s), batch 256: CPU per step (mean of {steps} steps); "
+                    f"GC on the main thread: {r['gc_main_per_step']:.2f} collections, {r['gc_main_us']:.0f} us",
+                    ["thread", "CPU us"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -263,10 +336,16 @@ def main() -> None:
                         help="alternating rounds of the target ratios (weak scaling, its floor, atensor "
                              "against torch): the machine's speed drifts between processes, so each ratio "
                              "is taken per round, then the median")
+    parser.add_argument("--split", action="store_true",
+                        help="only the step without the jit on 1 and 2 devices: each thread's CPU time per "
+                             "step and the garbage collector's share of the main thread")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
+        return
+    if args.split:
+        print_split(max(args.steps, 100))
         return
     steps = args.steps
     runs = {

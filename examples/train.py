@@ -35,6 +35,7 @@ any split of the batch over ranks and devices, within float32 rounding.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -146,6 +147,31 @@ class Progress:
             sys.stderr.write("\n")
 
 
+@dataclass
+class QuietCollector:
+    """The cyclic garbage collector's settings before `quiet_collector()`, to put back."""
+    threshold: tuple[int, int, int]
+
+    def restore(self) -> None:
+        gc.set_threshold(*self.threshold)
+        gc.unfreeze()
+
+
+def quiet_collector(young: int = 10_000) -> QuietCollector:
+    """Collections the training loop does not need, avoided. Measured on 300 eager 2-device steps (Zen 5):
+    ~1 collection a step, 690-810 us of the main thread's CPU a step, none finding garbage; 4 us with:
+    - what exists now (the modules, the data, the model) lives for the whole run: frozen, out of the
+      full collections that otherwise traverse all of it every ~100 eager steps (24 ms each);
+    - an eager step's graph keeps ~2,400 tracked objects alive until the next step replaces it, more
+      than the default 700 new objects that start a young collection: the young threshold goes above
+      it. The step makes no reference cycles (tests/engine/test_step_garbage.py), so nothing waits
+      longer to be freed. `restore()` puts both back."""
+    before = QuietCollector(gc.get_threshold())
+    gc.freeze()
+    gc.set_threshold(max(young, before.threshold[0]), *before.threshold[1:])
+    return before
+
+
 async def evaluate(model, x: np.ndarray, y: np.ndarray, devices: tuple[str, ...], batch: int = 512) -> float:
     """Accuracy on (x, y) in evaluation mode: each process takes its rows, each batch of them split
     over its devices; the counts are summed over the processes."""
@@ -221,6 +247,7 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
 
     # from the fourth step on, the step's captured task graphs are replayed: no graph building
     run_step = atensor.jit(train_step) if jit else train_step
+    collector = quiet_collector()
     try:
         with Tensor.train():
             for epoch in range(epochs):
@@ -238,6 +265,7 @@ async def train(devices: int = 2, epochs: int = 12, batch_size: int = 128, lr: f
                     result.losses.append(loss.item())
                     bar.update(step, epoch, epochs, result.losses[-1], step * batch_size)
     finally:
+        collector.restore()
         if profiler is not None:
             profiler.__exit__(None, None, None)
         bar.close()

@@ -27,7 +27,7 @@ Invariants kept here exactly as graph/node.py states them:
 
 Built with the plain C API (member descriptors' slot offsets are read from PyMemberDescrObject),
 for CPython 3.11 and later. This file is the module: what configure() is given, the method table;
-node.c, walk.c and ledger.c hold the objects (ccore.h what they share). */
+node.c, walk.c, ledger.c and fresh.c hold the objects (ccore.h what they share). */
 #include "ccore.h"
 
 /* ---- what configure() is given ------------------------------------------------------------- */
@@ -147,6 +147,16 @@ static PyMethodDef methods[] = {
     {"configure_follow", configure_follow, METH_VARARGS,
      "configure_follow(VIEW, follow_to_latest): engine/realize.py's general case (it does it)."},
     {"follow_storage", follow_storage, METH_O, "follow_storage(node) -> Node: engine/realize.py's _follow_storage."},
+    {"configure_attach", configure_attach, METH_VARARGS,
+     "configure_attach(lock, drop_record): the ledger's lock and record callback (atensor/ledger does it)."},
+    {"attach_new", (PyCFunction)(void (*)(void))attach_new, METH_FASTCALL,
+     "attach_new(spec, runtime, version): atensor.ledger.attach_new."},
+    {"drop_record", drop_record_c, METH_O,
+     "drop_record(record): atensor.ledger._drop_record (the records' weak-reference callback)."},
+    {"configure_fresh", configure_fresh, METH_VARARGS,
+     "configure_fresh(Buffer, SmallPool, Lock, collector, python_fresh_small): hcq/device.py does it."},
+    {"fresh_small", (PyCFunction)(void (*)(void))fresh_small, METH_FASTCALL,
+     "fresh_small(device, spec, version, key) -> Buffer: hcq/device.py's fresh_small."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,7 @@
 /* atensor/core/ccore.h: what the compiled core's files share (ccore.c is the module and its
-configuration; node.c the node table and BufferSpec; walk.c the graph walks; ledger.c the ledger's commit
-and the follow of a tensor's node). See ccore.c for why each object lives in C. */
+configuration; node.c the node table and BufferSpec; walk.c the graph walks; ledger.c the ledger's commit,
+a new spec's record and the follow of a tensor's node; fresh.c a jit replay's fresh small result buffer).
+See ccore.c for why each object lives in C. */
 #ifndef ATENSOR_CCORE_H
 #define ATENSOR_CCORE_H
 #define PY_SSIZE_T_CLEAN
@@ -43,5 +44,14 @@ PyObject *commit_assign_locked(PyObject *module, PyObject *const *args, Py_ssize
 PyObject *set_value_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *configure_follow(PyObject *module, PyObject *args);
 PyObject *follow_storage(PyObject *module, PyObject *node);
+PyObject *configure_attach(PyObject *module, PyObject *args);
+int attach_record(PyObject *spec, PyObject *runtime, PyObject *version);
+PyObject *attach_new(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *drop_record_c(PyObject *module, PyObject *record);
+
+/* fresh.c */
+PyObject *configure_fresh(PyObject *module, PyObject *args);
+PyObject *fresh_small(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int buffer_spec_died(PyObject *runtime);
 
 #endif

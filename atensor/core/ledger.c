@@ -132,6 +132,124 @@ done:
     return result;
 }
 
+/* ---- a new spec's record (atensor/ledger `attach_new`) ----------------------------------------- */
+
+static PyObject *drop_record, *ledger_acquire, *ledger_release;
+static Py_ssize_t r_runtime, r_uid;
+
+PyObject *configure_attach(PyObject *module, PyObject *args) {
+    PyObject *lock, *drop;  /* `drop`: the callback of the records made here (the C drop_record) */
+    if (!PyArg_ParseTuple(args, "OO:configure_attach", &lock, &drop))
+        return NULL;
+    if (!ledger_configured() || slot_offset(record_type, "runtime", &r_runtime)
+            || slot_offset(record_type, "uid", &r_uid))
+        return NULL;
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (release == NULL) {
+        Py_XDECREF(acquire);
+        return NULL;
+    }
+    Py_XSETREF(ledger_acquire, acquire);
+    Py_XSETREF(ledger_release, release);
+    keep(&drop_record, drop);
+    Py_RETURN_NONE;
+}
+
+PyObject *drop_record_c(PyObject *module, PyObject *record) {
+    /* ledger._drop_record(record): a spec died; its record (and pending mark) goes, its runtime is told
+       (an hcq Buffer in C, fresh.c `buffer_spec_died`; any other runtime through its `spec_died()`) */
+    if (!ledger_configured())
+        return NULL;
+    if (!PyObject_TypeCheck(record, record_type)) {
+        PyErr_SetString(PyExc_TypeError, "drop_record: a ledger Record is needed");
+        return NULL;
+    }
+    PyObject *uid = SLOT(record, r_uid);
+    if (uid == NULL) {  /* (a record not filled in yet: nothing of it was published) */
+        Py_RETURN_NONE;
+    }
+    /* held to the end: the weak reference's caller holds no reference to it while its callback runs, and
+       popping the table's entry below drops the last one (a Python callback's frame holds its argument) */
+    Py_INCREF(record);
+    Py_INCREF(uid);
+    int failed = 0;
+    PyObject *tables[2] = {records, pending};
+    for (int k = 0; k < 2 && !failed; k++) {
+        PyObject *found = PyDict_GetItemWithError(tables[k], uid);
+        if (found != NULL)
+            failed = PyDict_DelItem(tables[k], uid) < 0;
+        else
+            failed = PyErr_Occurred() != NULL;
+    }
+    Py_DECREF(uid);
+    PyObject *runtime = failed ? NULL : SLOT(record, r_runtime);
+    Py_XINCREF(runtime);
+    Py_DECREF(record);
+    if (failed)
+        return NULL;
+    if (runtime == NULL || runtime == Py_None) {
+        Py_XDECREF(runtime);
+        Py_RETURN_NONE;
+    }
+    int done = buffer_spec_died(runtime);
+    Py_DECREF(runtime);
+    if (done < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+int attach_record(PyObject *spec, PyObject *runtime, PyObject *version) {
+    /* ledger.attach_new(spec, runtime, version): the record of a new spec, published under the lock */
+    if (drop_record == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "atensor.core._ccore's attach_new is not configured (atensor/ledger does it)");
+        return -1;
+    }
+    PyObject *record = PyObject_CallFunctionObjArgs((PyObject *)record_type, spec, drop_record, NULL);
+    if (record == NULL)
+        return -1;
+    Py_INCREF(version);
+    Py_XSETREF(SLOT(record, r_version), version);
+    Py_INCREF(Py_None);
+    Py_XSETREF(SLOT(record, r_head), Py_None);
+    Py_INCREF(runtime);
+    Py_XSETREF(SLOT(record, r_runtime), runtime);
+    PyObject *uid = SLOT(spec, s_uid);
+    Py_INCREF(uid);
+    Py_XSETREF(SLOT(record, r_uid), uid);
+    PyObject *held = PyObject_CallNoArgs(ledger_acquire);
+    if (held == NULL) {
+        Py_DECREF(record);
+        return -1;
+    }
+    Py_DECREF(held);
+    int failed = PyDict_SetItem(records, uid, record);
+    Py_DECREF(record);  /* (the table holds it) */
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    PyObject *released = PyObject_CallNoArgs(ledger_release);
+    if (released == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(trace);
+        return -1;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, trace);
+    return failed ? -1 : 0;
+}
+
+PyObject *attach_new(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyObject_TypeCheck(args[0], spec_type)) {
+        PyErr_SetString(PyExc_TypeError, "attach_new(spec: BufferSpec, runtime, version)");
+        return NULL;
+    }
+    if (!ledger_configured() || attach_record(args[0], args[1], args[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- a tensor's node at its storage's newest version (engine/realize.py `_follow_storage`) ------- */
 
 static PyObject *view_op, *follow_general;

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 from atensor.config import settings
 from atensor.hcq.buffer import Buffer, InFlight
 from atensor.hcq.gcpause import gc_paused
+from atensor.hcq.gilshare import gil_shared
 from atensor.hcq.queue import lower_priority
 from atensor.hcq.signal import Signal, SignalFailed
 from atensor.profiler import collector
@@ -170,7 +171,9 @@ class Dispatcher:
             error: Optional[BaseException] = None
             start = time.perf_counter_ns()
             try:
-                with gc_paused():  # see gcpause.py: collections here would stall the event loop
+                # see gcpause.py (collections here would stall the event loop) and gilshare.py (the
+                # loop's thread gets the GIL within 0.5 ms, not 5, while this thread plans)
+                with gc_paused(), gil_shared():
                     job.submission = job.context.run(job.plan)
                     for buf in job.wait_for:
                         job.extra_waits.extend(buf.pending_writes())

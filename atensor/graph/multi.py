@@ -58,8 +58,29 @@ class AllReduceArg:
 
 
 # ---- shape and device of MULTI and ALLREDUCE (called from node._infer) ------------------------------
+# What `infer` found for a signature: it reads only the op, the arg and each source's shape, device and
+# dtype, so a signature seen before (every op of a repeated step: each op on a sharded value makes one
+# MULTI) skips the checks. Measured on the flagship's 2-device eager step (bench/train_step.py's, Zen 5,
+# load 10): the checks were 15-20% of the forward's and the loss's graph building. Only valid signatures
+# are kept (an invalid one raises each time); bounded, cleared when full.
+_inferred: dict[tuple, tuple[tuple[int, ...], tuple[str, ...] | str]] = {}
+_INFERRED_MAX = 4096
+
+
 def infer(op: Ops, src: tuple[Node, ...], arg: Any) -> tuple[tuple[int, ...], tuple[str, ...] | str]:
     """Logical shape and device(s) of a MULTI or ALLREDUCE node; raises GraphError when invalid."""
+    key = (op, arg, tuple([(s.shape, s.device, s.dtype) for s in src]))
+    found = _inferred.get(key)
+    if found is None:
+        found = _checked(op, src, arg)
+        if len(_inferred) >= _INFERRED_MAX:
+            _inferred.clear()
+        _inferred[key] = found
+    return found
+
+
+def _checked(op: Ops, src: tuple[Node, ...], arg: Any) -> tuple[tuple[int, ...], tuple[str, ...] | str]:
+    """`infer`'s rules, checked in full."""
     if not src:
         raise GraphError(f"{op.name} needs at least one source")
     devices = tuple(s.device for s in src)
@@ -212,12 +233,23 @@ def reshard(node: Node, devices: Sequence[str], axis: Optional[int], bounds: Opt
         bounds = None
     if node.op is Ops.MULTI and node.device == devices and node.arg == (axis, bounds):
         return node
+    return Node.make(Ops.MULTI, node.dtype, _resharded(node, devices, axis, bounds), (axis, bounds))
+
+
+def _resharded(node: Node, devices: tuple[str, ...], axis: Optional[int],
+               bounds: Optional[Bounds]) -> tuple[Node, ...]:
+    """The shards `reshard` wraps in MULTI (checked arguments): the part of `node` each device holds.
+    `_per_shard` takes them as they are (its operands' parts), without the MULTI it would drop."""
     full = tuple((0, s) for s in node.shape)
-    out = []
-    for i, dev in enumerate(devices):
-        box = full if axis is None else full[:axis] + (bounds[i],) + full[axis + 1:]
-        out.append(region(node, dev, box))
-    return Node.make(Ops.MULTI, node.dtype, tuple(out), (axis, bounds))
+    if node.op is Ops.MULTI and node.arg[0] is None and node.device == devices:
+        # replicated on these very devices (a bias or weight beside sharded activations): each device
+        # slices its own replica, what `region` finds for it, without searching the boxes for a source
+        if axis is None:
+            return node.src
+        return tuple(s.shrink(full[:axis] + (b,) + full[axis + 1:]) for s, b in zip(node.src, bounds))
+    if axis is None:
+        return tuple(region(node, dev, full) for dev in devices)
+    return tuple(region(node, dev, full[:axis] + (b,) + full[axis + 1:]) for dev, b in zip(devices, bounds))
 
 
 def gather(node: Node, device: str) -> Node:
@@ -316,7 +348,7 @@ def _per_shard(op: Ops, dtype: DType, src: tuple[Node, ...], arg: Any) -> Node:
     are sliced (a view, no copy), and an operand split differently is resharded."""
     devices = _all_multi(op, src)
     axis, bounds = next((s.arg for s in src if s.arg[0] is not None), (None, None))
-    aligned = [s.src if s.arg == (axis, bounds) else reshard(s, devices, axis, bounds).src for s in src]
+    aligned = [s.src if s.arg == (axis, bounds) else _resharded(s, devices, axis, bounds) for s in src]
     out = tuple(Node.make(op, dtype, tuple(parts), arg) for parts in zip(*aligned))
     return Node.make(Ops.MULTI, dtype, out, (axis, bounds))
 

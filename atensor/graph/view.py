@@ -153,7 +153,8 @@ class View:
         strides = tuple(0 if old != new else st for old, new, st in zip(self.shape, shape, self.strides))
         mask = None
         if self.mask:
-            mask = tuple(m if old == new else ((0, new) if m != (0, 0) else (0, 0))
+            # a broadcast axis of an empty mask (a pad of nothing, flipped: (1, 1)) stays empty
+            mask = tuple(m if old == new else ((0, 0) if _definitely_empty(*m) else (0, new))
                          for m, old, new in zip(self.mask, self.shape, shape))
         return View(tuple(shape), strides, self.offset, mask)
 
@@ -180,7 +181,7 @@ class View:
         mask = None
         if self.mask:
             mask = tuple((s - e, s - b) if f else (b, e) for (b, e), s, f in zip(self.mask, self.shape, axes))
-        return View(self.shape, strides, offset, mask)
+        return View(self.shape, strides, offset, _simplify_mask(mask, self.shape))
 
     def stride(self, steps: tuple[int, ...]) -> View:
         """Every `steps[i]`-th element along axis i (steps >= 1), starting with the first."""

@@ -12,10 +12,11 @@ import collections
 import re
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
+from atensor import core, ledger
 from atensor.config import settings
 from atensor.graph.node import BufferSpec
 from atensor.backend.gemm import blas
@@ -81,7 +82,8 @@ class Device:
         self._pool_used: dict[int, float] = {}  # per size in the pool: when it was last taken or given back
         self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
-        self._small = SmallPool()  # the dead small buffers' memory, typed and with its address (smallpool.py)
+        # the dead small buffers' memory, typed and with its address, counted here (smallpool.py)
+        self._small = SmallPool(owner=self)
 
     def __repr__(self) -> str:
         return f"Device({self.name})"
@@ -157,15 +159,10 @@ class Device:
             buf.memory = data
             buf.release = (self._account, -spec.nbytes)  # run when the Buffer goes, with its spec
         elif 0 < (nbytes := spec.nbytes) < SmallPool.MAX_NBYTES:  # recycled: see hcq/smallpool.py
-            entry = self._small.take(nbytes, spec.dtype.np)
+            small = self._small
+            entry = small.take(nbytes, spec.dtype.np)  # (counted in bytes_in_use by the pool)
             buf.memory, buf._address = entry[1], entry[2]
-            buf.release = (self._give_small, entry)
-            with self._mem_lock:  # `_account(nbytes)` without its calls (every fresh result comes here)
-                self.bytes_in_use = in_use = self.bytes_in_use + nbytes
-                if in_use > self.peak_bytes:
-                    self.peak_bytes = in_use
-            if collector._active:
-                collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
+            buf.release = (small.give, entry)
             return buf
         else:
             raw = self._take(spec.nbytes)
@@ -173,14 +170,6 @@ class Device:
             buf.release = (self._release, raw)
         self._account(spec.nbytes)
         return buf
-
-    def _give_small(self, entry: tuple) -> None:
-        """A dead small buffer's memory (its spec died: nothing can read it) goes back to the pool."""
-        with self._mem_lock:  # `_account(-nbytes)` without its calls
-            self.bytes_in_use = in_use = self.bytes_in_use - entry[0][0]
-        if collector._active:
-            collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
-        self._small.give(entry)
 
     # A caching allocator: large fresh arrays cost a page fault per 4 KiB on first touch (an output of
     # 256 MiB pays ~65,000 of them), so memory of a dead buffer is kept per size and handed to the next
@@ -269,6 +258,28 @@ class NullMemory:
 
     def __init__(self, size: int):
         self.size = size
+
+
+def fresh_small(device: Device, spec: BufferSpec, version: int, key: tuple[int, Any]) -> Buffer:
+    """The Buffer of `spec`, a spec made just now that nothing else has seen (a jit replay's fresh result,
+    jit/direct.py), on the CPU `device` with 0 < `spec.nbytes` < SmallPool.MAX_NBYTES: what
+    `Device.allocate` gives it (recycled memory, counted in the device's bytes), with the spec's ledger
+    record made at `version` in the same step (`ledger.attach_new`: no second lookup, no version advance
+    afterwards). `key` is the pool's key of the size, `(spec.nbytes, spec.dtype.np)`, made once by the
+    caller. In C with the compiled core (atensor/core/fresh.c; this function is its specification)."""
+    buf = Buffer(spec)
+    small = device._small
+    entry = small.take(key[0], key[1])
+    buf.memory, buf._address = entry[1], entry[2]
+    buf.release = (small.give, entry)
+    ledger.attach_new(spec, buf, version)
+    return buf
+
+
+python_fresh_small = fresh_small  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:
+    core.ccore.configure_fresh(Buffer, SmallPool, threading.Lock, collector, python_fresh_small)
+    fresh_small = core.ccore.fresh_small  # noqa: F811
 
 
 def all_idle() -> bool:

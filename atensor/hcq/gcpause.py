@@ -12,11 +12,12 @@ generation, and the first automatic collection after the pause traverses all of 
 and the schedule cache's template of the graph, about 100,000: measured with gc.get_objects(0)); one
 collection of them took 160-540 ms on these shared 2-core machines, on any thread and so on the event
 loop too (bench/loop_lag.py, tests/engine/test_async.py). They are long-lived data, not garbage: so when
-the collector resumes with at least FREEZE_AT young objects, they are moved to the permanent generation
-(`gc.freeze()`, constant time), as servers do with their startup state. Frozen objects are still freed
-by reference counting; only a reference cycle among them (garbage that other code made while
-atensor worked) waits, until `release_frozen()` (gc.unfreeze() and one full collection: a stall the
-application schedules, say between epochs or when idle). atensor never unfreezes on its own: an
+the collector resumes with at least FREEZE_AT young objects (a few thousand: a collection of that many
+costs about a millisecond), they are moved to the permanent generation (`gc.freeze()`, constant time),
+as servers do with their startup state. Frozen objects are still freed by reference counting; only a
+reference cycle among them (garbage that other code made while atensor worked) waits, until
+`release_frozen()` (gc.unfreeze() and one full collection: a stall the application schedules, say
+between epochs or when idle). atensor never unfreezes on its own: an
 automatic reset would put one full collection of the whole heap at an arbitrary moment, the stall this
 module exists to avoid, and deciding when needs `gc.get_freeze_count()`, which walks the whole frozen
 list (8 ms per 400,000 objects here) with the GIL held.
@@ -30,9 +31,14 @@ from __future__ import annotations
 import gc
 import threading
 
-# young objects at a resume from which they are frozen instead of left to the next collection; a
-# collection of this many costs 10-50 ms here, which the event loop may afford
-FREEZE_AT = 50_000
+# young objects at a resume from which they are frozen instead of left to the next collection. A
+# collection costs 0.2-1 us per young object that a realize left (nodes, tuples, lists of thousands of
+# entries), measured after realizing chains of 300-3000 kernels: 5,000-7,000 young objects 0.9-1.0 ms,
+# 10,000-14,000 2-15 ms, 25,000 9-22 ms (CPU, 2-core Zen 5, loaded). At the earlier 50,000, the
+# collection after a 3000-kernel chain (14,000-25,000 young) took 16-70 ms on a queue worker, one stall
+# of the event loop that long (bench/loop_lag.py); at 5,000 it stays near the loop's 5 ms budget. A
+# repeated eager training step leaves far fewer: none of 300 steps of bench/train_step.py's froze.
+FREEZE_AT = 5_000
 
 _lock = threading.Lock()
 _depth = 0

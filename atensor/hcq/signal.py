@@ -195,6 +195,8 @@ class Signal:
                     self._stamps.popitem(last=False)
             if error is not None:
                 self._failures[value] = error
+            if not self._waiters and not self._cond._waiters:  # type: ignore[attr-defined]
+                return  # the common publish nobody waits on: no `_ready_locked` call (a replay's, each call)
             ready = self._ready_locked(value)
         for waiter in ready:
             waiter.wake()

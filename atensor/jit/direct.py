@@ -13,7 +13,11 @@ module fixes all of that once, so a call is:
    object (or an equal one), dtype, device and size per argument, training mode and no_grad alike,
    no lazy assign pending that the program touches. No key tuple is built or hashed;
 2. the plan's swapped buffers, in its order, taken straight from the inputs and this call's fresh
-   result specs (`sources`); then, a lowering choice made once per plan:
+   result specs (`sources`); a fresh result the record binds, of a size the device's SmallPool
+   recycles, gets its memory and its ledger record at its version in one step (hcq/device.py
+   `fresh_small`, in C with the compiled core:
+   no allocation inside the binding, no version advance after it); then, a lowering choice made once
+   per plan:
    - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
      plan): its one foreign call binds and runs the program here, and the await is one
      `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
@@ -40,9 +44,18 @@ declines, nothing has been changed and the call takes the general path.
 Why it stays beside the general replay, measured: it runs the plan's own fast cases through the plan's
 entries (`Plan.run_record`, `Plan.submit`, the only submitter), so what it skips is the jit's per-call
 key, mapping, job and handle. A one-kernel jitted awaited call on 16 elements under trio (`y = await
-step(y)`, the calling thread's CPU per call, 3 alternating rounds of 500 calls in fresh processes,
-load ~10, AMD EPYC Zen 4, 2 cores, at 4715a1c): 19.6-21.3 us with it, 29.6-35.7 us with it declined
-(`DirectReplay.possible` false): it saves 10-14 us a call, half the call.
+step(y)`, the calling thread's CPU per call, 3 alternating rounds of 500 calls in fresh processes, load
+~10, AMD EPYC Zen 4, 2 cores, at 4715a1c): 19.6-21.3 us with it, 29.6-35.7 us with it declined
+(`DirectReplay.possible` false): it saves 10-14 us a call, half the call. Where the rest went, and what
+took it out (bench/jit_replay.py, 4 alternating fresh-process rounds of 1000 calls, AMD EPYC Zen 5, 2
+cores, load ~4.6; bench/jit_replay_breakdown.py for the stages): 14.0 -> 9.6 us trio, 13.6 -> 9.7 asyncio,
+12.8 -> 9.2 blocking, by the fresh result made in one step in C (hcq/device.py `fresh_small`: its Buffer,
+pooled memory and ledger record at its version, ~1.3 us of Python before) and its death in C (the ledger's
+record callback and the memory's return to the pool, ~0.3 us), the pool's count under the device's one
+lock (~0.3 us), the checkpoint's loop lookup (~0.1 us), and per-call Python here (comprehensions, recipe
+unpacking, ~0.5 us). Left, per call: the Plan.run_record path through Queue.run_here (the bind, the
+command's run and its publish with GlobalCounters and the signal's stamp: ~3 us), the jit's driver and key
+(~1.5 us), the dispatcher claim (~0.4 us), the result Node and Tensor (~0.5 us).
 
 Invariant: a `DirectReplay` is valid for the plan it was made from (`current`, the program's
 `CapturedProgram._current` at the time); a re-lowered plan (newer kernels) or a profile makes it
@@ -63,13 +76,17 @@ from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
-from atensor.hcq.device import all_idle
+from atensor.hcq.device import Device, all_idle, fresh_small
+from atensor.hcq.smallpool import SmallPool
 from atensor.ledger import versions
 from atensor.tensor.autograd import grad_disabled
 from atensor.tensor.tensor import Tensor
 
 _VIEW, _BUFFER = Ops.VIEW, Ops.BUFFER
+_FRESH, _INPUT, _FIXED = "fresh", "input", "fixed"
 _record_of = ledger.record_of
+_make_like = Node.make_like
+_pending_heads = versions.pending_heads
 
 
 def _runtime_of(spec: BufferSpec) -> Any:
@@ -95,11 +112,26 @@ class DirectReplay:
     current: tuple                        # owner._current when made: (epoch, profiling, plan)
     record: Optional[ReplayRecord]        # the plan's one-call replay; None: Plan.submit it (module docstring)
     sources: list[tuple[bool, int]]       # per swapped buffer, in the record's order: (fresh?, index)
-    fresh: list[tuple[str, int, Any]]     # (device, size, dtype) of each fresh result buffer
+    # (device, size, dtype, small, version) of each fresh result buffer: `small`, the CPU device on which
+    # hcq/device.py's `fresh_small` gives it memory and its ledger record at `version` (a result the
+    # record binds, of recycled size), or None: then the record's binding allocates it and `assigned`
+    # counts its version
+    fresh: list[tuple[str, int, Any, Optional[Device], int]]
     # the buffers each replay advances a version of (`CapturedProgram.assigned`, as run_records maps
     # them): ("fresh", k), ("input", i) or ("fixed", the program's own spec)
     assigned: list[tuple[str, Any]]
     results: list[ResultRecipe]
+    # the inputs the record reads before writing them (a read of a failed task's contents is refused)
+    input_reads: list[int]
+
+    def __post_init__(self) -> None:
+        # what `run` reads per call, unpacked once: the fresh results `fresh_small` makes, as (k, device,
+        # version, the pool's key of its size), and per result (buffer, view, source kind, index), the
+        # kind one of the interned strings _FRESH, _INPUT, _FIXED (compared by identity)
+        self.small = [(k, small, version, (size * dtype.itemsize, dtype.np))
+                      for k, (_, size, dtype, small, version) in enumerate(self.fresh) if small is not None]
+        kinds = {"fresh": _FRESH, "input": _INPUT, "fixed": _FIXED}
+        self.made = [(r.buffer, r.view, kinds[r.source[0]], r.source[1]) for r in self.results]
 
     @staticmethod
     def possible(records: list[CapturedProgram], inputs: list[BufferSpec], has_draws: bool,
@@ -137,6 +169,15 @@ class DirectReplay:
         assigned = [("fresh", at_fresh[spec]) if spec in at_fresh else
                     ("input", at_input[spec]) if spec in at_input else ("fixed", spec)
                     for spec in owner.assigned]
+        small: list[Optional[Device]] = [None] * len(fresh)
+        if record is not None:  # fresh results the record binds (it needs their memory) of a recycled size
+            for j, device in record.bound:
+                is_fresh, k = sources[j]
+                if is_fresh and device.kind == "CPU" and 0 < fresh[k].nbytes < SmallPool.MAX_NBYTES:
+                    small[k] = device
+        versions_of = [sum(1 for kind, at in assigned if kind == "fresh" and at == k) if small[k] is not None
+                       else 0 for k in range(len(fresh))]
+        assigned = [(kind, at) for kind, at in assigned if kind != "fresh" or small[at] is None]
         recipes = []
         for node in results:
             view = None
@@ -148,8 +189,11 @@ class DirectReplay:
             source = ("fresh", at_fresh[spec]) if spec in at_fresh else \
                 ("input", at_input[spec]) if spec in at_input else ("fixed", 0)
             recipes.append(ResultRecipe(node, view, source))
+        input_reads = [] if record is None else \
+            [sources[j][1] for j, _ in record.reads_swapped if not sources[j][0]]
         return DirectReplay(owner, owner._current, record, sources,
-                            [(spec.device, spec.size, spec.dtype) for spec in fresh], assigned, recipes)
+                            [(spec.device, spec.size, spec.dtype, small[k], versions_of[k])
+                             for k, spec in enumerate(fresh)], assigned, recipes, input_reads)
 
     def valid(self) -> bool:
         """False once the program's plan is not the one this was made from (re-lowered, or a profile)."""
@@ -169,13 +213,12 @@ class DirectReplay:
             for buf, _ in record.reads_fixed:
                 if buf.writes or buf.failure is not None:
                     return None  # the general path refuses the read, or waits for the write
-            for j, _ in record.reads_swapped:  # only an input can hold a failed task's contents
-                if not self.sources[j][0]:
-                    buf = _runtime_of(inputs[self.sources[j][1]])
-                    if buf is not None and (buf.writes or buf.failure is not None):
-                        return None
+            for i in self.input_reads:  # only an input can hold a failed task's contents
+                buf = _runtime_of(inputs[i])
+                if buf is not None and (buf.writes or buf.failure is not None):
+                    return None
         fresh = []
-        for device, size, dtype in self.fresh:
+        for device, size, dtype, _, _ in self.fresh:
             fresh.append(BufferSpec(device, size, dtype))
         new_specs = []
         for is_fresh, k in self.sources:
@@ -184,6 +227,8 @@ class DirectReplay:
             return None
         plan = self.current[2]
         try:
+            for k, small, version, key in self.small:
+                fresh_small(small, fresh[k], version, key)
             if self.assigned:
                 versions.advance_versions([fresh[at] if kind == "fresh" else inputs[at] if kind == "input"
                                            else at for kind, at in self.assigned])
@@ -194,15 +239,11 @@ class DirectReplay:
                 submission = plan.submit(dict(zip(plan.swapped, new_specs)))
         finally:
             dispatcher.unclaim()
-        make_like = Node.make_like
         tensors = []
-        for recipe in self.results:
-            buffer, kind = recipe.buffer, recipe.source[0]
-            if kind != "fixed":
-                spec = fresh[recipe.source[1]] if kind == "fresh" else inputs[recipe.source[1]]
-                buffer = make_like(buffer, (), (spec, buffer.arg[1]))
-            view = recipe.view
-            tensors.append(Tensor(buffer if view is None else make_like(view, (buffer,), view.arg)))
+        for buffer, view, kind, at in self.made:
+            if kind is not _FIXED:
+                buffer = _make_like(buffer, (), (fresh[at] if kind is _FRESH else inputs[at], buffer.arg[1]))
+            tensors.append(Tensor(buffer if view is None else _make_like(view, (buffer,), view.arg)))
         if record is None:  # after the tensors: the device runs meanwhile
             handle = None if finished_here(submission) else RealizeHandle.of_submission(submission, None)
         return tensors, handle
@@ -247,10 +288,11 @@ class LastCall:
         """The input buffers of a call of `args` when it has this call's key, nothing it reads is
         pending (no lazy assign it touches, no stale version read) and its direct replay is still
         `valid`, else None."""
-        current = self.direct.current
+        direct = self.direct
+        current = direct.current
         if len(args) != len(self.views) or training is not self.training or grad_disabled() is not self.no_grad \
-                or self.direct.owner._current is not current or current[0] != registry.REGISTRY.epoch \
-                or pending_for(self.program.accessed, self.program.written):
+                or direct.owner._current is not current or current[0] != registry.REGISTRY.epoch \
+                or (_pending_heads() and pending_for(self.program.accessed, self.program.written)):
             return None
         specs = []
         for arg, view, leaf, view_dtype in zip(args, self.views, self.leaves, self.view_dtypes):

@@ -233,7 +233,7 @@ class Jit:
         return await self._drive_async(args, kwargs, plain=True)
 
     async def _drive_async(self, args: tuple, kwargs: dict, plain: bool = False) -> Any:
-        if not kwargs and not collector.is_active():  # the common replay, without the steps' generator
+        if not kwargs and not collector._active:  # the common replay, without the steps' generator
             found = self._replay_now(args)
             if found is not None:
                 if found[0] is None:  # replayed directly: done already, the await is a checkpoint
@@ -256,12 +256,13 @@ class Jit:
         return step[1]
 
     def _drive_sync(self, args: tuple, kwargs: dict) -> Any:
-        if not kwargs and not collector.is_active():  # the common replay (as `_drive_async`)
+        if not kwargs and not collector._active:  # the common replay (as `_drive_async`)
             found = self._replay_now(args)
             if found is not None:
                 if found[0] is not None:  # else replayed directly: done already
                     found[0].wait()
-                return _unflatten(found[1], found[2])
+                shape = found[1]
+                return found[2][shape[1]] if shape[0] == "T" else _unflatten(shape, found[2])
         steps, value, error = self._steps(args, kwargs), None, None
         while (step := _advance(steps, value, error))[0] is not _DONE:
             value, error = None, None

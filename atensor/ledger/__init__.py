@@ -170,6 +170,16 @@ def attach_runtime(spec: BufferSpec, make: Callable[[BufferSpec], T]) -> T:
     return found
 
 
+def attach_new(spec: BufferSpec, runtime: Any, version: int) -> None:
+    """Records `spec`, made just now and seen by nothing else yet (no record can exist: a jit replay's
+    fresh result, hcq/device.py `fresh_small`), with its runtime buffer and `version` realized assigns:
+    what `attach_runtime` then `versions.advance_versions` would leave, in one record made once."""
+    record = _new_record(spec)
+    record.version, record.runtime = version, runtime
+    with lock:
+        _records[spec.uid] = record
+
+
 def set_head(spec: BufferSpec, node: Node, claimed: bool = False) -> None:
     """Makes `node` (an ASSIGN into `spec`) the buffer's newest lazy version; `claimed` when an issued
     realize takes it along (see `claim`)."""
@@ -280,11 +290,17 @@ def _forget(key: int, ref: weakref.ref, get: Callable[..., Any] = _values_get,
 register_ledger(set_head)
 
 # the Python functions the compiled core replaces, kept for tests/core/'s comparisons (whichever runs)
-python_core = {"commit_assign_locked": commit_assign_locked, "set_value_locked": set_value_locked}
+python_core = {"commit_assign_locked": commit_assign_locked, "set_value_locked": set_value_locked,
+               "attach_new": attach_new, "drop_record": _drop_record}
 if core.ccore is not None:  # the commit in C (atensor/core/ledger.c): the same tables, the same lock rules
     core.ccore.configure_ledger(Record, _records, _new_record, _values, _pending)
+    # a dead spec's record dropped in C, its Buffer's small memory given back in C (core/fresh.c); the
+    # records made from here on (by `_new_record` and `attach_new`) get it as their callback
+    _drop_record = core.ccore.drop_record  # noqa: F811
+    core.ccore.configure_attach(lock, _drop_record)
     commit_assign_locked = core.ccore.commit_assign_locked  # noqa: F811
     set_value_locked = core.ccore.set_value_locked  # noqa: F811
+    attach_new = core.ccore.attach_new  # noqa: F811
 
 
 def statistics() -> dict[str, int]:

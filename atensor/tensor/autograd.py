@@ -23,10 +23,10 @@ from contextlib import ContextDecorator
 from typing import Any, Callable, Optional, Self
 
 from atensor.config import training_mode
-from atensor.graph import gradient_cache
+from atensor.graph import gradient_cache, multi
 from atensor.graph.gradient import combine_shards
 from atensor.graph.node import GraphError, Node, toposort
-from atensor.graph.ops import Ops
+from atensor.graph.ops import Ops, ReduceOp
 
 
 # tensors with requires_grad=True, by id: a WeakSet would compare tensors with ==, which is lazy
@@ -177,7 +177,22 @@ def _gradients(root: Node, seed: Node, nodes: list[Node], used: Optional[list[bo
     if used is not None:
         used.extend(any(k is not None for k in ks) for ks in keys)
     out: list[Optional[Node]] = []
+    summed: dict[tuple[Node, ...], Node] = {}  # a replicated storage's gradient, allreduced once
     for node, parts, ks in zip(nodes, shards, keys):
+        if node.op is Ops.MULTI and node.arg[0] is None and all(k is not None and k in grads for k in ks) \
+                and all(k.shape == ks[0].shape for k in ks):
+            # replicated: the sum over the devices of the storage's gradient, then each target's own view
+            # of it. Fused parameters are views of one flat buffer, so the flat tensor and every
+            # parameter share one allreduce (one per target before: 7 for the flagship's MLP). The same
+            # values: an elementwise sum, sliced, is the slice summed. (Replicas keyed differently, a
+            # lazy copy beside a view of its source, take the rule below.)
+            key = tuple(ks)
+            total = summed.get(key)
+            if total is None:
+                total = summed[key] = multi.allreduce([grads[k] for k in ks], ReduceOp.SUM)
+            out.append(Node.make(Ops.MULTI, node.dtype, tuple([_through_view(g, s, k) for g, s, k in
+                                                               zip(total.src, parts, ks)]), (None, None)))
+            continue
         found = [None if k is None or k not in grads else _through_view(grads[k], s, k)
                  for s, k in zip(parts, ks)]
         if all(g is None for g in found):

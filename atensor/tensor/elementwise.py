@@ -68,7 +68,14 @@ def _same_shape_operand(node: Node, other: Any, cls: type) -> Optional[Node]:
     device = node.device
     if other == 0 and kind is float:  # -0.0 equals 0.0 as a cache key (graph/node.py NegativeZero)
         other = signed_zero(other)
-    return _const_node(other, dt, device, node.shape) if type(device) is str else None
+    if type(device) is str:
+        return _const_node(other, dt, device, node.shape)
+    # a sharded or replicated `node` (MULTI, graph/multi.py): the scalar made on each device in the shape
+    # of that device's shard, laid out like `node`, so the op runs per shard as it is. The general rules
+    # build the same values from a replicated 0-d constant that is broadcast and then sliced per device:
+    # 3-4 more nodes per operand (the flagship's 2-device step makes ~20 such operands)
+    return Node.make(Ops.MULTI, dt, tuple([_const_node(other, dt, s.device, s.shape) for s in node.src]),
+                     node.arg)
 
 
 class ElementwiseOps:

@@ -339,3 +339,212 @@ def test_the_compiled_follow_gives_what_the_python_follow_gives_at_every_version
         for node in views + [t._node, ledger.latest(spec)]:
             assert realize._follow_storage(node) is realize.python_follow_storage(node), (stage, node)
     np.testing.assert_array_equal(t.numpy(), np.arange(6, dtype=np.float32) + 1)
+
+
+# ---- a jit replay's fresh small result buffer --------------------------------------------------------
+
+def _buffer_state(buf) -> dict:
+    """Every slot of a hcq Buffer, its lock and dicts by kind (each Buffer has its own)."""
+    from atensor.hcq.buffer import Buffer
+    state = {}
+    for name in Buffer.__slots__:
+        if name == "__weakref__":
+            continue
+        value = getattr(buf, name)
+        if name == "_lock":
+            value = (type(value), value.locked())
+        elif name == "memory":
+            value = (value.shape, value.dtype, value.__array_interface__["data"][0])
+        elif name == "release":
+            value = (value[0].__func__, value[0].__self__, value[1][0], value[1][2])
+        state[name] = value
+    return state
+
+
+@compiled
+@pytest.mark.parametrize("version", [0, 1, 3])
+def test_the_compiled_fresh_small_leaves_what_its_python_specification_leaves(version):
+    """hcq/device.py's `fresh_small` in C (atensor/core/fresh.c) against `python_fresh_small`: the same
+    Buffer slot by slot, ledger record, recycled memory, device bytes and peak, pool; the memory comes
+    back to the pool when the spec dies. With no dead memory of the size, the C one runs the Python one."""
+    from atensor import ledger
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (48, np.dtype(np.float32))
+    found = {}
+    for way, fresh in (("c", device_module.fresh_small), ("python", device_module.python_fresh_small)):
+        assert (way == "c") == (fresh is core.ccore.fresh_small)
+        gc.collect()
+        dev._small.clear()
+        kept = dev._small.take(*key)  # one dead memory of the size, kept by the pool
+        dev._small.give(kept)
+        before, peak = dev.bytes_in_use, dev.peak_bytes
+        spec = BufferSpec("CPU:0", 12, dtypes.float32)
+        buf = fresh(dev, spec, version, key)
+        record = ledger.record_of(spec.uid)
+        assert record.runtime is buf and record.version == version and record.head is None
+        assert record.uid == spec.uid
+        assert ledger.version(spec) == version and ledger.runtime(spec) is buf and record() is spec
+        state = _buffer_state(buf)
+        assert state["memory"][2] == kept[2] and state["release"][1] is dev._small  # the recycled memory
+        state["uid"] = state["uid"] - spec.uid
+        for name, at in (("memory", 2), ("_address", None), ("release", 3)):  # the kept memory's address
+            value = state[name]
+            state[name] = "kept" if at is None else (*value[:at], "kept", *value[at + 1:])
+        found[way] = (state, dev.bytes_in_use - before, max(0, dev.peak_bytes - peak),
+                      dev._small.statistics())
+        del spec, buf, record
+        gc.collect()
+        assert dev.bytes_in_use == before and dev._small.take(*key) is kept  # given back with the spec
+    assert found["c"] == found["python"]
+    assert found["c"][1] == 48 and found["c"][3] == {"entries": 0, "kept_bytes": 0}
+
+
+@compiled
+def test_the_compiled_fresh_small_takes_the_python_path_without_dead_memory_or_under_a_profile(monkeypatch):
+    from atensor import ledger, profile
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (40, np.dtype(np.float32))
+    calls = []
+    python = device_module.python_fresh_small
+
+    def spec_path(*args):
+        calls.append(args[2])
+        return python(*args)
+    core.ccore.configure_fresh(device_module.Buffer, device_module.SmallPool, threading.Lock,
+                               device_module.collector, spec_path)
+    try:
+        dev._small.clear()
+        spec = BufferSpec("CPU:0", 10, dtypes.float32)
+        buf = core.ccore.fresh_small(dev, spec, 1, key)  # nothing kept: fresh memory, from Python
+        assert calls == [1] and ledger.runtime(spec) is buf and buf.memory.shape == (10,)
+        del spec, buf
+        gc.collect()  # now one is kept
+        with profile() as prof:
+            spec = BufferSpec("CPU:0", 10, dtypes.float32)
+            buf = core.ccore.fresh_small(dev, spec, 2, key)  # a profile: Python, which records the memory
+        assert calls == [1, 2] and ledger.version(spec) == 2
+        assert any(m.device == "CPU:0" for m in prof.memory)
+        spec = BufferSpec("CPU:0", 10, dtypes.float32)
+        buf = core.ccore.fresh_small(dev, spec, 0, key)
+        assert calls == [1, 2] or ledger.runtime(spec) is buf  # (C when the profile's memory was kept)
+    finally:
+        core.ccore.configure_fresh(device_module.Buffer, device_module.SmallPool, threading.Lock,
+                                   device_module.collector, python)
+
+
+@compiled
+def test_the_compiled_attach_new_records_what_the_python_one_records():
+    from atensor import ledger
+    died = []
+
+    class Runtime:  # what the record holds and tells when the spec dies (an hcq Buffer)
+        def spec_died(self):
+            died.append(self)
+    for attach in (ledger.attach_new, ledger.python_core["attach_new"]):
+        spec = BufferSpec("CPU:0", 3, dtypes.float32)
+        runtime = Runtime()
+        attach(spec, runtime, 5)
+        record = ledger.record_of(spec.uid)
+        assert (record.version, record.head, record.runtime, record.uid) == (5, None, runtime, spec.uid)
+        assert record() is spec
+        uid = spec.uid
+        del spec, record
+        gc.collect()
+        assert ledger.record_of(uid) is None and died[-1] is runtime  # dropped with its spec, runtime told
+    with pytest.raises(TypeError, match="BufferSpec"):
+        ledger.attach_new("buf", object(), 1)
+
+
+@pytest.mark.parametrize("drop", ["running", "python"])
+def test_a_dead_specs_record_goes_and_its_small_memory_comes_back_to_the_pool_while_its_buffer_is_held(drop):
+    """The ledger's record callback (`_drop_record`, in C: ledger.c `drop_record` with fresh.c's
+    `buffer_spec_died`) against its Python specification: when the spec dies (its record's weak
+    reference the only thing left of it) the record and its pending mark go, the Buffer (held here,
+    so it outlives its record) gives its memory back to the pool once, uncounted from the device."""
+    from atensor import ledger
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (36, np.dtype(np.float32))
+    gc.collect()
+    dev._small.clear()
+    before = dev.bytes_in_use
+    spec = BufferSpec("CPU:0", 9, dtypes.float32)
+    buf = device_module.python_fresh_small(dev, spec, 1, key)
+    if drop == "python":  # the record's callback replaced by the Python one
+        record = ledger.record_of(spec.uid)
+        python_record = ledger.Record(spec, ledger.python_core["drop_record"])
+        python_record.version, python_record.head = 1, None
+        python_record.runtime, python_record.uid = buf, spec.uid
+        with ledger.lock:
+            ledger._records[spec.uid] = python_record
+        record.runtime = None  # (the replaced record tells nobody)
+        del record, python_record
+    uid, address = spec.uid, buf.address()
+    with ledger.lock:  # a pending mark (a head's, without the head that would keep the spec alive)
+        ledger._pending[uid] = None
+    assert dev.bytes_in_use == before + 36
+    del spec
+    gc.collect()
+    assert ledger.record_of(uid) is None and uid not in ledger._pending
+    assert buf.release is None and dev.bytes_in_use == before  # told once, with the buffer still held
+    assert dev._small.statistics() == {"entries": 1, "kept_bytes": 36}
+    assert dev._small.take(*key)[2] == address
+
+
+@compiled
+def test_the_compiled_record_callback_tells_other_runtimes_and_other_releases_through_their_python():
+    from atensor import ledger
+    from atensor.hcq.buffer import Buffer
+    told = []
+
+    class Runtime:
+        def spec_died(self):
+            told.append("runtime")
+    spec = BufferSpec("CPU:0", 2, dtypes.float32)
+    ledger.attach_new(spec, Runtime(), 0)
+    other = BufferSpec("CPU:0", 2, dtypes.float32)
+    buf = Buffer(other)
+    buf.release = (told.append, "release")  # memory that goes elsewhere than a SmallPool
+    ledger.attach_new(other, buf, 0)
+    del spec, other
+    gc.collect()
+    assert sorted(told) == ["release", "runtime"] and buf.release is None
+
+
+def test_fresh_small_buffers_made_and_dropped_on_several_threads_leave_the_count_and_pool_consistent():
+    """Results made (hcq/device.py `fresh_small`) and dropped (the ledger's record callback) on four
+    threads at once, C or Python: every memory comes back once, the device's bytes return to where
+    they were, and no live buffer shares memory with another."""
+    from atensor.hcq import device as device_module
+    dev = device_module.Device.get("CPU:0")
+    key = (28, np.dtype(np.float32))
+    gc.collect()
+    before = dev.bytes_in_use
+    shared_error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            held = []
+            for k in range(3000):
+                spec = BufferSpec("CPU:0", 7, dtypes.float32)
+                held.append((spec, device_module.fresh_small(dev, spec, k % 2, key)))
+                if len(held) > 5:
+                    del held[:3]
+            addresses = [buf.address() for _, buf in held]
+            assert len(set(addresses)) == len(addresses)
+        except BaseException as exc:  # noqa: BLE001 - reported on the main thread
+            shared_error.append(exc)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gc.collect()
+    assert not shared_error, shared_error
+    assert dev.bytes_in_use == before
+    taken = [dev._small.take(*key) for _ in range(24)]
+    assert len({entry[2] for entry in taken}) == len(taken)  # no memory kept twice
+    for entry in taken:
+        dev._small.give(entry)

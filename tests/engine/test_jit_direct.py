@@ -238,3 +238,52 @@ def test_a_plan_lowered_again_for_newer_kernels_is_not_replayed_by_the_old_direc
     for k in range(5):
         np.testing.assert_allclose(f(Tensor(np.full(4, k, dtype=np.float32))).numpy(), np.full(4, k + 7))
     assert f._last.direct is not old and old_runs and not any(old_runs)  # only the new plan's one ran
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio", "blocking"])
+def test_a_direct_replays_small_result_is_made_by_fresh_small_and_counts_like_the_general_replay(
+        library, monkeypatch):
+    """A direct replay's fresh 16-element result gets its memory and ledger record from hcq/device.py's
+    `fresh_small` (one step, its version set there), and leaves what the general replay
+    leaves: the result's version, the value numpy computes, the device's byte count."""
+    from atensor.jit import direct
+    made = []
+    original = direct.fresh_small
+
+    def counting(device, spec, version, key):
+        made.append(version)
+        return original(device, spec, version, key)
+    monkeypatch.setattr(direct, "fresh_small", counting)
+
+    def body(x: Tensor) -> Tensor:
+        return x * 3 - 1
+
+    x_np = np.linspace(-2, 2, 16, dtype=np.float32)
+    versions_seen = []
+
+    def check(y: Tensor, want: np.ndarray) -> np.ndarray:
+        """Notes the result's version; the value the next result must hold."""
+        versions_seen.append(ledger.version(y.node.arg[0]))
+        return want * 3 - 1
+
+    if library == "blocking":
+        step = atensor.jit(body)
+        y, want = Tensor(x_np).contiguous(), x_np * 3 - 1
+        for _ in range(16):
+            y = step(y)
+            np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+            want = check(y, want)
+    else:
+        @atensor.jit
+        async def step(x: Tensor) -> Tensor:
+            return body(x)
+
+        async def main() -> None:
+            y, want = Tensor(x_np).contiguous(), x_np * 3 - 1
+            for _ in range(16):
+                y = await step(y)
+                np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+                want = check(y, want)
+        run_on(library, main)
+    assert len(made) >= 8 and set(made) == {1}  # the direct replays made their result here, at version 1
+    assert set(versions_seen) == {1}  # every call's result (eager, general and direct replays alike)

@@ -61,3 +61,17 @@ def test_main_prints_a_summary(capsys):
     out = capsys.readouterr()
     assert "held-out accuracy" in out.out and "samples/s" in out.err
     assert len(result.losses) == len(DATA.x_train) // 256
+
+
+async def test_training_quiets_the_collector_and_puts_its_settings_back():
+    import gc
+    before, was_frozen = gc.get_threshold(), gc.get_freeze_count()
+    quiet = train.quiet_collector()
+    try:
+        assert gc.get_threshold()[0] >= 10_000 and gc.get_threshold()[1:] == before[1:]
+        assert gc.get_freeze_count() > was_frozen  # the heap made so far is out of full collections
+    finally:
+        quiet.restore()
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    await train.train(devices=1, max_steps=2, batch_size=64, progress=False, data=DATA, jit=False)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -90,3 +90,61 @@ def test_eager_results_kept_alive_keep_their_values_while_dropped_ones_are_recyc
     assert len(set(addresses)) == len(addresses)
     for k, t in kept:
         np.testing.assert_allclose(t.numpy(), np.linspace(0, 1, 16, dtype=np.float32) + k, rtol=1e-6)
+
+
+def test_an_owned_pool_counts_its_memory_in_the_owners_bytes_until_it_comes_back():
+    class Owner:  # a device's memory figures (hcq/smallpool.py `Accounts`)
+        name, bytes_in_use, peak_bytes = "CPU:9", 1000, 1000
+
+        def __init__(self):
+            import threading
+            self._mem_lock = threading.Lock()
+    owner = Owner()
+    pool = SmallPool(owner=owner)
+    a, b = pool.take(64, np.dtype(np.float32)), pool.take(32, np.dtype(np.float32))
+    assert (owner.bytes_in_use, owner.peak_bytes) == (1096, 1096)
+    pool.give(a)
+    assert (owner.bytes_in_use, owner.peak_bytes) == (1032, 1096)
+    assert pool.take(64, np.dtype(np.float32)) is a and owner.bytes_in_use == 1096  # recycled: counted again
+    pool.give(a)
+    pool.give(b)
+    assert (owner.bytes_in_use, owner.peak_bytes) == (1000, 1096)
+    full = SmallPool(keep_bytes=0, owner=owner)
+    full.give(full.take(64, np.dtype(np.float32)))  # freed, not kept: uncounted all the same
+    assert owner.bytes_in_use == 1000 and full.statistics()["entries"] == 0
+
+
+def test_a_fresh_small_buffer_is_what_allocate_and_a_version_advance_leave():
+    """hcq/device.py's `fresh_small` (a jit replay's fresh result, one step; the running one, C or
+    Python) against the general path (`Device.allocate`, then `versions.advance_versions`): the same
+    ledger record, memory and count, and the memory comes back to the pool when the spec dies."""
+    from atensor import ledger
+    from atensor.dtype import dtypes
+    from atensor.graph.node import BufferSpec
+    from atensor.hcq import device as device_module
+    from atensor.ledger import versions
+    dev = Device.get("CPU:0")
+    dev._small.clear()
+    found = {}
+    for way in ("general", "fresh_small"):
+        for version in (0, 1, 2):
+            gc.collect()  # (earlier tests' dead buffers give their memory back now, not below)
+            before = dev.bytes_in_use
+            spec = BufferSpec("CPU:0", 16, dtypes.float32)
+            if way == "general":
+                buf = dev.allocate(spec)
+                versions.advance_versions([spec] * version)
+            else:
+                buf = device_module.fresh_small(dev, spec, version, (64, np.dtype(np.float32)))
+            assert ledger.runtime(spec) is buf and ledger.version(spec) == version
+            assert ledger.head(spec) is None
+            assert buf.memory.shape == (16,) and buf.memory.dtype == np.float32
+            assert buf.address() == buf.memory.__array_interface__["data"][0] and not buf.writes
+            found[way, version] = (dev.bytes_in_use - before, buf.uid == spec.uid, buf.failure, buf.inflight)
+            address = buf.address()
+            del spec, buf
+            gc.collect()
+            assert dev.bytes_in_use == before  # given back with the spec
+            assert dev._small.take(64, np.dtype(np.float32))[2] == address  # to the pool, taken next
+    assert found["general", 0] == found["fresh_small", 0] == (64, True, None, 0)
+    assert all(found["general", v] == found["fresh_small", v] for v in (1, 2))

@@ -395,6 +395,43 @@ async def test_data_parallel_gradients_of_replicated_weights_equal_one_device(re
             np.testing.assert_allclose(shard.numpy(), r.grad.numpy(), rtol=1e-9)
 
 
+def _allreduces(*grads) -> set:
+    """The distinct allreduces (their partials) the gradient graphs read."""
+    found, seen, stack = set(), set(), [g.node for g in grads]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op.name == "ALLREDUCE":
+            found.add(node.src)
+        stack.extend(node.src)
+    return found
+
+
+async def test_fused_replicated_parameters_and_their_flat_buffer_share_one_allreduce():
+    # the parameters are views of one flat buffer per device (optim's fused=True); the gradient of the
+    # flat buffer and of every parameter is then one sum over the devices, each viewing its part (one
+    # allreduce per parameter and one for the flat buffer before)
+    from atensor.nn import optim
+    x, w1, w2 = RNG.standard_normal((6, 4)), RNG.standard_normal((4, 5)), RNG.standard_normal((5, 3))
+    ref = [Tensor(w, requires_grad=True) for w in (w1, w2)]
+    _mlp_loss(Tensor(x), *ref).backward()
+    weights = [Tensor(w).shard(DEVICES) for w in (w1, w2)]
+    opt = optim.SGD(weights, lr=0.1, fused=True)
+    await Tensor.realize(*weights, *opt.targets)
+    _mlp_loss(Tensor(x).shard(DEVICES, axis=0), *weights).backward()
+    flat = opt.targets[0]
+    assert len(_allreduces(flat.grad, *(w.grad for w in weights))) == 1
+    await Tensor.realize(flat.grad, *(w.grad for w in weights), *(r.grad for r in ref))
+    for w, r in zip(weights, ref):
+        assert w.grad.device == DEVICES and w.grad.shard_axis is None
+        for shard in w.grad.shards:
+            np.testing.assert_allclose(shard.numpy(), r.grad.numpy(), rtol=1e-9)
+    np.testing.assert_allclose(flat.grad.numpy(), np.concatenate([r.grad.numpy().reshape(-1) for r in ref]),
+                               rtol=1e-9)
+
+
 async def test_gradient_of_a_sharded_tensor_is_sharded_alike():
     x = RNG.standard_normal((5, 3))
     ref = Tensor(x, requires_grad=True)

@@ -293,3 +293,31 @@ def test_indexing_a_sharded_table_or_scattering_a_sharded_set_says_to_replicate_
     vals = Tensor(np.ones(4, np.float32)).shard(devices(2), axis=0)
     with pytest.raises(GraphError, match="replicate them first"):
         base.scatter(0, idx, vals)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_python_scalar_beside_a_sharded_tensor_is_made_on_each_device_in_its_shards_shape(n):
+    # one constant per device, laid out like the tensor: the op runs per shard with nothing resharded
+    x = Tensor(X).shard(devices(n), axis=0)
+    for got, want in ((x * 2, X * 2), (1 - x, 1 - X), (x.relu(), np.maximum(X, 0)), (x / 4, X / 4)):
+        check(got, want)
+    scaled = (x * 3).node
+    assert scaled.op is Ops.MULTI and scaled.arg == x.node.arg
+    for shard, part in zip(scaled.src, x.node.src):
+        constant = shard.src[1]
+        assert constant.shape == part.shape and constant.device == part.device
+        assert constant.base().op is Ops.CONST
+    replicated = Tensor(X).to(devices(n))
+    check(replicated - 0.5, X - 0.5)
+    assert (replicated - 0.5).node.arg == (None, None)
+
+
+def test_multi_shape_inference_is_kept_per_signature_and_an_invalid_one_raises_every_time():
+    from atensor.graph import multi
+    parts = [Tensor(X[:2], device="CPU:0").node, Tensor(X[2:], device="CPU:1").node]
+    made = multi.make(parts, 0)
+    assert multi.infer(Ops.MULTI, made.src, made.arg) == ((5, 7), devices(2)) == multi._checked(
+        Ops.MULTI, made.src, made.arg)
+    for _ in range(2):  # not kept: the same wrong bounds raise again
+        with pytest.raises(GraphError, match="does not fit bounds"):
+            multi.infer(Ops.MULTI, tuple(parts), (0, ((0, 3), (3, 5))))

@@ -1,0 +1,91 @@
+"""Sharing the GIL with the event loop's thread: a short switch interval while atensor's threads plan.
+
+Why: the dispatcher thread (engine/dispatch.py) plans a big realize in pure Python for hundreds of
+milliseconds (3,000 outputs: 0.1-0.3 s on the 2-core machines). The event loop's thread, woken by its
+timer or by I/O meanwhile, needs the GIL to run even one callback, and CPython hands the GIL over to a
+waiting thread only after the switch interval (`sys.getswitchinterval()`, 5 ms by default): every
+wake-up of the loop waited up to 5 ms, and longer when the holder was preempted by the OS before it saw
+the request. Measured with bench/loop_lag.py's tiny workloads and an outside sampler of the loop
+thread's state (/proc/<pid>/task/<tid>/syscall): the loop's longest gaps (20-50 ms) were spent asleep
+in a futex, waiting for the GIL, while the dispatcher planned; with the interval at 0.5 ms while it
+plans, the futex time in those gaps fell to under a millisecond.
+
+The design: `with gil_shared():` makes the interval at most the `loop_switch_us` setting (process-wide,
+as the interval is: `config.process_settings()`, whatever `Context` the caller is in) while any thread
+is inside (counted: several threads enter and leave independently), and gives back the interval it
+found when the last one leaves. A waiting thread then gets the GIL within that time; a thread that
+nobody waits for is never interrupted (CPython only forces a switch when a thread asks), so the cost
+is paid only under contention: one hand-over (a few microseconds) per interval.
+
+Alternatives rejected:
+- yielding (`time.sleep(0)`) every 0.5 ms inside the planning, as the queue workers do between
+  commands (hcq/queue.py): the planning is one call through sched/ and engine/ code, with no loop of
+  its own to put the yield in; and a `sleep(0)` costs ~55 us whether or not anyone waits.
+- a lower interval for the whole process, always: the loop's own long stretches (building a graph)
+  and every other thread of the application would switch that often too, for nothing while atensor
+  is idle.
+- lowering the worker threads' OS priority (`worker_nice`): a preempted thread that holds the GIL
+  keeps the loop waiting longer (priority inversion). Measured with this module in place, 4 alternating
+  runs at load 7.5: ATENSOR_WORKER_NICE=10 against 0, median worst gap of the chain 39 against 24 ms
+  (asyncio), 28 against 25 (trio); of the 3,000 outputs 22 against 25 and 18 against 18.
+
+The interval is process-wide. Only a value smaller than the one in force is set, and the one found is
+restored only if nobody changed it meanwhile: an application that sets its own interval keeps it.
+`loop_switch_us = 0` leaves the interpreter's interval alone.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Optional
+
+from atensor.config import process_settings
+
+_lock = threading.Lock()
+_depth = 0
+_found = 0.0                 # the interval in force when the first thread entered
+_set: Optional[float] = None  # the interval set then (None: none was), as the interpreter reports it
+
+
+class gil_shared:
+    """`with gil_shared():` the interpreter's switch interval is at most the process-wide setting
+    `loop_switch_us` inside, for every thread (the event loop's included): a thread waiting for the
+    GIL gets it within that time. Reentrant across threads; restores the interval it found when the
+    last thread leaves.
+
+        with gil_shared():
+            plan_a_big_graph()   # the loop's thread still runs every ~0.5 ms
+    """
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _depth, _found, _set
+        with _lock:
+            if _depth == 0:
+                _set = None
+                limit = process_settings().loop_switch_us * 1e-6
+                found = sys.getswitchinterval()
+                if 0 < limit < found:
+                    _found = found
+                    sys.setswitchinterval(limit)
+                    _set = sys.getswitchinterval()  # (rounded by the interpreter to whole microseconds)
+            _depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _depth, _set
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _set is not None:
+                if sys.getswitchinterval() == _set:  # else the application set its own meanwhile: kept
+                    sys.setswitchinterval(_found)
+                _set = None
+
+
+def statistics() -> dict:
+    """How many threads are inside `gil_shared` and the interval in force, for debugging."""
+    with _lock:
+        return {"threads_inside": _depth, "switch_interval_s": sys.getswitchinterval(),
+                "lowered": _set is not None}
+
+
+__all__ = ["gil_shared", "statistics"]

@@ -1,0 +1,85 @@
+"""hcq/gilshare.py: while a thread is inside `gil_shared`, the interpreter's switch interval is at most
+the process-wide setting `loop_switch_us`; the interval found comes back when the last thread leaves,
+unless the application set its own meanwhile."""
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+from atensor.config import process_settings
+from atensor.hcq import gilshare
+from atensor.hcq.gilshare import gil_shared
+
+
+@pytest.fixture
+def interval(monkeypatch):
+    """The default interval (5 ms) and the default setting (500 us) for the test; restored after."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    monkeypatch.setattr(process_settings(), "loop_switch_us", 500)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_inside_the_interval_is_the_setting_and_the_one_found_comes_back(interval):
+    with gil_shared():
+        assert sys.getswitchinterval() == pytest.approx(500e-6)
+        assert gilshare.statistics() == {"threads_inside": 1, "switch_interval_s": sys.getswitchinterval(),
+                                         "lowered": True}
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+    assert gilshare.statistics()["threads_inside"] == 0
+
+
+def test_the_interval_comes_back_when_the_block_raises(interval):
+    with pytest.raises(ValueError):
+        with gil_shared():
+            raise ValueError("planning failed")
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+
+
+def test_threads_entering_and_leaving_in_any_order_restore_it_only_when_the_last_leaves(interval):
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, float] = {}
+
+    def first() -> None:
+        with gil_shared():
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(5)
+        with gil_shared():
+            second_in.set()
+            first_out.wait(5)  # the first thread has left: the second is still inside
+            seen["after first left"] = sys.getswitchinterval()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen["after first left"] == pytest.approx(500e-6)
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+
+
+def test_an_interval_the_application_sets_meanwhile_is_kept(interval):
+    with gil_shared():
+        sys.setswitchinterval(0.002)  # the application's own choice, made while atensor plans
+    assert sys.getswitchinterval() == pytest.approx(0.002)
+
+
+def test_a_shorter_interval_already_in_force_is_left_alone(interval):
+    sys.setswitchinterval(100e-6)
+    with gil_shared():
+        assert sys.getswitchinterval() == pytest.approx(100e-6)
+        assert not gilshare.statistics()["lowered"]
+    assert sys.getswitchinterval() == pytest.approx(100e-6)
+
+
+def test_a_setting_of_zero_leaves_the_interval_alone(interval, monkeypatch):
+    monkeypatch.setattr(process_settings(), "loop_switch_us", 0)
+    with gil_shared():
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+    assert sys.getswitchinterval() == pytest.approx(0.005)
