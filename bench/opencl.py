@@ -2,7 +2,7 @@
 pyopencl on the same device.
 
     python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
-    python bench/opencl.py --breakdown   # where a jit replay's round trip goes, stage by stage (us)
+    python bench/opencl.py --breakdown   # where a jit replay's and an eager round trip go, by stage (us)
     python bench/opencl.py --python-calls  # Python calls per awaited jit replay: in Plan.submit, in all
     python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
@@ -166,28 +166,37 @@ BREAKDOWN_STAGES = [
     ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
     ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),
     ("pyopencl", "enqueue_nd_range_kernel", "        clEnqueueNDRangeKernel (pocl)"),
-    ("atensor.jit.direct", "_finished", "  the direct replay's poll (CLQueue.poll: a short wait, publish)"),
+    ("atensor.jit.direct", "finished_here", "  the direct replay's poll (CLQueue.poll: a short wait, publish)"),
+    ("atensor.tensor.tensor", "Tensor._dispatch", "eager: realize() on the calling thread"),
+    ("atensor.tensor.tensor", "realize_captured", "  engine/realize.py realize"),
+    ("atensor.engine.realize", "_hot_hit", "    the hot hit (_hot_hit)"),
+    ("atensor.sched.cache", "walk_key", "      the graph's key (walk_key)"),
+    ("atensor.engine.eager_replay", "EagerReplay.run", "      the eager replay (engine/eager_replay.py)"),
+    ("atensor.sched.cache", "Template.fill", "        the hit's buffers (Template.fill)"),
+    ("atensor.engine.eager_replay", "record_realized", "        the commit (record_realized)"),
+    ("atensor.engine.eager_replay", "finished_here", "        its poll (CLQueue.poll: a short wait, publish)"),
     ("atensor.engine.handle", "RealizeHandle._polled", "the await: CLQueue.poll"),
     ("atensor.hcq.cl_queue", "CLQueue._completed", "  completion (stamps, publish); any thread"),
 ]
 
 
 def breakdown(calls: int) -> list[dict]:
-    """Median us per stage of an awaited jit replay of `x + 1` on CL (bench/common.py's stage timers,
-    ~0.3 us each; stages nest), under trio and asyncio, with the whole call's median and the process's
-    CPU time per call (all threads: steadier than wall time on a loaded machine)."""
+    """Median us per stage of an awaited jit replay of `x + 1` on CL, and of an eager one (bench/common.py's
+    stage timers, ~0.3 us each; stages nest), under trio and asyncio, with the whole call's median and the
+    process's CPU time per call (all threads: steadier than wall time on a loaded machine)."""
     import collections
     from common import install_stage_timers
     times: dict[str, list[int]] = collections.defaultdict(list)
     labels = install_stage_timers(BREAKDOWN_STAGES, times)  # before any runner captures the enqueue
     rows = []
-    for library in ("trio", "asyncio"):
+    for jitted, library in ((True, "trio"), (True, "asyncio"), (False, "trio"), (False, "asyncio")):
         times.clear()
         cpu = time.process_time()
-        total = awaited_round_trip(calls, library, True)
+        total = awaited_round_trip(calls, library, jitted)
         cpu = (time.process_time() - cpu) / (calls + 50) * 1e6  # every thread's, pocl's included; per call
         counts = {label: len(times[label]) for label in labels}  # warm-up calls included: medians only
-        rows.append({"library": library, "call_us": total, "process_cpu_us": cpu,
+        variant = ("jit, " if jitted else "eager, ") + library
+        rows.append({"library": variant, "call_us": total, "process_cpu_us": cpu,
                      "stages": {label: statistics.median(times[label]) / 1e3 for label in labels if counts[label]}})
     return rows
 
@@ -335,8 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.breakdown:
         rows = breakdown(args.calls)
-        labels = list(dict.fromkeys(label for row in rows for label in row["stages"]))
-        print(table(f"a jit replay's round trip on CL by stage, median of {args.calls} calls (us; stages nest)",
+        labels = [label for _, _, label in BREAKDOWN_STAGES if any(label in row["stages"] for row in rows)]
+        print(table(f"a round trip on CL by stage, median of {args.calls} calls (us; stages nest)",
                     ["stage"] + [row["library"] for row in rows],
                     [["whole call (awaited)"] + [row["call_us"] for row in rows]]
                     + [["process CPU per call (all threads, mean)"] + [row["process_cpu_us"] for row in rows]]

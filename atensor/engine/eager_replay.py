@@ -19,9 +19,21 @@ so a hit is, on the thread that claimed the dispatcher (engine/realize.py `reali
    queue), then the commit (`record_realized`, with what `Schedule.commit` passes it);
 4. no job, no submission: the caller gets a finished handle (engine/handle.py `RealizeHandle.finished`).
 
+A twin on one OpenCL device has no record (its kernels are not native) but the plan's lean CL replay
+(engine/cl_replay.py: one command of all launches); a hit of it is steps 1-2, then `Plan.submit` of the
+twin's plan from here (its lean case: the plan is the submitter), the commit while the device runs, and
+one poll (engine/handle.py `finished_here`, as jit/direct.py polls): a short kernel is waited for on this
+thread and published, and the handle is finished; otherwise it is a handle on the submission
+(`RealizeHandle.of_submission`), awaited as the general path's.
+
 Measured (bench/round_trip_breakdown.py --count 2000, 3 alternating rounds against 17a658c, C core,
 load 8-10, the same Zen 5): 35.1-38.0 us a round trip under trio and asyncio against 52.0-68.0; with
-the Python core 53.3-58.7 against 72.8-78.7.
+the Python core 53.3-58.7 against 72.8-78.7. On CL (pocl's pthread driver, 16 floats, `bench/opencl.py
+--round-trip --calls 2000`, 5 alternating rounds against main at dc6c8e7, C core, load 4.2-4.5, the same
+Zen 5): the eager row's median 70.1 (trio) and 58.7 (asyncio) us against 81.1 and 90.9; the calling
+thread's CPU per round trip 63 and 59 against 75 and 78. Of the rest (`bench/opencl.py --breakdown`):
+`Plan.submit` ~29 (pocl's clEnqueueNDRangeKernel 13-15 of it: a fresh output per hit sets the kernel's
+arguments again), the poll ~5-14 (the kernel's own time, waited for), the commit 3, the key 1.5.
 
 A lowering choice of the one mechanism, not a second engine: the template, its program, its twin
 and the twin plan's record are the schedule cache's and `Plan.submit`'s own; this only skips the
@@ -30,13 +42,17 @@ glue between them. What it keeps from the general path (tests/engine/test_eager_
   queue idle (`all_idle`), no profile, no capture, no race proofs, DEBUG < 2, no pending assign
   to realize along (`_flush_along`);
 - the ledger: the same versions, realized values and heads (`record_realized` with the same
-  arguments); the record runs before the commit, so no other thread sees a committed version whose
-  data is not written yet (the general path holds those buffers in flight across that window);
+  arguments); the record runs (or the lean replay's submission tells the buffers its pending writes)
+  before the commit, so no other thread sees a committed version whose data is not written, or not
+  known to be pending, yet (the general path holds those buffers in flight across that window);
 - failures: a stale read or a read of a failed task's contents declines, and the general path raises;
-  the record's native kernels cannot fail; anything its run raises is committed and kept as the general
-  path keeps a failed submission (written buffers marked failed, raised at the await);
-- the twin's state: made only from a plan whose record exists (`Plan.submit` makes it on the twin's
-  first submission), and invalid once the plan is not the twin's current one (`valid`: re-lowered for
+  the record's native kernels cannot fail; anything its run or the submission raises is committed and
+  kept as the general path keeps a failed submission (written buffers marked failed, raised at the
+  await); a CL launch that fails publishes KernelError on its command, the poll leaves it to the
+  handle on the submission, and the await raises it, as the general path's (tests/opencl/
+  test_cl_eager_replay.py);
+- the twin's state: made only from a plan whose record (or lean replay) exists (`Plan.submit` makes
+  it on the twin's first submission), and invalid once the plan is not the twin's current one (`valid`: re-lowered for
   newer kernels, or a profile), as jit/direct.py's `DirectReplay` is.
 
 Invariant: `run` is called by the thread holding the dispatcher (engine/dispatch.py `claim`), while
@@ -45,9 +61,11 @@ every queue is idle; the plan's state needs no lock then.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from atensor.backend.c import registry
+from atensor.engine.cl_replay import CLReplay
+from atensor.engine.handle import RealizeHandle, finished_here
 from atensor.engine.plan import Plan
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
@@ -60,40 +78,52 @@ from atensor.sched.cache import GraphKey, Template
 
 @dataclass(eq=False)
 class EagerReplay:
-    """A hot template's twin plan and its record, with where each buffer it binds sits in a hit's fill
-    list (see the module docstring)."""
+    """A hot template's twin plan and its fast case (a record, or the lean CL replay: exactly one is
+    set), with where each buffer it binds sits in a hit's fill list (see the module docstring)."""
     twin: CapturedProgram
     current: tuple               # twin._current when made: (epoch, profiling, plan)
     plan: Plan
-    record: ReplayRecord
-    swapped_fill: list[int]      # per buffer the record binds (the plan's `swapped` order): its fill index
+    record: Optional[ReplayRecord]   # the plan's one-call record, run here (`Plan.run_record`)
+    lean: Optional[CLReplay]         # else its lean CL replay, submitted here (`Plan.submit`)
+    swapped_fill: list[int]      # per buffer the plan binds (its `swapped` order): its fill index
+    written: list[int]           # places in `swapped` of the buffers it writes (marked failed if it raises)
 
     @staticmethod
     def of(program: CapturedProgram) -> Optional[EagerReplay]:
-        """The eager replay of a template's `program` whose twin (a light one) has a plan with a record,
-        else None (not hot yet, heavy, or its plan has no record yet)."""
+        """The eager replay of a template's `program` whose twin (a light one) has a plan with a record
+        or a lean CL replay, else None (not hot yet, heavy, or its plan has decided on neither yet)."""
         twin = program.twin
         if twin is None or program.twin_heavy or not twin.lowered():
             return None
         plan = twin.plan()
-        record = plan.record
-        if not isinstance(record, ReplayRecord) or plan.swapped is None:
+        record, lean = plan.record, plan.lean
+        if plan.swapped is None:
+            return None
+        if isinstance(record, ReplayRecord):
+            lean, written = None, list(record.written_swapped)
+        elif record is False and lean is not None:
+            record = None
+            written = [j for j, entries in lean.notes_swapped if any(write for _, write in entries)]
+        else:
             return None
         at = {placeholder: index for placeholder, (_, index) in zip(program.placeholders, program.slot_fill)}
-        return EagerReplay(twin, twin._current, plan, record, [at[spec] for spec in plan.swapped])
+        return EagerReplay(twin, twin._current, plan, record, lean, [at[spec] for spec in plan.swapped],
+                           written)
 
     def valid(self) -> bool:
         """False once the twin's plan is not the one this was made from (re-lowered, or a profile)."""
         current = self.twin._current
         return current is self.current and current[0] == registry.REGISTRY.epoch
 
-    def run(self, key: GraphKey, template: Template, roots: list[Node]) -> Optional[BaseException] | bool:
+    def run(self, key: GraphKey, template: Template, roots: list[Node], result: Any) -> RealizeHandle | bool:
         """Runs the hit of `template` whose graph `key` describes (its `roots`, the assigns it realizes)
-        and commits what it realizes, as `Schedule.commit` would. Returns None when done; False, with
-        nothing changed, when it declines: a stale read (`check_versions`) or a read of a failed task's
-        contents (`Plan.submit`'s read-first check), which the general path raises; or what the run
-        raised, committed all the same and its written buffers marked failed, as the general path
-        leaves a failed submission."""
+        and commits what it realizes, as `Schedule.commit` would; returns the handle that awaits it and
+        returns `result`: finished when it ran to its end here, else on the lean replay's submission.
+        Returns False, with nothing changed, when it declines: a stale read (`check_versions`) or a read
+        of a failed task's contents (`Plan.submit`'s read-first check), which the general path raises.
+        What the run or the submission raises is committed all the same, its written buffers marked
+        failed, as the general path leaves a failed submission: an error is raised at the await, an
+        interrupt (not an Exception) from here."""
         record_of = _record_of
         for node in key.buffer_nodes:  # `check_versions`, without its raise
             spec, version = node.arg
@@ -102,23 +132,31 @@ class EagerReplay:
                 return False
         fill, realized, _ = template.fill(key)
         new_specs = [fill[i] for i in self.swapped_fill]
-        record = self.record
-        reads = record.reads_fixed if not record.reads_swapped else record.reads_of(new_specs)
+        replay = self.record if self.record is not None else self.lean
+        reads = replay.reads_fixed if not replay.reads_swapped else replay.reads_of(new_specs)
         for buf, _ in reads:
             if buf.writes:
                 buf.pending_writes()  # folds a finished write that failed into `failure`
             if buf.failure is not None:
                 return False
         failure: Optional[BaseException] = None
+        submission = None
         try:
-            self.plan.run_record(new_specs)
+            if self.record is not None:
+                self.plan.run_record(new_specs)
+            else:  # the plan's lean case (its checks pass, as above); the device runs while this commits
+                submission = self.plan.submit(dict(zip(self.plan.swapped, new_specs)))
         except BaseException as exc:  # (native kernels cannot fail: a failed allocation, an interrupt)
             failure = exc
         record_realized(realized, key.order, {}, roots, roots)
         if failure is not None:
-            for j in record.written_swapped:
+            for j in self.written:
                 Buffer.of(new_specs[j]).failure = failure
-        return failure
+            if not isinstance(failure, Exception):
+                raise failure  # (an interrupt: raised from the call, as the general path's inline plan does)
+        if submission is None or finished_here(submission):
+            return RealizeHandle.finished(result, failure)
+        return RealizeHandle.of_submission(submission, result)
 
 
 __all__ = ["EagerReplay"]

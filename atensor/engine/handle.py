@@ -16,6 +16,7 @@ import time
 from typing import Any, Generator, NoReturn, Optional
 
 from atensor.engine.dispatch import Job, dispatcher, reaper
+from atensor.engine.submission import Submission
 from atensor.hcq.loop import checkpoint
 from atensor.hcq.signal import Signal, wait_all
 from atensor.profiler import collector
@@ -44,6 +45,14 @@ class RealizeHandle:
             return _FINISHED
         job = Job(None, [])
         job.error = error
+        return RealizeHandle(job, result)
+
+    @staticmethod
+    def of_submission(submission: Submission, result: Any) -> RealizeHandle:
+        """The handle that awaits `submission`, submitted from the caller's thread with no job (as the
+        general path's inline job would have made it: jit/direct.py, engine/eager_replay.py)."""
+        job = Job(None, [])
+        job.submission = submission
         return RealizeHandle(job, result)
 
     def _finished_await(self) -> Generator[Any, None, Any]:
@@ -151,6 +160,21 @@ class _Finished(RealizeHandle):
 _FINISHED = _Finished(Job(None, []), None)
 
 
+def finished_here(submission: Submission) -> bool:
+    """True when every command of `submission` has run and none failed, its values published here:
+    each queue's `poll` publishes a command found done, and a CL queue waits for a short one on this
+    thread (hcq/cl_queue.py), so such a submission needs no handle on it: its await is one checkpoint.
+    False leaves the rest to `RealizeHandle.of_submission`'s handle, which raises what failed."""
+    for queue, value in submission.final.items():
+        if not queue.poll(value):
+            return False
+        if queue.signal.has_failures() and submission.first_failure() is not None:
+            return False  # (`first_failure` reads the queues' failures; one that never failed has none)
+    reaper.release(submission.placed)  # as the handle does once awaited
+    submission.placed = []
+    return True
+
+
 def planned_so_far() -> Optional[RealizeHandle]:
     """A handle that is done once every realize issued so far is planned and committed (not run), or
     None when the dispatcher had nothing queued: from then on the ledger's pending heads are the
@@ -185,4 +209,4 @@ def raise_kept(err: BaseException) -> NoReturn:
         del fresh, err
 
 
-__all__ = ["NotRealizedError", "RealizeHandle", "planned_so_far"]
+__all__ = ["NotRealizedError", "RealizeHandle", "finished_here", "planned_so_far"]

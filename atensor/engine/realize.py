@@ -8,9 +8,9 @@ execution (engine/plan.py): a graph structured like one realized before submits 
 its schedule-cache template (`program_of`, engine/program.py) with its own buffers in the template's
 slots, so it is neither built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the
 schedules that this path ran and keeps them as CapturedPrograms. A small realize planned inline whose
-graph hits a hot template with a twin replayed by record is run before any `Job` is made, as that
-twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`): when it declines, the key and template it
-found go on to `schedule`, so nothing is walked twice.
+graph hits a hot template with a twin replayed by record (or, on one CL device, by its lean replay)
+is run before any `Job` is made, as that twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`):
+when it declines, the key and template it found go on to `schedule`, so nothing is walked twice.
 
 When a tensor's storage is decided: when `realize()` is called (a `Storage` on the tensor's `_swap`
 slot), not when the realize is planned. Deciding it at planning let a write issued meanwhile
@@ -160,7 +160,8 @@ _Found = tuple[Optional[cache.GraphKey], Optional[cache.Template], list[Node]]
 def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], config: Any,
              result: Any) -> tuple[Optional[RealizeHandle], Optional[_Found]]:
     """A realize of computed tensors whose graph hits a hot template with an `EagerReplay`
-    (engine/eager_replay.py), run here: (its finished handle, None). Otherwise (declined, nothing run
+    (engine/eager_replay.py), run here: (its handle, None): finished, or on the submission of a CL
+    twin's lean replay still running. Otherwise (declined, nothing run
     or committed) (None, what was found of its key and template, or None). The caller holds the
     dispatcher; nothing is captured or claimed along, and of the `pending` assigns none may have to
     be realized along (`_flush_along`: one reads a version this graph overwrites), else it declines."""
@@ -191,12 +192,10 @@ def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], c
         replay = program.eager = EagerReplay.of(program)
         if replay is None:
             return None, found
-    failure = replay.run(key, template, roots)
-    if failure is False:
+    handle = replay.run(key, template, roots, result)
+    if handle is False:
         return None, found  # a stale or failed read: the general path raises it
-    if failure is not None and not isinstance(failure, Exception):
-        raise failure  # (an interrupt: raised from the call, as the general path's inline plan does)
-    return RealizeHandle.finished(result, failure), None
+    return handle, None
 
 
 def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Optional[Storage]]],

@@ -25,10 +25,11 @@ module fixes all of that once, so a call is:
      several queues), with at most jit.py's INLINE_MAX_REPLAY_TASKS tasks: `Plan.submit` from here,
      as the general path's inline job would;
 3. the result tensors on the fresh buffers (`Node.make_like` of the captured result views);
-4. a submitted plan polled (`_finished`: each queue's `poll`, which publishes a command found done
-   and, on a CL queue, waits on this thread for a short one, hcq/cl_queue.py; a collective's net
-   command that finished on this thread, engine/net_replay.py, is found done): done and not failed,
-   the await is one checkpoint as a record's; else a handle on the submission, awaited as any.
+4. a submitted plan polled (engine/handle.py `finished_here`: each queue's `poll`, which publishes a
+   command found done and, on a CL queue, waits on this thread for a short one, hcq/cl_queue.py; a
+   collective's net command that finished on this thread, engine/net_replay.py, is found done): done
+   and not failed, the await is one checkpoint as a record's; else a handle on the submission, awaited
+   as any.
 
 What it keeps from the general path: the order (it runs only while the dispatcher has nothing queued
 or being planned, claimed as `run_inline` does; a record only while every queue is idle, as
@@ -69,11 +70,10 @@ from typing import Any, Optional
 from atensor import ledger
 from atensor.backend.c import registry
 from atensor.config import current_settings
-from atensor.engine.dispatch import Job, dispatcher, reaper
-from atensor.engine.handle import RealizeHandle
+from atensor.engine.dispatch import dispatcher
+from atensor.engine.handle import RealizeHandle, finished_here
 from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
-from atensor.engine.submission import Submission
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.hcq.device import Device, all_idle, fresh_small
@@ -245,30 +245,8 @@ class DirectReplay:
                 buffer = _make_like(buffer, (), (fresh[at] if kind is _FRESH else inputs[at], buffer.arg[1]))
             tensors.append(Tensor(buffer if view is None else _make_like(view, (buffer,), view.arg)))
         if record is None:  # after the tensors: the device runs meanwhile
-            handle = None if _finished(submission) else _handle_of(submission)
+            handle = None if finished_here(submission) else RealizeHandle.of_submission(submission, None)
         return tensors, handle
-
-
-def _finished(submission: Submission) -> bool:
-    """True when every command of `submission` has run and none failed, its values published here:
-    each queue's `poll` publishes a command found done, and a CL queue waits for a short one on this
-    thread (hcq/cl_queue.py), so such a replay needs no handle and its await is one checkpoint, as a
-    record's is. False leaves the rest to the handle, which raises what failed."""
-    for queue, value in submission.final.items():
-        if not queue.poll(value):
-            return False
-        if queue.signal.has_failures() and submission.first_failure() is not None:
-            return False  # (`first_failure` reads the queues' failures; one that never failed has none)
-    reaper.release(submission.placed)  # as the handle does once awaited
-    submission.placed = []
-    return True
-
-
-def _handle_of(submission: Submission) -> RealizeHandle:
-    """The handle that awaits `submission`, as the general path's inline job would have made it."""
-    job = Job(None, [])
-    job.submission = submission
-    return RealizeHandle(job, None)
 
 
 @dataclass(eq=False)

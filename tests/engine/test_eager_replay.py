@@ -31,11 +31,11 @@ def replays(monkeypatch) -> list[int]:
     runs: list[int] = []
     run = eager_replay.EagerReplay.run
 
-    def counting(self, key, template, roots):
-        failure = run(self, key, template, roots)
-        if failure is not False:  # (False: declined, nothing ran)
+    def counting(self, key, template, roots, result):
+        handle = run(self, key, template, roots, result)
+        if handle is not False:  # (False: declined, nothing ran)
             runs.append(len(roots))
-        return failure
+        return handle
     monkeypatch.setattr(eager_replay.EagerReplay, "run", counting)
     return runs
 

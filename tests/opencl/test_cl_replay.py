@@ -206,10 +206,10 @@ def test_a_deferred_replay_is_published_for_a_thread_that_waits_for_it(library, 
     """A replay submitted on the loop's thread is deferred (its awaiting task publishes it); a thread
     that waits for its value instead (a CPU queue's worker would) gets it published all the same,
     whether it started waiting after the replay was submitted or before. (The direct replay's own poll
-    right after it submits, jit/direct.py `_finished`, is turned off: the replay stays deferred.)"""
+    right after it submits, engine/handle.py `finished_here`, is turned off: the replay stays deferred.)"""
     import threading
     from atensor.jit import direct
-    monkeypatch.setattr(direct, "_finished", lambda submission: False)
+    monkeypatch.setattr(direct, "finished_here", lambda submission: False)
     compute = Device.get("CL").compute
 
     @atensor.jit
