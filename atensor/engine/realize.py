@@ -123,8 +123,13 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     pending = versions.pending_heads()
     record = recording.get()
     config = current_settings()
-    if config.racecheck or config.native == "all" \
-            or not _small([n for n, _ in items] + pending, INLINE_MAX_NODES) or not dispatcher.claim():
+    nodes = [n for n, _ in items]
+    # small alone, and (below) small with the pending assigns a general plan may take along; a hot hit
+    # takes none along (`_hot_hit` declines then), so unrelated pending assigns, however big, leave it
+    # on the caller's thread: before, 10 assigns a program left pending sent every later realize of it
+    # to the dispatcher thread
+    if config.racecheck or config.native == "all" or not _small(nodes, INLINE_MAX_NODES) \
+            or not dispatcher.claim():
         job = _job(items, given, pending, record, None)
         dispatcher.submit(job)
         return RealizeHandle(job, result)
@@ -139,6 +144,10 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
             dispatcher.unclaim()
             return handle
     job = _job(items, given, pending, record, found)
+    if pending and not _small(nodes + pending, INLINE_MAX_NODES):
+        dispatcher.unclaim()  # (nothing was planned or committed: the dispatcher plans it, in issue order)
+        dispatcher.submit(job)
+        return RealizeHandle(job, result)
     dispatcher.run_claimed(job, keep_error=True)
     return RealizeHandle(job, result)
 

@@ -277,3 +277,26 @@ def test_an_unrelated_pending_assign_stays_pending_and_one_the_graph_overwrites_
     x, y = step_over(5.0, saved)
     assert replays == []
     assert saved.tolist() == [5.0] * 14 and x.tolist() == [15.0] * 14 and y.tolist() == [16.0] * 14
+
+
+def test_unrelated_pending_assigns_bigger_than_the_inline_bound_leave_the_hot_hit_on_the_callers_thread(replays):
+    """Pending assigns are counted against INLINE_MAX_NODES only when the general path plans (it may
+    take them along); a hot hit takes none along, so a program's big unrealized assigns elsewhere do
+    not send every small realize to the dispatcher thread (they stay pending, and realize as before)."""
+    from atensor.engine.realize import INLINE_MAX_NODES
+    from atensor.ledger import versions
+
+    def step(x: Tensor) -> Tensor:
+        return (x * 3).contiguous().realize().wait()
+    _warm(lambda: step(Tensor(np.ones(14, dtype=np.float32))))
+    big = Tensor(np.zeros(6, dtype=np.float32)).realize().wait()
+    chain = big
+    for k in range(INLINE_MAX_NODES):
+        chain = chain + k
+    big.assign(chain)  # pending: more nodes than the inline bound
+    replays.clear()
+    assert step(Tensor(np.full(14, 2.0, dtype=np.float32))).tolist() == [6.0] * 14
+    _expect(replays, 1)
+    assert len(versions.pending_heads()) >= 1  # not realized along
+    expected = float(sum(range(INLINE_MAX_NODES)))
+    assert big.tolist() == [expected] * 6
