@@ -2,6 +2,7 @@
 TaskGraph the scheduler produces, and the kernel choices (atensor/tune/) measured once per run."""
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 
@@ -40,3 +41,17 @@ def racecheck_every_graph(request):
         return
     with atensor.Context(racecheck=True):
         yield
+
+
+@pytest.fixture
+def young_heap():
+    """For tests that call `gc.collect()`: everything allocated before the test (the suite's modules,
+    caches and earlier tests' data: millions of objects late in the pure-Python core's pass, where one
+    full collection took 1-3 s) is frozen while it runs, so a collection traverses only what the test
+    made; its garbage cycles are found as before (an older object keeps a young one alive only where it
+    is alive itself, or is garbage of an earlier test). Given back to the collector afterwards."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
