@@ -1,7 +1,9 @@
 """Shared test setup: a derandomized hypothesis profile for CI, the race checker on for every
-TaskGraph the scheduler produces, and the kernel choices (atensor/tune/) measured once per run."""
+TaskGraph the scheduler produces, the kernel choices (atensor/tune/) measured once per run, and a fixture
+that keeps a test's gc.collect() to the test's own objects."""
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 
@@ -40,3 +42,22 @@ def racecheck_every_graph(request):
         return
     with atensor.Context(racecheck=True):
         yield
+
+
+@pytest.fixture
+def young_heap():
+    """For tests that call `gc.collect()`: everything allocated before the test (the suite's modules,
+    caches and earlier tests' data: millions of objects late in the pure-Python core's pass, where one
+    full collection took 1-3 s) is frozen while it runs, so a collection traverses only what the test
+    made; its garbage cycles are found as before (an older object keeps a young one alive only where it
+    is alive itself, or is garbage of an earlier test). Given back to the collector afterwards only
+    where nothing was frozen before: gc.unfreeze() gives back everything, and what atensor froze
+    (hcq/gcpause.py) would then be traversed by every later full collection of the suite's process
+    (seconds each late in the pure-Python pass: long enough to starve a test's event loop)."""
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if frozen_before == 0:
+            gc.unfreeze()

@@ -193,6 +193,7 @@ def test_either_make_gives_one_assign_node_or_the_same_error(case):
 
 
 @pytest.mark.parametrize("make", ["running", "python"])
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_a_dead_node_leaves_the_table_and_a_new_one_takes_its_key(make):
     maker = Node.make if make == "running" else python_make
     a = BufferSpec("CPU", 5, dtypes.float32).node(0)
@@ -289,6 +290,7 @@ def test_the_compiled_size_check_agrees_with_the_python_one(roots, limit):
 
 @pytest.mark.parametrize("commit", ["running", "python"])
 @pytest.mark.parametrize("pending_head", [True, False])
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_a_committed_assign_advances_the_version_holds_its_value_and_forgets_it_when_the_node_dies(
         commit, pending_head):
     from atensor import ledger

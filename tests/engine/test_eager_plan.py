@@ -52,6 +52,7 @@ def test_a_repeated_eager_chain_runs_the_kept_plan_and_computes_what_numpy_does(
     assert len(plans) == 1  # one Plan, submitted again with other buffers
 
 
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_the_kept_plan_does_not_keep_the_buffers_of_the_graph_it_was_lowered_from():
     x = Tensor(np.ones(16, dtype=np.float32))
     refs = []

@@ -99,6 +99,7 @@ def test_an_input_from_a_failed_task_is_refused_and_the_next_hit_runs_again(reco
     _expect_records(recorded, 1)
 
 
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_the_twin_keeps_no_realizes_buffers_alive(recorded):
     x = Tensor(np.ones(16, dtype=np.float32))
     refs = []

@@ -37,7 +37,7 @@ def recorded(monkeypatch) -> list[int]:
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
-def test_swapped_inputs_and_reused_memory_are_bound_to_the_right_slots(library, recorded):
+def test_swapped_inputs_and_reused_memory_are_bound_to_the_right_slots(library, recorded, young_heap):
     @atensor.jit
     async def f(a: Tensor, b: Tensor) -> Tensor:
         return a - b * 2  # not symmetric: a swapped binding gives other values

@@ -54,12 +54,19 @@ def _torch_losses(cfg, data, init: Path) -> list[float]:
     return torch_gpt.train(torch_gpt.load(init), batches, settings)
 
 
+@pytest.fixture(scope="module")
+def torch_losses(tiny) -> list[float]:
+    """PyTorch's losses of the tiny run: one reference for every device count (it does not depend on it)."""
+    cfg, data, folder = tiny
+    return _torch_losses(cfg, data, folder / "init")
+
+
 @needs_torch
 @pytest.mark.parametrize("devices,rtol", [(1, 1e-4), (2, 1e-3)])
-async def test_losses_over_20_steps_equal_the_pytorch_reference(tiny, devices, rtol):
+async def test_losses_over_20_steps_equal_the_pytorch_reference(tiny, torch_losses, devices, rtol):
     cfg, data, folder = tiny
     result = await train_gpt.run(replace(cfg, devices=devices, init=str(folder / "init")), data)
-    want = _torch_losses(cfg, data, folder / "init")
+    want = torch_losses
     assert len(result.losses) == 20
     np.testing.assert_allclose(result.losses, want, rtol=rtol)
     assert result.losses[-1] < result.losses[0] - 0.3  # it learns

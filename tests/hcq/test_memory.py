@@ -4,8 +4,12 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 from atensor import Device, Tensor
+
+# every test here calls gc.collect(): it traverses only the test's own objects (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("young_heap")
 
 
 def test_memory_is_accounted_released_and_reused():

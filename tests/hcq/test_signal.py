@@ -163,6 +163,7 @@ async def test_wait_all_waits_once_per_signal_for_its_newest_value(mechanism):
     assert seen == [2]  # one waiter per signal
 
 
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_a_kept_failure_says_where_it_failed_but_keeps_none_of_the_failed_commands_locals():
     """A signal keeps a failed value's exception for as long as it lives; the locals of the frames its
     traceback passes through (a kernel's arrays) are released, the text of the traceback is not."""

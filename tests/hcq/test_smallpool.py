@@ -37,6 +37,7 @@ def test_a_given_entry_is_taken_again_and_the_pool_keeps_at_most_its_bound():
 
 
 @pytest.mark.parametrize("library", ["trio", "asyncio"])
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_live_results_of_jit_calls_never_share_memory_and_dead_ones_are_recycled(library):
     """Every live result of a replayed jit call has memory of its own and the value numpy computes;
     once the results die, later results take their memory (so the check above is of recycled memory)."""

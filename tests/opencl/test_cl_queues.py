@@ -161,6 +161,7 @@ def test_an_awaiting_task_is_woken_by_the_completion_thread_while_the_loop_runs_
         assert dev.compute.statistics()["pending_commands"] == 0
 
 
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_host_memory_of_a_non_blocking_upload_stays_alive_until_the_copy_is_done():
     import gc
     for _ in range(3):
@@ -420,6 +421,7 @@ def test_a_cl_replay_submitted_while_the_last_one_is_in_flight_gets_its_own_argu
     trio.run(main)
 
 
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_the_shared_kernel_objects_keep_no_buffer_alive_and_set_a_new_buffer_again():
     import gc
     import weakref

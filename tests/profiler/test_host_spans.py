@@ -87,6 +87,7 @@ async def test_a_job_waiting_for_the_dispatcher_is_a_wait_span_before_its_schedu
         assert wait.start_ns <= wait.end_ns
 
 
+@pytest.mark.usefixtures("young_heap")  # gc.collect() traverses the test's objects only
 def test_garbage_collections_during_a_profile_are_gc_spans_and_none_after():
     with atensor.profile() as prof:
         gc.collect()
