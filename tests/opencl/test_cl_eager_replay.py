@@ -21,6 +21,18 @@ from tests.engine.loops import run_on
 pytestmark = pytest.mark.default_settings  # as users run: realizes planned inline
 
 
+@pytest.fixture(autouse=True)
+def no_pending_assigns() -> None:
+    """Realizes the assigns earlier tests of the process left pending: with more of their nodes than
+    INLINE_MAX_NODES, the general path plans on the dispatcher thread, not inline as these tests compare
+    (engine/realize.py); the eager replay itself runs beside them (tests/engine/test_eager_replay.py)."""
+    from atensor.ledger import versions
+    heads = versions.pending_heads()
+    if heads:
+        Tensor.realize(*[Tensor(head) for head in heads]).wait()
+    assert versions.pending_heads() == []
+
+
 @pytest.fixture
 def replays(monkeypatch) -> list[bool]:
     """One entry per EagerReplay run (True: through the lean CL replay); a template is hot after 2 hits."""
