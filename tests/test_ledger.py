@@ -121,7 +121,7 @@ def test_a_specs_record_and_its_runtime_buffer_go_when_the_spec_dies():
     assert _soon(lambda: spec_ref() is None)  # no cyclic collection needed
     assert ledger.statistics()["records"] == records  # the record, the one owner of the Buffer, went too
     # the dispatcher thread may still hold its last job (and the job its buffers) until the next one
-    (Tensor(np.ones(2, dtype=np.float32)) + 1).realize().numpy()
+    (Tensor(np.ones(1 << 20, dtype=np.float32)) + 1).realize().numpy()  # past the inline bounds: a worker runs it
     assert _soon(lambda: buffer_ref() is None)
 
 
