@@ -62,6 +62,18 @@ int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset) {
     return 0;
 }
 
+int lock_methods(PyObject *lock, PyObject **acquire, PyObject **release) {
+    PyObject *a = PyObject_GetAttrString(lock, "acquire");
+    PyObject *r = a ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (r == NULL) {
+        Py_XDECREF(a);
+        return -1;
+    }
+    Py_XSETREF(*acquire, a);
+    Py_XSETREF(*release, r);
+    return 0;
+}
+
 void keep(PyObject **where, PyObject *value) {
     Py_XINCREF(value);
     Py_XSETREF(*where, value);
@@ -88,14 +100,8 @@ PyObject *configure(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "atensor.core: _NewNode must have Node's layout");
         return NULL;
     }
-    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
-    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
-    if (release == NULL) {
-        Py_XDECREF(acquire);
+    if (lock_methods(lock, &lock_acquire, &lock_release) < 0)
         return NULL;
-    }
-    Py_XSETREF(lock_acquire, acquire);
-    Py_XSETREF(lock_release, release);
     keep((PyObject **)&node_type, node);
     keep((PyObject **)&newnode_type, newnode);
     keep((PyObject **)&spec_type, spec);

@@ -22,6 +22,8 @@ extern Py_ssize_t s_uid, s_device, s_size, s_dtype;
 /* ccore.c */
 int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset);
 void keep(PyObject **where, PyObject *value);
+/* `lock.acquire` and `lock.release`, bound, into *acquire and *release (their old values released); -1 on error */
+int lock_methods(PyObject *lock, PyObject **acquire, PyObject **release);
 int configured(void);
 PyObject *configure(PyObject *module, PyObject *args);
 
@@ -48,6 +50,8 @@ PyObject *configure_attach(PyObject *module, PyObject *args);
 int attach_record(PyObject *spec, PyObject *runtime, PyObject *version);
 PyObject *attach_new(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *drop_record_c(PyObject *module, PyObject *record);
+/* installs how drop_record tells a dead spec's runtime (NULL: its `spec_died()`) */
+void ledger_tell_runtime_died(int (*teller)(PyObject *runtime));
 
 /* fresh.c */
 PyObject *configure_fresh(PyObject *module, PyObject *args);

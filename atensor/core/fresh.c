@@ -6,7 +6,8 @@
    eleven slot stores, the pool's take, the device's count and the record cost ~1.3 us of ~11 (Zen 5,
    bench/jit_replay.py); here they are slot stores, two dict probes and two lock round trips.
 
-   And the way back: when the spec dies, the ledger's record callback (ledger.c `drop_record`) gives the
+   And the way back: when the spec dies, the ledger's record callback (ledger.c `drop_record`, through the
+   teller configure_fresh installs) gives the
    memory back to the pool here (`buffer_spec_died`: hcq/buffer.py `Buffer.spec_died` and hcq/smallpool.py
    `SmallPool.give`), ~0.75 us of three Python functions and a lock per call in Python.
 
@@ -60,6 +61,7 @@ PyObject *configure_fresh(PyObject *module, PyObject *args) {
             || (zero = PyLong_FromLong(0)) == NULL || (empty_tuple = PyTuple_New(0)) == NULL))
         return NULL;
     keep((PyObject **)&buffer_type, buffer);
+    ledger_tell_runtime_died(buffer_spec_died);
     keep((PyObject **)&pool_type, pool);
     keep(&make_lock, lock);
     keep(&collector, profiler);

@@ -135,6 +135,20 @@ done:
 /* ---- a new spec's record (atensor/ledger `attach_new`) ----------------------------------------- */
 
 static PyObject *drop_record, *ledger_acquire, *ledger_release;
+
+/* How a dead spec's runtime is told: `runtime.spec_died()`, unless a teller is installed (fresh.c installs
+   `buffer_spec_died`, which does the same in C for an hcq Buffer): the ledger names no runtime's code. */
+static int call_spec_died(PyObject *runtime) {
+    PyObject *done = PyObject_CallMethod(runtime, "spec_died", NULL);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+static int (*runtime_died)(PyObject *runtime) = call_spec_died;
+
+void ledger_tell_runtime_died(int (*teller)(PyObject *runtime)) {
+    runtime_died = teller != NULL ? teller : call_spec_died;
+}
 static Py_ssize_t r_runtime, r_uid;
 
 PyObject *configure_attach(PyObject *module, PyObject *args) {
@@ -144,21 +158,15 @@ PyObject *configure_attach(PyObject *module, PyObject *args) {
     if (!ledger_configured() || slot_offset(record_type, "runtime", &r_runtime)
             || slot_offset(record_type, "uid", &r_uid))
         return NULL;
-    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
-    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
-    if (release == NULL) {
-        Py_XDECREF(acquire);
+    if (lock_methods(lock, &ledger_acquire, &ledger_release) < 0)
         return NULL;
-    }
-    Py_XSETREF(ledger_acquire, acquire);
-    Py_XSETREF(ledger_release, release);
     keep(&drop_record, drop);
     Py_RETURN_NONE;
 }
 
 PyObject *drop_record_c(PyObject *module, PyObject *record) {
     /* ledger._drop_record(record): a spec died; its record (and pending mark) goes, its runtime is told
-       (an hcq Buffer in C, fresh.c `buffer_spec_died`; any other runtime through its `spec_died()`) */
+       (through `runtime_died`: fresh.c's `buffer_spec_died` in C for an hcq Buffer, else its `spec_died()`) */
     if (!ledger_configured())
         return NULL;
     if (!PyObject_TypeCheck(record, record_type)) {
@@ -192,7 +200,7 @@ PyObject *drop_record_c(PyObject *module, PyObject *record) {
         Py_XDECREF(runtime);
         Py_RETURN_NONE;
     }
-    int done = buffer_spec_died(runtime);
+    int done = runtime_died(runtime);
     Py_DECREF(runtime);
     if (done < 0)
         return NULL;
