@@ -8,7 +8,7 @@ the extension is plain C against the CPython API.
 """
 from setuptools import Extension, setup
 
-CORE_FILES = ["ccore", "node", "walk", "ledger", "fresh"]  # the module, then the objects it holds
+CORE_FILES = ["ccore", "node", "walk", "ledger", "fresh", "cl"]  # the module, then the objects it holds
 
 setup(ext_modules=[Extension("atensor.core._ccore", sources=[f"atensor/core/{name}.c" for name in CORE_FILES],
-                             depends=["atensor/core/ccore.h"], optional=True)])
+                             depends=["atensor/core/ccore.h"], libraries=["dl"], optional=True)])

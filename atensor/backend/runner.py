@@ -8,7 +8,7 @@ the GIL back for its whole run (`gil_free`), what a doorbell posts to start it w
 (`ring_args`), how to refresh the Variable values its block holds (`rebind`), where a device
 command's arguments sit (`device_args`, rewritten in place as a native block is), and how to start it
 on the submitting thread (`here`), which timed choice sets its BLAS threads (`choice`), and how to
-put it on a device's own queue (`enqueue`, OpenCL). These were
+put it on a device's own queue (`enqueue`, OpenCL; `launch`, the same through the compiled core). These were
 attributes set on closures in many places and read back with getattr; here each is a named field
 with a default, set where the runner is made (engine/lower.py, backend/c/programs.py).
 
@@ -67,6 +67,10 @@ class Runner:
     # sits at each place, then what else it passes): its `enqueue` reads it at each enqueue, so a
     # replay points it at new buffers by storing into it (engine/patching.py), as into a native block
     device_args: Optional[list] = None
+    # a device command's launch through the compiled core (OpenCL, engine/lower_cl.py): `launch(queue
+    # handle)` enqueues its work like `enqueue` with no wait list and returns its (first, last) events'
+    # handles, which the caller owns (hcq/cl_queue.py `run_here` waits for them in C and releases them)
+    launch: Optional[Callable[[int], tuple[int, int]]] = None
 
 
 __all__ = ["Runner"]

@@ -27,7 +27,7 @@ Invariants kept here exactly as graph/node.py states them:
 
 Built with the plain C API (member descriptors' slot offsets are read from PyMemberDescrObject),
 for CPython 3.11 and later. This file is the module: what configure() is given, the method table;
-node.c, walk.c, ledger.c and fresh.c hold the objects (ccore.h what they share). */
+node.c, walk.c, ledger.c and fresh.c hold the objects, cl.c a short OpenCL command's launch and wait (ccore.h what they share). */
 #include "ccore.h"
 
 /* ---- what configure() is given ------------------------------------------------------------- */
@@ -163,6 +163,12 @@ static PyMethodDef methods[] = {
      "configure_fresh(Buffer, SmallPool, Lock, collector, python_fresh_small): hcq/device.py does it."},
     {"fresh_small", (PyCFunction)(void (*)(void))fresh_small, METH_FASTCALL,
      "fresh_small(device, spec, version, key) -> Buffer: hcq/device.py's fresh_small."},
+    {"cl_open", cl_open, METH_O, "cl_open(path) -> bool: the loaded OpenCL library's entry points (cl.c)."},
+    {"cl_enqueue", (PyCFunction)(void (*)(void))cl_enqueue, METH_FASTCALL,
+     "cl_enqueue(queue, launches) -> (first event, last event): hcq/cl_native.py's launch."},
+    {"cl_finish", (PyCFunction)(void (*)(void))cl_finish, METH_FASTCALL,
+     "cl_finish(first, last) -> (status, start, end): waits, stamps and releases (cl.c)."},
+    {"cl_release", cl_release, METH_O, "cl_release(event): releases an event cl_enqueue returned (cl.c)."},
     {NULL, NULL, 0, NULL},
 };
 

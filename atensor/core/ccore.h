@@ -58,4 +58,10 @@ PyObject *configure_fresh(PyObject *module, PyObject *args);
 PyObject *fresh_small(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int buffer_spec_died(PyObject *runtime);
 
+/* cl.c */
+PyObject *cl_open(PyObject *module, PyObject *path);
+PyObject *cl_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *cl_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *cl_release(PyObject *module, PyObject *event);
+
 #endif

@@ -17,7 +17,10 @@ values is the same on every replay, so the plan builds this record once (`lean_f
    `enqueue` is every task's `enqueue`, in task order, with no wait list (`sequence`), so the queue
    keeps one record for the completion thread and the awaiting host polls once, whatever the task
    count;
-4. the buffers told that value (`Buffer.note_all`, as `Plan._note`).
+4. the buffers told that value (`Buffer.note_all`, as `Plan._note`); unless the queue ran the command
+   here (`CLQueue.run_here`: a command known short is launched, waited for and published from this
+   thread through the compiled core, atensor/core/cl.c) and it succeeded: then, as after a
+   `ReplayRecord`'s run, the buffers it wrote are only told they were overwritten (`overwrote`).
 
 What it keeps from the general path (tests/opencl/test_cl_replay.py checks each):
 - order: it is used only while every queue is idle (`all_idle`), so the graph waits for nothing
@@ -51,6 +54,7 @@ from atensor.engine.patching import AddressSlots
 from atensor.graph.node import BufferSpec
 from atensor.graph.taskgraph import Task
 from atensor.hcq.buffer import Buffer
+from atensor.hcq import cl_native
 from atensor.hcq.cl_queue import CLQueue
 from atensor.hcq.device import Device
 from atensor.hcq.queue import Command
@@ -76,6 +80,25 @@ def sequence(enqueues: Sequence) -> Callable[[Any, Any], tuple[Any, Any]]:
     return enqueue
 
 
+def sequence_launch(launches: Sequence[Callable[[int], tuple[int, int]]], release: Callable[[int], None]
+                    ) -> Callable[[int], tuple[int, int]]:
+    """One `Runner.launch` that launches each of `launches` in order: (the first's first event, the last
+    one's last), every other event released (`release`, the compiled core's)."""
+    def launch(queue: int) -> tuple[int, int]:
+        first = last = 0
+        for one in launches:
+            start, end = one(queue)
+            if first == 0:
+                first = start
+            elif last != first:
+                release(last)
+            if start != first and start != end:
+                release(start)
+            last = end
+        return first, last
+    return launch
+
+
 class CLReplay:
     """The fixed part of a one-CL-queue replay (see the module docstring): the kept runners' enqueues in
     task order, where the swapped buffers sit in their argument lists, what each buffer is told."""
@@ -98,6 +121,9 @@ class CLReplay:
                             for bi, entries in notes if bi not in place]
         self.notes_swapped = [(place[bi], [(offset, write) for _, offset, write in entries])
                               for bi, entries in notes if bi in place]
+        # the buffers the replay writes: fixed Buffers, and places in `swapped` (`overwrote`)
+        self.written_fixed = [buf for buf, entries in self.notes_fixed if any(write for _, write in entries)]
+        self.written_swapped = [j for j, entries in self.notes_swapped if any(write for _, write in entries)]
         self.reads_fixed = [(fixed[bi], name) for bi, name in reads if bi not in place]
         self.reads_swapped = [(place[bi], name) for bi, name in reads if bi in place]
         self.name, self.nbytes, self.flops = summary
@@ -105,7 +131,12 @@ class CLReplay:
         # at the last replay; one record, one key
         self.slots = slots
         enqueue = runs[0].enqueue if len(runs) == 1 else sequence([run.enqueue for run in runs])
-        self.runner = Runner(_host_never_runs, enqueue=enqueue, device_key=("cl replay", id(self)))
+        launch = None  # the compiled launch, when every runner has one (the queue's `run_here` uses it)
+        if all(run.launch is not None for run in runs):
+            core = cl_native.native()
+            launch = runs[0].launch if len(runs) == 1 else sequence_launch([run.launch for run in runs],
+                                                                           core.cl_release)
+        self.runner = Runner(_host_never_runs, enqueue=enqueue, device_key=("cl replay", id(self)), launch=launch)
         self.first = first  # the task a failure is reported against (`Submission.placed`)
 
     def reads_of(self, new_specs: list[BufferSpec]) -> list[tuple[Buffer, str]]:
@@ -153,6 +184,25 @@ class CLReplay:
             if buf is None:
                 buf = of(new_specs[j])
             buf.note_all([(signal, base + offset, write) for offset, write in entries])
+
+    def overwrote(self, base: int, buffers: list[Optional[Buffer]], new_specs: list[BufferSpec]) -> bool:
+        """True when the replay from `base` was published already, without failure (the queue ran it
+        here, `CLQueue.run_here`): then the buffers it wrote are told they were overwritten (their earlier
+        failures and published writes forgotten) and need no notes, as after a `ReplayRecord`'s run;
+        False when it is in flight or failed (the caller notes them, `note`)."""
+        value = base + self.count
+        signal = self.signal
+        if signal.value < value or (signal.has_failures() and signal.failure(value) is not None):
+            return False
+        if self.written_fixed:
+            Buffer.all_overwritten(self.written_fixed)
+        for j in self.written_swapped:
+            buf = buffers[j]
+            if buf is None:
+                buf = Buffer.of(new_specs[j])
+            if buf.failure is not None or buf.writes:
+                buf.overwritten()
+        return True
 
     def placed(self, value: int) -> list[tuple[Signal, int, Task]]:
         """The submission's `placed` list: one entry, the command (a failure is reported against it)."""

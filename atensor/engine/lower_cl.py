@@ -40,7 +40,7 @@ from atensor.engine import cl_bounds
 from atensor.graph.node import Node
 from atensor.graph.ops import Ops
 from atensor.graph.taskgraph import Copy, Kernel
-from atensor.hcq import cl_runtime
+from atensor.hcq import cl_native, cl_runtime
 from atensor.hcq.device import Device, DeviceError
 
 _RENDERED_KEPT = 4096
@@ -93,6 +93,7 @@ class _Kernels:
     held: list[list[list]] = field(default_factory=list)  # per set, per kernel: what each argument holds
     turn: int = 0              # the set a miss takes next once there are SETS
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _launches: Optional[_Launches] = None  # `launches`, made at the first compiled runner
 
     def pick(self, args: list, memories: int) -> int:
         """The set whose kernel objects hold `args` already (the first `memories` CLMemory, the rest
@@ -111,6 +112,54 @@ class _Kernels:
             return len(self.sets) - 1
         self.turn = (self.turn + 1) % len(self.sets)
         return self.turn
+
+    def launches(self, prog: GPUProgram) -> _Launches:
+        """Per set (made or not yet), its launches as the compiled core enqueues them: (kernel handle,
+        global size, local size) per kernel, in launch order (hcq/cl_native.py; a set made later is
+        added as it is made)."""
+        if self._launches is None:
+            self._launches = _Launches(self, [(k.global_size, k.local_size) for k in prog.kernels])
+        return self._launches
+
+
+class _Launches:
+    """`_Kernels.launches`: the tuple of set `s`'s launches at `[s]`, made once the set exists."""
+
+    def __init__(self, kernels: _Kernels, sizes: list[tuple[int, int]]):
+        self.kernels, self.sizes = kernels, sizes
+        self.made: list[tuple] = []
+
+    def __getitem__(self, s: int) -> tuple:
+        made = self.made
+        while len(made) <= s:  # under the program's lock (the caller holds it)
+            kernels = self.kernels.sets[len(made)]
+            made.append(tuple((kernel.int_ptr, g, l) for kernel, (g, l) in zip(kernels, self.sizes)))
+        return made[s]
+
+
+def _hold(kernels: _Kernels, args: list, memories: int) -> int:
+    """Picks the set of `kernels` for `args` (`_Kernels.pick`) and sets each argument its kernel objects
+    do not hold already; returns the set. Under `kernels.lock`."""
+    global args_set
+    s = kernels.pick(args, memories)
+    ref = weakref.ref
+    for kernel, held in zip(kernels.sets[s], kernels.held[s]):
+        for i, arg in enumerate(args):
+            was = held[i]
+            if i < memories:
+                if was is not None and was() is arg:
+                    continue
+                held[i] = None  # not held if set_arg raises
+                kernel.set_arg(i, arg.mem)
+                held[i] = ref(arg)
+            else:
+                if was is not None and was == arg:
+                    continue
+                held[i] = None
+                kernel.set_arg(i, arg)
+                held[i] = arg
+            args_set += 1
+    return s
 
 
 def _holds(held: list[list], args: list, memories: int) -> bool:
@@ -166,41 +215,33 @@ def kernel_runner(work: Kernel, device: Device, buffers: list) -> Runner:
     sizes = [((k.global_size,), (k.local_size,)) for k in prog.kernels]
     enqueue_nd = cl.enqueue_nd_range_kernel
     lock = kernels.lock
-    ref = weakref.ref
 
     def enqueue(queue: Any, wait_for: list) -> tuple[Any, Any]:
-        global args_set
         first = last = None
         with lock:  # the kernel objects are shared by every runner of the program: args, then enqueue
-            s = kernels.pick(args, memories)
-            for kernel, held, (global_size, local_size) in zip(kernels.sets[s], kernels.held[s], sizes):
-                for i, arg in enumerate(args):
-                    was = held[i]
-                    if i < memories:
-                        if was is not None and was() is arg:
-                            continue
-                        held[i] = None  # not held if set_arg raises
-                        kernel.set_arg(i, arg.mem)
-                        held[i] = ref(arg)
-                    else:
-                        if was is not None and was == arg:
-                            continue
-                        held[i] = None
-                        kernel.set_arg(i, arg)
-                        held[i] = arg
-                    args_set += 1
+            s = _hold(kernels, args, memories)
+            for kernel, (global_size, local_size) in zip(kernels.sets[s], sizes):
                 last = enqueue_nd(queue, kernel, global_size, local_size, wait_for=wait_for or None)
                 wait_for = []
                 if first is None:
                     first = last
         return first, last
+    launch = None
+    core = cl_native.native()
+    if core is not None:
+        cl_enqueue = core.cl_enqueue
+        launches = kernels.launches(prog)
+
+        def launch(queue: int) -> tuple[int, int]:
+            with lock:  # as `enqueue`: the arguments, then the launches, under the program's lock
+                return cl_enqueue(queue, launches[_hold(kernels, args, memories)])
     keep = (work.buffers, temps)
     # rebound in place only when its arguments name every buffer of its work (a replay's plan then
     # allocates each new one as it binds it); else made again per replay, from the work
     every = prog.buffers == len(work.buffers)
     return Runner(_blocking(enqueue, handle), args=tuple([(spec, 0) for spec in work.buffers]) if every else (),
                   keep_alive=keep, enqueue=enqueue, rebind=set_values if prog.variables else None,
-                  device_key=prog.source, device_args=args if every else None)
+                  device_key=prog.source, device_args=args if every else None, launch=launch)
 
 
 class _HostThread:

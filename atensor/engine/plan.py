@@ -297,8 +297,10 @@ class Plan:
             buffers = lean.bind(new_specs)
             queue = lean.queue
             base = queue.reserve(lean.count)
-            queue.submit([lean.command(base, buffers)])
-            lean.note(base, buffers, new_specs)
+            # a short one is launched, waited for and published here, in C (CLQueue.run_here)
+            queue.run_here([lean.command(base, buffers)])
+            if not lean.overwrote(base, buffers, new_specs):
+                lean.note(base, buffers, new_specs)
             value = base + lean.count
             self.last_final = [(lean.signal, value)]
             return Submission({queue: value}, lean.placed(value))

@@ -57,9 +57,11 @@ from __future__ import annotations
 
 import queue as queue_module
 import threading
+import time
 import weakref
 from typing import Any, Optional
 
+from atensor.hcq import cl_native
 from atensor.hcq.cl_runtime import CLDevice
 from atensor.hcq.loop import in_running_loop
 from atensor.config import settings
@@ -111,6 +113,9 @@ class CLQueue(Queue):
         self.signal.on_wait = self._hand_over
         self.host_published = 0  # commands an awaiting host published (`poll`): found done, or short
         self.host_waited = 0     # of those, the short ones it waited for
+        self._handle = cl_queue.int_ptr  # the cl_command_queue, for the compiled launch (`_run_short`)
+        core = cl_native.native()
+        self._finish = core.cl_finish if core is not None else None
         # a runner's `device_key` -> its work's device time at its last run (`poll`'s short commands)
         self._last_ns: dict[Any, int] = {}
         _queues[id(self.signal)] = self
@@ -152,8 +157,57 @@ class CLQueue(Queue):
                 put(record)
 
     def run_here(self, commands: list[Command]) -> None:
-        """A device queue runs nothing on the host: the commands are enqueued (`submit`)."""
+        """Runs `commands` from the calling thread, in this queue's place: ONE command whose runner has a
+        compiled launch (`Runner.launch`) and is short (`_known_short`) is launched, waited for with the
+        GIL released and published here, in C but its publication (`_run_short`); anything else is
+        enqueued (`submit`). Called by the dispatching thread only, while this queue is idle (as
+        `Queue.run_here`), so no command of it is in flight or deferred before these."""
+        if len(commands) == 1:
+            command = commands[0]
+            run = command.run
+            if run is not None and run.launch is not None and not command.waits and self._known_short(run) \
+                    and not self._inflight:
+                self._run_short(command, run)
+                return
         self.submit(commands)
+
+    def _known_short(self, run: Any) -> bool:
+        """Whether `run`'s work took at most SHORT_NS on the device at its last run (never run: no)."""
+        return run.device_key is not None and self._last_ns.get(run.device_key, SHORT_NS + 1) <= SHORT_NS
+
+    def _run_short(self, command: Command, run: Any) -> None:
+        """`command` launched through the compiled core (atensor/core/cl.c), waited for on this thread
+        and published with its stamps, or with KernelError when the launch is refused or fails: what
+        `_enqueue`, `_poll` and `_publish_oldest` do for it on pyopencl's path, without an in-flight
+        record (nothing is in flight on this queue: `run_here`)."""
+        error: Optional[BaseException] = None
+        try:
+            first, last = run.launch(self._handle)
+        except Exception as exc:
+            error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) could not be enqueued "
+                                f"on {self.device}/{self.kind}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            stamps = (0, 0)
+        else:
+            status, start, end = self._finish(first, last)
+            stamps = (start, end)
+            if status != 0:
+                error = KernelError(f"{command.kind} {command.name} (task {command.task_id}) failed on "
+                                    f"{self.device}/{self.kind}: OpenCL event status {status}")
+        self._last_ns[run.device_key] = stamps[1] - stamps[0] if error is None else SHORT_NS + 1
+        with self._publish_lock:
+            command.keep = None
+            self.commands_run += 1
+            self.host_published += 1  # published by the awaiting host, which waited for it
+            self.host_waited += 1
+            self.ran_here += 1        # ... and launched it through the compiled core
+            offset = self.handle.clock_offset
+            if error is not None and stamps == (0, 0):  # no stamps from the device: the host's clock
+                now = time.perf_counter_ns() - offset
+                stamps = (now, now)
+            self.signal.set(command.value, (stamps[0] + offset, stamps[1] + offset), error)
+            if collector.is_active():
+                self._span(command, stamps)
 
     def poll(self, value: int) -> bool:
         """True when `value` is reached, published here when it can be (`_poll`). When not, the caller
@@ -237,7 +291,7 @@ class CLQueue(Queue):
         return {"pending_commands": pending, "deferred": len(self._deferred), "signal": self.signal.value,
                 "reserved": self._reserved,
                 "commands_run": self.commands_run, "host_published": self.host_published,
-                "host_waited": self.host_waited}
+                "host_waited": self.host_waited, "ran_here": self.ran_here}
 
     # ---- enqueueing -----------------------------------------------------------------------------
     def _enqueue(self, command: Command) -> _InFlight:

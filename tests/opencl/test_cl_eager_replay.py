@@ -162,11 +162,13 @@ def test_a_failed_launch_is_raised_at_the_await_and_its_result_refused_like_the_
                 await (x + 7).realize()
             assert leans, "the hot hits ran no lean CL replay"
             lean = leans[-1]  # the twin's, which the general path's hits submit too
-            good = lean.runner.enqueue
+            good = lean.runner.enqueue, lean.runner.launch  # pyopencl's enqueue, the compiled launch
 
-            def refuse(queue, wait_for):
+            def refuse(*_):
                 raise RuntimeError("out of resources (injected)")
             lean.runner.enqueue = refuse
+            if lean.runner.launch is not None:
+                lean.runner.launch = refuse
             try:
                 y = x + 7
                 lazy = _lazy_of(y)
@@ -174,7 +176,7 @@ def test_a_failed_launch_is_raised_at_the_await_and_its_result_refused_like_the_
                 with pytest.raises(KernelError, match="injected"):
                     await y.realize()
             finally:
-                lean.runner.enqueue = good
+                lean.runner.enqueue, lean.runner.launch = good
             state = _ledger_state(y, lazy)
             ran_failed = len(replays) - ran
             ran = len(replays)

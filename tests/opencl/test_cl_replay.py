@@ -13,6 +13,7 @@ import trio
 import atensor
 from atensor import Tensor
 from atensor.engine.cl_replay import CLReplay
+from atensor.hcq.cl_queue import CLQueue
 from atensor.hcq.device import Device
 from atensor.hcq.queue import KernelError
 from tests.engine.loops import run_on
@@ -98,17 +99,19 @@ def test_a_failed_enqueue_fails_the_call_its_result_is_refused_and_the_next_call
             np.testing.assert_array_equal(got.numpy(), 3 * (np.arange(4) + k) + 1)
         assert lean
         record = lean[-1]
-        good = record.runner.enqueue  # its launches, as the one command's enqueue
+        good = record.runner.enqueue, record.runner.launch  # its launches: pyopencl's, the compiled one
 
-        def refuse(queue, wait_for):
+        def refuse(*_):
             raise RuntimeError("out of resources (injected)")
         record.runner.enqueue = refuse
+        if record.runner.launch is not None:
+            record.runner.launch = refuse
         try:  # the jit's own replay entry, to keep the failed call's result tensor
             handle, _, results = step._replay_now((Tensor(np.arange(4, dtype=np.float32), device="CL"),))
             with pytest.raises(KernelError, match="injected"):
                 await handle
         finally:
-            record.runner.enqueue = good
+            record.runner.enqueue, record.runner.launch = good
         assert lean[-1] is record
         with pytest.raises(RuntimeError, match="failed"):  # its result is refused as an input
             await step(results[0])
@@ -210,6 +213,8 @@ def test_a_deferred_replay_is_published_for_a_thread_that_waits_for_it(library, 
     import threading
     from atensor.jit import direct
     monkeypatch.setattr(direct, "finished_here", lambda submission: False)
+    # nor is it launched and published by the calling thread (CLQueue.run_here's compiled path)
+    monkeypatch.setattr(CLQueue, "_known_short", lambda self, run: False)
     compute = Device.get("CL").compute
 
     @atensor.jit
