@@ -4,6 +4,7 @@ pyopencl on the same device.
     python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
     python bench/opencl.py --breakdown   # where a jit replay's and an eager round trip go, by stage (us)
     python bench/opencl.py --python-calls  # Python calls per awaited jit replay: in Plan.submit, in all
+    python bench/opencl.py --pocl-gap    # raw pyopencl's round trip with the host busy 0-40 us between launches
     python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
                                        # then 4 LLM tokens against transformers' (under 5 minutes warm;
@@ -74,10 +75,12 @@ def compute(repeat: int, scale: int) -> list[dict]:
     return results
 
 
-def raw_round_trip(calls: int, swapped: bool = False) -> float:
+def raw_round_trip(calls: int, swapped: bool = False, gap_us: float = 0.0) -> float:
     """Median us of raw pyopencl on CL:0's device: enqueue `a[i] += 1` on 16 floats and wait; or, with
     `swapped`, `b[i] = a[i] + 1` with a and b swapped each call (new arguments per call, as atensor's
-    `y = step(y)` has: pocl does more work at the enqueue of a kernel whose buffers changed)."""
+    `y = step(y)` has: pocl does more work at the enqueue of a kernel whose buffers changed). With
+    `gap_us`, the loop spins that long between a wait's return and the next enqueue (not timed): the
+    host work an awaited call does between two launches (`--pocl-gap`)."""
     import pyopencl as cl
     from atensor.hcq.device import Device
     handle = Device.get("CL").cl
@@ -89,7 +92,12 @@ def raw_round_trip(calls: int, swapped: bool = False) -> float:
     kernel = prog.s if swapped else prog.k
     kernel.set_args(*bufs[:1 + swapped])
     times = []
+    gap_ns = int(gap_us * 1000)
     for k in range(calls + 50):
+        if gap_ns:
+            until = time.perf_counter_ns() + gap_ns
+            while time.perf_counter_ns() < until:
+                pass
         start = time.perf_counter_ns()
         if swapped:
             kernel.set_args(bufs[k % 2], bufs[1 - k % 2])
@@ -152,6 +160,27 @@ def round_trips(calls: int, rounds: int) -> list[dict]:
                      "max_us": max(values),
                      "vs_raw": statistics.median(ratios[name]) if name in ratios else 1.0})
     return rows
+
+
+def _driver() -> str:
+    """CL:0's OpenCL platform and driver versions (pocl's release is in the platform's), recorded with
+    every result beside bench/machine.py's CPU record."""
+    from atensor.hcq.device import Device
+    handle = Device.get("CL").cl
+    return f"platform {handle.device.platform.version}; driver {handle.device.driver_version}"
+
+
+def pocl_gap(calls: int, rounds: int, gaps: tuple[float, ...] = (0, 5, 10, 20, 40)) -> list[dict]:
+    """The raw loop's round trip (median us) with the host spinning `gap` us between a wait's return and
+    the next enqueue, alternating the gaps in each round: how much of a launch's cost is the driver's
+    threads going to sleep between launches (pocl's pthread device: its worker is woken again by the
+    next enqueue) rather than the host's own work."""
+    samples: dict[float, list[float]] = {gap: [] for gap in gaps}
+    for _ in range(rounds):
+        for gap in gaps:
+            samples[gap].append(raw_round_trip(calls, gap_us=gap))
+    return [{"gap_us": gap, "median_us": statistics.median(values), "min_us": min(values), "max_us": max(values)}
+            for gap, values in samples.items()]
 
 
 # (module, attribute path, label) of the stages `breakdown` times; a leading space: part of the row above
@@ -314,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--breakdown", action="store_true", help="only a jit replay's round trip, stage by stage")
     parser.add_argument("--python-calls", action="store_true",
                         help="only the Python calls per awaited jit replay (in Plan.submit, in the whole call)")
+    parser.add_argument("--pocl-gap", action="store_true",
+                        help="only the raw loop's round trip with the host busy 0-40 us between launches")
     parser.add_argument("--llm", type=int, default=0, metavar="TOKENS",
                         help="only SmolLM2's greedy TOKENS on CL against transformers' (exit 1 if they differ)")
     parser.add_argument("--out", default="opencl")
@@ -322,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         return check()
     from atensor.hcq.device import Device
     device = Device.get("CL").cl.description
-    print(f"CL:0 is {device}")
+    driver = _driver()
+    print(f"CL:0 is {device}; {driver}")
     if args.llm:
         row = llm(args.llm)
         print(table(f"SmolLM2-135M greedy on CL (float32 weights) vs transformers, {args.llm} tokens",
@@ -330,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                     [[row["equal"], row["load_s"], row["first_run_s"], row["warm_run_s"], str(row["CL"])]]))
         if not row["equal"]:
             print(f"transformers: {row['transformers']}\nCL (first run): {row['first_run']}")
-        path = write_results(args.out + "_llm", {"device": device, "command": "python bench/opencl.py "
+        path = write_results(args.out + "_llm", {"device": device, "driver": driver, "command": "python bench/opencl.py "
                                                  + " ".join(argv or sys.argv[1:]), "llm": row})
         print(f"\nwrote {path}")
         return 0 if row["equal"] else 1
@@ -338,8 +370,18 @@ def main(argv: list[str] | None = None) -> int:
         row = python_calls(args.calls)
         print(table(f"Python calls per awaited jit replay of x + 1 on CL (trio), mean of {args.calls}",
                     ["where", "calls"], [[name, count] for name, count in row.items()]))
-        path = write_results(args.out + "_python_calls", {"device": device, "command": "python bench/opencl.py "
+        path = write_results(args.out + "_python_calls", {"device": device, "driver": driver, "command": "python bench/opencl.py "
                                                           + " ".join(argv or sys.argv[1:]), "calls": row})
+        print(f"\nwrote {path}")
+        return 0
+    if args.pocl_gap:
+        rows = pocl_gap(args.calls, args.rounds)
+        print(table(f"raw pyopencl enqueue + wait with the host busy between launches, median of {args.calls} "
+                    f"calls; median (range) of {args.rounds} alternating rounds (us)", ["gap us", "round trip us", "range"],
+                    [[r["gap_us"], r["median_us"], f"{r['min_us']:.0f}-{r['max_us']:.0f}"] for r in rows]))
+        path = write_results(args.out + "_pocl_gap", {"device": device, "driver": driver,
+                                                      "command": "python bench/opencl.py " + " ".join(argv or sys.argv[1:]),
+                                                      "pocl_gap": rows})
         print(f"\nwrote {path}")
         return 0
     if args.breakdown:
@@ -350,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                     [["whole call (awaited)"] + [row["call_us"] for row in rows]]
                     + [["process CPU per call (all threads, mean)"] + [row["process_cpu_us"] for row in rows]]
                     + [[label] + [row["stages"].get(label, float("nan")) for row in rows] for label in labels]))
-        path = write_results(args.out + "_breakdown", {"device": device, "command": "python bench/opencl.py "
+        path = write_results(args.out + "_breakdown", {"device": device, "driver": driver, "command": "python bench/opencl.py "
                                                        + " ".join(argv or sys.argv[1:]), "breakdown": rows})
         print(f"\nwrote {path}")
         return 0
@@ -365,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.rounds} rounds (us)", ["variant", "us", "range", "vs raw"],
                 [[r["case"], r["median_us"], f"{r['min_us']:.0f}-{r['max_us']:.0f}", f"{r['vs_raw']:.2f}x"]
                  for r in trips]))
-    path = write_results(args.out, {"device": device, "command": "python bench/opencl.py " + " ".join(argv or sys.argv[1:]),
+    path = write_results(args.out, {"device": device, "driver": driver, "command": "python bench/opencl.py " + " ".join(argv or sys.argv[1:]),
                                     "compute": comp, "round_trip": trips})
     print(f"\nwrote {path}")
     return 0

@@ -80,21 +80,29 @@ def sequence(enqueues: Sequence) -> Callable[[Any, Any], tuple[Any, Any]]:
     return enqueue
 
 
-def sequence_launch(launches: Sequence[Callable[[int], tuple[int, int]]], release: Callable[[int], None]
+def sequence_launch(launches: Sequence[Callable[[int], tuple[int, int]]], core: Any
                     ) -> Callable[[int], tuple[int, int]]:
     """One `Runner.launch` that launches each of `launches` in order: (the first's first event, the last
-    one's last), every other event released (`release`, the compiled core's)."""
+    one's last), every other event released (`core`: the compiled core, hcq/cl_native.py). A launch that
+    raises is raised once the launches before it have finished (their events waited for and released)."""
+    release, finish = core.cl_release, core.cl_finish
+
     def launch(queue: int) -> tuple[int, int]:
         first = last = 0
-        for one in launches:
-            start, end = one(queue)
-            if first == 0:
-                first = start
-            elif last != first:
-                release(last)
-            if start != first and start != end:
-                release(start)
-            last = end
+        try:
+            for one in launches:
+                start, end = one(queue)
+                if first == 0:
+                    first = start
+                elif last != first:
+                    release(last)
+                if start != first and start != end:
+                    release(start)
+                last = end
+        except Exception:
+            if first:
+                finish(first, last)
+            raise
         return first, last
     return launch
 
@@ -134,8 +142,7 @@ class CLReplay:
         launch = None  # the compiled launch, when every runner has one (the queue's `run_here` uses it)
         if all(run.launch is not None for run in runs):
             core = cl_native.native()
-            launch = runs[0].launch if len(runs) == 1 else sequence_launch([run.launch for run in runs],
-                                                                           core.cl_release)
+            launch = runs[0].launch if len(runs) == 1 else sequence_launch([run.launch for run in runs], core)
         self.runner = Runner(_host_never_runs, enqueue=enqueue, device_key=("cl replay", id(self)), launch=launch)
         self.first = first  # the task a failure is reported against (`Submission.placed`)
 

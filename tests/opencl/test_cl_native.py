@@ -107,3 +107,41 @@ def test_the_compiled_launch_and_pyopencl_path_publish_the_same_values_with_orde
         assert stamp is not None and other is not None and stamp[0] <= stamp[1] and other[0] <= other[1]
     starts = [stamp[0] for _, stamp in native]
     assert starts == sorted(starts)  # published in order, each after the one before
+
+
+class _FakeCore:
+    """Records what a sequence of launches releases and waits for (event handles are ints here)."""
+
+    def __init__(self):
+        self.released: list[int] = []
+        self.finished: list[tuple[int, int]] = []
+
+    def cl_release(self, event: int) -> None:
+        self.released.append(event)
+
+    def cl_finish(self, first: int, last: int) -> tuple[int, int, int]:
+        self.finished.append((first, last))
+        return 0, 0, 0
+
+
+def test_a_sequence_of_launches_keeps_the_first_first_and_the_last_last_and_releases_every_other_event_once():
+    from atensor.engine.cl_replay import sequence_launch
+    core = _FakeCore()
+    # runners of one kernel (first == last) and of two (two events): 1 | 2,3 | 4 | 5,6
+    runs = [lambda q: (1, 1), lambda q: (2, 3), lambda q: (4, 4), lambda q: (5, 6)]
+    assert sequence_launch(runs, core)(0) == (1, 6)
+    assert sorted(core.released) == [2, 3, 4, 5] and core.finished == []
+    core = _FakeCore()
+    assert sequence_launch([lambda q: (7, 8), lambda q: (9, 9)], core)(0) == (7, 9)
+    assert core.released == [8]
+
+
+def test_a_launch_that_raises_in_a_sequence_is_raised_after_the_launches_before_it_finished():
+    from atensor.engine.cl_replay import sequence_launch
+    core = _FakeCore()
+
+    def refused(queue: int) -> tuple[int, int]:
+        raise RuntimeError("clEnqueueNDRangeKernel failed with OpenCL error -5 (injected)")
+    with pytest.raises(RuntimeError, match="injected"):
+        sequence_launch([lambda q: (1, 1), lambda q: (2, 3), refused], core)(0)
+    assert core.finished == [(1, 3)] and core.released == [2]  # 1 and 3 released by cl_finish
