@@ -192,6 +192,8 @@ BREAKDOWN_STAGES = [
     ("atensor.engine.plan", "Plan.submit", "  Plan.submit"),
     ("atensor.engine.cl_replay", "CLReplay.bind", "    the lean replay's binding (engine/cl_replay.py)"),
     ("atensor.engine.plan", "Plan._runners", "    runners (rebound in place, or made again)"),
+    ("atensor.hcq.cl_queue", "CLQueue.run_here", "    CLQueue.run_here (a short one: launched, waited for in C)"),
+    ("atensor.hcq.cl_queue", "CLQueue._run_short", "      the compiled launch, wait and publish"),
     ("atensor.hcq.cl_queue", "CLQueue.submit", "    CLQueue.submit"),
     ("atensor.hcq.cl_queue", "CLQueue._enqueue", "      a command's enqueue"),
     ("pyopencl", "enqueue_nd_range_kernel", "        clEnqueueNDRangeKernel (pocl)"),
