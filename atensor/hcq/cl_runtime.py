@@ -44,7 +44,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from atensor.config import settings
 from atensor.dtype import DType
+from atensor.hcq.queue import lower_priority
 
 INSTALL_HINT = ("install an OpenCL driver and pyopencl: `pip install 'atensor[opencl]'` gives pyopencl with "
                 "pocl's CPU driver; on a GPU, pyopencl with the vendor's OpenCL driver")
@@ -129,12 +131,46 @@ def _cl() -> Any:
     return pyopencl
 
 
+_first_listing = True
+
+
+def _platforms(cl: Any) -> list:
+    """`cl.get_platforms()`; the first time, with `settings.worker_nice` > 0, from a thread of that
+    niceness (hcq/queue.py `lower_priority`), so that the threads a driver starts when it is first
+    listed inherit it, as atensor's own workers have it: pocl's CPU device starts its worker threads
+    there, and a launch from the event loop's thread wakes them. Measured (bench/opencl.py
+    --round-trip, Zen 5, 2 cores, load ~6.5, 3 alternating pairs): with them at niceness 10, the
+    awaited one-kernel jit call 32.7/34.8/35.6 us against 50.8/49.3/69.5, the calling thread switched
+    out ~0.2-0.5 times a call instead of ~2 (the woken workers took its core: getrusage's involuntary
+    switches); on a machine busy with other processes a big kernel gets less of the cores (matmul 256:
+    44-47 ms against 16-23). A driver already listed by the process before keeps its threads as they are."""
+    global _first_listing
+    nice, first = settings.worker_nice, _first_listing
+    _first_listing = False
+    if not first or nice <= 0:
+        return cl.get_platforms()
+    got: list = []
+
+    def listing() -> None:
+        lower_priority(nice)
+        try:
+            got.append(cl.get_platforms())
+        except BaseException as exc:  # raised on the caller's thread below
+            got.append(exc)
+    thread = threading.Thread(target=listing, name="atensor-cl-listing")
+    thread.start()
+    thread.join()
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    return got[0]
+
+
 def listed_devices() -> list[tuple[Any, Any]]:
     """(platform, device) of every OpenCL device, numbered as CL:0, CL:1, ...; [] without any."""
     cl = _cl()
     found = []
     try:
-        platforms = cl.get_platforms()
+        platforms = _platforms(cl)
     except cl.Error:  # the ICD loader finds no platform (pyopencl raises PLATFORM_NOT_FOUND_KHR)
         return []
     for platform in platforms:
