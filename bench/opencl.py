@@ -4,7 +4,8 @@ pyopencl on the same device.
     python bench/opencl.py [--repeat 5] [--calls 300] [--rounds 3] [--round-trip]
     python bench/opencl.py --breakdown   # where a jit replay's and an eager round trip go, by stage (us)
     python bench/opencl.py --python-calls  # Python calls per awaited jit replay: in Plan.submit, in all
-    python bench/opencl.py --pocl-gap    # raw pyopencl's round trip with the host busy 0-40 us between launches
+    python bench/opencl.py --pocl-gap    # raw pyopencl's round trip with the host busy 0-40 us between launches,
+                                       # and the jit's, with the calling thread's context switches
     python bench/opencl.py --llm 8       # SmolLM2's greedy tokens on CL against transformers' (exit 1 if not)
     python bench/opencl.py --check     # a GPU machine's checks: the CL tests, then this bench, short,
                                        # then 4 LLM tokens against transformers' (under 5 minutes warm;
@@ -170,17 +171,35 @@ def _driver() -> str:
     return f"platform {handle.device.platform.version}; driver {handle.device.driver_version}"
 
 
+def _switches() -> tuple[int, int]:
+    """The calling thread's (voluntary, involuntary) context switches so far (getrusage, Linux)."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_nvcsw, usage.ru_nivcsw
+
+
 def pocl_gap(calls: int, rounds: int, gaps: tuple[float, ...] = (0, 5, 10, 20, 40)) -> list[dict]:
     """The raw loop's round trip (median us) with the host spinning `gap` us between a wait's return and
-    the next enqueue, alternating the gaps in each round: how much of a launch's cost is the driver's
-    threads going to sleep between launches (pocl's pthread device: its worker is woken again by the
-    next enqueue) rather than the host's own work."""
-    samples: dict[float, list[float]] = {gap: [] for gap in gaps}
+    the next enqueue, alternating the gaps in each round, then the awaited jit call (trio): how much of a
+    launch's cost is the driver's threads going to sleep between launches (pocl's pthread device: the
+    next enqueue wakes its workers, which may take the calling thread's core) rather than the host's
+    own work. Each row has the calling thread's context switches per call: voluntary (it slept in the
+    wait) and involuntary (it was switched out: the woken workers took its core)."""
+    samples: dict[str, list[tuple[float, float, float]]] = {f"raw, gap {gap:g} us": [] for gap in gaps}
+    samples["jit replay, trio"] = []
     for _ in range(rounds):
-        for gap in gaps:
-            samples[gap].append(raw_round_trip(calls, gap_us=gap))
-    return [{"gap_us": gap, "median_us": statistics.median(values), "min_us": min(values), "max_us": max(values)}
-            for gap, values in samples.items()]
+        for name in samples:
+            before = _switches()
+            if name.startswith("raw"):
+                us = raw_round_trip(calls, gap_us=float(name.split()[2]))
+            else:
+                us = awaited_round_trip(calls, "trio", True)
+            after = _switches()
+            samples[name].append((us, (after[0] - before[0]) / (calls + 50), (after[1] - before[1]) / (calls + 50)))
+    return [{"case": name, "median_us": statistics.median(v[0] for v in values),
+             "min_us": min(v[0] for v in values), "max_us": max(v[0] for v in values),
+             "voluntary_per_call": statistics.median(v[1] for v in values),
+             "involuntary_per_call": statistics.median(v[2] for v in values)} for name, values in samples.items()]
 
 
 # (module, attribute path, label) of the stages `breakdown` times; a leading space: part of the row above
@@ -378,9 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pocl_gap:
         rows = pocl_gap(args.calls, args.rounds)
-        print(table(f"raw pyopencl enqueue + wait with the host busy between launches, median of {args.calls} "
-                    f"calls; median (range) of {args.rounds} alternating rounds (us)", ["gap us", "round trip us", "range"],
-                    [[r["gap_us"], r["median_us"], f"{r['min_us']:.0f}-{r['max_us']:.0f}"] for r in rows]))
+        print(table(f"raw pyopencl enqueue + wait with the host busy between launches, and the awaited jit call, "
+                    f"median of {args.calls} calls; median (range) of {args.rounds} alternating rounds (us), the "
+                    f"calling thread's context switches per call",
+                    ["case", "round trip us", "range", "voluntary", "involuntary"],
+                    [[r["case"], r["median_us"], f"{r['min_us']:.0f}-{r['max_us']:.0f}", r["voluntary_per_call"],
+                      r["involuntary_per_call"]] for r in rows]))
         path = write_results(args.out + "_pocl_gap", {"device": device, "driver": driver,
                                                       "command": "python bench/opencl.py " + " ".join(argv or sys.argv[1:]),
                                                       "pocl_gap": rows})
