@@ -27,7 +27,8 @@ Invariants kept here exactly as graph/node.py states them:
 
 Built with the plain C API (member descriptors' slot offsets are read from PyMemberDescrObject),
 for CPython 3.11 and later. This file is the module: what configure() is given, the method table;
-node.c, walk.c, ledger.c and fresh.c hold the objects, cl.c a short OpenCL command's launch and wait (ccore.h what they share). */
+node.c, walk.c, ledger.c and fresh.c hold the objects, cl.c a short OpenCL command's launch and wait
+(ccore.h what they share). */
 #include "ccore.h"
 
 /* ---- what configure() is given ------------------------------------------------------------- */

@@ -13,7 +13,7 @@ enqueued, under the program's lock; the wait is outside it).
 
 Which library: the one pyopencl linked (its wheel bundles an ICD loader, found by hcq/cl_native.py in
 /proc/self/maps), opened with RTLD_NOLOAD, so the handles pyopencl exposes as `.int_ptr` (cl_command_queue,
-cl_kernel) go to the same loader and driver that made them. No OpenCL header is needed: the seven entry
+cl_kernel) go to the same loader and driver that made them. No OpenCL header is needed: the six entry
 points are declared here from the OpenCL 1.2 specification, and every handle is an opaque pointer.
 
 What stays Python: everything that decides (which set of kernel objects holds the arguments, whether a
