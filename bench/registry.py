@@ -166,7 +166,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               ("raw pyopencl on the same device", "atensor's CPU backend"), None, ("opencl",),
               quick=("--round-trip", "--calls", "100", "--rounds", "1"), needs=("pyopencl",),
               other_results=("opencl_round_trip", "opencl_breakdown", "opencl_python_calls", "opencl_llm",
-                             "opencl_check", "opencl_check_llm"),
+                             "opencl_check", "opencl_check_llm", "opencl_pocl_gap", "opencl_worker_nice10",
+                             "opencl_worker_nice10_pocl_gap"),
               figures=("round_trip.*.median_us", "round_trip.*.vs_raw")),
     # ---- serving
     Benchmark("serve_load", "serve_load.py", "serving",
