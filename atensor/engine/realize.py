@@ -178,23 +178,26 @@ _Found = tuple[Optional[cache.GraphKey], Optional[cache.Template], list[Node]]
 
 def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], config: Any,
              result: Any) -> tuple[Optional[RealizeHandle], Optional[_Found]]:
-    """A realize of computed tensors whose graph hits a hot template with an `EagerReplay`
-    (engine/eager_replay.py), run here: (its handle, None): finished, or on the submission of a CL
-    twin's lean replay still running. Otherwise (declined, nothing run
-    or committed) (None, what was found of its key and template, or None). The caller holds the
-    dispatcher; nothing is captured or claimed along, and of the `pending` assigns none may have to
-    be realized along (`_flush_along`: one reads a version this graph overwrites), else it declines."""
+    """A realize whose graph hits a hot template with an `EagerReplay` (engine/eager_replay.py), run
+    here: (its handle, None): finished, or on the submission of a CL twin's lean replay or a heavy
+    twin's plan still running. Its roots are the ones `_prepare` finds, in its order: each computed
+    tensor's new ASSIGN and each pending assign it was given (`ledger.claim`ed by `realize`), per shard
+    of a sharded one. Otherwise (declined, nothing run or committed) (None, what was found of its key
+    and template, or None). The caller holds the dispatcher; nothing is captured along, and of the
+    `pending` assigns none may have to be realized along (`_flush_along`: one reads a version this
+    graph overwrites), else it declines."""
     if collector.is_active() or config.debug >= 2 or not all_idle():
         return None, None
     bases: dict[int, Node] = {}
-    for node, storage in items:  # the roots `_prepare` would find, in its order
+    for node, storage in items:  # the roots `_prepare` would find, in its order (per shard of a MULTI)
         stored = storage.node() if storage is not None else node
-        base = stored.base()
-        if base.op is _BUFFER and storage is None:
-            continue  # (a realized value: nothing to compute; every queue is idle, so nothing to wait for)
-        if base.op is not _ASSIGN:  # (a sharded tensor's MULTI)
-            return None, None
-        bases.setdefault(id(base), base)
+        for part in stored.src if stored.op is Ops.MULTI else (stored,):
+            base = part.base()
+            if base.op is _BUFFER:
+                continue  # (a realized value: nothing to compute; every queue is idle, nothing to wait for)
+            if base.op is not _ASSIGN:
+                return None, None
+            bases.setdefault(id(base), base)
     if not bases:
         return None, None
     roots = list(bases.values())

@@ -163,3 +163,56 @@ def test_a_hot_training_step_with_its_pending_updates_replays_and_equals_the_gen
     for a, b in zip(weights, general_weights):
         assert np.array_equal(a, b)
     assert state == general_state
+
+
+def _sharded_training(library: str, hidden: int, steps: int) -> tuple[list[float], list[np.ndarray]]:
+    """`_training`'s network data-parallel on two CPU devices: the batch split, the weights replicated,
+    each weight's gradient an allreduce; the losses and the final weights."""
+    devices = ("CPU:0", "CPU:1")
+    rng = np.random.default_rng(13)
+    w1_np = (rng.random((64, hidden), dtype=np.float32) - 0.5) * 0.2
+    w2_np = (rng.random((hidden, 8), dtype=np.float32) - 0.5) * 0.2
+    xs = [rng.random((128, 64), dtype=np.float32) for _ in range(steps)]
+
+    async def main():
+        w1, w2 = Tensor(w1_np).shard(devices), Tensor(w2_np).shard(devices)
+        await w1.realize(w2)
+        losses = []
+        for k, x_np in enumerate(xs):
+            x = Tensor(x_np).shard(devices, axis=0)
+            h = (x @ w1).relu()
+            out = h @ w2
+            loss = (out * out).sum() * (1 / 128)
+            g_out = out * (2 / 128)
+            g_w2 = h.T @ g_out
+            g_w1 = x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))
+            w1.assign(w1 - g_w1 * 0.01)
+            w2.assign(w2 - g_w2 * 0.01)
+            await loss.realize(w1, w2)
+            losses.append(loss.item())
+            if k == 2:
+                registry.wait_background()
+        return losses, [w1.numpy(), w2.numpy()]
+    return _run(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_data_parallel_step_replays_with_its_allreduces_and_equals_the_general_path_bit_for_bit(
+        library, heavy_replays, monkeypatch):
+    hidden = 98 if library == "trio" else 99
+    _sharded_training(library, hidden, 4)  # hot, compiled: both runs below use the same kernels
+    heavy_replays.clear()
+    losses, weights = _sharded_training(library, hidden, 12)
+    if COMPILED:
+        assert len(heavy_replays) >= 10, heavy_replays
+        assert all(roots == 6 for roots in heavy_replays), heavy_replays  # a shard of each per device
+    else:
+        assert heavy_replays == []
+    assert losses[-1] < losses[0]
+    heavy_replays.clear()
+    _general_path_only(monkeypatch)
+    general_losses, general_weights = _sharded_training(library, hidden, 12)
+    assert heavy_replays == []
+    assert losses == general_losses
+    for a, b in zip(weights, general_weights):
+        assert np.array_equal(a, b)
