@@ -46,9 +46,12 @@ the dispatcher thread and its wake-up, the `Job`, `_prepare`, `schedule` and `fo
 the flagship's step (1 device, 1 BLAS thread), the caller's `realize()` took 290-350 us of its CPU where
 the dispatcher thread's took 330-430 before (the rest is `Plan.submit`'s binding and allocation). In one
 process, alternating blocks of 20 steps with this replay declined (the general path, the key walk still
-on the caller's thread) at load 5-6.7 on the 2-core Zen 5: the main thread's CPU with it equals the main
-and dispatcher threads' without it (1657 against 1234 + 414 us a step), and the step's wall time was
-0.88x and 1.09x with 1 BLAS thread, 0.94x, 1.08x and 1.26x with 2: not resolved at that load.
+on the caller's thread), 1 BLAS thread, on the 2-core Zen 5: the main thread's CPU with it against the
+main and dispatcher threads' without it 1303 against 1081 + 367 us a step at load 8.1 (the process's
+2.09 against 2.19 ms), 1657 against 1234 + 414 at load 6.2; the step's wall time 0.965x, 0.88x and 1.09x
+in three runs at load 5.3-8.1. With 2 BLAS threads the comparison is confounded: each kernel's thread
+count is chosen by timing its runs (backend/gemm/blas.py `MeasuredThreads`), and the choice moved
+between blocks (0.94x-1.26x).
 
 A lowering choice of the one mechanism, not a second engine: the template, its program, its twin
 and the twin plan's record are the schedule cache's and `Plan.submit`'s own; this only skips the
