@@ -35,6 +35,24 @@ thread's CPU per round trip 63 and 59 against 75 and 78. Of the rest (`bench/ope
 `Plan.submit` ~29 (pocl's clEnqueueNDRangeKernel 13-15 of it: a fresh output per hit sets the kernel's
 arguments again), the poll ~5-14 (the kernel's own time, waited for), the commit 3, the key 1.5.
 
+A heavy twin (a plan too heavy for a record: the flagship's eager training step, engine/program.py
+`twin_heavy`) is run the same way: steps 1-2 (its read-first check is the plan layout's `read_first`,
+found once), `Plan.submit` of the twin's plan from here (its kept runners pointed at the hit's buffers,
+each queue's kernels one native program), the commit while the queues run, and a handle on the
+submission. engine/realize.py tries it for a graph of up to `HOT_MAX_NODES` nodes, and also for a
+realize that takes pending assigns along as they are (`opt.step(loss)`: the updates are roots of the
+key walk, committed by `record_realized` as `Schedule.commit` would). What it skips is the hand-off to
+the dispatcher thread and its wake-up, the `Job`, `_prepare`, `schedule` and `for_fill`: measured on
+the flagship's step (1 device, 1 BLAS thread), the caller's `realize()` took 290-350 us of its CPU where
+the dispatcher thread's took 330-430 before (the rest is `Plan.submit`'s binding and allocation). In one
+process, alternating blocks of 20 steps with this replay declined (the general path, the key walk still
+on the caller's thread), 1 BLAS thread, on the 2-core Zen 5: the main thread's CPU with it against the
+main and dispatcher threads' without it 1303 against 1081 + 367 us a step at load 8.1 (the process's
+2.09 against 2.19 ms), 1657 against 1234 + 414 at load 6.2; the step's wall time 0.965x, 0.88x and 1.09x
+in three runs at load 5.3-8.1. With 2 BLAS threads the comparison is confounded: each kernel's thread
+count is chosen by timing its runs (backend/gemm/blas.py `MeasuredThreads`), and the choice moved
+between blocks (0.94x-1.26x).
+
 A lowering choice of the one mechanism, not a second engine: the template, its program, its twin
 and the twin plan's record are the schedule cache's and `Plan.submit`'s own; this only skips the
 glue between them. What it keeps from the general path (tests/engine/test_eager_replay.py checks each):
@@ -60,7 +78,7 @@ every queue is idle; the plan's state needs no lock then.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from atensor.backend.c import registry
@@ -78,8 +96,9 @@ from atensor.sched.cache import GraphKey, Template
 
 @dataclass(eq=False)
 class EagerReplay:
-    """A hot template's twin plan and its fast case (a record, or the lean CL replay: exactly one is
-    set), with where each buffer it binds sits in a hit's fill list (see the module docstring)."""
+    """A hot template's twin plan and its fast case (a record, or the lean CL replay: at most one is
+    set; neither for a heavy twin, submitted with its kept runners), with where each buffer it binds
+    sits in a hit's fill list (see the module docstring)."""
     twin: CapturedProgram
     current: tuple               # twin._current when made: (epoch, profiling, plan)
     plan: Plan
@@ -87,19 +106,32 @@ class EagerReplay:
     lean: Optional[CLReplay]         # else its lean CL replay, submitted here (`Plan.submit`)
     swapped_fill: list[int]      # per buffer the plan binds (its `swapped` order): its fill index
     written: list[int]           # places in `swapped` of the buffers it writes (marked failed if it raises)
+    # a heavy twin's (neither record nor lean replay): the buffers a task reads before the plan writes
+    # them, as places in `swapped` (`Plan.submit` refuses a failed one: checked first, to decline)
+    read_first: list[int] = field(default_factory=list)
 
     @staticmethod
     def of(program: CapturedProgram) -> Optional[EagerReplay]:
-        """The eager replay of a template's `program` whose twin (a light one) has a plan with a record
-        or a lean CL replay, else None (not hot yet, heavy, or its plan has decided on neither yet)."""
+        """The eager replay of a template's `program` whose twin has a plan with a record or a lean CL
+        replay (a light twin), or is heavy (its kept runners submitted by `Plan.submit`), else None (not
+        hot yet, or its plan has not been submitted yet or has decided on neither)."""
         twin = program.twin
-        if twin is None or program.twin_heavy or not twin.lowered():
+        if twin is None or not twin.lowered():
             return None
         plan = twin.plan()
         record, lean = plan.record, plan.lean
         if plan.swapped is None:
             return None
-        if isinstance(record, ReplayRecord):
+        read_first: list[int] = []
+        if program.twin_heavy:
+            record = lean = None
+            place = {bi: j for j, bi in enumerate(plan.swapped_index)}
+            written_at = set(plan.layout.written_index)
+            written = [j for j, bi in enumerate(plan.swapped_index) if bi in written_at]
+            read_first = [place[bi] for bi, _ in plan.layout.read_first if bi in place]
+            if len(read_first) != len(plan.layout.read_first):
+                return None  # (a twin's buffers are all placeholders: every one is swapped)
+        elif isinstance(record, ReplayRecord):
             lean, written = None, list(record.written_swapped)
         elif record is False and lean is not None:
             record = None
@@ -108,7 +140,7 @@ class EagerReplay:
             return None
         at = {placeholder: index for placeholder, (_, index) in zip(program.placeholders, program.slot_fill)}
         return EagerReplay(twin, twin._current, plan, record, lean, [at[spec] for spec in plan.swapped],
-                           written)
+                           written, read_first)
 
     def valid(self) -> bool:
         """False once the twin's plan is not the one this was made from (re-lowered, or a profile)."""
@@ -133,7 +165,10 @@ class EagerReplay:
         fill, realized, _ = template.fill(key)
         new_specs = [fill[i] for i in self.swapped_fill]
         replay = self.record if self.record is not None else self.lean
-        reads = replay.reads_fixed if not replay.reads_swapped else replay.reads_of(new_specs)
+        if replay is None:  # a heavy twin
+            reads = [(Buffer.of(new_specs[j]), None) for j in self.read_first]
+        else:
+            reads = replay.reads_fixed if not replay.reads_swapped else replay.reads_of(new_specs)
         for buf, _ in reads:
             if buf.writes:
                 buf.pending_writes()  # folds a finished write that failed into `failure`
@@ -144,7 +179,8 @@ class EagerReplay:
         try:
             if self.record is not None:
                 self.plan.run_record(new_specs)
-            else:  # the plan's lean case (its checks pass, as above); the device runs while this commits
+            else:  # the lean case or a heavy twin's kept runners (the checks pass, as above); the
+                # queues run while this commits
                 submission = self.plan.submit(dict(zip(self.plan.swapped, new_specs)))
         except BaseException as exc:  # (native kernels cannot fail: a failed allocation, an interrupt)
             failure = exc

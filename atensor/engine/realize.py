@@ -7,9 +7,10 @@ caller does at once, for a small graph while the dispatcher is idle): each compu
 execution (engine/plan.py): a graph structured like one realized before submits the CapturedProgram of
 its schedule-cache template (`program_of`, engine/program.py) with its own buffers in the template's
 slots, so it is neither built as a TaskGraph nor lowered again. The jit (jit/jit.py) records the
-schedules that this path ran and keeps them as CapturedPrograms. A small realize planned inline whose
-graph hits a hot template with a twin replayed by record (or, on one CL device, by its lean replay)
-is run before any `Job` is made, as that twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`):
+schedules that this path ran and keeps them as CapturedPrograms. A realize planned inline (small, or
+up to `HOT_MAX_NODES` nodes while the dispatcher is idle) whose graph hits a hot template with a twin
+replayed by record (or, on one CL device, by its lean replay, or a heavy twin's kept runners) is run
+before any `Job` is made, as that twin's `EagerReplay` (engine/eager_replay.py, `_hot_hit`):
 when it declines, the key and template it found go on to `schedule`, so nothing is walked twice.
 
 When a tensor's storage is decided: when `realize()` is called (a `Storage` on the tensor's `_swap`
@@ -101,6 +102,11 @@ if core.ccore is not None:  # the common cases in C (atensor/core/ledger.c), the
 # on the calling thread when the dispatcher is idle: scheduling a cached graph of that size and
 # lowering it costs tens of microseconds, less than the hand-off to the dispatcher thread and back
 INLINE_MAX_NODES = 64
+# a realize of more nodes, up to this many, is first tried as a hot template's replay on the calling
+# thread when the dispatcher is idle (`_hot_hit`): an eager training step's graph (the flagship's: 128
+# to 256 nodes) whose template has a heavy twin. The walks cost tens of microseconds in C; on a decline
+# the key goes along to the dispatcher, so nothing is walked twice
+HOT_MAX_NODES = 1024
 
 
 def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
@@ -128,13 +134,15 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
     # takes none along (`_hot_hit` declines then), so unrelated pending assigns, however big, leave it
     # on the caller's thread: before, 10 assigns a program left pending sent every later realize of it
     # to the dispatcher thread
-    if config.racecheck or config.native == "all" or not _small(nodes, INLINE_MAX_NODES) \
+    small = _small(nodes, INLINE_MAX_NODES)
+    if config.racecheck or config.native == "all" or not (small or record is None and config.schedule_cache
+                                                          and _small(nodes, HOT_MAX_NODES)) \
             or not dispatcher.claim():
         job = _job(items, given, pending, record, None)
         dispatcher.submit(job)
         return RealizeHandle(job, result)
     found = None  # planned here, holding the dispatcher: first as a hot template's replay, if it is one
-    if record is None and not given and config.schedule_cache:
+    if record is None and config.schedule_cache:
         try:
             handle, found = _hot_hit(items, pending, config, result)
         except BaseException:
@@ -144,9 +152,11 @@ def realize(captured: list[tuple[Any, Node]], result: Any) -> RealizeHandle:
             dispatcher.unclaim()
             return handle
     job = _job(items, given, pending, record, found)
-    if pending and not _small(nodes + pending, INLINE_MAX_NODES):
-        dispatcher.unclaim()  # (nothing was planned or committed: the dispatcher plans it, in issue order)
+    if not small or pending and not _small(nodes + pending, INLINE_MAX_NODES):
+        # nothing was planned or committed: the dispatcher plans it, in issue order (queued before the
+        # role is given back, so no realize is planned between the key `found` and its use)
         dispatcher.submit(job)
+        dispatcher.unclaim()
         return RealizeHandle(job, result)
     dispatcher.run_claimed(job, keep_error=True)
     return RealizeHandle(job, result)
@@ -168,23 +178,28 @@ _Found = tuple[Optional[cache.GraphKey], Optional[cache.Template], list[Node]]
 
 def _hot_hit(items: list[tuple[Node, Optional[Storage]]], pending: list[Node], config: Any,
              result: Any) -> tuple[Optional[RealizeHandle], Optional[_Found]]:
-    """A realize of computed tensors whose graph hits a hot template with an `EagerReplay`
-    (engine/eager_replay.py), run here: (its handle, None): finished, or on the submission of a CL
-    twin's lean replay still running. Otherwise (declined, nothing run
-    or committed) (None, what was found of its key and template, or None). The caller holds the
-    dispatcher; nothing is captured or claimed along, and of the `pending` assigns none may have to
-    be realized along (`_flush_along`: one reads a version this graph overwrites), else it declines."""
+    """A realize whose graph hits a hot template with an `EagerReplay` (engine/eager_replay.py), run
+    here: (its handle, None): finished, or on the submission of a CL twin's lean replay or a heavy
+    twin's plan still running. Its roots are the ones `_prepare` finds, in its order: each computed
+    tensor's new ASSIGN and each pending assign it was given (`ledger.claim`ed by `realize`), per shard
+    of a sharded one. Otherwise (declined, nothing run or committed) (None, what was found of its key
+    and template, or None). The caller holds the dispatcher; nothing is captured along, and of the
+    `pending` assigns none may have to be realized along (`_flush_along`: one reads a version this
+    graph overwrites), else it declines."""
     if collector.is_active() or config.debug >= 2 or not all_idle():
         return None, None
     bases: dict[int, Node] = {}
-    for _, storage in items:
-        if storage is None:
-            return None, None
-        stored = storage.node()
-        base = stored.src[0] if stored.op is _VIEW else stored
-        if base.op is not _ASSIGN:  # (a sharded tensor's MULTI)
-            return None, None
-        bases.setdefault(id(base), base)
+    for node, storage in items:  # the roots `_prepare` would find, in its order (per shard of a MULTI)
+        stored = storage.node() if storage is not None else node
+        for part in stored.src if stored.op is Ops.MULTI else (stored,):
+            base = part.base()
+            if base.op is _BUFFER:
+                continue  # (a realized value: nothing to compute; every queue is idle, nothing to wait for)
+            if base.op is not _ASSIGN:
+                return None, None
+            bases.setdefault(id(base), base)
+    if not bases:
+        return None, None
     roots = list(bases.values())
     if pending and len(versions._flush_along(roots, pending)) != len(roots):
         return None, None  # (`schedule` takes them along)

@@ -122,9 +122,10 @@ class GPURenderer(CRenderer):
                 rest = nxt
         return lines
 
-    def _emit_nest(self, shape: tuple[int, ...], body: Callable[[_Nest], list[str]]) -> None:
+    def _emit_nest(self, shape: tuple[int, ...], body: Callable[[_Nest], list[str]], value: Node) -> None:
         """An elementwise kernel: a bounded launch whose work-items stride over the elements (a work-group
-        costs pocl ~5 us to start: half a million elements in groups of 64 took 41 ms, 9.7x the CPU)."""
+        costs pocl ~5 us to start: half a million elements in groups of 64 took 41 ms, 9.7x the CPU).
+        (`value`, what it computes, is for the C renderer's loop split, which a launch does not need.)"""
         total = math.prod(shape)
         items = min(total, MAX_GROUPS * ELEMENTWISE_GROUP)
         itype = self._index_type(total + items)

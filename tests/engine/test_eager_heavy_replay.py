@@ -1,0 +1,218 @@
+"""An eager realize whose graph hits a hot template with a HEAVY twin (a plan too heavy for a record:
+matmuls past layout.py's flops bound, as the flagship's eager training step) runs as an `EagerReplay`
+from the caller's thread (engine/eager_replay.py): no job for the dispatcher thread, its kept runners
+submitted by `Plan.submit`, the handle on that submission. A realize that takes pending assigns along
+(an optimizer's updates) qualifies too. Each test checks that the replay ran (so none passes on the
+general path alone) and compares it with the general path (the replay declined): the same values, bit
+for bit, and the same ledger state; numpy is the reference. Without a C compiler no twin is made and the
+replay never runs. Under trio and asyncio."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import trio
+
+import atensor
+from atensor import Tensor, ledger
+from atensor.backend.c import compiler, registry
+from atensor.engine import dispatch, eager_replay, program as program_module
+
+pytestmark = pytest.mark.default_settings
+COMPILED = compiler.path() is not None
+
+
+@pytest.fixture
+def heavy_replays(monkeypatch) -> list[int]:
+    """One entry (the roots' count) per heavy EagerReplay run; a template is hot after 2 hits."""
+    monkeypatch.setattr(program_module, "HOT_HITS", 2)
+    runs: list[int] = []
+    run = eager_replay.EagerReplay.run
+
+    def counting(self, key, template, roots, result):
+        handle = run(self, key, template, roots, result)
+        if handle is not False and self.record is None and self.lean is None:
+            runs.append(len(roots))
+        return handle
+    monkeypatch.setattr(eager_replay.EagerReplay, "run", counting)
+    return runs
+
+
+@pytest.fixture
+def dispatched(monkeypatch) -> list[int]:
+    """One entry per job handed to the dispatcher thread."""
+    jobs: list[int] = []
+    submit = dispatch.Dispatcher.submit
+
+    def counting(self, job):
+        jobs.append(1)
+        return submit(self, job)
+    monkeypatch.setattr(dispatch.Dispatcher, "submit", counting)
+    return jobs
+
+
+def _general_path_only(monkeypatch) -> None:
+    monkeypatch.setattr(eager_replay.EagerReplay, "of", staticmethod(lambda program: None))
+    monkeypatch.setattr(eager_replay.EagerReplay, "valid", lambda self: False)
+
+
+def _run(library: str, main):
+    """`main()` under `library`, with one BLAS thread (two may split a product's sum differently from
+    one run to the next, and the tests compare bit for bit)."""
+    async def one_thread():
+        with atensor.Context(blas_threads=1):
+            return await main()
+    return trio.run(one_thread) if library == "trio" else asyncio.run(one_thread())
+
+
+def _forward_loop(library: str, rows: int, hits: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """`hits` awaited realizes of one heavy graph, each with new inputs: (results, numpy's)."""
+    rng = np.random.default_rng(7)
+    w_np = rng.random((96, 96), dtype=np.float32)
+    w = Tensor(w_np)
+    xs = [rng.random((rows, 96), dtype=np.float32) for _ in range(hits)]
+
+    async def main():
+        kept = []
+        for k, x_np in enumerate(xs):
+            y = ((Tensor(x_np) @ w).relu() * 2).sum(axis=1)
+            await y.realize()
+            kept.append(y)
+            if k == 2:
+                registry.wait_background()
+        return [y.numpy() for y in kept]  # each hit kept buffers of its own
+    got = _run(library, main)
+    return got, [(np.maximum(x @ w_np, 0) * 2).sum(axis=1) for x in xs]
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_heavy_graph_runs_from_the_callers_thread_and_equals_the_general_path(
+        library, heavy_replays, dispatched, monkeypatch):
+    rows = 70 if library == "trio" else 71  # (a template outlives a test: each its own)
+    _forward_loop(library, rows, 4)  # hot, compiled: both runs below use the same kernels (C, not numpy)
+    heavy_replays.clear()
+    dispatched.clear()
+    got, expected = _forward_loop(library, rows, 12)
+    for y, ref in zip(got, expected):
+        np.testing.assert_allclose(y, ref, rtol=1e-4)
+    if COMPILED:
+        assert len(heavy_replays) >= 10, heavy_replays
+        assert len(dispatched) <= 12 - len(heavy_replays)  # a replayed hit is no dispatcher job
+    else:
+        assert heavy_replays == []
+    heavy_replays.clear()
+    _general_path_only(monkeypatch)
+    general, _ = _forward_loop(library, rows, 12)
+    assert heavy_replays == []
+    for a, b in zip(got, general):
+        assert np.array_equal(a, b)
+
+
+def _training(library: str, hidden: int, steps: int) -> tuple[list[float], list[np.ndarray], tuple]:
+    """`steps` steps of a two-layer network with plain SGD written as assigns (the loss realized with
+    the updates it reads before, as `opt.step(loss)` does): the losses, the final weights, and what the
+    ledger says of the first weight."""
+    rng = np.random.default_rng(11)
+    w1_np = (rng.random((64, hidden), dtype=np.float32) - 0.5) * 0.2
+    w2_np = (rng.random((hidden, 8), dtype=np.float32) - 0.5) * 0.2
+    xs = [rng.random((128, 64), dtype=np.float32) for _ in range(steps)]
+
+    async def main():
+        w1, w2 = Tensor(w1_np).contiguous(), Tensor(w2_np).contiguous()
+        await w1.realize(w2)
+        losses = []
+        for k, x_np in enumerate(xs):
+            x = Tensor(x_np)
+            h = (x @ w1).relu()
+            out = h @ w2
+            loss = (out * out).sum() * (1 / 128)
+            g_out = out * (2 / 128)
+            g_w2 = h.T @ g_out
+            g_w1 = x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))
+            w1.assign(w1 - g_w1 * 0.01)
+            w2.assign(w2 - g_w2 * 0.01)
+            await loss.realize(w1, w2)  # the loss and both pending updates, one realize
+            losses.append(loss.item())
+            if k == 2:
+                registry.wait_background()
+        spec, version = w1.node.base().arg
+        state = (version, ledger.version(spec), ledger.head(spec), ledger.claimed(spec), ledger.pending_heads())
+        return losses, [w1.numpy(), w2.numpy()], state
+    return _run(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_training_step_with_its_pending_updates_replays_and_equals_the_general_path_bit_for_bit(
+        library, heavy_replays, monkeypatch):
+    hidden = 96 if library == "trio" else 97
+    _training(library, hidden, 4)  # hot, compiled: both runs below use the same kernels (C, not numpy)
+    heavy_replays.clear()
+    losses, weights, state = _training(library, hidden, 12)
+    if COMPILED:
+        assert len(heavy_replays) >= 10, heavy_replays
+        assert all(roots == 3 for roots in heavy_replays), heavy_replays  # the loss and both updates
+    else:
+        assert heavy_replays == []
+    assert losses[-1] < losses[0]
+    heavy_replays.clear()
+    _general_path_only(monkeypatch)
+    general_losses, general_weights, general_state = _training(library, hidden, 12)
+    assert heavy_replays == []
+    assert losses == general_losses
+    for a, b in zip(weights, general_weights):
+        assert np.array_equal(a, b)
+    assert state == general_state
+
+
+def _sharded_training(library: str, hidden: int, steps: int) -> tuple[list[float], list[np.ndarray]]:
+    """`_training`'s network data-parallel on two CPU devices: the batch split, the weights replicated,
+    each weight's gradient an allreduce; the losses and the final weights."""
+    devices = ("CPU:0", "CPU:1")
+    rng = np.random.default_rng(13)
+    w1_np = (rng.random((64, hidden), dtype=np.float32) - 0.5) * 0.2
+    w2_np = (rng.random((hidden, 8), dtype=np.float32) - 0.5) * 0.2
+    xs = [rng.random((128, 64), dtype=np.float32) for _ in range(steps)]
+
+    async def main():
+        w1, w2 = Tensor(w1_np).shard(devices), Tensor(w2_np).shard(devices)
+        await w1.realize(w2)
+        losses = []
+        for k, x_np in enumerate(xs):
+            x = Tensor(x_np).shard(devices, axis=0)
+            h = (x @ w1).relu()
+            out = h @ w2
+            loss = (out * out).sum() * (1 / 128)
+            g_out = out * (2 / 128)
+            g_w2 = h.T @ g_out
+            g_w1 = x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))
+            w1.assign(w1 - g_w1 * 0.01)
+            w2.assign(w2 - g_w2 * 0.01)
+            await loss.realize(w1, w2)
+            losses.append(loss.item())
+            if k == 2:
+                registry.wait_background()
+        return losses, [w1.numpy(), w2.numpy()]
+    return _run(library, main)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_data_parallel_step_replays_with_its_allreduces_and_equals_the_general_path_bit_for_bit(
+        library, heavy_replays, monkeypatch):
+    hidden = 98 if library == "trio" else 99
+    _sharded_training(library, hidden, 4)  # hot, compiled: both runs below use the same kernels
+    heavy_replays.clear()
+    losses, weights = _sharded_training(library, hidden, 12)
+    if COMPILED:
+        assert len(heavy_replays) >= 10, heavy_replays
+        assert all(roots == 6 for roots in heavy_replays), heavy_replays  # a shard of each per device
+    else:
+        assert heavy_replays == []
+    assert losses[-1] < losses[0]
+    heavy_replays.clear()
+    _general_path_only(monkeypatch)
+    general_losses, general_weights = _sharded_training(library, hidden, 12)
+    assert heavy_replays == []
+    assert losses == general_losses
+    for a, b in zip(weights, general_weights):
+        assert np.array_equal(a, b)
