@@ -78,7 +78,7 @@ class Device:
         self.peak_bytes = 0
         # per size, the dead buffers' memory (the newest last); sizes in the order they were last used
         # (taken from or given back), the least recent first: what a full pool gives up first
-        self._pool: collections.OrderedDict[int, list[np.ndarray]] = collections.OrderedDict()
+        self._pool: collections.OrderedDict[int, list[HostMemory]] = collections.OrderedDict()
         self._pool_used: dict[int, float] = {}  # per size in the pool: when it was last taken or given back
         self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
@@ -165,9 +165,9 @@ class Device:
             buf.release = (small.give, entry)
             return buf
         else:
-            raw = self._take(spec.nbytes)
-            buf.memory = raw.view(spec.dtype.np)
-            buf.release = (self._release, raw)
+            held = self._take(spec.nbytes)
+            buf.memory, buf._address = held.raw.view(spec.dtype.np), held.address
+            buf.release = (self._release, held)
         self._account(spec.nbytes)
         return buf
 
@@ -186,23 +186,23 @@ class Device:
     POOL_MAX_BYTES = 1 << 30
     POOL_STALE_S = 2.0
 
-    def _take(self, nbytes: int) -> np.ndarray:
+    def _take(self, nbytes: int) -> HostMemory:
         if nbytes >= self.POOL_MIN_BYTES:
             with self._mem_lock:
                 free = self._pool.get(nbytes)
                 if free:
                     self._pooled_bytes -= nbytes
-                    raw = free.pop()
+                    held = free.pop()
                     if free:
                         self._pool.move_to_end(nbytes)
                         self._pool_used[nbytes] = time.monotonic()
                     else:  # invariant: every size in the pool holds memory
                         del self._pool[nbytes], self._pool_used[nbytes]
-                    return raw
-        return np.empty(nbytes, dtype=np.uint8)
+                    return held
+        return HostMemory(np.empty(nbytes, dtype=np.uint8))
 
-    def _release(self, raw: np.ndarray) -> None:
-        nbytes = raw.nbytes
+    def _release(self, held: HostMemory) -> None:
+        nbytes = held.raw.nbytes
         self._account(-nbytes)
         if not self.POOL_MIN_BYTES <= nbytes <= self.POOL_MAX_BYTES:
             return
@@ -218,7 +218,7 @@ class Device:
                 self._pooled_bytes -= size
                 if not kept:
                     del pool[size], used[size]
-            pool.setdefault(nbytes, []).append(raw)
+            pool.setdefault(nbytes, []).append(held)
             pool.move_to_end(nbytes)
             used[nbytes] = now
             self._pooled_bytes += nbytes
@@ -250,6 +250,16 @@ class Device:
         """Blocks until every command submitted to this device's queues has run (not for the loop thread)."""
         for q in self.queues:
             q.signal.wait_blocking(q._reserved, check=False)
+
+
+class HostMemory:
+    """A block of host memory of the caching allocator (`Device._take`), with its address read once when
+    it is made: a buffer handed this memory again needs no `__array_interface__` (a dict built per read,
+    ~2 us on a cache left cold by a 1 MiB collective: a jitted allreduce's fresh result, every call)."""
+    __slots__ = ("raw", "address")
+
+    def __init__(self, raw: np.ndarray):
+        self.raw, self.address = raw, raw.__array_interface__["data"][0]
 
 
 class NullMemory:
