@@ -6,7 +6,8 @@ import gc
 import numpy as np
 import pytest
 
-from atensor import Device, Tensor
+from atensor import Device, Tensor, dtypes
+from atensor.graph.node import BufferSpec
 
 # every test here calls gc.collect(): it traverses only the test's own objects (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("young_heap")
@@ -99,3 +100,21 @@ def test_a_full_pool_keeps_memory_in_use_and_turns_the_new_memory_away(monkeypat
     gc.collect()  # no room, and the 1 MiB memory is in use: the 2 MiB goes back to the system
     assert dev._pooled_bytes == 4 * mib and list(dev._pool) == [mib]
     dev.empty_cache()
+
+
+
+
+def test_pooled_memory_handed_on_keeps_its_address_whatever_the_dtype():
+    """A buffer given a dead buffer's memory reports that memory's address (kept with it when it was made,
+    hcq/device.py `HostMemory`), whatever dtype it views the memory as."""
+    dev = Device.get("CPU:3")
+    dev.empty_cache()
+    spec = BufferSpec("CPU:3", 1 << 18, dtypes.float32)
+    buf = dev.allocate(spec)
+    address, read = buf.address(), buf.memory.__array_interface__["data"][0]
+    del spec, buf  # the memory goes back to the pool with its spec
+    assert address == read and dev._pooled_bytes == 1 << 20
+    spec = BufferSpec("CPU:3", 1 << 18, dtypes.int32)  # the same bytes, another dtype
+    buf = dev.allocate(spec)
+    assert dev._pooled_bytes == 0 and buf.memory.dtype == np.int32 and buf.memory.size == 1 << 18
+    assert buf.address() == address == buf.memory.__array_interface__["data"][0]
