@@ -297,6 +297,20 @@ def fresh_small(device: Device, spec: BufferSpec, version: int, key: tuple[int, 
     return buf
 
 
+def fresh_pooled(device: Device, spec: BufferSpec, version: int) -> Buffer:
+    """`fresh_small` for a buffer of the caching allocator's sizes (SmallPool.MAX_NBYTES and up) on the CPU
+    `device`: its Buffer with a dead buffer's memory (or fresh memory), counted in the device's bytes, and
+    its ledger record at `version`, in one step (jit/direct.py, for a one-net-command replay's result: the
+    general path looks the spec up three times, and advances its version apart, on a cache the previous
+    collective left cold)."""
+    buf = Buffer(spec)
+    held = device._take(spec.nbytes)
+    buf.memory, buf._address = held.raw.view(spec.dtype.np), held.address
+    buf.release = (device._release, held)
+    ledger.attach_new(spec, buf, version)
+    return buf
+
+
 python_fresh_small = fresh_small  # the specification, whichever runs (tests/core/ compares the two)
 if core.ccore is not None:
     core.ccore.configure_fresh(Buffer, SmallPool, threading.Lock, collector, python_fresh_small)
