@@ -16,8 +16,9 @@ module fixes all of that once, so a call is:
    result specs (`sources`); a fresh result the record binds, of a size the device's SmallPool
    recycles, gets its memory and its ledger record at its version in one step (hcq/device.py
    `fresh_small`, in C with the compiled core:
-   no allocation inside the binding, no version advance after it); then, a lowering choice made once
-   per plan:
+   no allocation inside the binding, no version advance after it), and so does a fresh result of a
+   one-net-command plan (engine/net_replay.py) of the caching allocator's sizes (`fresh_pooled`); then,
+   a lowering choice made once per plan:
    - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
      plan): its one foreign call binds and runs the program here, and the await is one
      `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
