@@ -257,7 +257,8 @@ class Plan:
                                            self.fixed_bufs, L.notes, self.swapped_index, L.read_first,
                                            self._program_summary(0), L.tasks[0])
             if self.lean is None and not L.from_slots:
-                self.net = net_alone_for(L.queues, self.kept, self.remake, self._program_summary(0), L.tasks[0])
+                self.net = net_alone_for(L.queues, self.kept, self.remake, self._program_summary(0), L.tasks[0],
+                                         L.notes)
         return self.record
 
     # ---- submission ------------------------------------------------------------------------------
@@ -437,13 +438,11 @@ class Plan:
         base = queue.reserve(1)
         command = net.command(base, take_task_ids(1))
         value = base + 1
-        if net.program:
-            self._note_program(bufs, L.signals, [base])
-        else:
-            self._note(bufs, L.signals, [base])
+        # the buffers are told only if the command leaves this thread (engine/net_replay.py says why)
+        net.tell_later(self._note_program if net.program else self._note, bufs, L.signals, [base])
         self.last_final = [(net.signal, value)]
         sub = Submission({queue: value}, [(net.signal, value, net.task)])
-        queue.start_here(command, net.here, [command])  # done here, or submitted by it
+        queue.start_here(command, net.start, [command])  # done here, or submitted by it
         return sub
 
     def _lead(self, runs: list) -> Optional[Callable[[Callable[[], None], bool], bool]]:

@@ -78,7 +78,7 @@ class Device:
         self.peak_bytes = 0
         # per size, the dead buffers' memory (the newest last); sizes in the order they were last used
         # (taken from or given back), the least recent first: what a full pool gives up first
-        self._pool: collections.OrderedDict[int, list[np.ndarray]] = collections.OrderedDict()
+        self._pool: collections.OrderedDict[int, list[HostMemory]] = collections.OrderedDict()
         self._pool_used: dict[int, float] = {}  # per size in the pool: when it was last taken or given back
         self._pooled_bytes = 0
         self._mem_lock = threading.Lock()
@@ -164,10 +164,11 @@ class Device:
             buf.memory, buf._address = entry[1], entry[2]
             buf.release = (small.give, entry)
             return buf
-        else:
-            raw = self._take(spec.nbytes)
-            buf.memory = raw.view(spec.dtype.np)
-            buf.release = (self._release, raw)
+        else:  # counted in bytes_in_use by `_take`, under the lock it takes anyway
+            held = self._take(spec.nbytes)
+            buf.memory, buf._address = held.raw.view(spec.dtype.np), held.address
+            buf.release = (self._release, held)
+            return buf
         self._account(spec.nbytes)
         return buf
 
@@ -186,42 +187,52 @@ class Device:
     POOL_MAX_BYTES = 1 << 30
     POOL_STALE_S = 2.0
 
-    def _take(self, nbytes: int) -> np.ndarray:
-        if nbytes >= self.POOL_MIN_BYTES:
-            with self._mem_lock:
-                free = self._pool.get(nbytes)
+    # `_take` and `_release` count the memory in bytes_in_use under the lock they take for the pool
+    # (`_account`'s work, without a second acquisition: a jitted 1 MiB allreduce makes and frees one
+    # such buffer per call, on a cache the collective left cold)
+    def _take(self, nbytes: int) -> HostMemory:
+        held = None
+        with self._mem_lock:
+            self.bytes_in_use = in_use = self.bytes_in_use + nbytes
+            if in_use > self.peak_bytes:
+                self.peak_bytes = in_use
+            free = self._pool.get(nbytes) if nbytes >= self.POOL_MIN_BYTES else None
+            if free:
+                self._pooled_bytes -= nbytes
+                held = free.pop()
                 if free:
-                    self._pooled_bytes -= nbytes
-                    raw = free.pop()
-                    if free:
-                        self._pool.move_to_end(nbytes)
-                        self._pool_used[nbytes] = time.monotonic()
-                    else:  # invariant: every size in the pool holds memory
-                        del self._pool[nbytes], self._pool_used[nbytes]
-                    return raw
-        return np.empty(nbytes, dtype=np.uint8)
+                    self._pool.move_to_end(nbytes)
+                    self._pool_used[nbytes] = time.monotonic()
+                else:  # invariant: every size in the pool holds memory
+                    del self._pool[nbytes], self._pool_used[nbytes]
+        if collector._active:
+            collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
+        return held if held is not None else HostMemory(np.empty(nbytes, dtype=np.uint8))
 
-    def _release(self, raw: np.ndarray) -> None:
-        nbytes = raw.nbytes
-        self._account(-nbytes)
-        if not self.POOL_MIN_BYTES <= nbytes <= self.POOL_MAX_BYTES:
-            return
+    def _release(self, held: HostMemory) -> None:
+        nbytes = held.raw.nbytes
         evicted = []  # freed once the lock is released
         with self._mem_lock:
-            pool, used, now = self._pool, self._pool_used, time.monotonic()
-            while self._pooled_bytes + nbytes > self.POOL_MAX_BYTES:  # invariant: pooled <= the maximum
-                size = next(iter(pool))  # the least recently used size
-                if now - used[size] < self.POOL_STALE_S:
-                    return  # every size kept is in use: this memory goes back to the system
-                kept = pool[size]
-                evicted.append(kept.pop(0))  # its oldest memory
-                self._pooled_bytes -= size
-                if not kept:
-                    del pool[size], used[size]
-            pool.setdefault(nbytes, []).append(raw)
-            pool.move_to_end(nbytes)
-            used[nbytes] = now
-            self._pooled_bytes += nbytes
+            self.bytes_in_use = in_use = self.bytes_in_use - nbytes
+            if self.POOL_MIN_BYTES <= nbytes <= self.POOL_MAX_BYTES:
+                pool, used, now = self._pool, self._pool_used, time.monotonic()
+                # invariant: pooled <= the maximum
+                while self._pooled_bytes + nbytes > self.POOL_MAX_BYTES and pool:
+                    size = next(iter(pool))  # the least recently used size
+                    if now - used[size] < self.POOL_STALE_S:
+                        break  # every size kept is in use: this memory goes back to the system
+                    kept = pool[size]
+                    evicted.append(kept.pop(0))  # its oldest memory
+                    self._pooled_bytes -= size
+                    if not kept:
+                        del pool[size], used[size]
+                if self._pooled_bytes + nbytes <= self.POOL_MAX_BYTES:
+                    pool.setdefault(nbytes, []).append(held)
+                    pool.move_to_end(nbytes)
+                    used[nbytes] = now
+                    self._pooled_bytes += nbytes
+        if collector._active:
+            collector.record_memory(MemoryEvent(self.name, time.perf_counter_ns(), in_use))
 
     def _release_cl(self, memory: cl_runtime.CLMemory) -> None:
         """A dead buffer's device memory goes back to its device's pool (cl_runtime.CLPool)."""
@@ -252,6 +263,16 @@ class Device:
             q.signal.wait_blocking(q._reserved, check=False)
 
 
+class HostMemory:
+    """A block of host memory of the caching allocator (`Device._take`), with its address read once when
+    it is made: a buffer handed this memory again needs no `__array_interface__` (a dict built per read,
+    ~2 us on a cache left cold by a 1 MiB collective: a jitted allreduce's fresh result, every call)."""
+    __slots__ = ("raw", "address")
+
+    def __init__(self, raw: np.ndarray):
+        self.raw, self.address = raw, raw.__array_interface__["data"][0]
+
+
 class NullMemory:
     """What a NULL device 'allocates': a size and nothing else."""
     __slots__ = ("size",)
@@ -272,6 +293,20 @@ def fresh_small(device: Device, spec: BufferSpec, version: int, key: tuple[int, 
     entry = small.take(key[0], key[1])
     buf.memory, buf._address = entry[1], entry[2]
     buf.release = (small.give, entry)
+    ledger.attach_new(spec, buf, version)
+    return buf
+
+
+def fresh_pooled(device: Device, spec: BufferSpec, version: int) -> Buffer:
+    """`fresh_small` for a buffer of the caching allocator's sizes (SmallPool.MAX_NBYTES and up) on the CPU
+    `device`: its Buffer with a dead buffer's memory (or fresh memory), counted in the device's bytes, and
+    its ledger record at `version`, in one step (jit/direct.py, for a one-net-command replay's result: the
+    general path looks the spec up three times, and advances its version apart, on a cache the previous
+    collective left cold)."""
+    buf = Buffer(spec)
+    held = device._take(spec.nbytes)
+    buf.memory, buf._address = held.raw.view(spec.dtype.np), held.address
+    buf.release = (device._release, held)
     ledger.attach_new(spec, buf, version)
     return buf
 

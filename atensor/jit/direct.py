@@ -16,8 +16,9 @@ module fixes all of that once, so a call is:
    result specs (`sources`); a fresh result the record binds, of a size the device's SmallPool
    recycles, gets its memory and its ledger record at its version in one step (hcq/device.py
    `fresh_small`, in C with the compiled core:
-   no allocation inside the binding, no version advance after it); then, a lowering choice made once
-   per plan:
+   no allocation inside the binding, no version advance after it), and so does a fresh result of a
+   one-net-command plan (engine/net_replay.py) of the caching allocator's sizes (`fresh_pooled`); then,
+   a lowering choice made once per plan:
    - the plan has a `ReplayRecord` (engine/replay.py: one queue, native one-thread kernels, a light
      plan): its one foreign call binds and runs the program here, and the await is one
      `hcq/loop.py` checkpoint: no job, no handle, no wake-up (`run` returns no handle);
@@ -76,7 +77,7 @@ from atensor.engine.program import CapturedProgram
 from atensor.engine.replay import ReplayRecord
 from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
-from atensor.hcq.device import Device, all_idle, fresh_small
+from atensor.hcq.device import Device, all_idle, fresh_pooled, fresh_small
 from atensor.hcq.smallpool import SmallPool
 from atensor.ledger import versions
 from atensor.tensor.autograd import grad_disabled
@@ -112,10 +113,11 @@ class DirectReplay:
     current: tuple                        # owner._current when made: (epoch, profiling, plan)
     record: Optional[ReplayRecord]        # the plan's one-call replay; None: Plan.submit it (module docstring)
     sources: list[tuple[bool, int]]       # per swapped buffer, in the record's order: (fresh?, index)
-    # (device, size, dtype, small, version) of each fresh result buffer: `small`, the CPU device on which
-    # hcq/device.py's `fresh_small` gives it memory and its ledger record at `version` (a result the
-    # record binds, of recycled size), or None: then the record's binding allocates it and `assigned`
-    # counts its version
+    # (device, size, dtype, made, version) of each fresh result buffer: `made`, the CPU device on which
+    # hcq/device.py gives it memory and its ledger record at `version` in one step (`fresh_small`: a
+    # result the record binds, of recycled size; `fresh_pooled`: a result of a one-net-command plan,
+    # engine/net_replay.py, of the caching allocator's sizes), or None: then the plan's binding allocates
+    # it and `assigned` counts its version
     fresh: list[tuple[str, int, Any, Optional[Device], int]]
     # the buffers each replay advances a version of (`CapturedProgram.assigned`, as run_records maps
     # them): ("fresh", k), ("input", i) or ("fixed", the program's own spec)
@@ -126,10 +128,14 @@ class DirectReplay:
 
     def __post_init__(self) -> None:
         # what `run` reads per call, unpacked once: the fresh results `fresh_small` makes, as (k, device,
-        # version, the pool's key of its size), and per result (buffer, view, source kind, index), the
-        # kind one of the interned strings _FRESH, _INPUT, _FIXED (compared by identity)
-        self.small = [(k, small, version, (size * dtype.itemsize, dtype.np))
-                      for k, (_, size, dtype, small, version) in enumerate(self.fresh) if small is not None]
+        # version, the pool's key of its size), those `fresh_pooled` makes, as (k, device, version), and
+        # per result (buffer, view, source kind, index), the kind one of the interned strings _FRESH,
+        # _INPUT, _FIXED (compared by identity)
+        self.small = [(k, made, version, (size * dtype.itemsize, dtype.np))
+                      for k, (_, size, dtype, made, version) in enumerate(self.fresh)
+                      if made is not None and size * dtype.itemsize < SmallPool.MAX_NBYTES]
+        self.pooled = [(k, made, version) for k, (_, size, dtype, made, version) in enumerate(self.fresh)
+                       if made is not None and size * dtype.itemsize >= SmallPool.MAX_NBYTES]
         kinds = {"fresh": _FRESH, "input": _INPUT, "fixed": _FIXED}
         self.made = [(r.buffer, r.view, kinds[r.source[0]], r.source[1]) for r in self.results]
 
@@ -169,15 +175,19 @@ class DirectReplay:
         assigned = [("fresh", at_fresh[spec]) if spec in at_fresh else
                     ("input", at_input[spec]) if spec in at_input else ("fixed", spec)
                     for spec in owner.assigned]
-        small: list[Optional[Device]] = [None] * len(fresh)
+        made: list[Optional[Device]] = [None] * len(fresh)
         if record is not None:  # fresh results the record binds (it needs their memory) of a recycled size
             for j, device in record.bound:
                 is_fresh, k = sources[j]
                 if is_fresh and device.kind == "CPU" and 0 < fresh[k].nbytes < SmallPool.MAX_NBYTES:
-                    small[k] = device
-        versions_of = [sum(1 for kind, at in assigned if kind == "fresh" and at == k) if small[k] is not None
+                    made[k] = device
+        elif plan.net is not None:  # a one-net-command plan binds its fresh results: made with memory too
+            for k, spec in enumerate(fresh):
+                if spec.device.startswith("CPU:") and spec.nbytes >= SmallPool.MAX_NBYTES:
+                    made[k] = Device.get(spec.device)
+        versions_of = [sum(1 for kind, at in assigned if kind == "fresh" and at == k) if made[k] is not None
                        else 0 for k in range(len(fresh))]
-        assigned = [(kind, at) for kind, at in assigned if kind != "fresh" or small[at] is None]
+        assigned = [(kind, at) for kind, at in assigned if kind != "fresh" or made[at] is None]
         recipes = []
         for node in results:
             view = None
@@ -192,7 +202,7 @@ class DirectReplay:
         input_reads = [] if record is None else \
             [sources[j][1] for j, _ in record.reads_swapped if not sources[j][0]]
         return DirectReplay(owner, owner._current, record, sources,
-                            [(spec.device, spec.size, spec.dtype, small[k], versions_of[k])
+                            [(spec.device, spec.size, spec.dtype, made[k], versions_of[k])
                              for k, spec in enumerate(fresh)], assigned, recipes, input_reads)
 
     def valid(self) -> bool:
@@ -229,6 +239,8 @@ class DirectReplay:
         try:
             for k, small, version, key in self.small:
                 fresh_small(small, fresh[k], version, key)
+            for k, device, version in self.pooled:
+                fresh_pooled(device, fresh[k], version)
             if self.assigned:
                 versions.advance_versions([fresh[at] if kind == "fresh" else inputs[at] if kind == "input"
                                            else at for kind, at in self.assigned])

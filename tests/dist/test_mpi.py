@@ -151,7 +151,7 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
                    env={"ATENSOR_NET_WAIT": wait})
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["checks"] == 168 and got["ranks"] == 2
+    assert got["checks"] == 176 and got["ranks"] == 2
     assert got["native"] == (path == "C")
     # a replay of one net task: finished on the calling thread when the peer is on time (the wait
     # there is long enough), else handed to the net queue (1 ns there, the peer 200 ms late) after
@@ -171,6 +171,10 @@ def test_every_net_command_kind_matches_numpy_under_mpiexec(wait, path):
     # outcomes as above; the Python one has none
     for (_, replays, _), lean in zip(got["here"], got["lean_net"]):
         assert lean == (replays - 2 if path == "C" else 0), got
+    # 128 KiB results (made with their pooled memory in one step by the NetAlone replays) match numpy
+    big_replays, big_lean, pooled = got["big_lean"]
+    assert big_replays >= 5 and big_lean == (big_replays - 2 if path == "C" else 0), got
+    assert pooled >= (big_lean - 1 if path == "C" else 0) and (pooled > 0) == (path == "C"), got
     # three allreduces in one replayed call: the first started on the calling thread, taken over
     replays, shared = got["lead"]
     assert replays >= 2 and shared == (replays if c_poll else 0), got

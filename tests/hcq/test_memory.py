@@ -6,7 +6,8 @@ import gc
 import numpy as np
 import pytest
 
-from atensor import Device, Tensor
+from atensor import Device, Tensor, dtypes
+from atensor.graph.node import BufferSpec
 
 # every test here calls gc.collect(): it traverses only the test's own objects (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("young_heap")
@@ -99,3 +100,58 @@ def test_a_full_pool_keeps_memory_in_use_and_turns_the_new_memory_away(monkeypat
     gc.collect()  # no room, and the 1 MiB memory is in use: the 2 MiB goes back to the system
     assert dev._pooled_bytes == 4 * mib and list(dev._pool) == [mib]
     dev.empty_cache()
+
+
+
+
+def test_pooled_memory_handed_on_keeps_its_address_whatever_the_dtype():
+    """A buffer given a dead buffer's memory reports that memory's address (kept with it when it was made,
+    hcq/device.py `HostMemory`), whatever dtype it views the memory as."""
+    dev = Device.get("CPU:3")
+    dev.empty_cache()
+    spec = BufferSpec("CPU:3", 1 << 18, dtypes.float32)
+    buf = dev.allocate(spec)
+    address, read = buf.address(), buf.memory.__array_interface__["data"][0]
+    del spec, buf  # the memory goes back to the pool with its spec
+    assert address == read and dev._pooled_bytes == 1 << 20
+    spec = BufferSpec("CPU:3", 1 << 18, dtypes.int32)  # the same bytes, another dtype
+    buf = dev.allocate(spec)
+    assert dev._pooled_bytes == 0 and buf.memory.dtype == np.int32 and buf.memory.size == 1 << 18
+    assert buf.address() == address == buf.memory.__array_interface__["data"][0]
+
+
+def test_a_fresh_pooled_buffer_is_what_allocate_and_a_version_advance_leave():
+    """hcq/device.py's `fresh_pooled` (a one-net-command jit replay's fresh result of the caching
+    allocator's sizes, one step) against the general path (`Device.allocate`, then
+    `versions.advance_versions`): the same ledger record, memory and count, and the memory comes back to
+    the pool when the spec dies, to be handed to the next buffer of its size."""
+    from atensor import ledger
+    from atensor.hcq import device as device_module
+    from atensor.ledger import versions
+    dev = Device.get("CPU:3")
+    dev.empty_cache()
+    n = 1 << 17  # 512 KiB of float32: above SmallPool.MAX_NBYTES
+    found = {}
+    for way in ("general", "fresh_pooled"):
+        for version in (0, 1, 2):
+            gc.collect()
+            before = dev.bytes_in_use
+            spec = BufferSpec("CPU:3", n, dtypes.float32)
+            if way == "general":
+                buf = dev.allocate(spec)
+                versions.advance_versions([spec] * version)
+            else:
+                buf = device_module.fresh_pooled(dev, spec, version)
+            assert ledger.runtime(spec) is buf and ledger.version(spec) == version and ledger.head(spec) is None
+            assert buf.memory.shape == (n,) and buf.memory.dtype == np.float32
+            assert buf.address() == buf.memory.__array_interface__["data"][0] and not buf.writes
+            found[way, version] = (dev.bytes_in_use - before, buf.uid == spec.uid, buf.failure, buf.inflight)
+            address = buf.address()
+            del spec, buf
+            gc.collect()
+            assert dev.bytes_in_use == before and dev._pooled_bytes == 4 * n  # given back, pooled
+            again = dev.allocate(BufferSpec("CPU:3", n, dtypes.int32))
+            assert again.address() == address  # handed to the next buffer of its size
+            del again
+    assert found["general", 0] == found["fresh_pooled", 0] == (4 * n, True, None, 0)
+    assert all(found["general", v] == found["fresh_pooled", v] for v in (1, 2))
