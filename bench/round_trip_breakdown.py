@@ -63,9 +63,11 @@ def _core_name() -> str:
 
 
 def _settle() -> None:
-    """Waits for the background compiles a hot template started: a tight loop of 2000 inline round trips
-    (0.15 s) can end before the compiler thread gets its turn, and then measures the path without the
-    twin (72-75 against 30-42 us here, AMD EPYC Zen 5); a checkout without that registry waits for nothing."""
+    """Waits for the background compiles a hot template started, so the rounds measure the steady state
+    (the twin's eager replay) from their first call: a checkout before the compile thread's turns
+    (backend/c/registry.py `give_turn`) could end a tight loop of 2000 inline round trips (0.15 s) before
+    the compiler thread got the GIL, and then measured the path without the twin (72-75 against 30-42 us
+    here, AMD EPYC Zen 5); a checkout without that registry waits for nothing."""
     try:
         from atensor.backend.c import registry
     except ImportError:

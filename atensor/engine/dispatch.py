@@ -79,6 +79,14 @@ class Job:
         self.error: Optional[BaseException] = None  # the plan's error, when it was planned inline
 
 
+def _note_extra_waits(job: Job) -> None:
+    """Adds the pending writes of the buffers `job` waits for to its extra waits. A function of its own
+    so that no loop variable outlives it: the dispatcher's idle thread kept the last of those Buffers
+    (and its memory) alive in its frame until it took the next job."""
+    for buf in job.wait_for:
+        job.extra_waits.extend(buf.pending_writes())
+
+
 class Dispatcher:
     """A FIFO thread that schedules and submits realizes in the order they were issued."""
 
@@ -128,8 +136,7 @@ class Dispatcher:
         try:
             with gc_paused():
                 job.submission = job.plan()
-                for buf in job.wait_for:
-                    job.extra_waits.extend(buf.pending_writes())
+                _note_extra_waits(job)
         except Exception as exc:
             if not keep_error:
                 raise
@@ -175,8 +182,7 @@ class Dispatcher:
                 # loop's thread gets the GIL within 0.5 ms, not 5, while this thread plans)
                 with gc_paused(), gil_shared():
                     job.submission = job.context.run(job.plan)
-                    for buf in job.wait_for:
-                        job.extra_waits.extend(buf.pending_writes())
+                    _note_extra_waits(job)
             except Exception as exc:  # reported to whoever awaits the job
                 error = exc
             finally:

@@ -196,9 +196,12 @@ class CapturedProgram:
                                  and Device.get(task.work.device).kind == "CPU"]
             self.twin_state = "compiling"
         # compiling: a kernel the compiler refuses stays None here, and the template keeps its
-        # program (a dictionary lookup per kernel and hit is all that costs)
+        # program (a dictionary lookup per kernel and hit is all that costs); while they compile, a
+        # hit gives the compile thread its turn at the GIL (a tight loop of hits starved it)
         if all(registry.lookup(ast) is not None for ast in self.twin_kernels):
             self._make_twin(fill)
+        else:
+            registry.give_turn()
 
     def _compile_hot_kernels(self) -> None:
         """Hands the hot template's CPU kernels not compiled yet to the background compiler, whether

@@ -268,7 +268,7 @@ class Queue:
                     first = commands[0]
                     counted = self._count_ring_program(first.claim)
                     self._finish(first, first.started or stamps[0], stamps[1], None, late=True, count=counted)
-                    del commands
+                    del commands, first  # a finished command must not keep its buffers while the worker waits
                     last_yield = time.perf_counter_ns()
                     continue
             else:

@@ -58,6 +58,20 @@ unpacking, ~0.5 us). Left, per call: the Plan.run_record path through Queue.run_
 command's run and its publish with GlobalCounters and the signal's stamp: ~3 us), the jit's driver and key
 (~1.5 us), the dispatcher claim (~0.4 us), the result Node and Tensor (~0.5 us).
 
+The call handed to the queue's worker (bench/jit_replay.py's `x + 1` on 256 KiB: a submitted plan, no
+record) is no slower than at 17a658c, as a round once suggested (trio 116 against 102 us): alternating
+fresh-process rounds against /work/wt/base (17a658c), AMD EPYC Zen 5, 2 cores, pair ratios base/this of
+the medians, wall and caller CPU: load 1.5-1.7 (3 rounds) trio 1.05x/1.07x, asyncio 1.06x/1.08x,
+blocking 1.00x/1.02x; load 4.2-5.9 (5 rounds) 1.00x/1.15x, 0.97x/0.97x, 1.11x/1.21x; single rounds
+range 77-156 us, so one round's gap is noise. Where its ~80 us go (strace -f: 5.5 futex calls a call
+against 0.02 for the 16-element call): the doorbell's wake of the worker (`Doorbell.post`, ~46 us a call
+under cProfile, with the GIL kept), the GIL passed between the caller and the worker (which takes it to
+publish after the native program), and the awaiting task parked in its loop's epoll until the worker's
+wake-up (then two epoll_ctl). Tried and measured without effect (single-case pairs at load ~4.5-5, not
+kept): the awaiting task polling the ring (`Doorbell.finished`) for up to 30 or 100 us before it parks;
+the worker spinning 8192 pauses instead of 256 before its futex wait. Not tried: the worker leaving the
+GIL alone for a program the host published, which needs the ring to know of the host's publish.
+
 Invariant: a `DirectReplay` is valid for the plan it was made from (`current`, the program's
 `CapturedProgram._current` at the time); a re-lowered plan (newer kernels) or a profile makes it
 decline, and the jit makes it again from the new plan. It is run by the thread that claimed the

@@ -118,6 +118,7 @@ class Background:
     Lock: the registry's, held to start the thread. Lifetime: the thread lives as long as the process."""
     todo: "queue.Queue[list[tuple[Node, str]]]" = field(default_factory=queue.Queue)
     thread: Optional[threading.Thread] = None
+    last_turn_ns: int = 0  # when `give_turn` last gave the thread a turn (one assignment, no lock)
 
 
 REGISTRY = Registry()
@@ -265,6 +266,40 @@ def _compile_forever() -> None:
             FAILURES.last_error = f"background compile failed: {type(exc).__name__}: {exc}"
         finally:
             todo.task_done()
+
+
+# A turn `give_turn` gives the compile thread: how long the caller sleeps (the GIL free), and how often.
+# The waiter is the event loop's thread, so a turn is at most gilshare.py's 0.5 ms (the longest the
+# loop is meant to wait for the GIL); every 2 ms leaves the compile thread a quarter of the time.
+TURN_NS = 500_000
+TURN_EVERY_NS = 2_000_000
+
+
+def give_turn() -> None:
+    """Lets the background compile thread run for a turn, when it has work and its last turn was
+    TURN_EVERY_NS ago: the caller sleeps TURN_NS with the GIL free. For a thread that waits for
+    background kernels while it holds the GIL in a loop (engine/program.py: a hot template's hits
+    while its twin's kernels compile).
+
+    Why: CPython hands the GIL to a waiting thread by force only when the holder has not let go of it
+    for a whole switch interval; a loop that lets go for an instant now and then (an epoll of the event
+    loop, a contended lock) wakes the waiter each time, takes the GIL back before the waiter runs, and
+    so restarts the waiter's interval. A tight loop of awaited eager round trips kept the compile
+    thread waiting for the GIL (in the library cache's file calls, threadpoolctl's /proc/self/maps
+    read) until the loop ended: in fresh processes on 2 cores (AMD EPYC Zen 5), 11 of 22 loops of
+    3000 round trips never saw the hot template's twin (load 1.6-2); with the turns, every loop had it
+    after 9-68 (52 loops, load 2-6; tests/engine/test_compile_turn.py). A sleep lets the waiter take the
+    GIL and run as long as the caller sleeps; the caller takes it back at the compile thread's next
+    release or switch interval. Rejected: a shorter switch interval (each release restarts the waiter's
+    wait, however short the interval); a sleep much shorter than the waiter's wake-up on a loaded
+    machine (tens of microseconds) gives it nothing."""
+    if not BACKGROUND.todo.unfinished_tasks:
+        return
+    now = time.perf_counter_ns()
+    if now - BACKGROUND.last_turn_ns < TURN_EVERY_NS:
+        return
+    BACKGROUND.last_turn_ns = now
+    time.sleep(TURN_NS * 1e-9)
 
 
 def wait_background() -> None:
