@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import sys
 import threading
 import time
 from typing import Callable, Optional
@@ -215,29 +216,54 @@ dispatcher = Dispatcher()
 
 
 class Reaper:
-    """Frees finished task graphs on a thread of its own, a slice at a time.
+    """Frees finished task graphs and dead lazy graphs on a thread of its own, a slice at a time.
 
     Why: a realize of 10,000 tasks leaves ~100,000 objects (tasks, accesses, temporary buffers and
     their memory) to free once it is done. Freed where the last reference drops, the awaiting
     task, that is a 100 ms stall of the event loop (measured, bench/loop_lag.py); freed here in slices,
-    the interpreter can switch threads between slices."""
+    the interpreter can switch threads between slices.
+
+    The same for the lazy graph a big realize computed (`bury`): once the tensor holds its result, the
+    graph's nodes are dead, and a chain of 3,000 kernels is 9,000 nodes, each freed with its intern
+    table entry: 2-3 ms of the event loop's CPU in one tick, where the awaiting task read the tensor's
+    node (bench/loop_lag.py --tiny 3000). Dropping the last reference to a chain frees it in one
+    cascade, so the graph is peeled here instead, one node at a time from its roots: a node that only
+    the peeling holds gives its sources to the peeling and is freed alone; a node someone else holds
+    (a live tensor's, a shared input) is let go.
+
+    Invariant: the reaper only drops references; what it frees is what nobody else refers to, so where
+    an object is freed never changes what is computed."""
 
     SLICE = 256
 
     def __init__(self) -> None:
         self._items: collections.deque[list] = collections.deque()
+        self._graphs: collections.deque[list] = collections.deque()
         # `run_inline` takes the lock itself (a C-level `with`): the Condition's own __enter__ and
         # __exit__ are Python calls, four per inline plan
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._idle = False  # the thread waits (or is about to) for work; written under _cond by it
         self._thread: Optional[threading.Thread] = None
 
     def release(self, items: list) -> None:
         """Takes ownership of `items` (a list nobody else refers to) and frees it soon."""
         if len(items) < self.SLICE:
             return  # small: freeing it where it is costs less than the hand-over
+        self._items.append(items)
+        self._wake()
+
+    def bury(self, roots: list) -> None:
+        """Takes `roots`, a list of the roots of a dead lazy graph (graph/node.py's Nodes: a tensor's
+        node from before its realize committed) that nobody else refers to, and frees what only it
+        kept alive, a node at a time (see the class docstring). The caller's own references to them
+        then free nothing where it drops them. One deque append, and a wake-up when the thread is idle."""
+        self._graphs.append(roots)
+        if self._idle or self._thread is None:
+            self._wake()
+
+    def _wake(self) -> None:
         with self._cond:
-            self._items.append(items)
             self._cond.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="atensor-reaper", daemon=True)
@@ -246,13 +272,32 @@ class Reaper:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._items:
+                self._idle = True  # (before looking: a `bury` that saw it False appended before the look)
+                while not self._items and not self._graphs:
                     self._cond.wait()
+                self._idle = False
+            while self._items:
                 items = self._items.popleft()
-            while items:
-                del items[-self.SLICE:]
-                time.sleep(0)
-            del items
+                while items:
+                    del items[-self.SLICE:]
+                    time.sleep(0)
+                del items
+            while self._graphs:
+                self._peel(self._graphs.popleft())  # (the deque's reference gone: the list is the stack's)
+
+    def _peel(self, stack: list) -> None:
+        """Frees the graph under the nodes in `stack` that only it keeps alive, roots first, a node at a
+        time: a node whose only references are this frame's (`sys.getrefcount` counts its own argument
+        too) hands its sources to the stack, which keeps them alive, and is freed alone when dropped."""
+        refcount, freed = sys.getrefcount, 0
+        while stack:
+            node = stack.pop()
+            if refcount(node) <= 2:  # this frame's `node` and the call's argument: dead once dropped
+                stack.extend(node.src)
+            del node
+            freed += 1
+            if freed % self.SLICE == 0:
+                time.sleep(0)  # (the interpreter may hand the GIL over here: the event loop's turn)
 
 
 reaper = Reaper()

@@ -35,7 +35,7 @@ from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer, InFlight
 from atensor.hcq.gcpause import gc_paused
 from atensor.engine.handle import RealizeHandle
-from atensor.engine.dispatch import Job, Recording, dispatcher, recording
+from atensor.engine.dispatch import Job, Recording, dispatcher, reaper, recording
 from atensor.sched import cache, schedule as sched
 from atensor.engine.plan import execute
 from atensor.engine.submission import Submission
@@ -248,12 +248,14 @@ class Storage:
     Made once, under `_storage_lock`; the ASSIGN is claimed by the realize (atensor/ledger/) from the
     start. Why not make it in `realize()` at once: realizing 3,000 tensors would then build 9,000
     nodes on the event loop's thread (~0.3 s measured on the 2-core CI machine), where this costs
-    one small object per tensor."""
-    __slots__ = ("lazy", "_node")
+    one small object per tensor. `reaped`: the realize is big (set by its planning thread), so the
+    tensor hands its lazy graph, dead once the realize committed, to engine/dispatch.py's `Reaper.bury`."""
+    __slots__ = ("lazy", "_node", "reaped")
 
     def __init__(self, lazy: Node):
         self.lazy = lazy
         self._node: Optional[Node] = None
+        self.reaped = False
 
     def node(self) -> Node:
         """The tensor's node with storage: a view of the pending ASSIGN into its buffer."""
@@ -359,6 +361,10 @@ def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[
     if found is not None and (len(found[2]) != len(roots)
                               or any(a is not b for a, b in zip(found[2], roots))):
         found = None  # (found for other roots: never, as `_hot_hit` collects them as this does)
+    if roots and not _small(roots, reaper.SLICE):  # (before the commit: realized roots count as values)
+        for _, storage in items:  # a big graph: freed off the caller's thread once dead (Storage.reaped)
+            if storage is not None:
+                storage.reaped = True
     try:
         return _plan(roots, pending, job.record, None if found is None else found[:2]) if roots else None
     except BaseException:

@@ -30,6 +30,7 @@ from atensor.hcq.device import Device, canonical
 from atensor.hcq.loop import running_library
 from atensor.engine.realize import Storage, _follow_storage, _storage_base, realize as realize_captured
 from atensor.engine.handle import NotRealizedError, RealizeHandle
+from atensor.engine.dispatch import reaper
 from atensor.backend.numpy.render import _view
 from atensor.ledger import versions
 from atensor.porting import missing_attribute
@@ -128,6 +129,8 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         new = _follow_storage(node)
         if new is not node:
             self._node = new
+            if swap is not None and swap.reaped:  # its realize committed: the big lazy graph is dead
+                reaper.bury([node])
         return new
 
     @property
