@@ -213,7 +213,7 @@ def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Option
     realizes as they are (not made here)."""
     items: list[tuple[Node, Optional[Storage]]] = []
     given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
-    view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+    view, buffer, assign, multi = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN, Ops.MULTI
     for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
         swap = t._swap
         if swap is not None and swap.lazy is node:  # the same tensor given twice
@@ -224,16 +224,31 @@ def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Option
             base = base.src[0]
         if base.op is buffer:
             items.append((node, None))
-        elif base.op is assign:
-            given.append((versions.storage_of(base), base))
-            items.append((node, None))
-        elif node.op is Ops.MULTI and not _needs_storage(node):
-            given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
-            items.append((node, None))
+        elif base.op is assign or node.op is multi:
+            _other_item(t, node, items, given)
         else:
             storage = t._swap = Storage(node)
             items.append((node, storage))
     return items, given
+
+
+def _other_item(t: Any, node: Node, items: list[tuple[Node, Optional[Storage]]],
+                given: list[tuple[BufferSpec, Node]]) -> None:
+    """`_storages`' item of a tensor whose node is (a view of) a pending assign, realized as it is (its
+    assign given), or a sharded tensor's MULTI: as it is when every shard has storage, else with a
+    Storage of its own."""
+    base = node
+    while base.op is Ops.VIEW:
+        base = base.src[0]
+    if base.op is Ops.ASSIGN:
+        given.append((versions.storage_of(base), base))
+        items.append((node, None))
+    elif _needs_storage(node):
+        storage = t._swap = Storage(node)
+        items.append((node, storage))
+    else:
+        given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
+        items.append((node, None))
 
 
 # one lock for every Storage: making one takes microseconds, and two threads rarely want one at once
@@ -267,6 +282,12 @@ class Storage:
                     lazy = self.lazy
                     found = self._node = _with_storage(lazy) if lazy.op is Ops.MULTI else _new_storage(lazy)
         return found
+
+
+python_storages = _storages  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:  # the loop in C (atensor/core/walk.c); what is not a computed value, `_other_item`
+    core.ccore.configure_storages(Storage, Ops.VIEW, _other_item)
+    _storages = core.ccore.storages  # noqa: F811
 
 
 def in_flight(node: Node) -> bool:
