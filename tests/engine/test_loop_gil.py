@@ -170,3 +170,4 @@ def test_a_big_realized_chain_frees_its_lazy_graph_on_the_reaper_thread_not_wher
         time.sleep(0.01)
     assert freed_on == ["atensor-reaper"]
     assert x0.numpy().tolist() == [0.0] * 4  # the input, which the graph shared, is alive and intact
+
