@@ -39,6 +39,9 @@ PyObject *dict_of_get(PyObject *fn);
 int has_value(PyObject *node, PyObject *table, PyObject *fn);
 PyObject *walk_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *small_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *configure_storages(PyObject *module, PyObject *args);
+PyObject *storages(PyObject *module, PyObject *captured);
+PyObject *capture(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* ledger.c */
 PyObject *configure_ledger(PyObject *module, PyObject *args);

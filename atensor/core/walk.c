@@ -261,3 +261,211 @@ done:
     return result;
 }
 
+
+/* ---- the storages of a realize's tensors ------------------------------------------------------ */
+
+/* engine/realize.py's Storage, its slots, VIEW and `_other_item` (configure_storages; realize.py does it) */
+static PyTypeObject *storage_type;
+static PyObject *storage_view_op, *other_item, *str_swap, *str_lazy;
+static Py_ssize_t st_lazy, st_node, st_reaped;
+
+PyObject *configure_storages(PyObject *module, PyObject *args) {
+    PyObject *type, *view, *other;
+    if (!PyArg_ParseTuple(args, "O!OO:configure_storages", &PyType_Type, &type, &view, &other))
+        return NULL;
+    if (slot_offset((PyTypeObject *)type, "lazy", &st_lazy) < 0 || slot_offset((PyTypeObject *)type, "_node", &st_node) < 0
+            || slot_offset((PyTypeObject *)type, "reaped", &st_reaped) < 0)
+        return NULL;
+    if ((str_swap == NULL && (str_swap = PyUnicode_InternFromString("_swap")) == NULL)
+            || (str_lazy == NULL && (str_lazy = PyUnicode_InternFromString("lazy")) == NULL))
+        return NULL;
+    keep((PyObject **)&storage_type, type);
+    keep(&storage_view_op, view);
+    keep(&other_item, other);
+    Py_RETURN_NONE;
+}
+
+/* A new Storage of `lazy`, as `Storage(lazy)` makes it (its __init__ only sets these three slots), without
+   the Python call: 0.17 us of the 0.38 us each tensor of a 3,000-output realize cost the event loop. */
+static PyObject *new_storage(PyObject *lazy) {
+    PyObject *storage = storage_type->tp_alloc(storage_type, 0);
+    if (storage == NULL)
+        return NULL;
+    Py_INCREF(lazy);
+    SLOT(storage, st_lazy) = lazy;
+    Py_INCREF(Py_None);
+    SLOT(storage, st_node) = Py_None;
+    Py_INCREF(Py_False);
+    SLOT(storage, st_reaped) = Py_False;
+    return storage;
+}
+
+/* 1 when `swap` (a tensor's `_swap`, not None) is the Storage of `node` (the same tensor given twice), 0 if
+   not, -1 on error */
+static int storage_of_node(PyObject *swap, PyObject *node) {
+    if (Py_IS_TYPE(swap, storage_type))
+        return SLOT(swap, st_lazy) == node;
+    PyObject *lazy = PyObject_GetAttr(swap, str_lazy);
+    if (lazy == NULL)
+        return -1;
+    int same = lazy == node;
+    Py_DECREF(lazy);
+    return same;
+}
+
+static int append_pair(PyObject *list, PyObject *a, PyObject *b) {
+    PyObject *pair = PyTuple_Pack(2, a, b);
+    if (pair == NULL)
+        return -1;
+    int failed = PyList_Append(list, pair);
+    Py_DECREF(pair);
+    return failed;
+}
+
+PyObject *storages(PyObject *module, PyObject *captured) {
+    /* storages(captured) -> (items, given): engine/realize.py's `_storages`, the per-tensor loop of a realize on
+       the caller's thread (the event loop's); what is not a computed value or a view of a buffer goes to
+       `_other_item` (Python) */
+    if (!configured() || storage_type == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's storages is not configured");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(captured, "storages: captured must be a sequence of (tensor, node) pairs");
+    if (seq == NULL)
+        return NULL;
+    PyObject *items = PyList_New(0), *given = PyList_New(0), *result = NULL;
+    if (items == NULL || given == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+                || !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 1), node_type)) {
+            PyErr_SetString(PyExc_TypeError, "storages: captured must be (tensor, Node) pairs");
+            goto done;
+        }
+        PyObject *t = PyTuple_GET_ITEM(pair, 0), *node = PyTuple_GET_ITEM(pair, 1);
+        PyObject *swap = PyObject_GetAttr(t, str_swap);
+        if (swap == NULL)
+            goto done;
+        int same = swap == Py_None ? 0 : storage_of_node(swap, node);
+        if (same != 0) {  /* the same tensor given twice (or an error) */
+            int failed = same < 0 || append_pair(items, node, swap);
+            Py_DECREF(swap);
+            if (failed)
+                goto done;
+            continue;
+        }
+        Py_DECREF(swap);
+        PyObject *base = node;
+        while (SLOT(base, n_op) == storage_view_op)
+            base = PyTuple_GET_ITEM(SLOT(base, n_src), 0);
+        PyObject *op = SLOT(base, n_op);
+        if (op == buffer_op) {
+            if (append_pair(items, node, Py_None) < 0)
+                goto done;
+        } else if (op == assign_op || SLOT(node, n_op) == multi_op) {
+            PyObject *stack[4] = {t, node, items, given};
+            PyObject *none = PyObject_Vectorcall(other_item, stack, 4, NULL);
+            if (none == NULL)
+                goto done;
+            Py_DECREF(none);
+        } else {
+            PyObject *storage = new_storage(node);
+            if (storage == NULL)
+                goto done;
+            int failed = PyObject_SetAttr(t, str_swap, storage) < 0 || append_pair(items, node, storage) < 0;
+            Py_DECREF(storage);
+            if (failed)
+                goto done;
+        }
+    }
+    result = PyTuple_Pack(2, items, given);
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(items);
+    Py_XDECREF(given);
+    return result;
+}
+
+/* ---- each tensor's node when a realize is issued ------------------------------------------------ */
+
+static PyObject *str_node_attr, *str_private_node, *str_ctx;
+
+/* 1 when `node`, a tensor's `_node` with no `_swap`, is what `Tensor.node` returns as it is: a computed value
+   (or one view of one), no storage to follow (tensor/tensor.py's fast case) */
+static int computed(PyObject *node) {
+    if (!PyObject_TypeCheck(node, node_type))
+        return 0;
+    PyObject *base = SLOT(node, n_op) == storage_view_op ? PyTuple_GET_ITEM(SLOT(node, n_src), 0) : node;
+    PyObject *op = SLOT(base, n_op);
+    return op != buffer_op && op != assign_op && op != storage_view_op && op != multi_op;
+}
+
+PyObject *capture(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    /* capture(tensors, keep_graphs) -> [(tensor, node)]: tensor/tensor.py's `_capture` (configure_storages
+       first: the VIEW op is its) */
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "capture(tensors, keep_graphs)");
+        return NULL;
+    }
+    if (!configured() || storage_view_op == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "atensor.core._ccore's capture is not configured");
+        return NULL;
+    }
+    if ((str_node_attr == NULL && (str_node_attr = PyUnicode_InternFromString("node")) == NULL)
+            || (str_private_node == NULL && (str_private_node = PyUnicode_InternFromString("_node")) == NULL)
+            || (str_ctx == NULL && (str_ctx = PyUnicode_InternFromString("_ctx")) == NULL))
+        return NULL;
+    int keep_graphs = PyObject_IsTrue(args[1]);
+    if (keep_graphs < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "capture: tensors must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *captured = PyList_New(count);
+    if (captured == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *swap = PyObject_GetAttr(t, str_swap);
+        if (swap == NULL)
+            goto fail;
+        PyObject *node = swap == Py_None ? PyObject_GetAttr(t, str_private_node) : NULL;
+        Py_DECREF(swap);
+        if (node == NULL && PyErr_Occurred())
+            goto fail;
+        if (node == NULL || !computed(node)) {  /* the property's general case: a storage to follow */
+            Py_XDECREF(node);
+            if ((node = PyObject_GetAttr(t, str_node_attr)) == NULL)
+                goto fail;
+            if (!PyObject_TypeCheck(node, node_type)) {
+                Py_DECREF(node);
+                PyErr_SetString(PyExc_TypeError, "capture: a tensor's node must be a Node");
+                goto fail;
+            }
+        }
+        if (keep_graphs) {
+            PyObject *base = node;
+            while (SLOT(base, n_op) == storage_view_op)
+                base = PyTuple_GET_ITEM(SLOT(base, n_src), 0);
+            if ((SLOT(node, n_op) == multi_op || SLOT(base, n_op) != buffer_op) && PyObject_SetAttr(t, str_ctx, node) < 0) {
+                Py_DECREF(node);
+                goto fail;
+            }
+        }
+        PyObject *pair = PyTuple_Pack(2, t, node);
+        Py_DECREF(node);
+        if (pair == NULL)
+            goto fail;
+        PyList_SET_ITEM(captured, i, pair);
+    }
+    Py_DECREF(seq);
+    return captured;
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(captured);
+    return NULL;
+}

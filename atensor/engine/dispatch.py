@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import sys
 import threading
 import time
 from typing import Callable, Optional
@@ -64,27 +65,36 @@ class Job:
     `record`, when set, receives the schedule the job ran (see jit/jit.py). `context` is the caller's
     (contextvars): the plan runs in it, so the settings and modes of the task that issued the realize
     are the ones it sees."""
-    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "in_flight", "record", "context",
-                 "error", "issued_ns")
+    __slots__ = ("plan", "wait_for", "value", "submission", "extra_waits", "extra_final", "in_flight", "record",
+                 "context", "error", "issued_ns")
 
     def __init__(self, plan: Optional[Callable[[], Optional[Submission]]], wait_for: list[Buffer]):
         self.plan, self.wait_for = plan, wait_for
         self.in_flight = InFlight()  # the buffers it will write, held until it is planned
         self.value = 0
         self.submission: Optional[Submission] = None  # what the plan returned (None: nothing to run)
-        self.extra_waits: list[tuple[Signal, int]] = []
+        self.extra_waits: list[tuple[Signal, int]] = []  # the wait_for buffers' pending writes, each
+        self.extra_final: dict[Signal, int] = {}  # the largest of them per signal (`note_pending_writes`)
         self.record: Optional[Recording] = None
         self.issued_ns = 0  # when it was queued for the dispatcher (its wait there is a profiler span)
         self.context = contextvars.copy_context()
         self.error: Optional[BaseException] = None  # the plan's error, when it was planned inline
 
-
-def _note_extra_waits(job: Job) -> None:
-    """Adds the pending writes of the buffers `job` waits for to its extra waits. A function of its own
-    so that no loop variable outlives it: the dispatcher's idle thread kept the last of those Buffers
-    (and its memory) alive in its frame until it took the next job."""
-    for buf in job.wait_for:
-        job.extra_waits.extend(buf.pending_writes())
+    def note_pending_writes(self) -> None:
+        """Collects the pending writes of the `wait_for` buffers once the job is planned, on the planning
+        thread: `extra_waits` keeps each (signal, value), whose failures the handle reports; `extra_final`
+        the largest value per signal, all that waiting needs (a signal's value never decreases). Why
+        both: a realize of 3,000 outputs has 3,000 pending writes on one queue's signal; the awaiting
+        task checked each of them on the event loop's thread (1.5-2 ms of its CPU in one tick, measured
+        with bench/loop_lag.py --tiny 3000), where it now checks one. A function of its own, so that no loop
+        variable outlives it: the idle dispatcher kept the last of those Buffers (and its memory) alive in
+        its frame until it took the next job (tests/hcq/test_idle_worker_frees.py)."""
+        waits, final = self.extra_waits, self.extra_final
+        for buf in self.wait_for:
+            for signal, value in buf.pending_writes():
+                waits.append((signal, value))
+                if final.get(signal, -1) < value:
+                    final[signal] = value
 
 
 class Dispatcher:
@@ -136,7 +146,7 @@ class Dispatcher:
         try:
             with gc_paused():
                 job.submission = job.plan()
-                _note_extra_waits(job)
+                job.note_pending_writes()
         except Exception as exc:
             if not keep_error:
                 raise
@@ -182,7 +192,7 @@ class Dispatcher:
                 # loop's thread gets the GIL within 0.5 ms, not 5, while this thread plans)
                 with gc_paused(), gil_shared():
                     job.submission = job.context.run(job.plan)
-                    _note_extra_waits(job)
+                    job.note_pending_writes()
             except Exception as exc:  # reported to whoever awaits the job
                 error = exc
             finally:
@@ -208,29 +218,54 @@ dispatcher = Dispatcher()
 
 
 class Reaper:
-    """Frees finished task graphs on a thread of its own, a slice at a time.
+    """Frees finished task graphs and dead lazy graphs on a thread of its own, a slice at a time.
 
     Why: a realize of 10,000 tasks leaves ~100,000 objects (tasks, accesses, temporary buffers and
     their memory) to free once it is done. Freed where the last reference drops, the awaiting
     task, that is a 100 ms stall of the event loop (measured, bench/loop_lag.py); freed here in slices,
-    the interpreter can switch threads between slices."""
+    the interpreter can switch threads between slices.
+
+    The same for the lazy graph a big realize computed (`bury`): once the tensor holds its result, the
+    graph's nodes are dead, and a chain of 3,000 kernels is 9,000 nodes, each freed with its intern
+    table entry: 2-3 ms of the event loop's CPU in one tick, where the awaiting task read the tensor's
+    node (bench/loop_lag.py --tiny 3000). Dropping the last reference to a chain frees it in one
+    cascade, so the graph is peeled here instead, one node at a time from its roots: a node that only
+    the peeling holds gives its sources to the peeling and is freed alone; a node someone else holds
+    (a live tensor's, a shared input) is let go.
+
+    Invariant: the reaper only drops references; what it frees is what nobody else refers to, so where
+    an object is freed never changes what is computed."""
 
     SLICE = 256
 
     def __init__(self) -> None:
         self._items: collections.deque[list] = collections.deque()
+        self._graphs: collections.deque[list] = collections.deque()
         # `run_inline` takes the lock itself (a C-level `with`): the Condition's own __enter__ and
         # __exit__ are Python calls, four per inline plan
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._idle = False  # the thread waits (or is about to) for work; written under _cond by it
         self._thread: Optional[threading.Thread] = None
 
     def release(self, items: list) -> None:
         """Takes ownership of `items` (a list nobody else refers to) and frees it soon."""
         if len(items) < self.SLICE:
             return  # small: freeing it where it is costs less than the hand-over
+        self._items.append(items)
+        self._wake()
+
+    def bury(self, roots: list) -> None:
+        """Takes `roots`, a list of the roots of a dead lazy graph (graph/node.py's Nodes: a tensor's
+        node from before its realize committed) that nobody else refers to, and frees what only it
+        kept alive, a node at a time (see the class docstring). The caller's own references to them
+        then free nothing where it drops them. One deque append, and a wake-up when the thread is idle."""
+        self._graphs.append(roots)
+        if self._idle or self._thread is None:
+            self._wake()
+
+    def _wake(self) -> None:
         with self._cond:
-            self._items.append(items)
             self._cond.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="atensor-reaper", daemon=True)
@@ -239,13 +274,32 @@ class Reaper:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._items:
+                self._idle = True  # (before looking: a `bury` that saw it False appended before the look)
+                while not self._items and not self._graphs:
                     self._cond.wait()
+                self._idle = False
+            while self._items:
                 items = self._items.popleft()
-            while items:
-                del items[-self.SLICE:]
-                time.sleep(0)
-            del items
+                while items:
+                    del items[-self.SLICE:]
+                    time.sleep(0)
+                del items
+            while self._graphs:
+                self._peel(self._graphs.popleft())  # (the deque's reference gone: the list is the stack's)
+
+    def _peel(self, stack: list) -> None:
+        """Frees the graph under the nodes in `stack` that only it keeps alive, roots first, a node at a
+        time: a node whose only references are this frame's (`sys.getrefcount` counts its own argument
+        too) hands its sources to the stack, which keeps them alive, and is freed alone when dropped."""
+        refcount, freed = sys.getrefcount, 0
+        while stack:
+            node = stack.pop()
+            if refcount(node) <= 2:  # this frame's `node` and the call's argument: dead once dropped
+                stack.extend(node.src)
+            del node
+            freed += 1
+            if freed % self.SLICE == 0:
+                time.sleep(0)  # (the interpreter may hand the GIL over here: the event loop's turn)
 
 
 reaper = Reaper()

@@ -102,7 +102,7 @@ class RealizeHandle:
             for queue, value in sub.final.items():
                 if queue.signal.value < value:
                     return False
-        for signal, value in job.extra_waits:
+        for signal, value in job.extra_final.items():
             if signal.value < value:
                 return False
         return True
@@ -117,7 +117,7 @@ class RealizeHandle:
         if sub is None:
             return False
         final = sub.final
-        for signal, value in self.job.extra_waits:
+        for signal, value in self.job.extra_final.items():
             if signal.value < value and not any(queue.signal is signal and value <= last
                                                 for queue, last in final.items()):
                 return False
@@ -125,7 +125,7 @@ class RealizeHandle:
 
     def _waits(self) -> list[tuple[Signal, int]]:
         sub = self.job.submission
-        return (sub.waits() if sub is not None else []) + self.job.extra_waits
+        return (sub.waits() if sub is not None else []) + list(self.job.extra_final.items())
 
     def _raise_dispatch_error(self) -> None:
         err = self.job.error or dispatcher.signal.failure(self.job.value)
@@ -139,8 +139,8 @@ class RealizeHandle:
             reaper.release(sub.placed)  # the task graph: freed off this thread (see Reaper)
             sub.placed = []
         err = getattr(self, "_error", None)
-        if err is None:
-            for signal, value in self.job.extra_waits:
+        if err is None and any(signal.has_failures() for signal in self.job.extra_final):
+            for signal, value in self.job.extra_waits:  # (each, only when one of their signals failed)
                 err = signal.failure(value)
                 if err is not None:
                     break

@@ -36,7 +36,7 @@ from atensor.graph.view import View
 from atensor.hcq.buffer import Buffer, InFlight
 from atensor.hcq.gcpause import gc_paused
 from atensor.engine.handle import RealizeHandle
-from atensor.engine.dispatch import Job, Recording, dispatcher, recording
+from atensor.engine.dispatch import Job, Recording, dispatcher, reaper, recording
 from atensor.sched import cache, schedule as sched
 from atensor.engine.plan import execute
 from atensor.engine.submission import Submission
@@ -228,7 +228,7 @@ def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Option
     realizes as they are (not made here)."""
     items: list[tuple[Node, Optional[Storage]]] = []
     given: list[tuple[BufferSpec, Node]] = []  # pending assigns realized as they are (not made here)
-    view, buffer, assign = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN
+    view, buffer, assign, multi = Ops.VIEW, Ops.BUFFER, Ops.ASSIGN, Ops.MULTI
     for t, node in captured:  # (runs per tensor on the caller's thread: kept to a few attribute reads)
         swap = t._swap
         if swap is not None and swap.lazy is node:  # the same tensor given twice
@@ -239,16 +239,31 @@ def _storages(captured: list[tuple[Any, Node]]) -> tuple[list[tuple[Node, Option
             base = base.src[0]
         if base.op is buffer:
             items.append((node, None))
-        elif base.op is assign:
-            given.append((versions.storage_of(base), base))
-            items.append((node, None))
-        elif node.op is Ops.MULTI and not _needs_storage(node):
-            given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
-            items.append((node, None))
+        elif base.op is assign or node.op is multi:
+            _other_item(t, node, items, given)
         else:
             storage = t._swap = Storage(node)
             items.append((node, storage))
     return items, given
+
+
+def _other_item(t: Any, node: Node, items: list[tuple[Node, Optional[Storage]]],
+                given: list[tuple[BufferSpec, Node]]) -> None:
+    """`_storages`' item of a tensor whose node is (a view of) a pending assign, realized as it is (its
+    assign given), or a sharded tensor's MULTI: as it is when every shard has storage, else with a
+    Storage of its own."""
+    base = node
+    while base.op is Ops.VIEW:
+        base = base.src[0]
+    if base.op is Ops.ASSIGN:
+        given.append((versions.storage_of(base), base))
+        items.append((node, None))
+    elif _needs_storage(node):
+        storage = t._swap = Storage(node)
+        items.append((node, storage))
+    else:
+        given.extend((versions.storage_of(b), b) for b in _assign_bases(node))
+        items.append((node, None))
 
 
 # one lock for every Storage: making one takes microseconds, and two threads rarely want one at once
@@ -263,12 +278,14 @@ class Storage:
     Made once, under `_storage_lock`; the ASSIGN is claimed by the realize (atensor/ledger/) from the
     start. Why not make it in `realize()` at once: realizing 3,000 tensors would then build 9,000
     nodes on the event loop's thread (~0.3 s measured on the 2-core CI machine), where this costs
-    one small object per tensor."""
-    __slots__ = ("lazy", "_node")
+    one small object per tensor. `reaped`: the realize is big (set by its planning thread), so the
+    tensor hands its lazy graph, dead once the realize committed, to engine/dispatch.py's `Reaper.bury`."""
+    __slots__ = ("lazy", "_node", "reaped")
 
     def __init__(self, lazy: Node):
         self.lazy = lazy
         self._node: Optional[Node] = None
+        self.reaped = False
 
     def node(self) -> Node:
         """The tensor's node with storage: a view of the pending ASSIGN into its buffer."""
@@ -280,6 +297,12 @@ class Storage:
                     lazy = self.lazy
                     found = self._node = _with_storage(lazy) if lazy.op is Ops.MULTI else _new_storage(lazy)
         return found
+
+
+python_storages = _storages  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:  # the loop in C (atensor/core/walk.c); what is not a computed value, `_other_item`
+    core.ccore.configure_storages(Storage, Ops.VIEW, _other_item)
+    _storages = core.ccore.storages  # noqa: F811
 
 
 def in_flight(node: Node) -> bool:
@@ -374,6 +397,10 @@ def _prepare(job: Job, items: list[tuple[Node, Optional[Storage]]], given: list[
     if found is not None and (len(found[2]) != len(roots)
                               or any(a is not b for a, b in zip(found[2], roots))):
         found = None  # (found for other roots: never, as `_hot_hit` collects them as this does)
+    if roots and not _small(roots, reaper.SLICE):  # (before the commit: realized roots count as values)
+        for _, storage in items:  # a big graph: freed off the caller's thread once dead (Storage.reaped)
+            if storage is not None:
+                storage.reaped = True
     try:
         return _plan(roots, pending, job.record, None if found is None else found[:2]) if roots else None
     except BaseException:

@@ -20,6 +20,7 @@ from typing import Any, Generator, Optional, Union
 
 import numpy as np
 
+from atensor import core
 from atensor.config import settings
 from atensor.dtype import DType, dtypes, to_dtype
 from atensor.graph.node import BufferSpec, GraphError, Node
@@ -30,6 +31,7 @@ from atensor.hcq.device import Device, canonical
 from atensor.hcq.loop import running_library
 from atensor.engine.realize import Storage, _follow_storage, _storage_base, realize as realize_captured
 from atensor.engine.handle import NotRealizedError, RealizeHandle
+from atensor.engine.dispatch import reaper
 from atensor.backend.numpy.render import _view
 from atensor.ledger import versions
 from atensor.porting import missing_attribute
@@ -53,6 +55,24 @@ _VIEW = Ops.VIEW
 _FOLLOWED = frozenset({Ops.BUFFER, Ops.ASSIGN, Ops.VIEW, Ops.MULTI})
 _new_object = object.__new__
 
+
+
+def _capture(tensors: tuple[Tensor, ...], keep_graphs: bool) -> list[tuple[Tensor, Node]]:
+    """Each tensor of a realize with its node as it is now (`Tensor.node`); with `keep_graphs`, the graph
+    that computes it is noted on it (`_ctx`), so backward() still works after realizing. Runs on the
+    caller's thread (the event loop's) once per tensor: in C when the core is compiled."""
+    captured: list[tuple[Tensor, Node]] = []
+    for t in tensors:
+        node = t.node
+        if keep_graphs and (node.op is Ops.MULTI or node.base().op is not Ops.BUFFER):
+            t._ctx = node
+        captured.append((t, node))
+    return captured
+
+
+python_capture = _capture  # the specification, whichever runs (tests/core/ compares the two)
+if core.ccore is not None:  # the loop in C (atensor/core/walk.c), the property's general case in Python
+    _capture = core.ccore.capture  # noqa: F811
 
 class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps, IndexOps, SelectOps,
              ContractOps, WindowOps, NNOps, AutogradOps, MultiOps, TensorBase, metaclass=ModeMeta):
@@ -128,6 +148,8 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
         new = _follow_storage(node)
         if new is not node:
             self._node = new
+            if swap is not None and swap.reaped:  # its realize committed: the big lazy graph is dead
+                reaper.bury([node])
         return new
 
     @property
@@ -184,14 +206,7 @@ class Tensor(CreationOps, ElementwiseOps, ActivationOps, ReduceOps, MovementOps,
     def _dispatch(self, more: tuple[Tensor, ...] = ()) -> RealizeHandle:
         """`realize` itself: submits the job and notes its handle on every tensor it realizes."""
         tensors = (self, *more)
-        captured: list[tuple[Tensor, Node]] = []
-        keep_graphs = graphs_needed()
-        for t in tensors:
-            node = t.node
-            if keep_graphs and (node.op is Ops.MULTI or node.base().op is not Ops.BUFFER):
-                t._ctx = node  # the graph that computes it, so backward() still works after realizing
-            captured.append((t, node))
-        handle = realize_captured(captured, None)
+        handle = realize_captured(_capture(tensors, graphs_needed()), None)
         for t in tensors:
             t._pending = handle
         return handle

@@ -286,6 +286,51 @@ def test_the_compiled_size_check_agrees_with_the_python_one(roots, limit):
     assert realize._small(roots, 64) and realize.python_small(roots, 64)  # (no graph drawn here is bigger)
 
 
+# ---- the per-tensor loops of a realize ----------------------------------------------------------------
+
+def _tensors_of_every_kind() -> list[Tensor]:
+    """Computed values (and views of them), realized buffers (and views), a tensor given twice, a pending
+    assign's view, and a tensor realized but not read since (its Storage still on it)."""
+    computed = (Tensor(np.arange(6, dtype=np.float32)) * 2 + 1).sum()
+    viewed = (Tensor(np.ones((2, 3), dtype=np.float32)) + 1).reshape(3, 2)
+    stored = Tensor(np.arange(4, dtype=np.float32))
+    target = Tensor(np.zeros(4, dtype=np.float32))
+    target[0:2].assign(Tensor(np.ones(2, dtype=np.float32)))  # (a pending assign into a buffer)
+    issued = (Tensor(np.ones(3, dtype=np.float32)) - 1).realize()  # (its Storage on it, not read yet)
+    return [computed, viewed, stored, stored.reshape(2, 2), computed, target, issued]
+
+
+@compiled
+@pytest.mark.parametrize("keep_graphs", [False, True])
+def test_the_compiled_capture_and_storages_agree_with_the_python_ones(keep_graphs):
+    from atensor.engine import realize
+    from atensor.tensor import tensor as tensor_module
+    results = {}
+    for name, capture, storages in (("c", tensor_module._capture, realize._storages),
+                                    ("python", tensor_module.python_capture, realize.python_storages)):
+        tensors = _tensors_of_every_kind()
+        captured = capture(tuple(tensors), keep_graphs)
+        assert [t for t, _ in captured] == tensors
+        items, given = storages(captured)
+        results[name] = (
+            [(n.op, n.shape) for _, n in captured],
+            [(n.op, n.shape, type(s).__name__, s is not None and s.lazy is n and s._node is None and not s.reaped)
+             for n, s in items],
+            [(spec.size, node.op) for spec, node in given],
+            [t._swap is not None for t in tensors],
+            [getattr(t, "_ctx", None) is n for t, (_, n) in zip(tensors, captured)],
+            items[4][1] is items[0][1])  # the tensor given twice: one Storage
+        for node, storage in items:
+            assert storage is None or isinstance(storage, realize.Storage)
+        realize.ledger.unclaim(given)
+        for t in tensors:  # (what a realize of them would have made: none is submitted here)
+            t._swap = None
+        tensors[5].realize().wait()  # (the pending assign: realized, not left to later tests)
+        assert tensors[5].numpy().tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert results["c"] == results["python"]
+    assert results["c"][5]
+
+
 # ---- the ledger's commit ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("commit", ["running", "python"])

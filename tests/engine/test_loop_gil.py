@@ -121,3 +121,53 @@ def test_the_loop_keeps_its_turns_while_three_thousand_outputs_are_planned(libra
     # median tick waits little even at the default interval.
     waits.sort()
     assert waits[int(0.75 * (len(waits) - 1))] < 0.0025, waits
+
+
+def test_the_awaiting_task_checks_one_wait_per_signal_however_many_outputs_a_realize_has():
+    """A realize of many outputs leaves a pending write per output buffer on the same queue's signal; the
+    dispatcher folds them to the largest value per signal, so the awaiting task (on the event loop's
+    thread) checks one wait per signal, while each write is still kept for its failure."""
+    import numpy as np
+
+    from atensor import Tensor
+    outs = [(Tensor(np.full(4, i, dtype=np.float32)) + 1).sum() for i in range(300)]
+    handle = Tensor.realize(*outs)._pending
+    handle.wait()
+    job = handle.job
+    largest: dict = {}
+    for signal, value in job.extra_waits:  # (those the queue had not run yet when the dispatcher looked)
+        largest[signal] = max(largest.get(signal, 0), value)
+    assert job.extra_final == largest
+    assert len(job.extra_final) <= 1  # one CPU queue computes them all
+    assert handle.done() and handle._waits() == [(q.signal, v) for q, v in job.submission.final.items()] + \
+        list(largest.items())
+    assert [t.item() for t in outs[:3]] == [4.0, 8.0, 12.0]
+
+
+def test_a_big_realized_chain_frees_its_lazy_graph_on_the_reaper_thread_not_where_the_tensor_is_read():
+    """Reading a tensor whose big realize committed drops its lazy graph; the reaper frees those nodes a
+    node at a time on its own thread (engine/dispatch.py `Reaper.bury`), and keeps what others hold."""
+    import threading
+    import time
+    import weakref
+
+    import numpy as np
+
+    from atensor import Tensor
+    x0 = Tensor(np.zeros(4, dtype=np.float32))
+    x, middle = x0, None
+    for i in range(200):  # 600 nodes: past the reaper's slice of 256
+        x = (x * 0.5 + 1).contiguous()
+        if i == 100:
+            middle = x.node
+    freed_on: list[str] = []
+    ref = weakref.ref(middle, lambda _: freed_on.append(threading.current_thread().name))
+    del middle
+    x.realize().wait()
+    assert x.numpy().tolist() == [2.0 * (1 - 0.5 ** 200)] * 4  # (reads x.node: the graph is dead now)
+    deadline = time.monotonic() + 10
+    while ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert freed_on == ["atensor-reaper"]
+    assert x0.numpy().tolist() == [0.0] * 4  # the input, which the graph shared, is alive and intact
+

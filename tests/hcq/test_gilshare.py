@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import pytest
 
@@ -26,8 +27,9 @@ def interval(monkeypatch):
 def test_inside_the_interval_is_the_setting_and_the_one_found_comes_back(interval):
     with gil_shared():
         assert sys.getswitchinterval() == pytest.approx(500e-6)
-        assert gilshare.statistics() == {"threads_inside": 1, "switch_interval_s": sys.getswitchinterval(),
-                                         "lowered": True}
+        inside = gilshare.statistics()
+        assert {k: inside[k] for k in ("threads_inside", "switch_interval_s", "lowered", "pumping")} == {
+            "threads_inside": 1, "switch_interval_s": sys.getswitchinterval(), "lowered": True, "pumping": True}
     assert sys.getswitchinterval() == pytest.approx(0.005)
     assert gilshare.statistics()["threads_inside"] == 0
 
@@ -82,4 +84,22 @@ def test_a_setting_of_zero_leaves_the_interval_alone(interval, monkeypatch):
     monkeypatch.setattr(process_settings(), "loop_switch_us", 0)
     with gil_shared():
         assert sys.getswitchinterval() == pytest.approx(0.005)
+        assert not gilshare.statistics()["pumping"]  # (and no pump)
     assert sys.getswitchinterval() == pytest.approx(0.005)
+
+
+def test_a_pump_takes_the_gil_while_a_thread_is_inside_and_stops_when_the_last_leaves(interval):
+    """hcq/gilshare.py's pump: while the dispatcher plans, a pump thread takes the GIL every PUMP_EVERY_S,
+    so the planner gives up its core at those points without the GIL (not preempted holding it)."""
+    with gilshare.gil_shared():
+        before = gilshare.statistics()["pump_turns"]
+        end = time.perf_counter() + 0.1
+        while time.perf_counter() < end:  # pure Python, as planning is: the pump gets its turns all the same
+            sum(range(200))
+        inside = gilshare.statistics()
+    assert inside["pumping"] and inside["pump_turns"] - before >= 10  # (0.1 s / 0.3 ms: ~120 expected)
+    assert not gilshare.statistics()["pumping"]
+    time.sleep(0.01)
+    settled = gilshare.statistics()["pump_turns"]
+    time.sleep(0.05)
+    assert gilshare.statistics()["pump_turns"] <= settled + 1  # stopped (one last turn may finish)
