@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import weakref
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -17,21 +15,11 @@ from atensor.graph.node import BufferSpec, Node
 from atensor.graph.ops import Ops
 from atensor.hcq.buffer import Buffer
 from atensor.ledger import versions
+from tests.waiting import soon
 
 
 def _storage(t: Tensor) -> BufferSpec:
     return versions.storage_of(t.node)
-
-
-def _soon(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    """True once `condition()` holds, within a generous time: a queue worker drops a command (and the
-    buffers its runner keeps alive) once it has run it and published its value."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 def test_graph_objects_refuse_every_write_even_after_realizes_and_assigns():
@@ -76,7 +64,7 @@ def test_a_realized_value_is_freed_with_its_node():
     target_ref, node_ref = weakref.ref(target), weakref.ref(node)
     del value, node, target
     assert node_ref() is None  # reference counting alone: no collection
-    assert _soon(lambda: target_ref() is None and ledger.statistics()["values"] == before)
+    assert soon(lambda: target_ref() is None and ledger.statistics()["values"] == before)
 
 
 def test_realizing_1000_fresh_tensors_keeps_the_live_buffers_bounded():
@@ -91,7 +79,7 @@ def test_realizing_1000_fresh_tensors_keeps_the_live_buffers_bounded():
         most = max(most, len(seen))
         del t
     # each round's input and result buffers die with their tensors (no cyclic collection needed)
-    assert most <= 8 and _soon(lambda: len(seen) <= 2), (len(seen), most)
+    assert most <= 8 and soon(lambda: len(seen) <= 2), (len(seen), most)
     assert ledger.statistics()["values"] - values < 50  # the realized values went with their nodes
 
 
@@ -118,10 +106,10 @@ def test_a_specs_record_and_its_runtime_buffer_go_when_the_spec_dies():
     assert ledger.version(spec) == 1 and ledger.statistics()["records"] == records + 1
     spec_ref, buffer_ref = weakref.ref(spec), weakref.ref(ledger.runtime(spec))
     del t, spec
-    assert _soon(lambda: spec_ref() is None)  # no cyclic collection needed
+    assert soon(lambda: spec_ref() is None)  # no cyclic collection needed
     assert ledger.statistics()["records"] == records  # the record, the one owner of the Buffer, went too
     # no next realize needed: the idle dispatcher and queue worker keep nothing of their last one
-    assert _soon(lambda: buffer_ref() is None)
+    assert soon(lambda: buffer_ref() is None)
 
 
 def test_two_threads_attaching_a_runtime_get_one_buffer():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 import weakref
 
 import numpy as np
@@ -18,6 +17,7 @@ from atensor.engine.dispatch import Job
 from atensor.hcq.buffer import Buffer
 from atensor.hcq.queue import Command
 from atensor.ledger import versions
+from tests.waiting import soon
 
 pytestmark = pytest.mark.default_settings  # as users run: race checks off
 
@@ -35,16 +35,6 @@ def _held_by_atensor_threads() -> list[tuple[str, str, str]]:
     return held
 
 
-def _soon(condition, seconds: float = 5.0) -> bool:
-    """True once `condition()` holds, within a generous time (the threads finish their bookkeeping)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
-
-
 @pytest.mark.parametrize("native", ["jit", "all"])
 def test_a_finished_realize_leaves_nothing_in_the_idle_dispatcher_or_worker(native):
     with Context(native=native):  # "all": the worker runs the kernel as a native program (its doorbell)
@@ -54,8 +44,8 @@ def test_a_finished_realize_leaves_nothing_in_the_idle_dispatcher_or_worker(nati
         spec = versions.storage_of(t.node)
     buffer_ref = weakref.ref(ledger.runtime(spec))
     del t, spec
-    assert _soon(lambda: buffer_ref() is None), _held_by_atensor_threads()
-    assert _soon(lambda: not _held_by_atensor_threads()), _held_by_atensor_threads()
+    assert soon(lambda: buffer_ref() is None), _held_by_atensor_threads()
+    assert soon(lambda: not _held_by_atensor_threads()), _held_by_atensor_threads()
 
 
 def test_a_jitted_call_run_by_the_worker_leaves_nothing_in_its_idle_frames():
@@ -68,4 +58,4 @@ def test_a_jitted_call_run_by_the_worker_leaves_nothing_in_its_idle_frames():
     for _ in range(20):  # captured, verified, then replayed (a native program on the worker's doorbell)
         y = step(y)
     assert y.numpy()[0] == 20
-    assert _soon(lambda: not _held_by_atensor_threads()), _held_by_atensor_threads()
+    assert soon(lambda: not _held_by_atensor_threads()), _held_by_atensor_threads()
