@@ -216,3 +216,36 @@ def test_a_hot_data_parallel_step_replays_with_its_allreduces_and_equals_the_gen
     assert losses == general_losses
     for a, b in zip(weights, general_weights):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_training_step_reuses_its_temporaries_across_hits_and_equals_the_general_path(
+        library, heavy_replays, monkeypatch):
+    """A heavy twin's hits fill its temporaries' slots with the last hit's buffers (no allocation, no
+    address store for them: engine/eager_replay.py "Temporaries"), and the steps equal the general
+    path's, which takes fresh ones per hit, bit for bit."""
+    hidden = 98 if library == "trio" else 99
+    kept: list[tuple[int, ...]] = []
+    run = eager_replay.EagerReplay.run
+
+    def noting(self, key, template, roots, result):
+        handle = run(self, key, template, roots, result)
+        if handle is not False and self.record is None and self.lean is None:
+            kept.append(tuple(id(spec) for spec in self.temps or ()))
+        return handle
+    monkeypatch.setattr(eager_replay.EagerReplay, "run", noting)
+    _training(library, hidden, 4)
+    kept.clear()
+    losses, weights, state = _training(library, hidden, 12)
+    if COMPILED:
+        assert len(kept) >= 10, kept
+        assert kept[0], "the step's twin has temporaries"  # (its activations and gradients)
+        assert all(ids == kept[0] for ids in kept), "each hit kept the first hit's temporaries"
+    else:
+        assert kept == []
+    _general_path_only(monkeypatch)
+    general_losses, general_weights, general_state = _training(library, hidden, 12)
+    assert losses == general_losses
+    for a, b in zip(weights, general_weights):
+        assert np.array_equal(a, b)
+    assert state == general_state
