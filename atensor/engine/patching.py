@@ -66,10 +66,14 @@ class AddressSlots:
 
     def bind(self, specs: list[BufferSpec]) -> None:
         """Points every slot at the buffer that replaces its captured one (`specs`, in `swapped`'s
-        order), allocating the memory of new result buffers."""
-        for spec, device, places, device_places in zip(specs, self.devices, self.slots, self.device_slots):
-            if not places and not device_places:  # no runner holds it (a numpy kernel's, a NULL device's)
-                continue
+        order), allocating the memory of new result buffers. A buffer that is the one bound there
+        already (an eager heavy replay's kept temporaries, engine/eager_replay.py) is skipped: its
+        slots hold its address still (a record or lean replay that wrote other addresses empties `bound`)."""
+        bound = self.bound if len(self.bound) == len(specs) else [None] * len(specs)
+        for spec, before, device, places, device_places in zip(specs, bound, self.devices, self.slots,
+                                                               self.device_slots):
+            if spec is before or not places and not device_places:  # (no runner holds it: a numpy
+                continue                                              # kernel's, a NULL device's)
             buf = ledger.runtime(spec)
             if buf is None or buf.memory is None:
                 buf = device.allocate(spec)

@@ -200,12 +200,17 @@ class Template:
             return None
         return Template(tasks, temps, realized_refs, [slot_of[s].index for s in outputs], len(key.leaves))
 
-    def fill(self, key: GraphKey) -> tuple[list[BufferSpec], list[tuple[Node, BufferSpec]], list[BufferSpec]]:
-        """What fills the slots for the graph `key` describes (its leaves, then new temporaries), the
-        assigns it realizes and each root's storage: everything but the tasks (`graph_of`)."""
+    def fill(self, key: GraphKey, temps: Optional[list[BufferSpec]] = None
+             ) -> tuple[list[BufferSpec], list[tuple[Node, BufferSpec]], list[BufferSpec]]:
+        """What fills the slots for the graph `key` describes (its leaves, then the temporaries: `temps`
+        when given, one per `self.temps` entry, which the caller knows no running command uses; else new
+        ones), the assigns it realizes and each root's storage: everything but the tasks (`graph_of`)."""
         leaves = key.leaves
-        fill = leaves + [BufferSpec(device, size, dtype) for device, size, dtype in self.temps] if self.temps \
-            else leaves.copy()
+        if temps is not None:
+            fill = leaves + temps
+        else:
+            fill = leaves + [BufferSpec(device, size, dtype) for device, size, dtype in self.temps] \
+                if self.temps else leaves.copy()
         order = key.order
         realized = []
         for pos, slot in self.realized:  # (loops, not comprehensions: one or two entries, every cached realize)

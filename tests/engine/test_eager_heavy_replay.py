@@ -9,6 +9,7 @@ replay never runs. Under trio and asyncio."""
 from __future__ import annotations
 
 import asyncio
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -216,3 +217,103 @@ def test_a_hot_data_parallel_step_replays_with_its_allreduces_and_equals_the_gen
     assert losses == general_losses
     for a, b in zip(weights, general_weights):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_hot_training_step_reuses_its_temporaries_across_hits_and_equals_the_general_path(
+        library, heavy_replays, monkeypatch):
+    """A heavy twin's hits fill its temporaries' slots with the last hit's buffers (no allocation, no
+    address store for them: engine/eager_replay.py "Temporaries"), and the steps equal the general
+    path's, which takes fresh ones per hit, bit for bit."""
+    hidden = 98 if library == "trio" else 99
+    kept: list[tuple[int, ...]] = []
+    run = eager_replay.EagerReplay.run
+
+    def noting(self, key, template, roots, result):
+        handle = run(self, key, template, roots, result)
+        if handle is not False and self.record is None and self.lean is None:
+            kept.append(tuple(id(spec) for spec in self.temps or ()))
+        return handle
+    monkeypatch.setattr(eager_replay.EagerReplay, "run", noting)
+    _training(library, hidden, 4)
+    kept.clear()
+    losses, weights, state = _training(library, hidden, 12)
+    if COMPILED:
+        assert len(kept) >= 10, kept
+        assert kept[0], "the step's twin has temporaries"  # (its activations and gradients)
+        assert all(ids == kept[0] for ids in kept), "each hit kept the first hit's temporaries"
+    else:
+        assert kept == []
+    _general_path_only(monkeypatch)
+    general_losses, general_weights, general_state = _training(library, hidden, 12)
+    assert losses == general_losses
+    for a, b in zip(weights, general_weights):
+        assert np.array_equal(a, b)
+    assert state == general_state
+
+
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_a_heavy_hit_that_raises_drops_its_temporaries_and_the_next_hit_takes_fresh_ones(
+        library, heavy_replays, monkeypatch):
+    """A hit whose submission raises marks what it writes failed, its temporaries among them: they are
+    not kept, and the next hit runs on fresh ones and computes the right values."""
+    hidden = 100 if library == "trio" else 101
+    if not COMPILED:
+        return
+    seen: list[Optional[tuple[int, ...]]] = []
+    run = eager_replay.EagerReplay.run
+    failing = {"left": 0}
+
+    def noting(self, key, template, roots, result):
+        if failing["left"] and self.record is None and self.lean is None:
+            failing["left"] -= 1
+            submit = self.plan.submit
+
+            def raising(mapping=None):
+                raise MemoryError("injected: the hit's allocation failed")
+            self.plan.submit = raising
+            try:
+                handle = run(self, key, template, roots, result)
+            finally:
+                self.plan.submit = submit
+        else:
+            handle = run(self, key, template, roots, result)
+        if handle is not False and self.record is None and self.lean is None:
+            seen.append(tuple(id(spec) for spec in self.temps) if self.temps is not None else None)
+        return handle
+    monkeypatch.setattr(eager_replay.EagerReplay, "run", noting)
+    rng = np.random.default_rng(5)
+    w1_np = (rng.random((64, hidden), dtype=np.float32) - 0.5) * 0.2
+    w2_np = (rng.random((hidden, 8), dtype=np.float32) - 0.5) * 0.2
+    xs = [rng.random((128, 64), dtype=np.float32) for _ in range(10)]
+
+    async def main():
+        w1, w2 = Tensor(w1_np).contiguous(), Tensor(w2_np).contiguous()
+        await w1.realize(w2)
+        losses = []
+        for k, x_np in enumerate(xs):
+            failing["left"] = 1 if k == 8 else 0
+            x = Tensor(x_np)
+            h = (x @ w1).relu()
+            out = h @ w2
+            loss = (out * out).sum() * (1 / 128)
+            g_out = out * (2 / 128)
+            w1.assign(w1 - (x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))) * 0.01)
+            w2.assign(w2 - (h.T @ g_out) * 0.01)
+            if k == 8:  # the hit raises: what it writes is failed, so the step starts again from w
+                with pytest.raises(MemoryError):
+                    await loss.realize(w1, w2)
+                w1, w2 = Tensor(w1_np).contiguous(), Tensor(w2_np).contiguous()
+                await w1.realize(w2)
+                continue
+            await loss.realize(w1, w2)
+            losses.append(loss.item())
+            if k == 2:
+                registry.wait_background()
+        return losses
+    losses = _run(library, main)
+    out_np = np.maximum(xs[9] @ w1_np, 0) @ w2_np  # the last step's, from the fresh weights
+    np.testing.assert_allclose(losses[-1], (out_np * out_np).sum() / 128, rtol=1e-4)
+    assert len(seen) >= 3 and seen[-3], seen
+    assert seen[-2] is None, "the failed hit's temporaries are not kept"
+    assert seen[-1] is not None and seen[-1] != seen[-3], "the next hit took fresh ones"
