@@ -110,6 +110,20 @@ def test_a_hot_heavy_graph_runs_from_the_callers_thread_and_equals_the_general_p
         assert np.array_equal(a, b)
 
 
+def _step(x: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    """One SGD step (learning rate 0.01) of a two-layer relu network on a mean-square loss, its gradients
+    written by hand: assigns both weights' updates (left pending) and returns the loss (lazy)."""
+    h = (x @ w1).relu()
+    out = h @ w2
+    loss = (out * out).sum() * (1 / 128)
+    g_out = out * (2 / 128)
+    g_w2 = h.T @ g_out
+    g_w1 = x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))
+    w1.assign(w1 - g_w1 * 0.01)
+    w2.assign(w2 - g_w2 * 0.01)
+    return loss
+
+
 def _training(library: str, hidden: int, steps: int) -> tuple[list[float], list[np.ndarray], tuple]:
     """`steps` steps of a two-layer network with plain SGD written as assigns (the loss realized with
     the updates it reads before, as `opt.step(loss)` does): the losses, the final weights, and what the
@@ -125,14 +139,7 @@ def _training(library: str, hidden: int, steps: int) -> tuple[list[float], list[
         losses = []
         for k, x_np in enumerate(xs):
             x = Tensor(x_np)
-            h = (x @ w1).relu()
-            out = h @ w2
-            loss = (out * out).sum() * (1 / 128)
-            g_out = out * (2 / 128)
-            g_w2 = h.T @ g_out
-            g_w1 = x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))
-            w1.assign(w1 - g_w1 * 0.01)
-            w2.assign(w2 - g_w2 * 0.01)
+            loss = _step(x, w1, w2)
             await loss.realize(w1, w2)  # the loss and both pending updates, one realize
             losses.append(loss.item())
             if k == 2:
@@ -181,14 +188,7 @@ def _sharded_training(library: str, hidden: int, steps: int) -> tuple[list[float
         losses = []
         for k, x_np in enumerate(xs):
             x = Tensor(x_np).shard(devices, axis=0)
-            h = (x @ w1).relu()
-            out = h @ w2
-            loss = (out * out).sum() * (1 / 128)
-            g_out = out * (2 / 128)
-            g_w2 = h.T @ g_out
-            g_w1 = x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))
-            w1.assign(w1 - g_w1 * 0.01)
-            w2.assign(w2 - g_w2 * 0.01)
+            loss = _step(x, w1, w2)
             await loss.realize(w1, w2)
             losses.append(loss.item())
             if k == 2:
@@ -294,12 +294,7 @@ def test_a_heavy_hit_that_raises_drops_its_temporaries_and_the_next_hit_takes_fr
         for k, x_np in enumerate(xs):
             failing["left"] = 1 if k == 8 else 0
             x = Tensor(x_np)
-            h = (x @ w1).relu()
-            out = h @ w2
-            loss = (out * out).sum() * (1 / 128)
-            g_out = out * (2 / 128)
-            w1.assign(w1 - (x.T @ ((g_out @ w2.T) * (h > 0).cast(h.dtype))) * 0.01)
-            w2.assign(w2 - (h.T @ g_out) * 0.01)
+            loss = _step(x, w1, w2)
             if k == 8:  # the hit raises: what it writes is failed, so the step starts again from w
                 with pytest.raises(MemoryError):
                     await loss.realize(w1, w2)
