@@ -44,6 +44,23 @@ def racecheck_every_graph(request):
         yield
 
 
+@pytest.fixture(autouse=True, scope="module")
+def settled_heap():
+    """After each test module, what survived it (the modules imported at collection, the caches it
+    filled, its long-lived fixtures' leftovers) moves to the permanent generation (`gc.freeze()`, constant
+    time), out of the full collections of the rest of the suite. Without it, the pure-Python core's pass
+    ran 117 full collections over a heap growing to 1.08 M objects, 29 CPU s of the pass; with it a full
+    collection traverses only what was made since the last module (tests/core, engine, tensor, graph, hcq
+    and nn on that core: full collections 18.9 -> 9.4 CPU s; what is left is mostly tests' own
+    gc.collect() after a gc.unfreeze()). Young cycles are collected as before (`gc.collect(1)` here, the
+    young collections meanwhile); only garbage that reached the oldest generation inside a module stays
+    until the process ends (38,000 objects over 1,733 tests; peak memory 899 -> 918 MiB). Tests that
+    depend on what a collection finds make their garbage in the test (`young_heap` freezes the rest)."""
+    yield
+    gc.collect(1)
+    gc.freeze()
+
+
 @pytest.fixture
 def young_heap():
     """For tests that call `gc.collect()`: everything allocated before the test (the suite's modules,

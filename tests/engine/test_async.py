@@ -42,15 +42,20 @@ GAP_BOUND = 0.1
 
 @pytest.fixture
 def frozen_startup():
-    """The heap as it is now moved out of the collector's way for one test (see GAP_BOUND)."""
+    """The heap as it is now moved out of the collector's way for one test (see GAP_BOUND). Given back
+    afterwards only where nothing was frozen before (as tests/conftest.py's `young_heap`): gc.unfreeze()
+    gives back everything, what the suite's `settled_heap` and hcq/gcpause.py froze too, which every later
+    full collection of the module would then traverse."""
     deadline = time.monotonic() + 60
     while not gc.isenabled() and time.monotonic() < deadline:  # an earlier test's work still running
         time.sleep(0.01)
     assert gc.isenabled(), "the gap tests run with the cyclic collector on"
+    frozen_before = gc.get_freeze_count()
     gc.collect()
     gc.freeze()
     yield
-    gc.unfreeze()
+    if frozen_before == 0:
+        gc.unfreeze()
 
 
 @pytest.fixture(params=LOOPS)

@@ -245,15 +245,22 @@ def test_health_answers_fast_while_streams_generate_and_a_full_queue_gets_429_wi
     async def run():
         async with httpx.AsyncClient(timeout=300) as client:
             async def stream(i):
-                # long enough (and past end-of-turn) that the first streams still generate when the last
-                # is queued: 24 tokens finished before the queue filled on a fast machine, and the wait
-                # below, then unbounded, polled forever
+                # the first SLOTS streams long enough (and past end-of-turn) that they still generate when
+                # the last is queued and while /health is polled: 24 tokens finished before the queue
+                # filled on a fast machine, and the wait below, then unbounded, polled forever. The
+                # queued ones, sent once those hold every slot, only fill the queue, then stream to their
+                # end: 16 tokens (at 96 they were two more rounds of 96 decode steps, ~8 s of the test)
+                tokens = 96 if i < SLOTS else 16
                 async with client.stream("POST", server + "/v1/completions",
-                                         json={"prompt": f"Story {i}:", "max_tokens": 96, "temperature": 0,
-                                               "stream": True, "ignore_eos": True}) as r:
+                                         json={"prompt": f"Story {i}:", "max_tokens": tokens,
+                                               "temperature": 0, "stream": True, "ignore_eos": True}) as r:
                     return r.status_code, [line async for line in r.aiter_lines() if line.startswith("data")]
-            tasks = [asyncio.create_task(stream(i)) for i in range(SLOTS + WAITING)]
+            tasks = [asyncio.create_task(stream(i)) for i in range(SLOTS)]
             deadline = time.monotonic() + 60
+            while (await client.get(server + "/health")).json()["active"] < SLOTS:  # long ones in every slot
+                assert time.monotonic() < deadline and not any(t.done() for t in tasks), "slots never filled"
+                await asyncio.sleep(0.01)
+            tasks += [asyncio.create_task(stream(i)) for i in range(SLOTS, SLOTS + WAITING)]
             while True:  # every slot generating and the waiting queue full
                 stats = (await client.get(server + "/health")).json()
                 if stats["active"] == SLOTS and stats["active"] + stats["waiting"] == SLOTS + WAITING:
