@@ -179,6 +179,7 @@ static PyMethodDef methods[] = {
     {"cl_finish", (PyCFunction)(void (*)(void))cl_finish, METH_FASTCALL,
      "cl_finish(first, last) -> (status, start, end): waits, stamps and releases (cl.c)."},
     {"cl_release", cl_release, METH_O, "cl_release(event): releases an event cl_enqueue returned (cl.c)."},
+    {"cl_spin", cl_spin, METH_O, "cl_spin(ns): how long cl_finish reads the status before it sleeps (cl.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -66,5 +66,6 @@ PyObject *cl_open(PyObject *module, PyObject *path);
 PyObject *cl_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cl_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cl_release(PyObject *module, PyObject *event);
+PyObject *cl_spin(PyObject *module, PyObject *ns);
 
 #endif

@@ -7,9 +7,10 @@ the wait; two profiling reads), each a Python-level call of ~0.5-2 us wrapping a
 fraction of that, plus the queue's in-flight record and its poll around them. For a command the queue
 knows to be short (hcq/cl_queue.py `run_here`: its work took at most SHORT_NS at its last run, the
 queue is idle), all of it is one fixed sequence: enqueue each launch, flush, wait for the last event
-with the GIL released, read its status and the stamps, release the events. `cl_enqueue` and
-`cl_finish` are that sequence in two calls (the kernel objects' arguments are set, and the launch
-enqueued, under the program's lock; the wait is outside it).
+with the GIL released (its status read in a loop for a bounded time first, `cl_spin`), read its
+status and the stamps, release the events. `cl_enqueue` and `cl_finish` are that sequence in two
+calls (the kernel objects' arguments are set, and the launch enqueued, under the program's lock; the
+wait is outside it).
 
 Which library: the one pyopencl linked (its wheel bundles an ICD loader, found by hcq/cl_native.py in
 /proc/self/maps), opened with RTLD_NOLOAD, so the handles pyopencl exposes as `.int_ptr` (cl_command_queue,
@@ -27,6 +28,8 @@ a sequence of runners' launches (engine/cl_replay.py) keeps only its first first
 
 #include <dlfcn.h>
 #include <stdint.h>
+#include <time.h>
+#include <sched.h>
 
 typedef int32_t cl_int;
 typedef uint32_t cl_uint;
@@ -151,7 +154,45 @@ failed:
     return NULL;
 }
 
-/* cl_finish(first, last) -> (status, start, end): waits for `last` with the GIL released, then reads its
+static long spin_ns = 0;  /* cl_spin(ns): how long cl_finish reads the status before it sleeps */
+
+/* Whether `event` completed (or failed) within spin_ns, its status read in a loop, the core yielded
+   after each read. Why: pocl's clWaitForEvents sleeps on a condition variable, and its wake-up took
+   20-40 us against a tiny kernel's few microseconds, for a caller that waits at once (bench/opencl.py
+   --round-trip, Zen 5 2 cores, pocl 3.1, quiet: a one-kernel jit call 53-76 -> 36-45 us, raw pyopencl
+   33-47). Why the yield: on a busy machine the driver's worker that runs the kernel may need this core;
+   with one other process busy on the 2 cores, a spin without it made the call slower than no spin
+   (45-74 against 48-52 us), with it 45-46. */
+static int spin_until_done(void *event) {
+    if (spin_ns <= 0)
+        return 0;
+    struct timespec now, until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += spin_ns;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    for (;;) {
+        cl_int status = 1;
+        if (event_info(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != 0 || status <= 0)
+            return 1;
+        sched_yield();  /* the driver's worker that runs the kernel may need this core */
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+            return 0;
+    }
+}
+
+/* cl_spin(ns) -> None: sets how long cl_finish spins on the status before it sleeps (0: never). */
+PyObject *cl_spin(PyObject *module, PyObject *ns) {
+    long value = PyLong_AsLong(ns);
+    if (value == -1 && PyErr_Occurred())
+        return NULL;
+    spin_ns = value < 0 ? 0 : value > 1000000 ? 1000000 : value;
+    Py_RETURN_NONE;
+}
+
+/* cl_finish(first, last) -> (status, start, end): waits for `last` with the GIL released (its status read
+   in a loop for up to cl_spin's time, then the driver's sleeping wait), then reads its
    status (0 complete, negative an error) and the stamps (the first's start, the last's end, on the
    device's clock; 0 when the driver has none) and releases both events. */
 PyObject *cl_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -168,7 +209,8 @@ PyObject *cl_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     cl_int status = -1;
     cl_ulong start = 0, end = 0;
     Py_BEGIN_ALLOW_THREADS
-    wait_for_events(1, &last);  /* its error, if any, is the status read next */
+    if (!spin_until_done(last))
+        wait_for_events(1, &last);  /* its error, if any, is the status read next */
     if (event_info(last, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != 0)
         status = -1;
     if (status == 0 && (profiling_info(first, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL) != 0

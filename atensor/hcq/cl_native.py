@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
+from atensor.config import process_settings
 from atensor.core import ccore
 
 _lock = threading.Lock()
@@ -44,6 +45,8 @@ def native() -> Optional[Any]:
         if not _tried:
             path = loaded_library() if ccore is not None and hasattr(ccore, "cl_open") else None
             _opened = ccore if path is not None and ccore.cl_open(path) else None
+            if _opened is not None:  # how long `cl_finish` reads the status before it sleeps
+                _opened.cl_spin(process_settings().cl_spin_us * 1000)
             _tried = True
     return _opened
 

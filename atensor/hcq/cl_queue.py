@@ -46,7 +46,8 @@ publishes the value at once: no thread hop and no loop wake-up, which cost more 
 The compiled path (`run_here`, which the plan's lean replay calls, engine/cl_replay.py): ONE command
 that waits for nothing, whose work was short at its last run and whose runner has a compiled launch
 (`Runner.launch`, atensor/core/cl.c through hcq/cl_native.py), on an idle queue, is launched, waited
-for with the GIL released, stamped and published by the calling thread before `run_here` returns: no
+for with the GIL released (its status read in a loop for up to `cl_spin_us` first: pocl's sleeping
+wait wakes 20-40 us late), stamped and published by the calling thread before `run_here` returns: no
 in-flight record, no deferral, no poll, no pyopencl Event. Measured (bench/opencl.py --round-trip, Zen 5,
 2 cores, pocl 3.1, load 3.6-5.3, 2 alternating pairs): a one-kernel awaited jit call 48-61 us against
 52-71 on the record, deferral and poll path; thread CPU per call 30.7 against 59.0 us. Anything else,

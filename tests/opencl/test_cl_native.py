@@ -145,3 +145,42 @@ def test_a_launch_that_raises_in_a_sequence_is_raised_after_the_launches_before_
     with pytest.raises(RuntimeError, match="injected"):
         sequence_launch([lambda q: (1, 1), lambda q: (2, 3), refused], core)(0)
     assert core.finished == [(1, 3)] and core.released == [2]  # 1 and 3 released by cl_finish
+
+
+@pytest.mark.parametrize("spin_us", [0, 1, 1000])
+def test_the_wait_spins_then_sleeps_and_either_way_publishes_the_kernels_values(spin_us):
+    """`cl_finish` reads the status in a loop for `cl_spin`'s time, then sleeps in the driver's wait: a
+    kernel done within the spin (1000 us), one still running when it ends (1 us, 16 Ki elements), and
+    no spin at all give the values the CPU backend gives, each run here."""
+    core = cl_native.native() if implementation == "c" else None
+    if core is None:
+        pytest.skip("the compiled core's OpenCL launch is not there (ATENSOR_CORE=python or no loader)")
+    compute = Device.get("CL").compute
+    start = RNG.random(1 << 14).astype(np.float32)
+
+    def calls(device: str) -> list[np.ndarray]:
+        @atensor.jit
+        async def step(x: Tensor) -> Tensor:
+            return (x * 0.5 + 1).sqrt()
+
+        async def main() -> list[np.ndarray]:
+            y = Tensor(start, device=device).contiguous()
+            await y.realize()
+            seen = []
+            for k in range(16):
+                y = await step(y)
+                if k % 8 == 7:  # (a read between calls is a copy on the queue: not every call)
+                    seen.append(y.numpy())
+            return seen
+        return run_on("trio", main)
+
+    core.cl_spin(spin_us * 1000)
+    try:
+        before = compute.ran_here
+        got = calls("CL")
+        ran_here = compute.ran_here - before
+    finally:
+        core.cl_spin(atensor.config.process_settings().cl_spin_us * 1000)
+    for a, b in zip(got, calls("CPU")):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert ran_here >= 4, compute.statistics()  # (the first calls capture, then learn it is short)
