@@ -15,6 +15,7 @@ through `Context` (per context: concurrent trio tasks keep their own):
 | malloc_keep_bytes | ATENSOR_MALLOC_KEEP | 128 MiB | freed memory glibc malloc keeps for reuse instead of returning it (backend/numpy/plans.py); 0: malloc's defaults |
 | worker_nice | ATENSOR_WORKER_NICE | 0 | OS niceness of atensor's worker threads (queues, dispatcher) on Linux, read when they start, and of the threads an OpenCL driver starts when first listed (pocl's CPU workers, hcq/cl_runtime.py): > 0 lets the event loop's thread win a core on a busy machine |
 | loop_switch_us | ATENSOR_LOOP_SWITCH_US | 500 | the interpreter's switch interval (µs) at most while the dispatcher thread plans a realize (hcq/gilshare.py): the event loop's thread waits that long at most for the GIL, not the default 5 ms; process-wide (a `Context` does not change it: `process_settings()`), restored after; 0: the interval is left alone |
+| loop_pump_us | ATENSOR_LOOP_PUMP_US | 0 | while the dispatcher plans under `loop_switch_us`, a pump thread takes the GIL every this many µs (hcq/gilshare.py), so a planner preempted by other processes is rarely holding the GIL; helps the loop's longest gap on a loaded machine (300: 3,000 outputs 22 -> 16 ms at load ~4), costs the loop's typical tick on a quiet one (its 75th-percentile GIL wait 0.3-0.6 -> 1.3-2.5 ms, Zen 5): off by default; process-wide |
 | cl_spin_us | ATENSOR_CL_SPIN_US | 20 | how long (µs) a short OpenCL command launched from the calling thread (hcq/cl_queue.py `run_here`, atensor/core/cl.c) has its status read in a loop before the thread sleeps in the driver's wait: pocl's wake-up from that sleep took 20-40 µs against a tiny kernel's few (Zen 5, quiet); process-wide, read when the compiled core opens the OpenCL library; 0: sleep at once |
 | net_wait | ATENSOR_NET_WAIT | poll | how a net queue waits for an MPI collective (atensor/dist/processes.py): `poll` tests it and yields the core between tests once it has spun for a while, `block` calls MPI's blocking collective (MPI's own wait, no timeout); read when a net command is lowered |
 | net_timeout_s | ATENSOR_NET_TIMEOUT | 300 | seconds a net command waits for an MPI collective before it fails naming the rank and the collective (a rank stopped or hangs, or the ranks issued different collectives); the failure aborts the job. 0: no limit; read when a net command is lowered |
@@ -124,6 +125,7 @@ class Settings:
     core: str = os.environ.get("ATENSOR_CORE", "c").strip().lower()
     worker_nice: int = env_number("ATENSOR_WORKER_NICE", "0")
     loop_switch_us: int = env_number("ATENSOR_LOOP_SWITCH_US", "500")
+    loop_pump_us: int = env_number("ATENSOR_LOOP_PUMP_US", "0")
     cl_spin_us: int = env_number("ATENSOR_CL_SPIN_US", "20")
     net_wait: str = os.environ.get("ATENSOR_NET_WAIT", "poll")
     net_timeout_s: float = env_number("ATENSOR_NET_TIMEOUT", "300", kind=float)

@@ -38,12 +38,18 @@ planning thread is preempted by other processes while it holds the GIL (it alway
 Python), and the loop's thread then waits for the GIL for the whole preemption: traced with `perf sched`
 (sched_switch/wakeup and the loop thread's futex calls) during bench/loop_lag.py --tiny 3000 at load
 2-4, 8-9 ms of a 12-16 ms gap were that wait. So while any thread is inside, a pump thread takes the GIL
-every PUMP_EVERY_S: the planner hands it over and blocks until the pump has had it, so it gives up its
-core at those points, without the GIL, and rarely runs out its scheduler slice while holding it; the loop's
-thread, woken meanwhile, finds the GIL free. Measured (longest gap of a 1 ms ticker, median of 14
+every `loop_pump_us` (a process setting): the planner hands it over and blocks until the pump has had
+it, so it gives up its core at those points, without the GIL, and rarely runs out its scheduler slice
+while holding it; the loop's thread, woken meanwhile, finds the GIL free. Measured (longest gap of a 1 ms ticker, median of 14
 alternating rounds in one process, load 3.9-4.6, Zen 5, 2 cores): 3,000 outputs 22.1 -> 15.9 ms (trio),
 16.4 -> 16.7 (asyncio); a chain of 3,000 kernels 11.1 -> 5.5 (trio), 10.9 -> 7.7 (asyncio). Its cost: a
-hand-over (tens of microseconds) per PUMP_EVERY_S of planning, on an idle machine too.
+hand-over (tens of microseconds) per turn of planning, on an idle machine too: on a quiet one (load ~0.9,
+same machine) the loop's longest gap was no better (3,000 outputs 9-10.5 against 11.6-12.1 ms trio,
+12.8-14.7 against 10.3-12.8 asyncio; the chain 5.1-6.4 against 4.7-9.7 trio, 3 alternating runs of
+bench/loop_lag.py --tiny 3000 --explain each), and the loop's typical tick waited longer for the GIL
+(tests/engine/test_loop_gil.py's 75th percentile 1.3-2.5 ms against 0.3-0.6; 2 of 6 runs over its
+2.5 ms bound). So the pump is off by default (`loop_pump_us = 0`); 300 us is the period measured above,
+for an application that runs on a loaded machine.
 """
 from __future__ import annotations
 
@@ -54,15 +60,13 @@ from typing import Optional
 
 from atensor.config import process_settings
 
-# how often the pump takes the GIL while a thread is inside (0: no pump). 0.3 ms, as measured above: the
-# planner then hands the GIL over about every 0.8 ms (the pump's sleep and its wait of up to the interval)
-PUMP_EVERY_S = 0.0003
 
 _lock = threading.Lock()
 _depth = 0
 _pumping = threading.Event()  # set while a thread is inside and the interval was lowered
 _pump_thread: Optional[threading.Thread] = None
 _pumps = 0  # the pump's turns with the GIL so far (statistics)
+_pump_every = 0.0  # the pump's period (s), `loop_pump_us` read by the first thread in
 _found = 0.0                 # the interval in force when the first thread entered
 _set: Optional[float] = None  # the interval set then (None: none was), as the interpreter reports it
 
@@ -89,8 +93,9 @@ class gil_shared:
                     _found = found
                     sys.setswitchinterval(limit)
                     _set = sys.getswitchinterval()  # (rounded by the interpreter to whole microseconds)
-                if 0 < limit and PUMP_EVERY_S > 0:
-                    _start_pump()
+                every = process_settings().loop_pump_us * 1e-6
+                if 0 < limit and every > 0:
+                    _start_pump(every)
             _depth += 1
 
     def __exit__(self, *exc: object) -> None:
@@ -105,9 +110,11 @@ class gil_shared:
                 _set = None
 
 
-def _start_pump() -> None:
-    """Sets the pump going (see the module docstring); called under `_lock` by the first thread in."""
-    global _pump_thread
+def _start_pump(every: float) -> None:
+    """Sets the pump going, a turn every `every` s (see the module docstring); called under `_lock` by the
+    first thread in."""
+    global _pump_thread, _pump_every
+    _pump_every = every
     _pumping.set()
     if _pump_thread is None:
         _pump_thread = threading.Thread(target=_pump, name="atensor-gil-pump", daemon=True)
@@ -115,13 +122,13 @@ def _start_pump() -> None:
 
 
 def _pump() -> None:
-    """The pump thread: while `_pumping` is set, wakes every PUMP_EVERY_S; each wake takes the GIL (the
+    """The pump thread: while `_pumping` is set, wakes every `loop_pump_us`; each wake takes the GIL (the
     thread holding it hands it over), and the sleep gives it back."""
     global _pumps
     while True:
         _pumping.wait()
         while _pumping.is_set():
-            time.sleep(PUMP_EVERY_S)
+            time.sleep(_pump_every)
             _pumps += 1
 
 

@@ -16,10 +16,12 @@ from atensor.hcq.gilshare import gil_shared
 
 @pytest.fixture
 def interval(monkeypatch):
-    """The default interval (5 ms) and the default setting (500 us) for the test; restored after."""
+    """The default interval (5 ms), the default setting (500 us) and a pump every 300 us for the test;
+    restored after."""
     old = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     monkeypatch.setattr(process_settings(), "loop_switch_us", 500)
+    monkeypatch.setattr(process_settings(), "loop_pump_us", 300)  # (off by default: on for these tests)
     yield
     sys.setswitchinterval(old)
 
@@ -89,7 +91,7 @@ def test_a_setting_of_zero_leaves_the_interval_alone(interval, monkeypatch):
 
 
 def test_a_pump_takes_the_gil_while_a_thread_is_inside_and_stops_when_the_last_leaves(interval):
-    """hcq/gilshare.py's pump: while the dispatcher plans, a pump thread takes the GIL every PUMP_EVERY_S,
+    """hcq/gilshare.py's pump: while the dispatcher plans, a pump thread takes the GIL every `loop_pump_us`,
     so the planner gives up its core at those points without the GIL (not preempted holding it)."""
     with gilshare.gil_shared():
         before = gilshare.statistics()["pump_turns"]
