@@ -1,7 +1,8 @@
 """The C renderer splits a nest's innermost loop where the masks of the views it reads begin and end
-(backend/c/render.py `_mask_cuts`): a concatenation (views padded into one buffer and added, as the
-fused optimizer packs its gradients) is one plain loop per piece, with no select of a read left in it,
-and the values are numpy's. A mask on an outer axis, or more cuts than MAX_MASK_CUTS, keep the select."""
+(backend/c/reads.py `mask_cuts`, asked by backend/c/render.py): a concatenation (views padded into one
+buffer and added, as the fused optimizer packs its gradients) is one plain loop per piece, with no
+select of a read left in it, and the values are numpy's. A mask on an outer axis, or more cuts than
+MAX_MASK_CUTS, keep the select."""
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ import pytest
 import atensor
 from atensor import Tensor
 from atensor.backend.c import compiler, registry
-from atensor.backend.c import render
+from atensor.backend.c import reads
 
 pytestmark = pytest.mark.skipif(compiler.path() is None, reason="no C compiler ($CC, cc, gcc or clang) "
                                 "on PATH: the native tier is off and every kernel runs on numpy")
@@ -58,7 +59,7 @@ def test_a_mask_on_an_outer_axis_keeps_its_select_and_equals_numpy():
 
 
 def test_more_cuts_than_the_bound_keep_the_selects_and_equal_numpy(monkeypatch):
-    monkeypatch.setattr(render, "MAX_MASK_CUTS", 2)
+    monkeypatch.setattr(reads, "MAX_MASK_CUTS", 2)
     rng = np.random.default_rng(3)
     parts = [rng.standard_normal(n).astype(np.float32) for n in (3, 4, 5, 6)]
     sources, got = _sources_after(lambda: Tensor.cat(*[Tensor(p) - 2 for p in parts]).numpy())
