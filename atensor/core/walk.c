@@ -2,6 +2,8 @@
    (engine/realize.py `_small`): see ccore.c. */
 #include "ccore.h"
 
+#include <time.h>
+
 /* ---- the schedule key walk ------------------------------------------------------------------- */
 
 /* The dict behind `has_entry` when it is a dict's bound `get` (the ledger's `value_entry`), else NULL. */
@@ -89,13 +91,37 @@ static int emit(PyObject *node, PyObject *position, PyObject *slots, PyObject *l
     return failed;
 }
 
-/* A walk over a big graph (a realize of 3,000 outputs: 18,000 nodes, ~11 ms of CPU here) lets other
-   threads take the GIL every this many nodes, as the interpreter lets them every 5 ms (its switch
-   interval) in the Python walk: held for the whole walk, the GIL kept the event loop's thread waiting
-   (on a loaded machine, while this thread was descheduled holding it; tests/engine/test_async.py's gap
-   test failed). The walk's state is its own and nodes are immutable, so another thread may run between
-   any two steps, as it may in the Python walk. */
-#define YIELD_EVERY_NODES 1024
+/* A walk over a big graph (a realize of 3,000 outputs: 18,000 nodes, 7-12 ms of CPU here) lets other
+   threads take the GIL, as the interpreter lets them in the Python walk: held for the whole walk, the
+   GIL kept the event loop's thread waiting (on a loaded machine, while this thread was descheduled
+   holding it; tests/engine/test_async.py's gap test failed). The walk's state is its own and nodes are
+   immutable, so another thread may run between any two steps, as it may in the Python walk.
+
+   How often: at most once every YIELD_EVERY_NS, checked every YIELD_CHECK_NODES nodes. Not more often
+   than the switch interval (0.5 ms while the dispatcher plans, hcq/gilshare.py): a thread waiting for
+   the GIL asks its holder to hand it over only once its timed wait of one interval has run out, and
+   every release wakes it and starts that wait again, so a release every 1,024 nodes (~0.4 ms) meant
+   it never asked, and the holder, releasing and taking the GIL straight back, was never made to hand
+   it over: a 1 ms ticker on the event loop's thread waited out whole walks (gaps of 8-53 ms for walks
+   of 7-61 ms). Released every 1 ms, the waiter's request stands at the next release, which then hands
+   the GIL over. */
+#define YIELD_CHECK_NODES 256
+#define YIELD_EVERY_NS 1000000LL
+
+static long long now_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+static void yield_if_due(long long *last) {
+    long long now = now_ns();
+    if (now - *last < YIELD_EVERY_NS)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    Py_END_ALLOW_THREADS
+    *last = now_ns();
+}
 
 PyObject *walk_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     /* walk_key(roots, settings, has_entry) -> (key, leaves, order, buffer_nodes) or None */
@@ -115,6 +141,7 @@ PyObject *walk_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *order = PyList_New(0), *stack = PyList_New(0);
     PyObject *result = NULL;
     size_t steps = 0;
+    long long last_yield = now_ns();
     if (!position || !expanded || !slots || !leaves || !buffer_nodes || !parts || !order || !stack)
         goto done;
     for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
@@ -131,10 +158,8 @@ PyObject *walk_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
         if (PyList_Append(stack, root) < 0)
             goto done;
         while (PyList_GET_SIZE(stack)) {
-            if (++steps % YIELD_EVERY_NODES == 0) {
-                Py_BEGIN_ALLOW_THREADS
-                Py_END_ALLOW_THREADS
-            }
+            if (++steps % YIELD_CHECK_NODES == 0)
+                yield_if_due(&last_yield);
             Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
             PyObject *node = PyList_GET_ITEM(stack, top);  /* borrowed: the stack holds it */
             int is_expanded = PySet_Contains(expanded, node);

@@ -117,7 +117,7 @@ def test_the_loop_keeps_its_turns_while_three_thousand_outputs_are_planned(libra
     assert len(waits) >= 10  # (planning 3,000 outputs takes 0.1-0.5 s here)
     # the three quarters of the ticks that waited least: 0.6 ms or less each with the short interval,
     # 5.1 ms or more with the default (measured, 6 runs each). Not the median: the C key walk gives
-    # the GIL back by itself every 1,024 nodes (atensor/core/walk.c), so in a run that walks long the
+    # the GIL back by itself every millisecond (atensor/core/walk.c), so in a run that walks long the
     # median tick waits little even at the default interval.
     waits.sort()
     assert waits[int(0.75 * (len(waits) - 1))] < 0.0025, waits
