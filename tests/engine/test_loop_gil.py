@@ -30,20 +30,26 @@ def _thread_clock() -> tuple[int, int]:
     return int(ran), int(waited)
 
 
-async def _gil_waits_while_planning(seconds: float) -> list[float]:
-    """Issues a dispatcher job that runs Python for `seconds` and ticks every 1 ms meanwhile; per tick,
-    the time the loop's thread slept beyond its timer: the gap less the timer's 1 ms, the thread's own
-    CPU time and its wait for a core (other processes on a busy machine), which leaves its wait for the
-    GIL."""
+async def _tick_until_planned(job: Job) -> list[float]:
+    """Ticks every 1 ms until the dispatcher has planned `job`; per tick, the time the loop's thread slept
+    beyond its timer: the gap less the timer's 1 ms, the thread's own CPU time and its wait for a core
+    (other processes on a busy machine), which leaves its wait for the GIL."""
     waits: list[float] = []
-    job = Job(lambda: _busy(seconds), [])
-    dispatcher.submit(job)
     last, (ran, queued) = time.perf_counter(), _thread_clock()
     while dispatcher.signal.value < job.value:
         await anyio.sleep(0.001)
         now, (ran_now, queued_now) = time.perf_counter(), _thread_clock()
         waits.append(now - last - 0.001 - (ran_now - ran) * 1e-9 - (queued_now - queued) * 1e-9)
         last, ran, queued = now, ran_now, queued_now
+    return waits
+
+
+async def _gil_waits_while_planning(seconds: float) -> list[float]:
+    """Issues a dispatcher job that runs Python for `seconds`; the loop's GIL waits meanwhile
+    (`_tick_until_planned`)."""
+    job = Job(lambda: _busy(seconds), [])
+    dispatcher.submit(job)
+    waits = await _tick_until_planned(job)
     await dispatcher.signal.wait(job.value)
     return waits
 
@@ -98,13 +104,7 @@ def test_the_loop_keeps_its_turns_while_three_thousand_outputs_are_planned(libra
         outs = [(Tensor(np.full(16, i, dtype=np.float32)) * 2 + 1).sum() for i in range(3000)]
         Tensor.realize(*outs)
         job = outs[0]._pending.job
-        waits: list[float] = []
-        last, (ran, queued) = time.perf_counter(), _thread_clock()
-        while dispatcher.signal.value < job.value:
-            await anyio.sleep(0.001)
-            now, (ran_now, queued_now) = time.perf_counter(), _thread_clock()
-            waits.append(now - last - 0.001 - (ran_now - ran) * 1e-9 - (queued_now - queued) * 1e-9)
-            last, ran, queued = now, ran_now, queued_now
+        waits = await _tick_until_planned(job)
         await outs[-1]
         assert outs[-1].item() == 16 * (2 * 2999 + 1)
         return waits
